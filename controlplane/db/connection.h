@@ -1,0 +1,69 @@
+// One MySQL / MariaDB session over the C client library (MariaDB Connector/C or libmysqlclient).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controlplane/db/dsn.h"
+#include "controlplane/db/value.h"
+
+struct st_mysql;
+struct st_mysql_stmt;
+
+namespace krane::db {
+
+// A session. Every statement with values goes through a prepared statement with typed binding
+// (prepared once per connection and cached). Not thread-safe: one thread uses a connection at a
+// time, which the Pool guarantees. After a connection-loss error the connection is `broken()`
+// and must be discarded; it never reconnects by itself (that would silently drop session state).
+class Connection {
+ public:
+  static absl::StatusOr<std::unique_ptr<Connection>> open(const Dsn& dsn);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Runs a statement that returns no rows; returns the number of affected rows.
+  absl::StatusOr<uint64_t> exec(std::string_view sql, const Params& params = {});
+  // Runs a query and collects all rows.
+  absl::StatusOr<ResultSet> query(std::string_view sql, const Params& params = {});
+  // Runs a query, handing rows to `on_row` one at a time; stops at the first error it returns.
+  absl::Status queryEach(std::string_view sql, const Params& params,
+                         const std::function<absl::Status(const Row&)>& on_row);
+  // Runs SQL text that takes no values (DDL, session settings, transaction control).
+  absl::Status execText(std::string_view sql);
+
+  uint64_t lastInsertId() const { return last_insert_id_; }
+  absl::Status ping();
+  bool broken() const { return broken_; }
+  // Marks the session unusable (its state is unknown); the pool closes it instead of reusing it.
+  void discard() { broken_ = true; }
+  const Dsn& dsn() const { return dsn_; }
+  // Server-side id of this session (CONNECTION_ID()), for tests and diagnostics.
+  uint64_t threadId() const;
+
+  std::chrono::steady_clock::time_point lastUsed() const { return last_used_; }
+  void touch() { last_used_ = std::chrono::steady_clock::now(); }
+
+ private:
+  explicit Connection(Dsn dsn, st_mysql* handle);
+  absl::StatusOr<st_mysql_stmt*> prepared(std::string_view sql);
+  absl::Status fail(st_mysql_stmt* stmt, std::string_view sql);
+  absl::Status run(std::string_view sql, const Params& params,
+                   const std::function<absl::Status(const Row&)>* on_row, uint64_t* affected);
+
+  Dsn dsn_;
+  st_mysql* handle_;
+  std::unordered_map<std::string, st_mysql_stmt*> statements_;
+  uint64_t last_insert_id_ = 0;
+  bool broken_ = false;
+  std::chrono::steady_clock::time_point last_used_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace krane::db

@@ -1,0 +1,113 @@
+// `krane-ctrl migrate` as an operator runs it: exit codes and one-line errors that say what to fix.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/strings.h"
+#include "tests/support/mariadb.h"
+#include "tests/support/process.h"
+
+namespace krane {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using krane::testing::CommandResult;
+using krane::testing::runCommand;
+using krane::testing::runfile;
+using krane::testing::ScratchMariaDb;
+
+std::string dsnText(const db::Dsn& dsn) {
+  return strCat("mysql://", dsn.user, "@127.0.0.1:", dsn.port, "/", dsn.database);
+}
+
+CommandResult ctrl(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  args.insert(args.begin(), runfile("controlplane/krane-ctrl"));
+  return runCommand(args, env);
+}
+
+// An error is exactly one line on stderr, starting with the command's name.
+void expectOneLineError(const CommandResult& r, const std::string& needle) {
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, StartsWith("krane-ctrl"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(needle));
+}
+
+TEST(MigrateCommand, AppliesThenReportsUpToDate) {
+  const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
+  auto first = ctrl({"migrate", "--dsn", dsn});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  EXPECT_THAT(first.out, HasSubstr("applying 0001_"));
+  EXPECT_THAT(first.out, HasSubstr("applied "));
+  auto second = ctrl({"migrate"}, {{"KRANE_DSN", dsn}});
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_THAT(second.out, HasSubstr("is up to date"));
+  auto status = ctrl({"migrate", "--status", "--dsn", dsn});
+  ASSERT_EQ(status.exit_code, 0);
+  EXPECT_THAT(status.out, HasSubstr("0001     0001_"));
+  EXPECT_THAT(status.out, Not(HasSubstr("pending")));
+  EXPECT_EQ(ctrl({"migrate", "--check", "--dsn", dsn}).exit_code, 0);
+}
+
+TEST(MigrateCommand, CheckFailsOnAPendingSchema) {
+  const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
+  auto check = ctrl({"migrate", "--check", "--dsn", dsn});
+  expectOneLineError(check, "run `krane-ctrl migrate`");
+}
+
+TEST(MigrateCommand, BadInputGetsOneLineErrors) {
+  expectOneLineError(ctrl({"migrate"}), "no database given");
+  expectOneLineError(ctrl({"migrate", "--dsn", "mysql://root@127.0.0.1/"}), "missing database name");
+  expectOneLineError(ctrl({"migrate", "--dsn", "postgres://x"}), "must start with mysql://");
+
+  auto& server = ScratchMariaDb::instance();
+  const auto fresh = server.freshDatabase();
+  expectOneLineError(ctrl({"migrate", "--dsn", strCat("mysql://root:nope@127.0.0.1:", fresh.port, "/", fresh.database)}),
+                     "check the user and password");
+  expectOneLineError(ctrl({"migrate", "--dsn", strCat("mysql://root@127.0.0.1:", fresh.port, "/no_such_db")}),
+                     "create the database first");
+
+  auto usage = ctrl({"migrate", "--lock-timeout", "0", "--dsn", dsnText(fresh)});
+  EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_THAT(usage.err, HasSubstr("--help"));
+}
+
+TEST(MigrateCommand, MalformedAndUnknownMigrationFilesAreRefused) {
+  const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
+  const std::string dir = strCat(std::getenv("TEST_TMPDIR"), "/migrations");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/0001_ok.sql") << "CREATE TABLE ok (x INT);\n";
+  std::ofstream(dir + "/2_bad.sql") << "CREATE TABLE bad (x INT);\n";
+  expectOneLineError(ctrl({"migrate", "--dsn", dsn, "--migrations-dir", dir}), "2_bad.sql: bad name");
+  std::filesystem::remove(dir + "/2_bad.sql");
+  std::ofstream(dir + "/0002_broken.sql") << "CREATE TABLE broken (x INT;\n";
+  expectOneLineError(ctrl({"migrate", "--dsn", dsn, "--migrations-dir", dir}),
+                     "migration 0002_broken.sql, statement 1 (line 1) failed");
+  expectOneLineError(ctrl({"migrate", "--dsn", dsn, "--migrations-dir", dir + "/nope"}), "does not exist");
+}
+
+TEST(MigrateCommand, AServerThatIsDownIsNamed) {
+  auto& server = ScratchMariaDb::instance();
+  const auto dsn = server.freshDatabase();
+  server.stop();
+  auto down = ctrl({"migrate", "--dsn", dsnText(dsn)});
+  server.start();
+  expectOneLineError(down, strCat("cannot connect to MySQL at 127.0.0.1:", dsn.port));
+  EXPECT_THAT(down.err, HasSubstr("is the server running"));
+}
+
+TEST(MigrateCommand, HelpAndVersion) {
+  auto help = ctrl({"migrate", "--help"});
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.out, HasSubstr("--dsn"));
+  EXPECT_THAT(help.out, HasSubstr("KRANE_DSN"));
+  auto version = ctrl({"--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_THAT(version.out, HasSubstr("0."));
+}
+
+}  // namespace
+}  // namespace krane

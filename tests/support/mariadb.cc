@@ -1,0 +1,207 @@
+#include "tests/support/mariadb.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "common/strings.h"
+#include "controlplane/db/connection.h"
+
+namespace krane::testing {
+namespace {
+
+[[noreturn]] void die(const std::string& what, const std::string& log_path = "") {
+  std::string tail;
+  if (!log_path.empty()) {
+    std::ifstream log(log_path);
+    std::stringstream all;
+    all << log.rdbuf();
+    tail = all.str();
+    if (tail.size() > 4000) tail = tail.substr(tail.size() - 4000);
+  }
+  std::fprintf(stderr, "scratch MariaDB: %s\n%s\n", what.c_str(), tail.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+std::string binary(const char* env, const char* fallback) {
+  const char* value = std::getenv(env);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+unsigned freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t length = sizeof(addr);
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    die("cannot find a free TCP port");
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// fork + exec with the child tied to this process's life; stdout/stderr go to `log`.
+int spawn(const std::vector<std::string>& argv, const std::string& log) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) die("fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string makeTemp(const std::string& pattern) {
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (::mkdtemp(buf.data()) == nullptr) die("mkdtemp " + pattern + " failed");
+  return buf.data();
+}
+
+ScratchMariaDb* g_instance = nullptr;
+
+}  // namespace
+
+ScratchMariaDb& ScratchMariaDb::instance() {
+  if (g_instance == nullptr) {
+    g_instance = new ScratchMariaDb();
+    std::atexit([] {
+      delete g_instance;
+      g_instance = nullptr;
+    });
+  }
+  return *g_instance;
+}
+
+ScratchMariaDb::ScratchMariaDb() {
+  const char* test_tmp = std::getenv("TEST_TMPDIR");
+  data_root_ = makeTemp(strCat(test_tmp != nullptr ? test_tmp : "/tmp", "/mariadb-XXXXXX"));
+  socket_dir_ = makeTemp("/tmp/krane-db-XXXXXX");
+  const std::string log = data_root_ + "/install.log";
+  // A private tmpdir: sandboxed tests share /tmp, and their servers can have equal PIDs (each
+  // sandbox has its own PID namespace), which makes MariaDB's temporary file names collide.
+  std::filesystem::create_directories(data_root_ + "/tmp");
+  const int pid = spawn({binary("KRANE_MARIADB_INSTALL_DB", "/usr/bin/mariadb-install-db"),
+                         "--no-defaults", "--user=root", "--datadir=" + data_root_ + "/data",
+                         "--auth-root-authentication-method=normal", "--skip-test-db",
+                         "--innodb-log-file-size=8M", "--tmpdir=" + data_root_ + "/tmp"},
+                        log);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    die("mariadb-install-db failed (is mariadb-server-core installed? run ./dev setup)", log);
+  }
+  port_ = freePort();
+  start();
+}
+
+ScratchMariaDb::~ScratchMariaDb() {
+  kill();
+  std::error_code ec;
+  if (std::getenv("KRANE_TEST_KEEP") == nullptr) std::filesystem::remove_all(data_root_, ec);
+  std::filesystem::remove_all(socket_dir_, ec);
+}
+
+void ScratchMariaDb::start() {
+  if (pid_ > 0) return;
+  pid_ = spawn({binary("KRANE_MARIADBD", "/usr/sbin/mariadbd"), "--no-defaults", "--user=root",
+                "--datadir=" + data_root_ + "/data", "--socket=" + socket_dir_ + "/mysqld.sock",
+                strCat("--port=", port_), "--bind-address=127.0.0.1",
+                "--pid-file=" + data_root_ + "/mysqld.pid", "--log-error=" + data_root_ + "/mysqld.err",
+                "--innodb-log-file-size=8M", "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
+                "--tmpdir=" + data_root_ + "/tmp",
+                "--innodb-flush-log-at-trx-commit=2", "--max-connections=1000",
+                "--skip-log-bin", "--performance-schema=OFF"},
+               data_root_ + "/mysqld.out");
+  waitReady();
+}
+
+void ScratchMariaDb::waitReady() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  db::Dsn admin = adminDsn();
+  admin.connect_timeout = std::chrono::seconds(1);
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      pid_ = -1;
+      die("mariadbd exited during start-up", data_root_ + "/mysqld.err");
+    }
+    if (db::Connection::open(admin).ok()) return;
+    if (std::chrono::steady_clock::now() > deadline) {
+      die("mariadbd did not accept connections within 60 s", data_root_ + "/mysqld.err");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void ScratchMariaDb::stop() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGTERM);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+void ScratchMariaDb::kill() {
+  if (pid_ <= 0) return;
+  ::kill(pid_, SIGKILL);
+  int status = 0;
+  ::waitpid(pid_, &status, 0);
+  pid_ = -1;
+}
+
+db::Dsn ScratchMariaDb::adminDsn() const {
+  db::Dsn dsn;
+  dsn.user = "root";
+  dsn.host = "127.0.0.1";
+  dsn.port = port_;
+  dsn.database = "mysql";
+  return dsn;
+}
+
+db::Dsn ScratchMariaDb::freshDatabase() {
+  if (pid_ <= 0) start();
+  auto admin = db::Connection::open(adminDsn());
+  if (!admin.ok()) die(strCat("cannot connect as admin: ", admin.status().message()));
+  static std::mt19937 rng(std::random_device{}());
+  const std::string name = strCat("t", ::getpid(), "_", next_database_++, "_", rng() % 100000);
+  // The name is generated here from digits and letters only; identifiers cannot be bound.
+  if (auto st = (*admin)->execText("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4"); !st.ok()) {
+    die(strCat("CREATE DATABASE failed: ", st.message()));
+  }
+  db::Dsn dsn = adminDsn();
+  dsn.database = name;
+  return dsn;
+}
+
+}  // namespace krane::testing

@@ -1,0 +1,63 @@
+// A scratch MariaDB server for tests: one server per test process, a fresh database per test.
+//
+// The server is started on first use (mariadb-install-db + mariadbd, no systemd), listens on
+// 127.0.0.1 on a free port, keeps its data under TEST_TMPDIR (or a temporary directory), and is
+// stopped when the process exits. It is started with PR_SET_PDEATHSIG so that it dies with the
+// test even when the test crashes: no test leaves a server behind.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "controlplane/db/dsn.h"
+#include "gtest/gtest.h"
+
+namespace krane::testing {
+
+class ScratchMariaDb {
+ public:
+  // The server of this process, started (once) if needed. Aborts with the server's log when it
+  // cannot start: nothing in a test can work without it.
+  static ScratchMariaDb& instance();
+
+  // Creates an empty database with a unique name and returns a DSN for it (user root, TCP).
+  db::Dsn freshDatabase();
+  // DSN of the server-wide `mysql` database, for administrative statements.
+  db::Dsn adminDsn() const;
+
+  unsigned port() const { return port_; }
+  bool running() const { return pid_ > 0; }
+
+  // SIGTERM and wait for a clean shutdown.
+  void stop();
+  // SIGKILL, as a crash would.
+  void kill();
+  // Starts the server again on the same port and data (after stop() or kill()).
+  void start();
+  void restart() {
+    stop();
+    start();
+  }
+
+  ~ScratchMariaDb();
+
+ private:
+  ScratchMariaDb();
+  void waitReady();
+
+  std::string data_root_;    // holds data/ and the error log
+  std::string socket_dir_;   // short path for the Unix socket (108-byte limit)
+  unsigned port_ = 0;
+  int pid_ = -1;
+  int next_database_ = 0;
+};
+
+// Base fixture: each test gets its own empty database in `dsn_`.
+class MariaDbTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dsn_ = ScratchMariaDb::instance().freshDatabase(); }
+  db::Dsn dsn_;
+};
+
+}  // namespace krane::testing
