@@ -8,9 +8,9 @@
 #define KRANE_CONCAT_(a, b) KRANE_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function when `expr` is not OK.
-#define KRANE_RETURN_IF_ERROR(expr)            \
-  do {                                         \
-    ::absl::Status krane_status_ = (expr);     \
+#define KRANE_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::absl::Status krane_status_ = (expr);         \
     if (!krane_status_.ok()) return krane_status_; \
   } while (false)
 

@@ -5,11 +5,11 @@
 // Abseil for Status / StatusOr only.
 #pragma once
 
-#include <fmt/format.h>
-
 #include <string>
 #include <string_view>
 #include <type_traits>
+
+#include <fmt/format.h>
 
 #include "absl/strings/string_view.h"
 
@@ -23,7 +23,8 @@ inline void appendPiece(std::string& out, const std::string& s) { out.append(s);
 inline void appendPiece(std::string& out, const char* s) { out.append(s); }
 inline void appendPiece(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
 inline void appendPiece(std::string& out, char c) { out.push_back(c); }
-template <typename T, std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, char>, int> = 0>
+template <typename T,
+          std::enable_if_t<std::is_arithmetic_v<T> && !std::is_same_v<T, char>, int> = 0>
 void appendPiece(std::string& out, T value) {
   fmt::format_to(std::back_inserter(out), "{}", value);
 }

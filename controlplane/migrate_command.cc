@@ -13,7 +13,8 @@ namespace krane::ctrl {
 namespace {
 
 int fail(const absl::Status& status) {
-  std::fprintf(stderr, "krane-ctrl migrate: error: %s\n", std::string(toStd(status.message())).c_str());
+  std::fprintf(stderr, "krane-ctrl migrate: error: %s\n",
+               std::string(toStd(status.message())).c_str());
   return 1;
 }
 
@@ -48,7 +49,10 @@ int run(const MigrateFlags& flags) {
 
   db::MigrateOptions options;
   options.lock_timeout = std::chrono::seconds(flags.lock_timeout_s);
-  options.progress = [](const std::string& line) { std::printf("%s\n", line.c_str()); std::fflush(stdout); };
+  options.progress = [](const std::string& line) {
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  };
   db::Migrator migrator(*pool, *known, options);
 
   if (flags.status || flags.check) {
@@ -73,7 +77,8 @@ int run(const MigrateFlags& flags) {
   auto applied = migrator.migrate();
   if (!applied.ok()) return fail(applied.status());
   if (applied->empty()) {
-    std::printf("schema of %s is up to date (%zu migrations)\n", dsn->where().c_str(), known->size());
+    std::printf("schema of %s is up to date (%zu migrations)\n", dsn->where().c_str(),
+                known->size());
   } else {
     std::printf("applied %zu migration(s) to %s; schema is at %s\n", applied->size(),
                 dsn->where().c_str(), applied->back().c_str());
@@ -85,14 +90,16 @@ int run(const MigrateFlags& flags) {
 
 void addMigrateCommand(CLI::App& app, MigrateFlags& flags, int& exit_code) {
   CLI::App* cmd = app.add_subcommand(
-      "migrate", "Apply pending schema migrations to the control plane database (safe to run "
-                 "twice, or from several processes at once).");
+      "migrate",
+      "Apply pending schema migrations to the control plane database (safe to run "
+      "twice, or from several processes at once).");
   cmd->add_option("--dsn", flags.dsn,
                   "Database, as mysql://user[:password]@host[:port]/database[?socket=PATH] "
                   "(default: $KRANE_DSN)");
   cmd->add_option("--migrations-dir", flags.migrations_dir,
                   "Read NNNN_name.sql files from this directory instead of the built-in set");
-  cmd->add_flag("--status", flags.status, "List every migration and whether it is applied; change nothing");
+  cmd->add_flag("--status", flags.status,
+                "List every migration and whether it is applied; change nothing");
   cmd->add_flag("--check", flags.check, "Exit 1 unless every migration is applied; change nothing");
   cmd->add_option("--lock-timeout", flags.lock_timeout_s,
                   "Seconds to wait for another process that is migrating the same database")

@@ -7,7 +7,7 @@
 namespace krane::sql {
 
 struct EmbeddedFile {
-  std::string_view name;      // e.g. "0001_tenancy.sql"
+  std::string_view name;  // e.g. "0001_tenancy.sql"
   std::string_view contents;
 };
 

@@ -1,8 +1,8 @@
 #include "controlplane/db/connection.h"
 
-#include <mysql/mysql.h>
-
 #include <cstring>
+
+#include <mysql/mysql.h>
 
 #include "common/strings.h"
 #include "controlplane/db/errors.h"
@@ -55,16 +55,17 @@ absl::StatusOr<std::unique_ptr<Connection>> Connection::open(const Dsn& dsn) {
     const unsigned protocol = MYSQL_PROTOCOL_TCP;
     mysql_options(handle, MYSQL_OPT_PROTOCOL, &protocol);
   }
-  if (mysql_real_connect(handle, dsn.socket.empty() ? dsn.host.c_str() : nullptr, dsn.user.c_str(),
-                         dsn.password.c_str(), dsn.database.c_str(), dsn.socket.empty() ? dsn.port : 0,
-                         dsn.socket.empty() ? nullptr : dsn.socket.c_str(),
-                         CLIENT_FOUND_ROWS) == nullptr) {
+  if (mysql_real_connect(
+          handle, dsn.socket.empty() ? dsn.host.c_str() : nullptr, dsn.user.c_str(),
+          dsn.password.c_str(), dsn.database.c_str(), dsn.socket.empty() ? dsn.port : 0,
+          dsn.socket.empty() ? nullptr : dsn.socket.c_str(), CLIENT_FOUND_ROWS) == nullptr) {
     const int e = static_cast<int>(mysql_errno(handle));
-    std::string message = strCat("cannot connect to MySQL at ", dsn.where(), " as ", dsn.user,
-                                       ": ", mysql_error(handle), " (mysql error ", e, ")");
+    std::string message = strCat("cannot connect to MySQL at ", dsn.where(), " as ", dsn.user, ": ",
+                                 mysql_error(handle), " (mysql error ", e, ")");
     mysql_close(handle);
     if (e == 1045) {
-      return absl::PermissionDeniedError(strCat(message, ": check the user and password in the DSN"));
+      return absl::PermissionDeniedError(
+          strCat(message, ": check the user and password in the DSN"));
     }
     if (e == 1049) {
       return absl::NotFoundError(strCat(message, ": create the database first"));
@@ -173,7 +174,7 @@ absl::Status Connection::run(std::string_view sql, const Params& params,
   const unsigned long expected = mysql_stmt_param_count(stmt);
   if (expected != params.size()) {
     return absl::InvalidArgumentError(strCat("statement \"", sql, "\" takes ", expected,
-                                                   " parameters, ", params.size(), " given"));
+                                             " parameters, ", params.size(), " given"));
   }
   std::vector<MYSQL_BIND> binds(params.size());
   std::vector<unsigned long> lengths(params.size());
@@ -221,7 +222,8 @@ absl::Status Connection::run(std::string_view sql, const Params& params,
     last_insert_id_ = mysql_stmt_insert_id(stmt);
     if (on_row != nullptr && mysql_stmt_field_count(stmt) == 0) {
       // A query that returns no result set at all (not even an empty one) is a caller mistake.
-      return absl::InvalidArgumentError(strCat("statement \"", sql, "\" returns no rows; use exec()"));
+      return absl::InvalidArgumentError(
+          strCat("statement \"", sql, "\" returns no rows; use exec()"));
     }
     return absl::OkStatus();
   }
@@ -260,10 +262,11 @@ absl::Status Connection::run(std::string_view sql, const Params& params,
       b.buffer = &buf.real;
     } else {
       buf.kind = ResultBuffer::Kind::kBytes;
-      buf.binary = fields[c].charsetnr == 63 &&
-                   (fields[c].type == MYSQL_TYPE_BLOB || fields[c].type == MYSQL_TYPE_TINY_BLOB ||
-                    fields[c].type == MYSQL_TYPE_MEDIUM_BLOB || fields[c].type == MYSQL_TYPE_LONG_BLOB ||
-                    fields[c].type == MYSQL_TYPE_STRING || fields[c].type == MYSQL_TYPE_VAR_STRING);
+      buf.binary =
+          fields[c].charsetnr == 63 &&
+          (fields[c].type == MYSQL_TYPE_BLOB || fields[c].type == MYSQL_TYPE_TINY_BLOB ||
+           fields[c].type == MYSQL_TYPE_MEDIUM_BLOB || fields[c].type == MYSQL_TYPE_LONG_BLOB ||
+           fields[c].type == MYSQL_TYPE_STRING || fields[c].type == MYSQL_TYPE_VAR_STRING);
       buf.bytes.resize(std::max<unsigned long>(fields[c].max_length, 64) + 1);
       b.buffer_type = MYSQL_TYPE_STRING;
       b.buffer = buf.bytes.data();

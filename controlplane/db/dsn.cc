@@ -11,8 +11,7 @@ namespace {
 constexpr std::string_view kForm = "mysql://user[:password]@host[:port]/database[?socket=PATH]";
 
 absl::Status bad(std::string_view text, std::string_view what) {
-  return absl::InvalidArgumentError(
-      strCat("invalid DSN: ", what, " (expected ", kForm, ")"));
+  return absl::InvalidArgumentError(strCat("invalid DSN: ", what, " (expected ", kForm, ")"));
 }
 
 absl::StatusOr<std::string> percentDecode(std::string_view in, std::string_view field) {
@@ -26,8 +25,7 @@ absl::StatusOr<std::string> percentDecode(std::string_view in, std::string_view 
     unsigned value = 0;
     if (i + 2 >= in.size() ||
         std::from_chars(in.data() + i + 1, in.data() + i + 3, value, 16).ptr != in.data() + i + 3) {
-      return absl::InvalidArgumentError(
-          strCat("invalid DSN: bad percent-encoding in the ", field));
+      return absl::InvalidArgumentError(strCat("invalid DSN: bad percent-encoding in the ", field));
     }
     out.push_back(static_cast<char>(value));
     i += 2;
@@ -48,15 +46,14 @@ absl::StatusOr<unsigned> parseNumber(std::string_view text, std::string_view val
 }  // namespace
 
 std::string Dsn::redacted() const {
-  std::string out = strCat("mysql://", user, password.empty() ? "" : ":***", "@", host, ":",
-                                 port, "/", database);
+  std::string out =
+      strCat("mysql://", user, password.empty() ? "" : ":***", "@", host, ":", port, "/", database);
   if (!socket.empty()) strAppend(&out, "?socket=", socket);
   return out;
 }
 
 std::string Dsn::where() const {
-  return socket.empty() ? strCat(host, ":", port, "/", database)
-                        : strCat(socket, "/", database);
+  return socket.empty() ? strCat(host, ":", port, "/", database) : strCat(socket, "/", database);
 }
 
 absl::StatusOr<Dsn> parseDsn(std::string_view text) {
@@ -114,7 +111,8 @@ absl::StatusOr<Dsn> parseDsn(std::string_view text) {
       const std::string_view pair = query.substr(0, amp);
       query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
       const auto eq = pair.find('=');
-      if (eq == std::string_view::npos) return bad(text, strCat("option \"", pair, "\" has no value"));
+      if (eq == std::string_view::npos)
+        return bad(text, strCat("option \"", pair, "\" has no value"));
       const std::string_view key = pair.substr(0, eq);
       const std::string_view value = pair.substr(eq + 1);
       if (key == "socket") {
@@ -128,8 +126,9 @@ absl::StatusOr<Dsn> parseDsn(std::string_view text) {
                                                 : dsn.write_timeout;
         target = std::chrono::seconds(*seconds);
       } else {
-        return bad(text, strCat("unknown option \"", key,
-                                      "\" (known: socket, connect_timeout, read_timeout, write_timeout)"));
+        return bad(text,
+                   strCat("unknown option \"", key,
+                          "\" (known: socket, connect_timeout, read_timeout, write_timeout)"));
       }
     }
   }

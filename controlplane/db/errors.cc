@@ -62,7 +62,8 @@ bool isConnectionLoss(int e) {
   }
 }
 
-absl::Status statementError(int e, const char* sqlstate, const char* message, std::string_view sql) {
+absl::Status statementError(int e, const char* sqlstate, const char* message,
+                            std::string_view sql) {
   absl::StatusCode code = absl::StatusCode::kInternal;
   if (e == 1213 || e == 1205) {
     code = absl::StatusCode::kAborted;
@@ -74,7 +75,7 @@ absl::Status statementError(int e, const char* sqlstate, const char* message, st
     code = absl::StatusCode::kFailedPrecondition;
   }
   absl::Status status(code, strCat("mysql error ", e, " (", sqlstate ? sqlstate : "HY000",
-                                         ") in \"", abbreviate(sql), "\": ", message ? message : ""));
+                                   ") in \"", abbreviate(sql), "\": ", message ? message : ""));
   status.SetPayload(kErrnoPayload, absl::Cord(std::to_string(e)));
   return status;
 }

@@ -1,7 +1,5 @@
 #include "controlplane/db/migrate.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <charconv>
 #include <chrono>
@@ -10,8 +8,10 @@
 #include <map>
 #include <sstream>
 
-#include "common/strings.h"
+#include <openssl/evp.h>
+
 #include "common/status.h"
+#include "common/strings.h"
 #include "controlplane/db/sql_script.h"
 #include "sql/embedded_migrations.h"
 
@@ -25,7 +25,8 @@ std::string sha256Hex(std::string_view data) {
   unsigned int length = 0;
   EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr);
   std::string hex;
-  for (unsigned i = 0; i < length; ++i) fmt::format_to(std::back_inserter(hex), "{:02x}", digest[i]);
+  for (unsigned i = 0; i < length; ++i)
+    fmt::format_to(std::back_inserter(hex), "{:02x}", digest[i]);
   return hex;
 }
 
@@ -55,18 +56,21 @@ absl::StatusOr<std::vector<Migration>> parseMigrations(
   std::map<int, Migration> by_version;
   for (auto& [file, contents] : files) {
     const std::string_view name(file);
-    const bool shaped = name.size() > 9 && name.substr(name.size() - 4) == ".sql" && name[4] == '_' &&
-                        std::all_of(name.begin(), name.begin() + 4, [](char c) { return c >= '0' && c <= '9'; }) &&
-                        validSlug(name.substr(5, name.size() - 9));
+    const bool shaped =
+        name.size() > 9 && name.substr(name.size() - 4) == ".sql" && name[4] == '_' &&
+        std::all_of(name.begin(), name.begin() + 4, [](char c) { return c >= '0' && c <= '9'; }) &&
+        validSlug(name.substr(5, name.size() - 9));
     if (!shaped) {
-      return absl::InvalidArgumentError(strCat(
-          "migration file ", file, ": bad name (expected NNNN_name.sql: four digits, an underscore, "
-          "then lower-case letters, digits and underscores)"));
+      return absl::InvalidArgumentError(
+          strCat("migration file ", file,
+                 ": bad name (expected NNNN_name.sql: four digits, an underscore, "
+                 "then lower-case letters, digits and underscores)"));
     }
     int version = 0;
     std::from_chars(name.data(), name.data() + 4, version);
     if (version == 0) {
-      return absl::InvalidArgumentError(strCat("migration file ", file, ": numbering starts at 0001"));
+      return absl::InvalidArgumentError(
+          strCat("migration file ", file, ": numbering starts at 0001"));
     }
     auto statements = splitSqlScript(contents);
     if (!statements.ok()) {
@@ -74,22 +78,25 @@ absl::StatusOr<std::vector<Migration>> parseMigrations(
           strCat("migration file ", file, ": ", statements.status().message()));
     }
     if (statements->empty()) {
-      return absl::InvalidArgumentError(strCat("migration file ", file, ": contains no SQL statement"));
+      return absl::InvalidArgumentError(
+          strCat("migration file ", file, ": contains no SQL statement"));
     }
     Migration migration{version, std::string(name.substr(0, name.size() - 4)), contents,
                         sha256Hex(contents)};
     auto [it, inserted] = by_version.emplace(version, std::move(migration));
     if (!inserted) {
       return absl::InvalidArgumentError(strCat("migration files ", it->second.name, ".sql and ",
-                                                     file, " have the same number ", version));
+                                               file, " have the same number ", version));
     }
   }
   std::vector<Migration> out;
   int expected = 1;
   for (auto& [version, migration] : by_version) {
     if (version != expected) {
-      return absl::InvalidArgumentError(fmt::format("migration {:04d} is missing: found {}.sql after {} (numbers must have no gaps)", expected,
-          migration.name, expected == 1 ? std::string("nothing") : out.back().name + ".sql"));
+      return absl::InvalidArgumentError(fmt::format(
+          "migration {:04d} is missing: found {}.sql after {} (numbers must have no gaps)",
+          expected, migration.name,
+          expected == 1 ? std::string("nothing") : out.back().name + ".sql"));
     }
     out.push_back(std::move(migration));
     ++expected;
@@ -128,22 +135,21 @@ Migrator::Migrator(std::shared_ptr<Pool> pool, std::vector<Migration> known, Mig
     : pool_(std::move(pool)), known_(std::move(known)), options_(std::move(options)) {}
 
 absl::Status Migrator::ensureTable(Connection& conn) {
-  return conn.execText(strCat(
-      "CREATE TABLE IF NOT EXISTS ", kTable,
-      " (version INT NOT NULL PRIMARY KEY,"
-      " name VARCHAR(255) NOT NULL,"
-      " checksum CHAR(64) NOT NULL,"
-      " state ENUM('applying','applied') NOT NULL,"
-      " started_at BIGINT NOT NULL,"
-      " finished_at BIGINT NULL"
-      ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"));
+  return conn.execText(strCat("CREATE TABLE IF NOT EXISTS ", kTable,
+                              " (version INT NOT NULL PRIMARY KEY,"
+                              " name VARCHAR(255) NOT NULL,"
+                              " checksum CHAR(64) NOT NULL,"
+                              " state ENUM('applying','applied') NOT NULL,"
+                              " started_at BIGINT NOT NULL,"
+                              " finished_at BIGINT NULL"
+                              ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"));
 }
 
 absl::StatusOr<std::vector<MigrationState>> Migrator::readApplied(Connection& conn) {
   std::vector<MigrationState> applied;
   KRANE_RETURN_IF_ERROR(conn.queryEach(
       strCat("SELECT version, name, checksum, state, COALESCE(finished_at, 0) AS finished_at FROM ",
-                   kTable, " ORDER BY version"),
+             kTable, " ORDER BY version"),
       {}, [&](const Row& row) {
         MigrationState state;
         state.version = static_cast<int>(row.i64("version"));
@@ -163,23 +169,27 @@ absl::Status Migrator::checkApplied(const std::vector<MigrationState>& applied) 
   for (size_t i = 0; i < applied.size(); ++i) {
     const MigrationState& state = applied[i];
     if (state.version > known_max) {
-      return absl::FailedPreconditionError(fmt::format("the database schema is at migration {}, newer than this binary knows (up to {}): "
+      return absl::FailedPreconditionError(fmt::format(
+          "the database schema is at migration {}, newer than this binary knows (up to {}): "
           "upgrade krane-ctrl, or check that the DSN names the right database",
           applied.back().name, known_max == 0 ? std::string("none") : known_.back().name));
     }
     if (state.version != static_cast<int>(i) + 1) {
-      return absl::FailedPreconditionError(fmt::format("{} is inconsistent: it records {} but not migration {:04d} before it", kTable, state.name,
-          i + 1));
+      return absl::FailedPreconditionError(
+          fmt::format("{} is inconsistent: it records {} but not migration {:04d} before it",
+                      kTable, state.name, i + 1));
     }
     const Migration& mine = known_[state.version - 1];
     if (state.interrupted) {
-      return absl::FailedPreconditionError(fmt::format("migration {} did not finish (recorded as 'applying' in {}); the schema may be "
+      return absl::FailedPreconditionError(fmt::format(
+          "migration {} did not finish (recorded as 'applying' in {}); the schema may be "
           "half-applied: compare it with sql/{}.sql, complete or undo the statements by hand, "
           "then delete that row and run migrate again",
           state.name, kTable, state.name));
     }
     if (state.checksum != mine.checksum || state.name != mine.name) {
-      return absl::FailedPreconditionError(fmt::format("applied migration {} does not match this binary's {} (the file was edited or renamed "
+      return absl::FailedPreconditionError(fmt::format(
+          "applied migration {} does not match this binary's {} (the file was edited or renamed "
           "after it was applied): applied migrations must never change; put changes in a new file",
           state.name, mine.name));
     }
@@ -190,10 +200,13 @@ absl::Status Migrator::checkApplied(const std::vector<MigrationState>& applied) 
 absl::Status Migrator::apply(Connection& conn, const Migration& migration) {
   auto statements = splitSqlScript(migration.sql);
   if (!statements.ok()) return statements.status();
-  KRANE_RETURN_IF_ERROR(conn.exec(
-      strCat("INSERT INTO ", kTable,
-                   " (version, name, checksum, state, started_at) VALUES (?, ?, ?, 'applying', ?)"),
-      {migration.version, migration.name, migration.checksum, nowMs()}).status());
+  KRANE_RETURN_IF_ERROR(
+      conn.exec(
+              strCat(
+                  "INSERT INTO ", kTable,
+                  " (version, name, checksum, state, started_at) VALUES (?, ?, ?, 'applying', ?)"),
+              {migration.version, migration.name, migration.checksum, nowMs()})
+          .status());
   for (size_t i = 0; i < statements->size(); ++i) {
     const SqlStatement& statement = (*statements)[i];
     absl::Status status = conn.execText(statement.text);
@@ -205,16 +218,18 @@ absl::Status Migrator::apply(Connection& conn, const Migration& migration) {
         state_note = "nothing of it was applied";
       } else {
         state_note = strCat(i, " of its ", statements->size(),
-                                  " statements were applied and it is recorded as 'applying'");
+                            " statements were applied and it is recorded as 'applying'");
       }
-      return absl::Status(status.code(),
-                          fmt::format("migration {}.sql, statement {} (line {}) failed; {}: {}",
-                                          migration.name, i + 1, statement.line, state_note,
-                                          status.message()));
+      return absl::Status(
+          status.code(),
+          fmt::format("migration {}.sql, statement {} (line {}) failed; {}: {}", migration.name,
+                      i + 1, statement.line, state_note, status.message()));
     }
   }
-  return conn.exec(strCat("UPDATE ", kTable, " SET state = 'applied', finished_at = ? WHERE version = ?"),
-                   {nowMs(), migration.version}).status();
+  return conn
+      .exec(strCat("UPDATE ", kTable, " SET state = 'applied', finished_at = ? WHERE version = ?"),
+            {nowMs(), migration.version})
+      .status();
 }
 
 absl::StatusOr<std::vector<std::string>> Migrator::migrate() {
@@ -222,12 +237,13 @@ absl::StatusOr<std::vector<std::string>> Migrator::migrate() {
   if (!lease.ok()) return lease.status();
   Connection& conn = **lease;
   const std::string lock = lockName(pool_->dsn().database);
-  auto got = conn.query("SELECT GET_LOCK(?, ?) AS got", {lock, static_cast<int64_t>(options_.lock_timeout.count())});
+  auto got = conn.query("SELECT GET_LOCK(?, ?) AS got",
+                        {lock, static_cast<int64_t>(options_.lock_timeout.count())});
   if (!got.ok()) return got.status();
   if (got->rows.empty() || got->rows[0].isNull(0) || got->rows[0].i64(0) != 1) {
-    return absl::DeadlineExceededError(strCat(
-        "another process has been migrating database ", pool_->dsn().database, " for over ",
-        options_.lock_timeout.count(), " s (lock ", lock, "); wait for it or find it"));
+    return absl::DeadlineExceededError(
+        strCat("another process has been migrating database ", pool_->dsn().database, " for over ",
+               options_.lock_timeout.count(), " s (lock ", lock, "); wait for it or find it"));
   }
   struct Unlock {
     Connection& conn;
@@ -248,10 +264,11 @@ absl::StatusOr<std::vector<std::string>> Migrator::migrate() {
     const auto started = std::chrono::steady_clock::now();
     KRANE_RETURN_IF_ERROR(apply(conn, migration));
     if (options_.progress) {
-      options_.progress(strCat(
-          "applied  ", migration.name, " in ",
-          std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - started).count(),
-          " ms"));
+      options_.progress(strCat("applied  ", migration.name, " in ",
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::steady_clock::now() - started)
+                                   .count(),
+                               " ms"));
     }
     done.push_back(migration.name);
   }
@@ -294,8 +311,9 @@ absl::Status Migrator::checkUpToDate() {
   KRANE_ASSIGN_OR_RETURN(auto states, status());
   for (const auto& s : states) {
     if (s.version > static_cast<int>(known_.size())) {
-      return absl::FailedPreconditionError(strCat(
-          "the database schema has migration ", s.name, " that this binary does not know: upgrade krane-ctrl"));
+      return absl::FailedPreconditionError(
+          strCat("the database schema has migration ", s.name,
+                 " that this binary does not know: upgrade krane-ctrl"));
     }
     if (!s.applied) {
       return absl::FailedPreconditionError(strCat(

@@ -21,7 +21,7 @@ namespace krane::db {
 
 struct Migration {
   int version = 0;
-  std::string name;      // file name without .sql, e.g. "0001_tenancy"
+  std::string name;  // file name without .sql, e.g. "0001_tenancy"
   std::string sql;
   std::string checksum;  // hex SHA-256 of the file's bytes
 };

@@ -71,14 +71,13 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
       return PooledConnection(shared_from_this(), *std::move(connection));
     }
     ++waiting_;
-    const bool woke = available_.wait_until(lock, deadline, [&] {
-      return !idle_.empty() || open_ < options_.max_connections;
-    });
+    const bool woke = available_.wait_until(
+        lock, deadline, [&] { return !idle_.empty() || open_ < options_.max_connections; });
     --waiting_;
     if (!woke) {
       return absl::ResourceExhaustedError(strCat(
-          "database connection pool exhausted: all ", options_.max_connections,
-          " connections to ", dsn_.where(), " stayed in use for ", options_.acquire_timeout.count(),
+          "database connection pool exhausted: all ", options_.max_connections, " connections to ",
+          dsn_.where(), " stayed in use for ", options_.acquire_timeout.count(),
           " ms (raise db.max_connections, or look for transactions held open too long)"));
     }
   }
@@ -120,9 +119,11 @@ absl::Status Pool::transact(std::string_view name,
       status = conn.execText("COMMIT");
       if (status.ok()) return absl::OkStatus();
       if (isConnectionLoss(mysqlErrno(status))) {
-        return absl::UnavailableError(strCat(
-            "transaction ", name, ": connection lost during COMMIT, so it may or may not have "
-            "been applied: ", status.message()));
+        return absl::UnavailableError(
+            strCat("transaction ", name,
+                   ": connection lost during COMMIT, so it may or may not have "
+                   "been applied: ",
+                   status.message()));
       }
     }
     if (!conn.broken()) {
@@ -131,15 +132,15 @@ absl::Status Pool::transact(std::string_view name,
         conn.discard();
       }
     }
-    const bool retryable = isTransactionConflict(status) ||
-                           (conn.broken() && isConnectionLoss(mysqlErrno(status)));
+    const bool retryable =
+        isTransactionConflict(status) || (conn.broken() && isConnectionLoss(mysqlErrno(status)));
     if (!retryable) return status;
     last = status;
     spdlog::info("db: retrying transaction name={} attempt={} errno={} reason=\"{}\"", name,
                  attempt, mysqlErrno(status), status.message());
   }
   return absl::Status(last.code(), strCat("transaction ", name, " gave up after ",
-                                                options.max_attempts, " attempts: ", last.message()));
+                                          options.max_attempts, " attempts: ", last.message()));
 }
 
 }  // namespace krane::db

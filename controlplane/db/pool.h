@@ -58,7 +58,7 @@ class PooledConnection {
 };
 
 struct PoolStats {
-  size_t open = 0;    // sessions that exist (idle + in use)
+  size_t open = 0;  // sessions that exist (idle + in use)
   size_t idle = 0;
   size_t waiting = 0;  // callers blocked in acquire()
 };

@@ -22,8 +22,8 @@ absl::StatusOr<std::vector<SqlStatement>> splitSqlScript(std::string_view script
   while (i < script.size()) {
     const char c = script[i];
     // Comments are dropped from the statement text.
-    if ((c == '-' && at(i + 1) == '-' && (at(i + 2) == ' ' || at(i + 2) == '\t' ||
-                                           at(i + 2) == '\n' || at(i + 2) == '\0')) ||
+    if ((c == '-' && at(i + 1) == '-' &&
+         (at(i + 2) == ' ' || at(i + 2) == '\t' || at(i + 2) == '\n' || at(i + 2) == '\0')) ||
         c == '#') {
       while (i < script.size() && script[i] != '\n') ++i;
       continue;
@@ -91,7 +91,8 @@ absl::StatusOr<std::vector<SqlStatement>> splitSqlScript(std::string_view script
   }
   // Trim trailing whitespace of each statement.
   for (auto& s : out) {
-    while (!s.text.empty() && std::isspace(static_cast<unsigned char>(s.text.back()))) s.text.pop_back();
+    while (!s.text.empty() && std::isspace(static_cast<unsigned char>(s.text.back())))
+      s.text.pop_back();
   }
   return out;
 }

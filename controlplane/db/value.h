@@ -82,7 +82,9 @@ class Row {
   uint64_t u64(std::string_view c) const { return u64(columns_->indexOf(c)); }
   double f64(std::string_view c) const { return f64(columns_->indexOf(c)); }
   const std::string& str(std::string_view c) const { return str(columns_->indexOf(c)); }
-  std::optional<std::string> optStr(std::string_view c) const { return optStr(columns_->indexOf(c)); }
+  std::optional<std::string> optStr(std::string_view c) const {
+    return optStr(columns_->indexOf(c));
+  }
   std::optional<int64_t> optI64(std::string_view c) const { return optI64(columns_->indexOf(c)); }
 
   const Value& value(size_t i) const { return values_.at(i); }

@@ -1,9 +1,9 @@
 // `krane-ctrl migrate` as an operator runs it: exit codes and one-line errors that say what to fix.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "common/strings.h"
 #include "tests/support/mariadb.h"
@@ -12,12 +12,12 @@
 namespace krane {
 namespace {
 
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 using krane::testing::CommandResult;
 using krane::testing::runCommand;
 using krane::testing::runfile;
 using krane::testing::ScratchMariaDb;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 std::string dsnText(const db::Dsn& dsn) {
   return strCat("mysql://", dsn.user, "@127.0.0.1:", dsn.port, "/", dsn.database);
@@ -60,15 +60,19 @@ TEST(MigrateCommand, CheckFailsOnAPendingSchema) {
 
 TEST(MigrateCommand, BadInputGetsOneLineErrors) {
   expectOneLineError(ctrl({"migrate"}), "no database given");
-  expectOneLineError(ctrl({"migrate", "--dsn", "mysql://root@127.0.0.1/"}), "missing database name");
+  expectOneLineError(ctrl({"migrate", "--dsn", "mysql://root@127.0.0.1/"}),
+                     "missing database name");
   expectOneLineError(ctrl({"migrate", "--dsn", "postgres://x"}), "must start with mysql://");
 
   auto& server = ScratchMariaDb::instance();
   const auto fresh = server.freshDatabase();
-  expectOneLineError(ctrl({"migrate", "--dsn", strCat("mysql://root:nope@127.0.0.1:", fresh.port, "/", fresh.database)}),
-                     "check the user and password");
-  expectOneLineError(ctrl({"migrate", "--dsn", strCat("mysql://root@127.0.0.1:", fresh.port, "/no_such_db")}),
-                     "create the database first");
+  expectOneLineError(
+      ctrl({"migrate", "--dsn",
+            strCat("mysql://root:nope@127.0.0.1:", fresh.port, "/", fresh.database)}),
+      "check the user and password");
+  expectOneLineError(
+      ctrl({"migrate", "--dsn", strCat("mysql://root@127.0.0.1:", fresh.port, "/no_such_db")}),
+      "create the database first");
 
   auto usage = ctrl({"migrate", "--lock-timeout", "0", "--dsn", dsnText(fresh)});
   EXPECT_EQ(usage.exit_code, 2);
@@ -81,12 +85,14 @@ TEST(MigrateCommand, MalformedAndUnknownMigrationFilesAreRefused) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/0001_ok.sql") << "CREATE TABLE ok (x INT);\n";
   std::ofstream(dir + "/2_bad.sql") << "CREATE TABLE bad (x INT);\n";
-  expectOneLineError(ctrl({"migrate", "--dsn", dsn, "--migrations-dir", dir}), "2_bad.sql: bad name");
+  expectOneLineError(ctrl({"migrate", "--dsn", dsn, "--migrations-dir", dir}),
+                     "2_bad.sql: bad name");
   std::filesystem::remove(dir + "/2_bad.sql");
   std::ofstream(dir + "/0002_broken.sql") << "CREATE TABLE broken (x INT;\n";
   expectOneLineError(ctrl({"migrate", "--dsn", dsn, "--migrations-dir", dir}),
                      "migration 0002_broken.sql, statement 1 (line 1) failed");
-  expectOneLineError(ctrl({"migrate", "--dsn", dsn, "--migrations-dir", dir + "/nope"}), "does not exist");
+  expectOneLineError(ctrl({"migrate", "--dsn", dsn, "--migrations-dir", dir + "/nope"}),
+                     "does not exist");
 }
 
 TEST(MigrateCommand, AServerThatIsDownIsNamed) {

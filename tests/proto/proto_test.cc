@@ -16,13 +16,6 @@
 // This rewrites tests/proto/field_numbers.golden from the compiled descriptors. It refuses to
 // while any existing entry would change, so the golden only ever grows. Outside `bazel run`
 // (no BUILD_WORKSPACE_DIRECTORY) it prints the listing to stdout instead.
-#include <google/protobuf/descriptor.h>
-#include <google/protobuf/descriptor.pb.h>
-#include <google/protobuf/message.h>
-#include <google/protobuf/util/json_util.h>
-#include <google/protobuf/util/message_differencer.h>
-#include <gtest/gtest.h>
-
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -33,6 +26,13 @@
 #include <string>
 #include <utility>
 #include <vector>
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/descriptor.pb.h>
+#include <google/protobuf/message.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <gtest/gtest.h>
 
 #include "krane/api/v1/resources.pb.h"
 #include "krane/cluster/v1/cluster.pb.h"

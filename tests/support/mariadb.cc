@@ -1,12 +1,7 @@
 #include "tests/support/mariadb.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -18,6 +13,12 @@
 #include <sstream>
 #include <thread>
 #include <vector>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 
 #include "common/strings.h"
 #include "controlplane/db/connection.h"
@@ -134,15 +135,15 @@ ScratchMariaDb::~ScratchMariaDb() {
 
 void ScratchMariaDb::start() {
   if (pid_ > 0) return;
-  pid_ = spawn({binary("KRANE_MARIADBD", "/usr/sbin/mariadbd"), "--no-defaults", "--user=root",
-                "--datadir=" + data_root_ + "/data", "--socket=" + socket_dir_ + "/mysqld.sock",
-                strCat("--port=", port_), "--bind-address=127.0.0.1",
-                "--pid-file=" + data_root_ + "/mysqld.pid", "--log-error=" + data_root_ + "/mysqld.err",
-                "--innodb-log-file-size=8M", "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
-                "--tmpdir=" + data_root_ + "/tmp",
-                "--innodb-flush-log-at-trx-commit=2", "--max-connections=1000",
-                "--skip-log-bin", "--performance-schema=OFF"},
-               data_root_ + "/mysqld.out");
+  pid_ = spawn(
+      {binary("KRANE_MARIADBD", "/usr/sbin/mariadbd"), "--no-defaults", "--user=root",
+       "--datadir=" + data_root_ + "/data", "--socket=" + socket_dir_ + "/mysqld.sock",
+       strCat("--port=", port_), "--bind-address=127.0.0.1",
+       "--pid-file=" + data_root_ + "/mysqld.pid", "--log-error=" + data_root_ + "/mysqld.err",
+       "--innodb-log-file-size=8M", "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
+       "--tmpdir=" + data_root_ + "/tmp", "--innodb-flush-log-at-trx-commit=2",
+       "--max-connections=1000", "--skip-log-bin", "--performance-schema=OFF"},
+      data_root_ + "/mysqld.out");
   waitReady();
 }
 
@@ -196,7 +197,8 @@ db::Dsn ScratchMariaDb::freshDatabase() {
   static std::mt19937 rng(std::random_device{}());
   const std::string name = strCat("t", ::getpid(), "_", next_database_++, "_", rng() % 100000);
   // The name is generated here from digits and letters only; identifiers cannot be bound.
-  if (auto st = (*admin)->execText("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4"); !st.ok()) {
+  if (auto st = (*admin)->execText("CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4");
+      !st.ok()) {
     die(strCat("CREATE DATABASE failed: ", st.message()));
   }
   db::Dsn dsn = adminDsn();

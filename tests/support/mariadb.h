@@ -46,8 +46,8 @@ class ScratchMariaDb {
   ScratchMariaDb();
   void waitReady();
 
-  std::string data_root_;    // holds data/ and the error log
-  std::string socket_dir_;   // short path for the Unix socket (108-byte limit)
+  std::string data_root_;   // holds data/ and the error log
+  std::string socket_dir_;  // short path for the Unix socket (108-byte limit)
   unsigned port_ = 0;
   int pid_ = -1;
   int next_database_ = 0;

@@ -3,18 +3,20 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
 namespace krane::testing {
 
 CommandResult runCommand(const std::vector<std::string>& argv,
-                         const std::map<std::string, std::string>& env, std::chrono::seconds timeout) {
+                         const std::map<std::string, std::string>& env,
+                         std::chrono::seconds timeout) {
   int out_pipe[2];
   int err_pipe[2];
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
@@ -45,12 +47,14 @@ CommandResult runCommand(const std::vector<std::string>& argv,
   int open_fds = 2;
   bool killed = false;
   while (open_fds > 0) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0 && !killed) {
       ::kill(pid, SIGKILL);
       killed = true;
     }
-    if (::poll(fds, 2, killed ? 1000 : static_cast<int>(std::min<int64_t>(left.count(), 1000))) < 0) break;
+    if (::poll(fds, 2, killed ? 1000 : static_cast<int>(std::min<int64_t>(left.count(), 1000))) < 0)
+      break;
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
       char buf[4096];
@@ -74,8 +78,10 @@ CommandResult runCommand(const std::vector<std::string>& argv,
 std::string runfile(std::string_view path_in_workspace) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr) throw std::runtime_error("TEST_SRCDIR is not set: run this test with bazel test");
-  return std::string(srcdir) + "/" + (workspace ? workspace : "krane") + "/" + std::string(path_in_workspace);
+  if (srcdir == nullptr)
+    throw std::runtime_error("TEST_SRCDIR is not set: run this test with bazel test");
+  return std::string(srcdir) + "/" + (workspace ? workspace : "krane") + "/" +
+         std::string(path_in_workspace);
 }
 
 }  // namespace krane::testing

@@ -1,10 +1,10 @@
 // Typed binding and result decoding against a real MariaDB.
 #include "controlplane/db/connection.h"
 
+#include <limits>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <limits>
 
 #include "common/strings.h"
 #include "controlplane/db/errors.h"
@@ -13,8 +13,8 @@
 namespace krane::db {
 namespace {
 
-using ::testing::HasSubstr;
 using krane::testing::MariaDbTest;
+using ::testing::HasSubstr;
 
 class ConnectionTest : public MariaDbTest {
  protected:
@@ -23,10 +23,12 @@ class ConnectionTest : public MariaDbTest {
     auto conn = Connection::open(dsn_);
     ASSERT_TRUE(conn.ok()) << conn.status();
     conn_ = *std::move(conn);
-    ASSERT_TRUE(conn_->execText("CREATE TABLE t (id BIGINT AUTO_INCREMENT PRIMARY KEY, i BIGINT NULL,"
-                                " u BIGINT UNSIGNED NULL, d DOUBLE NULL, s VARCHAR(255) NULL,"
-                                " b LONGBLOB NULL, dec_col DECIMAL(10,2) NULL, tiny TINYINT NULL)")
-                    .ok());
+    ASSERT_TRUE(
+        conn_
+            ->execText("CREATE TABLE t (id BIGINT AUTO_INCREMENT PRIMARY KEY, i BIGINT NULL,"
+                       " u BIGINT UNSIGNED NULL, d DOUBLE NULL, s VARCHAR(255) NULL,"
+                       " b LONGBLOB NULL, dec_col DECIMAL(10,2) NULL, tiny TINYINT NULL)")
+            .ok());
   }
   std::unique_ptr<Connection> conn_;
 };
@@ -34,9 +36,10 @@ class ConnectionTest : public MariaDbTest {
 TEST_F(ConnectionTest, RoundTripsEveryType) {
   const std::string binary("\0\x01\xff\xfe'\";--", 10);
   const std::string text = "O'Reilly \"quoted\" ; DROP TABLE t; -- ünïcødé";
-  auto inserted = conn_->exec("INSERT INTO t (i, u, d, s, b, dec_col, tiny) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                              {std::numeric_limits<int64_t>::min(), std::numeric_limits<uint64_t>::max(),
-                               2.5, text, Blob{binary}, "12.34", -3});
+  auto inserted =
+      conn_->exec("INSERT INTO t (i, u, d, s, b, dec_col, tiny) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                  {std::numeric_limits<int64_t>::min(), std::numeric_limits<uint64_t>::max(), 2.5,
+                   text, Blob{binary}, "12.34", -3});
   ASSERT_TRUE(inserted.ok()) << inserted.status();
   EXPECT_EQ(*inserted, 1u);
   const uint64_t id = conn_->lastInsertId();

@@ -17,7 +17,8 @@ std::string errorOf(std::string_view text) {
 }
 
 TEST(Dsn, ParsesEveryPart) {
-  auto dsn = parseDsn("mysql://krane:s%40cret@db.internal:3307/krane?connect_timeout=2&read_timeout=9");
+  auto dsn =
+      parseDsn("mysql://krane:s%40cret@db.internal:3307/krane?connect_timeout=2&read_timeout=9");
   ASSERT_TRUE(dsn.ok()) << dsn.status();
   EXPECT_EQ(dsn->user, "krane");
   EXPECT_EQ(dsn->password, "s@cret");

@@ -1,10 +1,10 @@
 // Schema migrations against a real MariaDB: the real sql/ files and synthetic broken ones.
 #include "controlplane/db/migrate.h"
 
+#include <thread>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <thread>
 
 #include "common/strings.h"
 #include "tests/support/mariadb.h"
@@ -12,9 +12,9 @@
 namespace krane::db {
 namespace {
 
+using krane::testing::MariaDbTest;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using krane::testing::MariaDbTest;
 
 std::string messageOf(const absl::Status& status) { return std::string(toStd(status.message())); }
 
@@ -47,22 +47,27 @@ class MigrateTest : public MariaDbTest {
     auto conn = (*pool)->acquire();
     std::string out;
     auto columns = (*conn)->query(
-        "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COALESCE(COLUMN_DEFAULT, 'none'), EXTRA"
-        " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME <> 'krane_schema_migrations'"
+        "SELECT TABLE_NAME, COLUMN_NAME, COLUMN_TYPE, IS_NULLABLE, COALESCE(COLUMN_DEFAULT, "
+        "'none'), EXTRA"
+        " FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME <> "
+        "'krane_schema_migrations'"
         " ORDER BY TABLE_NAME, ORDINAL_POSITION",
         {dsn.database});
     EXPECT_TRUE(columns.ok()) << columns.status();
     for (const Row& row : columns->rows) {
-      for (size_t i = 0; i < row.size(); ++i) strAppend(&out, row.str(i), i + 1 < row.size() ? " " : "\n");
+      for (size_t i = 0; i < row.size(); ++i)
+        strAppend(&out, row.str(i), i + 1 < row.size() ? " " : "\n");
     }
     auto indexes = (*conn)->query(
-        "SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME FROM information_schema.STATISTICS"
+        "SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME FROM "
+        "information_schema.STATISTICS"
         " WHERE TABLE_SCHEMA = ? AND TABLE_NAME <> 'krane_schema_migrations'"
         " ORDER BY TABLE_NAME, INDEX_NAME, SEQ_IN_INDEX",
         {dsn.database});
     EXPECT_TRUE(indexes.ok()) << indexes.status();
     for (const Row& row : indexes->rows) {
-      strAppend(&out, row.str(0), " ", row.str(1), " ", row.i64(2), " ", row.i64(3), " ", row.str(4), "\n");
+      strAppend(&out, row.str(0), " ", row.str(1), " ", row.i64(2), " ", row.i64(3), " ",
+                row.str(4), "\n");
     }
     return out;
   }
@@ -81,9 +86,10 @@ TEST_F(MigrateTest, TheBuiltinSchemaAppliesFromEmpty) {
   EXPECT_TRUE(migrator.checkUpToDate().ok());
   // The tables the rest of Krane relies on exist.
   auto conn = pool_->acquire();
-  for (const char* table : {"workspaces", "projects", "apps", "environments", "regions", "deployments",
-                            "deployment_topology", "sentinels", "cilium_network_policies", "instances",
-                            "resources", "resource_changes", "agent_tokens"}) {
+  for (const char* table :
+       {"workspaces", "projects", "apps", "environments", "regions", "deployments",
+        "deployment_topology", "sentinels", "cilium_network_policies", "instances", "resources",
+        "resource_changes", "agent_tokens"}) {
     auto rows = (*conn)->query(
         "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
         {dsn_.database, table});
@@ -172,7 +178,8 @@ TEST_F(MigrateTest, AFailingFirstStatementLeavesNoTrace) {
                        {"0002_b.sql", "\n\nCREATE TABLE b (x INT NOT NUL);\n"}});
   auto failed = Migrator(pool_, broken).migrate();
   ASSERT_FALSE(failed.ok());
-  EXPECT_THAT(messageOf(failed.status()), HasSubstr("migration 0002_b.sql, statement 1 (line 3) failed"));
+  EXPECT_THAT(messageOf(failed.status()),
+              HasSubstr("migration 0002_b.sql, statement 1 (line 3) failed"));
   EXPECT_THAT(messageOf(failed.status()), HasSubstr("nothing of it was applied"));
   EXPECT_THAT(messageOf(failed.status()), HasSubstr("syntax"));
   // 0001 stays applied; a corrected 0002 then applies normally.
@@ -204,7 +211,8 @@ TEST(ParseMigrations, RejectsMalformedSetsNamingTheFile) {
     EXPECT_FALSE(parsed.ok());
     return parsed.ok() ? std::string() : messageOf(parsed.status());
   };
-  EXPECT_THAT(error({{"1_init.sql", "SELECT 1;"}}), HasSubstr("migration file 1_init.sql: bad name"));
+  EXPECT_THAT(error({{"1_init.sql", "SELECT 1;"}}),
+              HasSubstr("migration file 1_init.sql: bad name"));
   EXPECT_THAT(error({{"0001-init.sql", "SELECT 1;"}}), HasSubstr("0001-init.sql: bad name"));
   EXPECT_THAT(error({{"0001_Init.sql", "SELECT 1;"}}), HasSubstr("bad name"));
   EXPECT_THAT(error({{"0000_zero.sql", "SELECT 1;"}}), HasSubstr("numbering starts at 0001"));
@@ -212,7 +220,8 @@ TEST(ParseMigrations, RejectsMalformedSetsNamingTheFile) {
               HasSubstr("have the same number 1"));
   EXPECT_THAT(error({{"0001_a.sql", "SELECT 1;"}, {"0003_c.sql", "SELECT 3;"}}),
               HasSubstr("migration 0002 is missing: found 0003_c.sql after 0001_a.sql"));
-  EXPECT_THAT(error({{"0001_a.sql", "-- only a comment\n"}}), HasSubstr("0001_a.sql: contains no SQL statement"));
+  EXPECT_THAT(error({{"0001_a.sql", "-- only a comment\n"}}),
+              HasSubstr("0001_a.sql: contains no SQL statement"));
   EXPECT_THAT(error({{"0001_a.sql", "SELECT 1;\nINSERT INTO t VALUES ('x);\n"}}),
               HasSubstr("0001_a.sql: line 2: unterminated ' quote"));
 }

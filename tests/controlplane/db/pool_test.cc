@@ -1,10 +1,10 @@
 // The connection pool against a real MariaDB: exhaustion, waiting, server restarts and outages.
 #include "controlplane/db/pool.h"
 
+#include <thread>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <thread>
 
 #include "common/strings.h"
 #include "tests/support/mariadb.h"
@@ -12,9 +12,9 @@
 namespace krane::db {
 namespace {
 
-using ::testing::HasSubstr;
 using krane::testing::MariaDbTest;
 using krane::testing::ScratchMariaDb;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 std::string messageOf(const absl::Status& status) { return std::string(toStd(status.message())); }
@@ -109,7 +109,9 @@ TEST_F(PoolTest, RecoversAfterTheServerRestarts) {
 TEST_F(PoolTest, TransactionsSurviveARestartWithoutAHealthCheck) {
   // With a long ping interval the dead session is only noticed when used; transact() retries.
   auto pool = makePool({.max_connections = 4, .ping_after_idle = 3600000ms});
-  ASSERT_TRUE(pool->transact("create", [](Connection& c) { return c.execText("CREATE TABLE r (x INT)"); }).ok());
+  ASSERT_TRUE(
+      pool->transact("create", [](Connection& c) { return c.execText("CREATE TABLE r (x INT)"); })
+          .ok());
   ScratchMariaDb::instance().restart();
   int attempts = 0;
   auto status = pool->transact("insert", [&](Connection& c) {
@@ -130,7 +132,8 @@ TEST_F(PoolTest, ServerDownIsAClearErrorAndRecoveryIsAutomatic) {
   auto create = Pool::create(dsn_);
   ASSERT_FALSE(create.ok());
   EXPECT_TRUE(absl::IsUnavailable(create.status()));
-  EXPECT_THAT(messageOf(create.status()), HasSubstr(strCat("cannot connect to MySQL at 127.0.0.1:", dsn_.port)));
+  EXPECT_THAT(messageOf(create.status()),
+              HasSubstr(strCat("cannot connect to MySQL at 127.0.0.1:", dsn_.port)));
   EXPECT_THAT(messageOf(create.status()), HasSubstr("is the server running"));
 
   auto down = pool->acquire();

@@ -46,7 +46,8 @@ TEST(SqlScript, RejectsUnterminatedPieces) {
 
   auto trailing = splitSqlScript("SELECT 1;\nSELECT 2\n");
   ASSERT_FALSE(trailing.ok());
-  EXPECT_THAT(toStd(trailing.status().message()), HasSubstr("line 2: the last statement does not end with ';'"));
+  EXPECT_THAT(toStd(trailing.status().message()),
+              HasSubstr("line 2: the last statement does not end with ';'"));
 }
 
 }  // namespace

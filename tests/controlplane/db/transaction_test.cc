@@ -1,10 +1,10 @@
 // Pool::transact against a real MariaDB: commit, rollback, and retry of conflicts.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <atomic>
 #include <latch>
 #include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "common/strings.h"
 #include "controlplane/db/errors.h"
@@ -14,8 +14,8 @@
 namespace krane::db {
 namespace {
 
-using ::testing::HasSubstr;
 using krane::testing::MariaDbTest;
+using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 class TransactionTest : public MariaDbTest {
@@ -26,7 +26,10 @@ class TransactionTest : public MariaDbTest {
     ASSERT_TRUE(pool.ok()) << pool.status();
     pool_ = *pool;
     auto conn = pool_->acquire();
-    ASSERT_TRUE((*conn)->execText("CREATE TABLE acct (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB").ok());
+    ASSERT_TRUE(
+        (*conn)
+            ->execText("CREATE TABLE acct (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
+            .ok());
     ASSERT_TRUE((*conn)->exec("INSERT INTO acct VALUES (1, 0), (2, 0)", {}).ok());
   }
 
@@ -79,7 +82,8 @@ TEST_F(TransactionTest, ADeadlockVictimIsRetriedAndCommits) {
   auto body = [&](int first, int second) {
     return [&, first, second, first_attempt = true](Connection& c) mutable -> absl::Status {
       ++attempts;
-      if (auto st = c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {first}).status(); !st.ok()) return st;
+      if (auto st = c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {first}).status(); !st.ok())
+        return st;
       if (first_attempt) {
         first_attempt = false;
         both_locked_first_row.arrive_and_wait();
@@ -132,13 +136,17 @@ TEST_F(TransactionTest, GivesUpAfterMaxAttemptsNamingTheTransaction) {
   TxOptions options;
   options.max_attempts = 3;
   options.backoff = {1ms, 2.0, 5ms, 0.5};
-  auto status = pool_->transact("always-conflicting", [&](Connection&) {
-    ++attempts;
-    return statementError(1213, "40001", "Deadlock found", "UPDATE x");
-  }, options);
+  auto status = pool_->transact(
+      "always-conflicting",
+      [&](Connection&) {
+        ++attempts;
+        return statementError(1213, "40001", "Deadlock found", "UPDATE x");
+      },
+      options);
   EXPECT_EQ(attempts, 3);
   EXPECT_TRUE(absl::IsAborted(status));
-  EXPECT_THAT(std::string(toStd(status.message())), HasSubstr("always-conflicting gave up after 3 attempts"));
+  EXPECT_THAT(std::string(toStd(status.message())),
+              HasSubstr("always-conflicting gave up after 3 attempts"));
 }
 
 TEST_F(TransactionTest, AConnectionLostBeforeCommitIsRetriedOnAFreshOne) {
@@ -147,7 +155,8 @@ TEST_F(TransactionTest, AConnectionLostBeforeCommitIsRetriedOnAFreshOne) {
   int attempts = 0;
   auto status = pool_->transact("lost", [&](Connection& c) -> absl::Status {
     ++attempts;
-    if (auto st = c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {1}).status(); !st.ok()) return st;
+    if (auto st = c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {1}).status(); !st.ok())
+      return st;
     if (attempts == 1) {
       if (auto st = (*killer)->exec("KILL ?", {c.threadId()}).status(); !st.ok()) return st;
     }
