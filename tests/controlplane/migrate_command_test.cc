@@ -1,11 +1,15 @@
 // `krane-ctrl migrate` as an operator runs it: exit codes and one-line errors that say what to fix.
+#include <signal.h>
+
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/strings.h"
+#include "controlplane/db/pool.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/process.h"
 
@@ -103,6 +107,43 @@ TEST(MigrateCommand, AServerThatIsDownIsNamed) {
   server.start();
   expectOneLineError(down, strCat("cannot connect to MySQL at 127.0.0.1:", dsn.port));
   EXPECT_THAT(down.err, HasSubstr("is the server running"));
+}
+
+// The worst moment: the process dies between two DDL statements of one migration.
+TEST(MigrateCommand, KilledMidMigrationIsDetectedAndDoesNotHoldTheLock) {
+  const auto dsn = ScratchMariaDb::instance().freshDatabase();
+  const std::string dir = strCat(std::getenv("TEST_TMPDIR"), "/slow-migrations");
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/0001_slow.sql") << "CREATE TABLE first (x INT);\n"
+                                           "SELECT SLEEP(30);\n"
+                                           "CREATE TABLE second (x INT);\n";
+  krane::testing::ChildProcess migrate({runfile("controlplane/krane-ctrl"), "migrate", "--dsn",
+                                        dsnText(dsn), "--migrations-dir", dir});
+  auto pool = db::Pool::create(dsn);
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  // Wait until the first statement ran and the second one is in progress.
+  bool in_progress = false;
+  for (int i = 0; i < 200 && !in_progress; ++i) {
+    auto conn = (*pool)->acquire();
+    auto rows = (*conn)->query(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = "
+        "'first'",
+        {dsn.database});
+    in_progress = rows.ok() && rows->rows[0].i64(0) == 1;
+    if (!in_progress) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(in_progress);
+  migrate.signal(SIGKILL);
+  EXPECT_EQ(migrate.wait(), -SIGKILL);
+
+  // The next run fails at once (the dead session's lock is gone) and explains the repair.
+  const auto started = std::chrono::steady_clock::now();
+  auto again =
+      ctrl({"migrate", "--dsn", dsnText(dsn), "--migrations-dir", dir, "--lock-timeout", "20"});
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(15));
+  expectOneLineError(again, "migration 0001_slow did not finish");
+  auto status = ctrl({"migrate", "--status", "--dsn", dsnText(dsn), "--migrations-dir", dir});
+  EXPECT_THAT(status.out, HasSubstr("INTERRUPTED"));
 }
 
 TEST(MigrateCommand, HelpAndVersion) {

@@ -75,6 +75,54 @@ CommandResult runCommand(const std::vector<std::string>& argv,
   return result;
 }
 
+ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& log_path,
+                           const std::map<std::string, std::string>& env) {
+  const pid_t parent = ::getpid();
+  pid_ = ::fork();
+  if (pid_ < 0) throw std::runtime_error("fork failed");
+  if (pid_ == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    const int out = ::open(log_path.empty() ? "/dev/null" : log_path.c_str(),
+                           O_WRONLY | O_CREAT | O_APPEND, 0644);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    const int devnull = ::open("/dev/null", O_RDONLY);
+    ::dup2(devnull, 0);
+    for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+}
+
+ChildProcess::~ChildProcess() {
+  if (!reaped_) {
+    ::kill(pid_, SIGKILL);
+    wait();
+  }
+}
+
+bool ChildProcess::running() {
+  if (reaped_) return false;
+  if (::waitpid(pid_, &status_, WNOHANG) == pid_) reaped_ = true;
+  return !reaped_;
+}
+
+void ChildProcess::signal(int sig) {
+  if (!reaped_) ::kill(pid_, sig);
+}
+
+int ChildProcess::wait() {
+  if (!reaped_) {
+    ::waitpid(pid_, &status_, 0);
+    reaped_ = true;
+  }
+  return WIFEXITED(status_) ? WEXITSTATUS(status_) : -WTERMSIG(status_);
+}
+
 std::string runfile(std::string_view path_in_workspace) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");

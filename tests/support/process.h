@@ -22,6 +22,28 @@ CommandResult runCommand(const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env = {},
                          std::chrono::seconds timeout = std::chrono::seconds(60));
 
+// A child process running in the background (for crash tests): killed with SIGKILL if still
+// running when destroyed. Its output goes to `log_path` (or /dev/null when empty).
+class ChildProcess {
+ public:
+  ChildProcess(const std::vector<std::string>& argv, const std::string& log_path = "",
+               const std::map<std::string, std::string>& env = {});
+  ~ChildProcess();
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  int pid() const { return pid_; }
+  bool running();
+  void signal(int sig);
+  // Waits for the exit; returns the exit code, or -signal when killed by one.
+  int wait();
+
+ private:
+  int pid_ = -1;
+  int status_ = 0;
+  bool reaped_ = false;
+};
+
 // Absolute path of a file in this test's runfiles, e.g. runfile("controlplane/krane-ctrl").
 std::string runfile(std::string_view path_in_workspace);
 

@@ -128,6 +128,45 @@ TEST_F(MigrateTest, UpgradingFromEveryEarlierVersionGivesTheSameSchema) {
   }
 }
 
+TEST_F(MigrateTest, UpgradingKeepsDataAndSeedsRegionCounters) {
+  // A database at 0003 with rows already versioned: 0004 must start each region's counter above
+  // them, or the change feed would hand out versions agents have already seen.
+  const auto known = builtin();
+  ASSERT_GE(known.size(), 4u);
+  ASSERT_TRUE(
+      Migrator(pool_, std::vector<Migration>(known.begin(), known.begin() + 3)).migrate().ok());
+  auto conn = pool_->acquire();
+  ASSERT_TRUE(conn.ok());
+  ASSERT_TRUE((*conn)->execText("SET SESSION foreign_key_checks = 0").ok());
+  for (const char* region : {"eu-1", "us-1"}) {
+    ASSERT_TRUE((*conn)
+                    ->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, ?)",
+                           {region, region, 1})
+                    .ok());
+  }
+  ASSERT_TRUE(
+      (*conn)
+          ->exec("INSERT INTO cilium_network_policies (id, workspace_id, project_id, "
+                 "environment_id, region_id,"
+                 " policy, version, created_at) VALUES (?, 'ws', 'p', 'env', 'eu-1', '{}', ?, 1)",
+                 {"cnp_1", 41})
+          .ok());
+  ASSERT_TRUE((*conn)->execText("SET SESSION foreign_key_checks = 1").ok());
+
+  ASSERT_TRUE(Migrator(pool_, known).migrate().ok());
+  auto counters =
+      (*conn)->query("SELECT region_id, version FROM region_versions ORDER BY region_id", {});
+  ASSERT_TRUE(counters.ok()) << counters.status();
+  ASSERT_EQ(counters->rows.size(), 2u);
+  EXPECT_EQ(counters->rows[0].str(0), "eu-1");
+  EXPECT_EQ(counters->rows[0].u64(1), 41u);
+  EXPECT_EQ(counters->rows[1].str(0), "us-1");
+  EXPECT_EQ(counters->rows[1].u64(1), 0u);
+  auto kept = (*conn)->query("SELECT version FROM cilium_network_policies WHERE id = ?", {"cnp_1"});
+  ASSERT_TRUE(kept.ok());
+  EXPECT_EQ(kept->rows.at(0).u64(0), 41u);
+}
+
 TEST_F(MigrateTest, ConcurrentMigratorsApplyEachFileOnce) {
   const auto known = builtin();
   std::vector<std::thread> threads;
