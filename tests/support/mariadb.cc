@@ -1,7 +1,9 @@
 #include "tests/support/mariadb.h"
 
-#include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,14 +16,9 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-
 #include "common/strings.h"
 #include "controlplane/db/connection.h"
+#include "tests/support/process.h"
 
 namespace krane::testing {
 namespace {
@@ -60,28 +57,6 @@ unsigned freePort() {
   return ntohs(addr.sin_port);
 }
 
-// fork + exec with the child tied to this process's life; stdout/stderr go to `log`.
-int spawn(const std::vector<std::string>& argv, const std::string& log) {
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid < 0) die("fork failed");
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    if (fd >= 0) {
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-    }
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
 std::string makeTemp(const std::string& pattern) {
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
@@ -112,14 +87,12 @@ ScratchMariaDb::ScratchMariaDb() {
   // A private tmpdir: sandboxed tests share /tmp, and their servers can have equal PIDs (each
   // sandbox has its own PID namespace), which makes MariaDB's temporary file names collide.
   std::filesystem::create_directories(data_root_ + "/tmp");
-  const int pid = spawn({binary("KRANE_MARIADB_INSTALL_DB", "/usr/bin/mariadb-install-db"),
-                         "--no-defaults", "--user=root", "--datadir=" + data_root_ + "/data",
-                         "--auth-root-authentication-method=normal", "--skip-test-db",
-                         "--innodb-log-file-size=8M", "--tmpdir=" + data_root_ + "/tmp"},
-                        log);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+  ChildProcess install({binary("KRANE_MARIADB_INSTALL_DB", "/usr/bin/mariadb-install-db"),
+                        "--no-defaults", "--user=root", "--datadir=" + data_root_ + "/data",
+                        "--auth-root-authentication-method=normal", "--skip-test-db",
+                        "--innodb-log-file-size=8M", "--tmpdir=" + data_root_ + "/tmp"},
+                       log);
+  if (install.wait() != 0) {
     die("mariadb-install-db failed (is mariadb-server-core installed? run ./dev setup)", log);
   }
   port_ = freePort();
@@ -134,15 +107,16 @@ ScratchMariaDb::~ScratchMariaDb() {
 }
 
 void ScratchMariaDb::start() {
-  if (pid_ > 0) return;
-  pid_ = spawn(
-      {binary("KRANE_MARIADBD", "/usr/sbin/mariadbd"), "--no-defaults", "--user=root",
-       "--datadir=" + data_root_ + "/data", "--socket=" + socket_dir_ + "/mysqld.sock",
-       strCat("--port=", port_), "--bind-address=127.0.0.1",
-       "--pid-file=" + data_root_ + "/mysqld.pid", "--log-error=" + data_root_ + "/mysqld.err",
-       "--innodb-log-file-size=8M", "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
-       "--tmpdir=" + data_root_ + "/tmp", "--innodb-flush-log-at-trx-commit=2",
-       "--max-connections=1000", "--skip-log-bin", "--performance-schema=OFF"},
+  if (server_) return;
+  server_ = std::make_unique<ChildProcess>(
+      std::vector<std::string>{
+          binary("KRANE_MARIADBD", "/usr/sbin/mariadbd"), "--no-defaults", "--user=root",
+          "--datadir=" + data_root_ + "/data", "--socket=" + socket_dir_ + "/mysqld.sock",
+          strCat("--port=", port_), "--bind-address=127.0.0.1",
+          "--pid-file=" + data_root_ + "/mysqld.pid", "--log-error=" + data_root_ + "/mysqld.err",
+          "--innodb-log-file-size=8M", "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
+          "--tmpdir=" + data_root_ + "/tmp", "--innodb-flush-log-at-trx-commit=2",
+          "--max-connections=1000", "--skip-log-bin", "--performance-schema=OFF"},
       data_root_ + "/mysqld.out");
   waitReady();
 }
@@ -152,9 +126,8 @@ void ScratchMariaDb::waitReady() {
   db::Dsn admin = adminDsn();
   admin.connect_timeout = std::chrono::seconds(1);
   for (;;) {
-    int status = 0;
-    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-      pid_ = -1;
+    if (!server_->running()) {
+      server_.reset();
       die("mariadbd exited during start-up", data_root_ + "/mysqld.err");
     }
     if (db::Connection::open(admin).ok()) return;
@@ -166,20 +139,13 @@ void ScratchMariaDb::waitReady() {
 }
 
 void ScratchMariaDb::stop() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGTERM);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
+  if (!server_) return;
+  server_->signal(SIGTERM);
+  server_->wait();
+  server_.reset();
 }
 
-void ScratchMariaDb::kill() {
-  if (pid_ <= 0) return;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  ::waitpid(pid_, &status, 0);
-  pid_ = -1;
-}
+void ScratchMariaDb::kill() { server_.reset(); }
 
 db::Dsn ScratchMariaDb::adminDsn() const {
   db::Dsn dsn;
@@ -191,7 +157,7 @@ db::Dsn ScratchMariaDb::adminDsn() const {
 }
 
 db::Dsn ScratchMariaDb::freshDatabase() {
-  if (pid_ <= 0) start();
+  if (!server_) start();
   auto admin = db::Connection::open(adminDsn());
   if (!admin.ok()) die(strCat("cannot connect as admin: ", admin.status().message()));
   static std::mt19937 rng(std::random_device{}());

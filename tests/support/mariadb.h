@@ -12,6 +12,7 @@
 
 #include "controlplane/db/dsn.h"
 #include "gtest/gtest.h"
+#include "tests/support/process.h"
 
 namespace krane::testing {
 
@@ -27,7 +28,7 @@ class ScratchMariaDb {
   db::Dsn adminDsn() const;
 
   unsigned port() const { return port_; }
-  bool running() const { return pid_ > 0; }
+  bool running() const { return server_ != nullptr; }
 
   // SIGTERM and wait for a clean shutdown.
   void stop();
@@ -49,7 +50,7 @@ class ScratchMariaDb {
   std::string data_root_;   // holds data/ and the error log
   std::string socket_dir_;  // short path for the Unix socket (108-byte limit)
   unsigned port_ = 0;
-  int pid_ = -1;
+  std::unique_ptr<ChildProcess> server_;
   int next_database_ = 0;
 };
 

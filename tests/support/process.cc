@@ -3,16 +3,43 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 
-#include <sys/prctl.h>
-#include <sys/wait.h>
-
 namespace krane::testing {
+
+namespace {
+
+// fork + exec; the child gets the given stdout/stderr, /dev/null as stdin, the extra environment,
+// and dies with this process (PR_SET_PDEATHSIG).
+pid_t spawnChild(const std::vector<std::string>& argv,
+                 const std::map<std::string, std::string>& env, int out_fd, int err_fd) {
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid > 0) return pid;
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(1);
+  ::dup2(out_fd, 1);
+  ::dup2(err_fd, 2);
+  const int devnull = ::open("/dev/null", O_RDONLY);
+  ::dup2(devnull, 0);
+  for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  ::execv(args[0], args.data());
+  std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
+  ::_exit(127);
+}
+
+}  // namespace
 
 CommandResult runCommand(const std::vector<std::string>& argv,
                          const std::map<std::string, std::string>& env,
@@ -22,23 +49,7 @@ CommandResult runCommand(const std::vector<std::string>& argv,
   if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0) {
     throw std::runtime_error("pipe failed");
   }
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    ::dup2(out_pipe[1], 1);
-    ::dup2(err_pipe[1], 2);
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, 0);
-    for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
+  const pid_t pid = spawnChild(argv, env, out_pipe[1], err_pipe[1]);
   ::close(out_pipe[1]);
   ::close(err_pipe[1]);
   CommandResult result;
@@ -77,25 +88,11 @@ CommandResult runCommand(const std::vector<std::string>& argv,
 
 ChildProcess::ChildProcess(const std::vector<std::string>& argv, const std::string& log_path,
                            const std::map<std::string, std::string>& env) {
-  const pid_t parent = ::getpid();
-  pid_ = ::fork();
-  if (pid_ < 0) throw std::runtime_error("fork failed");
-  if (pid_ == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(1);
-    const int out = ::open(log_path.empty() ? "/dev/null" : log_path.c_str(),
-                           O_WRONLY | O_CREAT | O_APPEND, 0644);
-    ::dup2(out, 1);
-    ::dup2(out, 2);
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, 0);
-    for (const auto& [key, value] : env) ::setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
+  const int out = ::open(log_path.empty() ? "/dev/null" : log_path.c_str(),
+                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) throw std::runtime_error("cannot open " + log_path);
+  pid_ = spawnChild(argv, env, out, out);
+  ::close(out);
 }
 
 ChildProcess::~ChildProcess() {
