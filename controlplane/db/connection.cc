@@ -255,7 +255,7 @@ absl::Status Connection::run(std::string_view sql, const Params& params,
                                                    : ResultBuffer::Kind::kSigned;
       b.buffer_type = MYSQL_TYPE_LONGLONG;
       b.buffer = &buf.integer;
-      b.is_unsigned = buf.kind == ResultBuffer::Kind::kUnsigned;
+      b.is_unsigned = static_cast<my_bool>(buf.kind == ResultBuffer::Kind::kUnsigned);
     } else if (fields[c].type == MYSQL_TYPE_FLOAT || fields[c].type == MYSQL_TYPE_DOUBLE) {
       buf.kind = ResultBuffer::Kind::kDouble;
       b.buffer_type = MYSQL_TYPE_DOUBLE;

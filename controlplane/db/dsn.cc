@@ -111,8 +111,9 @@ absl::StatusOr<Dsn> parseDsn(std::string_view text) {
       const std::string_view pair = query.substr(0, amp);
       query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
       const auto eq = pair.find('=');
-      if (eq == std::string_view::npos)
+      if (eq == std::string_view::npos) {
         return bad(text, strCat("option \"", pair, "\" has no value"));
+      }
       const std::string_view key = pair.substr(0, eq);
       const std::string_view value = pair.substr(eq + 1);
       if (key == "socket") {

@@ -25,8 +25,9 @@ std::string sha256Hex(std::string_view data) {
   unsigned int length = 0;
   EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr);
   std::string hex;
-  for (unsigned i = 0; i < length; ++i)
+  for (unsigned i = 0; i < length; ++i) {
     fmt::format_to(std::back_inserter(hex), "{:02x}", digest[i]);
+  }
   return hex;
 }
 
@@ -52,9 +53,9 @@ bool validSlug(std::string_view slug) {
 }  // namespace
 
 absl::StatusOr<std::vector<Migration>> parseMigrations(
-    std::vector<std::pair<std::string, std::string>> files) {
+    const std::vector<std::pair<std::string, std::string>>& files) {
   std::map<int, Migration> by_version;
-  for (auto& [file, contents] : files) {
+  for (const auto& [file, contents] : files) {
     const std::string_view name(file);
     const bool shaped =
         name.size() > 9 && name.substr(name.size() - 4) == ".sql" && name[4] == '_' &&
@@ -120,7 +121,7 @@ absl::StatusOr<std::vector<Migration>> loadMigrationsFromDir(const std::string& 
   }
   if (ec) return absl::UnavailableError(strCat("cannot list ", dir, ": ", ec.message()));
   if (files.empty()) return absl::NotFoundError(strCat("no .sql files in ", dir));
-  return parseMigrations(std::move(files));
+  return parseMigrations(files);
 }
 
 absl::StatusOr<std::vector<Migration>> builtinMigrations() {
@@ -128,7 +129,7 @@ absl::StatusOr<std::vector<Migration>> builtinMigrations() {
   for (const auto& file : krane::sql::embeddedMigrationFiles()) {
     files.emplace_back(file.name, std::string(file.contents));
   }
-  return parseMigrations(std::move(files));
+  return parseMigrations(files);
 }
 
 Migrator::Migrator(std::shared_ptr<Pool> pool, std::vector<Migration> known, MigrateOptions options)
@@ -282,13 +283,11 @@ absl::StatusOr<std::vector<MigrationState>> Migrator::status() {
   KRANE_ASSIGN_OR_RETURN(auto applied, readApplied(**lease));
   std::vector<MigrationState> out;
   for (const Migration& migration : known_) {
-    MigrationState state{migration.version, migration.name};
+    MigrationState state;
+    state.version = migration.version;
+    state.name = migration.name;
     for (const auto& a : applied) {
-      if (a.version == migration.version) {
-        state.applied = a.applied;
-        state.interrupted = a.interrupted;
-        state.applied_at_ms = a.applied_at_ms;
-      }
+      if (a.version == migration.version) state = a;
     }
     out.push_back(state);
   }

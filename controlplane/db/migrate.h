@@ -28,7 +28,7 @@ struct Migration {
 
 // Validates names, numbering and SQL syntax of (file name, contents) pairs; errors name the file.
 absl::StatusOr<std::vector<Migration>> parseMigrations(
-    std::vector<std::pair<std::string, std::string>> files);
+    const std::vector<std::pair<std::string, std::string>>& files);
 // Reads every *.sql file of a directory (other files are ignored).
 absl::StatusOr<std::vector<Migration>> loadMigrationsFromDir(const std::string& dir);
 // The migrations built into this binary from sql/.

@@ -91,8 +91,9 @@ absl::StatusOr<std::vector<SqlStatement>> splitSqlScript(std::string_view script
   }
   // Trim trailing whitespace of each statement.
   for (auto& s : out) {
-    while (!s.text.empty() && std::isspace(static_cast<unsigned char>(s.text.back())))
+    while (!s.text.empty() && std::isspace(static_cast<unsigned char>(s.text.back()))) {
       s.text.pop_back();
+    }
   }
   return out;
 }

@@ -27,8 +27,9 @@ int64_t Row::i64(size_t i) const {
   const auto& s = values_.at(i).storage();
   if (const auto* v = std::get_if<int64_t>(&s)) return *v;
   if (const auto* v = std::get_if<uint64_t>(&s)) {
-    if (*v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+    if (*v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
       misuse("unsigned value too large for int64", i);
+    }
     return static_cast<int64_t>(*v);
   }
   misuse(isNull(i) ? "is NULL" : "is not an integer", i);

@@ -68,8 +68,9 @@ void CollectMessages(const pb::Descriptor* d, std::vector<const pb::Descriptor*>
 std::vector<const pb::Descriptor*> KraneMessages() {
   std::vector<const pb::Descriptor*> out;
   for (const pb::FileDescriptor* file : KraneFiles()) {
-    for (int i = 0; i < file->message_type_count(); ++i)
+    for (int i = 0; i < file->message_type_count(); ++i) {
       CollectMessages(file->message_type(i), out);
+    }
   }
   return out;
 }
@@ -353,8 +354,9 @@ std::string Render(const std::vector<Entry>& entries) {
       << "# Checked by //tests/proto:proto_test. Entries are only ever added; after adding fields "
          "run\n"
       << "#   " << kUpdateCommand << "\n";
-  for (const Entry& e : entries)
+  for (const Entry& e : entries) {
     out << e.scope << ' ' << e.name << ' ' << e.number << ' ' << e.type << '\n';
+  }
   return out.str();
 }
 

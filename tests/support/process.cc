@@ -64,8 +64,10 @@ CommandResult runCommand(const std::vector<std::string>& argv,
       ::kill(pid, SIGKILL);
       killed = true;
     }
-    if (::poll(fds, 2, killed ? 1000 : static_cast<int>(std::min<int64_t>(left.count(), 1000))) < 0)
+    if (::poll(fds, 2, killed ? 1000 : static_cast<int>(std::min<int64_t>(left.count(), 1000))) <
+        0) {
       break;
+    }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || !(fds[i].revents & (POLLIN | POLLHUP))) continue;
       char buf[4096];
@@ -123,8 +125,9 @@ int ChildProcess::wait() {
 std::string runfile(std::string_view path_in_workspace) {
   const char* srcdir = std::getenv("TEST_SRCDIR");
   const char* workspace = std::getenv("TEST_WORKSPACE");
-  if (srcdir == nullptr)
+  if (srcdir == nullptr) {
     throw std::runtime_error("TEST_SRCDIR is not set: run this test with bazel test");
+  }
   return std::string(srcdir) + "/" + (workspace ? workspace : "krane") + "/" +
          std::string(path_in_workspace);
 }

@@ -34,7 +34,7 @@ class ConnectionTest : public MariaDbTest {
 };
 
 TEST_F(ConnectionTest, RoundTripsEveryType) {
-  const std::string binary("\0\x01\xff\xfe'\";--", 10);
+  const std::string binary("\0\x01\xff\xfe'\";--", 9);
   const std::string text = "O'Reilly \"quoted\" ; DROP TABLE t; -- ünïcødé";
   auto inserted =
       conn_->exec("INSERT INTO t (i, u, d, s, b, dec_col, tiny) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -70,7 +70,7 @@ TEST_F(ConnectionTest, NullsBindAndReadBack) {
 }
 
 TEST_F(ConnectionTest, LargeValuesAreNotTruncated) {
-  std::string big(3 * 1024 * 1024, 'x');
+  std::string big(size_t{3} * 1024 * 1024, 'x');
   big[12345] = '\0';
   ASSERT_TRUE(conn_->exec("INSERT INTO t (b) VALUES (?)", {Blob{big}}).ok());
   ASSERT_TRUE(conn_->exec("INSERT INTO t (b) VALUES (?)", {Blob{"small"}}).ok());

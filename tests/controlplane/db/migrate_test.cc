@@ -24,8 +24,8 @@ std::vector<Migration> builtin() {
   return migrations.ok() ? *migrations : std::vector<Migration>{};
 }
 
-std::vector<Migration> parse(std::vector<std::pair<std::string, std::string>> files) {
-  auto migrations = parseMigrations(std::move(files));
+std::vector<Migration> parse(const std::vector<std::pair<std::string, std::string>>& files) {
+  auto migrations = parseMigrations(files);
   EXPECT_TRUE(migrations.ok()) << migrations.status();
   return migrations.ok() ? *migrations : std::vector<Migration>{};
 }
@@ -55,8 +55,9 @@ class MigrateTest : public MariaDbTest {
         {dsn.database});
     EXPECT_TRUE(columns.ok()) << columns.status();
     for (const Row& row : columns->rows) {
-      for (size_t i = 0; i < row.size(); ++i)
+      for (size_t i = 0; i < row.size(); ++i) {
         strAppend(&out, row.str(i), i + 1 < row.size() ? " " : "\n");
+      }
     }
     auto indexes = (*conn)->query(
         "SELECT TABLE_NAME, INDEX_NAME, NON_UNIQUE, SEQ_IN_INDEX, COLUMN_NAME FROM "
@@ -245,8 +246,8 @@ TEST_F(MigrateTest, AHalfAppliedMigrationBlocksLaterRunsWithInstructions) {
 }
 
 TEST(ParseMigrations, RejectsMalformedSetsNamingTheFile) {
-  auto error = [](std::vector<std::pair<std::string, std::string>> files) {
-    auto parsed = parseMigrations(std::move(files));
+  auto error = [](const std::vector<std::pair<std::string, std::string>>& files) {
+    auto parsed = parseMigrations(files);
     EXPECT_FALSE(parsed.ok());
     return parsed.ok() ? std::string() : messageOf(parsed.status());
   };

@@ -82,8 +82,9 @@ TEST_F(TransactionTest, ADeadlockVictimIsRetriedAndCommits) {
   auto body = [&](int first, int second) {
     return [&, first, second, first_attempt = true](Connection& c) mutable -> absl::Status {
       ++attempts;
-      if (auto st = c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {first}).status(); !st.ok())
+      if (auto st = c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {first}).status(); !st.ok()) {
         return st;
+      }
       if (first_attempt) {
         first_attempt = false;
         both_locked_first_row.arrive_and_wait();
@@ -155,8 +156,9 @@ TEST_F(TransactionTest, AConnectionLostBeforeCommitIsRetriedOnAFreshOne) {
   int attempts = 0;
   auto status = pool_->transact("lost", [&](Connection& c) -> absl::Status {
     ++attempts;
-    if (auto st = c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {1}).status(); !st.ok())
+    if (auto st = c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {1}).status(); !st.ok()) {
       return st;
+    }
     if (attempts == 1) {
       if (auto st = (*killer)->exec("KILL ?", {c.threadId()}).status(); !st.ok()) return st;
     }
