@@ -16,6 +16,7 @@ SYSTEM_LIBRARIES = {
     "gmock": (["gmock"], "libgmock-dev"),
     "grpc++": (["grpc++"], "libgrpc++-dev"),
     "gtest": (["gtest"], "libgtest-dev"),
+    "httplib": (["cpp-httplib"], "libcpp-httplib-dev"),
     "mysqlclient": (["libmariadb"], "default-libmysqlclient-dev"),
     "prometheus": (["prometheus-cpp-pull", "prometheus-cpp-core"], "prometheus-cpp-dev"),
     "protobuf": (["protobuf"], "libprotobuf-dev"),
@@ -30,7 +31,6 @@ HEADER_ONLY = {
     "boost": ("/usr/include/boost/version.hpp", "libboost-dev", ["-lrt", "-pthread"]),
     "cli11": ("/usr/include/CLI/CLI.hpp", "libcli11-dev", []),
     "cppzmq": ("/usr/include/zmq.hpp", "cppzmq-dev", []),
-    "httplib": ("/usr/include/httplib.h", "libcpp-httplib-dev", ["-pthread"]),
     "nlohmann_json": ("/usr/include/nlohmann/json.hpp", "nlohmann-json3-dev", []),
 }
 

@@ -3,6 +3,7 @@
 
 #include "CLI/CLI.hpp"
 #include "common/version.h"
+#include "controlplane/commands.h"
 #include "controlplane/migrate_command.h"
 
 int main(int argc, char** argv) {
@@ -12,6 +13,9 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   krane::ctrl::MigrateFlags migrate;
   krane::ctrl::addMigrateCommand(app, migrate, exit_code);
+  krane::ctrl::addServeCommand(app, exit_code);
+  krane::ctrl::addRegionCommands(app, exit_code);
+  krane::ctrl::addTokenCommands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

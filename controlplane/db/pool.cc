@@ -113,7 +113,13 @@ absl::Status Pool::transact(std::string_view name,
       return absl::Status(last.code(), strCat("transaction ", name, ": ", last.message()));
     }
     Connection& conn = **connection;
-    absl::Status status = conn.execText("START TRANSACTION");
+    absl::Status status;
+    if (options.isolation != Isolation::kServerDefault) {
+      status = conn.execText(options.isolation == Isolation::kReadCommitted
+                                 ? "SET TRANSACTION ISOLATION LEVEL READ COMMITTED"
+                                 : "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
+    }
+    if (status.ok()) status = conn.execText("START TRANSACTION");
     if (status.ok()) status = body(conn);
     if (status.ok()) {
       status = conn.execText("COMMIT");

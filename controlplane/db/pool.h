@@ -27,7 +27,12 @@ struct PoolOptions {
   std::chrono::milliseconds ping_after_idle{1000};
 };
 
+enum class Isolation { kServerDefault, kReadCommitted, kRepeatableRead };
+
 struct TxOptions {
+  // READ COMMITTED takes no gap locks: writers inserting different new rows do not block each
+  // other. The server default (REPEATABLE READ) gives the body one snapshot for all its reads.
+  Isolation isolation = Isolation::kServerDefault;
   // Attempts in all, including the first, for deadlocks (1213), lock wait timeouts (1205) and
   // connections lost before COMMIT was sent.
   int max_attempts = 6;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 namespace krane::db {
 namespace {
@@ -10,6 +11,29 @@ namespace {
 [[noreturn]] void misuse(const char* what, size_t i) {
   std::fprintf(stderr, "krane::db::Row: column %zu: %s\n", i, what);
   std::abort();
+}
+
+// DECIMAL results (SUM, COALESCE of mixed integer types) arrive as text: accept whole numbers.
+std::optional<__int128> parseWhole(const Value::Storage& s) {
+  const auto* text = std::get_if<std::string>(&s);
+  if (text == nullptr || text->empty() || text->size() > 40) return std::nullopt;
+  __int128 value = 0;
+  size_t i = (*text)[0] == '-' ? 1 : 0;
+  if (i == text->size()) return std::nullopt;
+  for (; i < text->size(); ++i) {
+    const char c = (*text)[i];
+    if (c == '.') {
+      // "12.000" is whole; "12.5" is not.
+      for (size_t j = i + 1; j < text->size(); ++j) {
+        if ((*text)[j] != '0') return std::nullopt;
+      }
+      break;
+    }
+    if (c < '0' || c > '9') return std::nullopt;
+    value = value * 10 + (c - '0');
+    if (value > (static_cast<__int128>(1) << 65)) return std::nullopt;
+  }
+  return (*text)[0] == '-' ? -value : value;
 }
 
 }  // namespace
@@ -32,6 +56,13 @@ int64_t Row::i64(size_t i) const {
     }
     return static_cast<int64_t>(*v);
   }
+  if (auto whole = parseWhole(s)) {
+    if (*whole < std::numeric_limits<int64_t>::min() ||
+        *whole > std::numeric_limits<int64_t>::max()) {
+      misuse("decimal value out of int64 range", i);
+    }
+    return static_cast<int64_t>(*whole);
+  }
   misuse(isNull(i) ? "is NULL" : "is not an integer", i);
 }
 
@@ -41,6 +72,11 @@ uint64_t Row::u64(size_t i) const {
   if (const auto* v = std::get_if<int64_t>(&s)) {
     if (*v < 0) misuse("negative value read as unsigned", i);
     return static_cast<uint64_t>(*v);
+  }
+  if (auto whole = parseWhole(s)) {
+    if (*whole < 0 || *whole > std::numeric_limits<uint64_t>::max())
+      misuse("decimal value out of uint64 range", i);
+    return static_cast<uint64_t>(*whole);
   }
   misuse(isNull(i) ? "is NULL" : "is not an integer", i);
 }

@@ -34,6 +34,7 @@
 #include <google/protobuf/util/message_differencer.h>
 #include <gtest/gtest.h>
 
+#include "krane/api/v1/agents.pb.h"
 #include "krane/api/v1/resources.pb.h"
 #include "krane/cluster/v1/cluster.pb.h"
 #include "krane/cluster/v1/state.pb.h"
@@ -55,6 +56,7 @@ std::vector<const pb::FileDescriptor*> KraneFiles() {
       cluster::v1::Resource::descriptor()->file(),
       cluster::v1::WatchEvent::descriptor()->file(),
       api::v1::PutResourceRequest::descriptor()->file(),
+      api::v1::ListAgentsRequest::descriptor()->file(),
       plugin::v1::Frame::descriptor()->file(),
   };
 }

@@ -87,7 +87,11 @@ TEST_F(ConnectionTest, ReusesPreparedStatements) {
   auto rows = conn_->query("SELECT COUNT(*) AS n, SUM(i) AS total FROM t", {});
   ASSERT_TRUE(rows.ok());
   EXPECT_EQ(rows->rows[0].i64("n"), 50);
-  EXPECT_EQ(rows->rows[0].str("total"), "1225");  // SUM of BIGINT is DECIMAL
+  EXPECT_EQ(rows->rows[0].str("total"), "1225");  // SUM of BIGINT is DECIMAL, sent as text
+  EXPECT_EQ(rows->rows[0].i64("total"), 1225);    // and still reads as a whole number
+  auto mixed = conn_->query("SELECT COALESCE(MAX(u), 0) AS m, SUM(d) AS f FROM t", {});
+  ASSERT_TRUE(mixed.ok());
+  EXPECT_EQ(mixed->rows[0].u64("m"), 0u);
 }
 
 TEST_F(ConnectionTest, QueryEachStreamsAndStopsOnError) {

@@ -1,0 +1,78 @@
+// The gRPC services of krane-ctrl: ClusterService for agents, ResourceService and AgentService
+// for operators. Handlers authenticate, validate and delegate; they hold no state of their own.
+#pragma once
+
+#include <memory>
+
+#include "controlplane/api/auth.h"
+#include "controlplane/feed/watch_stream.h"
+#include "controlplane/feed/writer.h"
+#include "controlplane/ingest/ingestor.h"
+#include "krane/api/v1/agents.grpc.pb.h"
+#include "krane/api/v1/resources.grpc.pb.h"
+#include "krane/cluster/v1/cluster.grpc.pb.h"
+
+namespace krane::api {
+
+// Watch runs on gRPC's callback API (a stream holds no thread); the unary reports are sync.
+class ClusterServiceImpl final
+    : public cluster::v1::ClusterService::WithCallbackMethod_Watch<cluster::v1::ClusterService::Service> {
+ public:
+  ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch, std::shared_ptr<AgentTokens> tokens,
+                     std::shared_ptr<ingest::Ingestor> ingestor);
+
+  grpc::ServerWriteReactor<cluster::v1::WatchEvent>* Watch(grpc::CallbackServerContext* context,
+                                                           const cluster::v1::WatchRequest* request) override;
+  grpc::Status ReportDeploymentStatus(grpc::ServerContext* context,
+                                      const cluster::v1::ReportDeploymentStatusRequest* request,
+                                      cluster::v1::ReportDeploymentStatusResponse* response) override;
+  grpc::Status ReportSentinelStatus(grpc::ServerContext* context,
+                                    const cluster::v1::ReportSentinelStatusRequest* request,
+                                    cluster::v1::ReportSentinelStatusResponse* response) override;
+  grpc::Status ReportResourceStatus(grpc::ServerContext* context,
+                                    const cluster::v1::ReportResourceStatusRequest* request,
+                                    cluster::v1::ReportResourceStatusResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext* context, const cluster::v1::HeartbeatRequest* request,
+                         cluster::v1::HeartbeatResponse* response) override;
+
+ private:
+  std::shared_ptr<feed::WatchContext> watch_;
+  std::shared_ptr<AgentTokens> tokens_;
+  std::shared_ptr<ingest::Ingestor> ingestor_;
+};
+
+class ResourceServiceImpl final : public krane::api::v1::ResourceService::Service {
+ public:
+  ResourceServiceImpl(std::shared_ptr<feed::Writer> writer, std::shared_ptr<db::Pool> pool,
+                      std::shared_ptr<const OperatorTokens> operators);
+
+  grpc::Status Put(grpc::ServerContext* context, const v1::PutResourceRequest* request,
+                   v1::PutResourceResponse* response) override;
+  grpc::Status Get(grpc::ServerContext* context, const v1::GetResourceRequest* request,
+                   v1::GetResourceResponse* response) override;
+  grpc::Status List(grpc::ServerContext* context, const v1::ListResourcesRequest* request,
+                    v1::ListResourcesResponse* response) override;
+  grpc::Status Delete(grpc::ServerContext* context, const v1::DeleteResourceRequest* request,
+                      v1::DeleteResourceResponse* response) override;
+
+ private:
+  std::shared_ptr<feed::Writer> writer_;
+  std::shared_ptr<db::Pool> pool_;
+  std::shared_ptr<const OperatorTokens> operators_;
+};
+
+class AgentServiceImpl final : public krane::api::v1::AgentService::Service {
+ public:
+  AgentServiceImpl(std::shared_ptr<ingest::Ingestor> ingestor, std::shared_ptr<const OperatorTokens> operators);
+  grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
+                          v1::ListAgentsResponse* response) override;
+
+ private:
+  std::shared_ptr<ingest::Ingestor> ingestor_;
+  std::shared_ptr<const OperatorTokens> operators_;
+};
+
+// UNAUTHENTICATED unless the call carries one of the operator tokens.
+absl::Status checkOperator(const grpc::ServerContextBase& context, const OperatorTokens& operators);
+
+}  // namespace krane::api

@@ -1,0 +1,56 @@
+// krane-ctrl's configuration: a YAML file, every key documented in docs/configuration.md.
+// Defaults live here; unknown keys and bad values are refused with the key's path.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace krane::ctrl {
+
+struct CtrlConfig {
+  // gRPC (agents and operators), host:port; port 0 picks a free port.
+  std::string listen = "127.0.0.1:7070";
+  // HTTP: /metrics, /healthz, /readyz.
+  std::string http_listen = "127.0.0.1:7071";
+
+  struct Database {
+    std::string dsn;  // or $KRANE_DSN
+    size_t max_connections = 32;
+    std::chrono::milliseconds acquire_timeout{5000};
+  } database;
+
+  struct Auth {
+    // File with operator tokens, one per line (`#` comments). $KRANE_OPERATOR_TOKEN adds one.
+    std::string operator_tokens_file;
+    std::vector<std::string> operator_tokens;  // filled from the file and the environment
+    std::chrono::milliseconds agent_token_cache{10000};
+  } auth;
+
+  struct Tls {
+    std::string cert_file;       // PEM; with key_file, serve TLS
+    std::string key_file;        // PEM
+    std::string client_ca_file;  // PEM; when set, clients must present a certificate it signed
+  } tls;
+
+  struct Feed {
+    std::chrono::milliseconds poll_interval{50};
+    std::chrono::milliseconds bookmark_interval{5000};
+    size_t stream_max_queued = 20000;
+    size_t sync_workers = 4;
+    std::chrono::seconds change_ttl{7 * 24 * 3600};
+    std::chrono::seconds cleanup_interval{60};
+    size_t cleanup_batch = 10000;
+  } feed;
+};
+
+// Parses YAML text; `source` names it in errors.
+absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::string& source);
+absl::StatusOr<CtrlConfig> loadCtrlConfig(const std::string& path);
+// Fills what the environment provides (KRANE_DSN, KRANE_OPERATOR_TOKEN), reads the operator
+// token file, and checks what only makes sense as a whole (TLS files in pairs, ...).
+absl::Status finishCtrlConfig(CtrlConfig& config);
+
+}  // namespace krane::ctrl

@@ -1,0 +1,71 @@
+#include "controlplane/feed/hub.h"
+
+#include <algorithm>
+
+namespace krane::feed {
+
+uint64_t Hub::subscribe(const std::string& region, const std::shared_ptr<Subscriber>& subscriber) {
+  std::lock_guard lock(mutex_);
+  Region& r = regions_[region];
+  r.subscribers.push_back(subscriber);
+  return r.published;
+}
+
+void Hub::unsubscribe(const std::string& region, const Subscriber* subscriber) {
+  std::lock_guard lock(mutex_);
+  auto it = regions_.find(region);
+  if (it == regions_.end()) return;
+  auto& subs = it->second.subscribers;
+  subs.erase(std::remove_if(subs.begin(), subs.end(), [&](const auto& s) { return s.get() == subscriber; }),
+             subs.end());
+}
+
+bool Hub::hasSubscribers(const std::string& region) const {
+  std::lock_guard lock(mutex_);
+  auto it = regions_.find(region);
+  return it != regions_.end() && !it->second.subscribers.empty();
+}
+
+uint64_t Hub::published(const std::string& region) const {
+  std::lock_guard lock(mutex_);
+  auto it = regions_.find(region);
+  return it == regions_.end() ? 0 : it->second.published;
+}
+
+std::vector<std::string> Hub::watchedRegions() const {
+  std::lock_guard lock(mutex_);
+  std::vector<std::string> out;
+  for (const auto& [name, region] : regions_) {
+    if (!region.subscribers.empty()) out.push_back(name);
+  }
+  return out;
+}
+
+size_t Hub::subscriberCount() const {
+  std::lock_guard lock(mutex_);
+  size_t n = 0;
+  for (const auto& [name, region] : regions_) n += region.subscribers.size();
+  return n;
+}
+
+void Hub::publish(const std::shared_ptr<const EventBatch>& batch) {
+  std::lock_guard lock(mutex_);
+  Region& r = regions_[batch->region];
+  r.published = std::max(r.published, batch->through);
+  for (const auto& s : r.subscribers) s->deliver(batch);
+}
+
+void Hub::skipTo(const std::string& region, uint64_t version) {
+  std::lock_guard lock(mutex_);
+  Region& r = regions_[region];
+  r.published = std::max(r.published, version);
+}
+
+void Hub::expireRegion(const std::string& region, uint64_t version, const std::string& reason) {
+  std::lock_guard lock(mutex_);
+  Region& r = regions_[region];
+  r.published = std::max(r.published, version);
+  for (const auto& s : r.subscribers) s->expire(reason);
+}
+
+}  // namespace krane::feed

@@ -1,0 +1,356 @@
+#include "controlplane/feed/watch_stream.h"
+
+#include "common/grpc_status.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/feed/change_reader.h"
+#include "controlplane/feed/writer.h"
+#include "spdlog/spdlog.h"
+
+namespace krane::feed {
+namespace {
+
+using cluster::v1::WatchEvent;
+
+std::shared_ptr<const WatchEvent> bookmark(uint64_t version) {
+  auto event = std::make_shared<WatchEvent>();
+  event->mutable_bookmark()->set_version(version);
+  return event;
+}
+
+}  // namespace
+
+grpc::ServerWriteReactor<WatchEvent>* WatchStream::start(std::shared_ptr<WatchContext> context,
+                                                         const cluster::v1::WatchRequest& request,
+                                                         std::string bearer, std::string peer) {
+  auto stream = std::make_shared<WatchStream>(context, request, std::move(bearer), std::move(peer));
+  stream->self_ = stream;
+  ++context->counters.streams_open;
+  ++context->counters.streams_total;
+  {
+    std::lock_guard lock(context->streams_mutex);
+    context->streams.insert(stream);
+  }
+  context->setup_pool->post([stream] { stream->setup(); });
+  return stream.get();
+}
+
+WatchStream::WatchStream(std::shared_ptr<WatchContext> context, cluster::v1::WatchRequest request,
+                         std::string bearer, std::string peer)
+    : context_(std::move(context)),
+      request_(std::move(request)),
+      bearer_(std::move(bearer)),
+      peer_(std::move(peer)),
+      types_(request_.resource_types().begin(), request_.resource_types().end()),
+      region_(request_.region()) {}
+
+bool WatchStream::wants(const std::string& type) const { return types_.empty() || types_.count(type) > 0; }
+
+void WatchStream::setup() {
+  absl::Status status = setupOrError();
+  if (!status.ok()) {
+    if (absl::IsOutOfRange(status)) {
+      std::lock_guard lock(mutex_);
+      resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_PRUNED, std::string(toStd(status.message())));
+    } else {
+      if (!absl::IsUnauthenticated(status) && !absl::IsPermissionDenied(status) && !absl::IsInvalidArgument(status) &&
+          !absl::IsNotFound(status) && !absl::IsCancelled(status)) {
+        spdlog::warn("feed: watch setup failed region={} peer={} error=\"{}\"", region_, peer_, status.message());
+      }
+      std::lock_guard lock(mutex_);
+      finishLocked(toGrpc(status));
+    }
+  }
+  kick();
+}
+
+absl::Status WatchStream::setupOrError() {
+  for (int i = 0; i < request_.resource_types_size(); ++i) {
+    KRANE_RETURN_IF_ERROR(checkType(strCat("resource_types[", i, "]"), request_.resource_types(i)));
+  }
+  KRANE_RETURN_IF_ERROR(checkId("region", region_));
+  KRANE_ASSIGN_OR_RETURN(std::string allowed, context_->authorize(bearer_));
+  if (allowed != region_) {
+    return absl::PermissionDeniedError(
+        strCat("this agent token is for region \"", allowed, "\", not \"", region_, "\""));
+  }
+  KRANE_ASSIGN_OR_RETURN(auto conn, context_->pool->acquire());
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT COALESCE(v.version, 0), COALESCE(v.pruned_version, 0)"
+                                                " FROM regions r LEFT JOIN region_versions v ON v.region_id = r.id"
+                                                " WHERE r.id = ?",
+                                                {region_}));
+  if (rows.empty()) return absl::NotFoundError(strCat("region \"", region_, "\" is not registered"));
+  const uint64_t head = rows.rows[0].u64(0);
+  const uint64_t pruned = rows.rows[0].u64(1);
+  uint64_t cursor = request_.version();
+  if (cursor > head) {
+    std::lock_guard lock(mutex_);
+    resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION,
+                 strCat("version ", cursor, " is ahead of region ", region_, " (at ", head,
+                        "): the database was restored or replaced"));
+    return absl::OkStatus();
+  }
+  if (cursor != 0 && cursor < pruned) {
+    std::lock_guard lock(mutex_);
+    resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_PRUNED,
+                 strCat("changes after version ", cursor, " were pruned (kept from ", pruned + 1, ")"));
+    return absl::OkStatus();
+  }
+
+  const uint64_t published = context_->hub->subscribe(region_, shared_from_this());
+  {
+    std::lock_guard lock(mutex_);
+    subscribed_ = true;
+    if (done_) {
+      context_->hub->unsubscribe(region_, this);
+      return absl::CancelledError("stream ended during setup");
+    }
+  }
+  if (cursor == 0) KRANE_RETURN_IF_ERROR(fullSync(*conn, &cursor));
+  if (cursor < published) KRANE_RETURN_IF_ERROR(catchUp(*conn, &cursor, published));
+  conn = db::PooledConnection();
+
+  std::lock_guard lock(mutex_);
+  if (phase_ != Phase::kSetup) return absl::OkStatus();
+  queued_through_ = cursor;
+  for (const auto& batch : buffered_) queueBatchLocked(*batch);
+  buffered_.clear();
+  buffered_events_ = 0;
+  if (phase_ == Phase::kSetup) phase_ = Phase::kLive;
+  if (queue_.empty() && !finish_pending_) queueLocked(bookmark(queued_through_));
+  spdlog::debug("feed: watch live region={} peer={} version={}", region_, peer_, queued_through_);
+  return absl::OkStatus();
+}
+
+absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
+  ++context_->counters.full_syncs;
+  KRANE_RETURN_IF_ERROR(conn.execText("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"));
+  struct Rollback {
+    db::Connection& conn;
+    ~Rollback() { (void)conn.execText("ROLLBACK"); }
+  } rollback{conn};
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT version FROM region_versions WHERE region_id = ?", {region_}));
+  const uint64_t snapshot = rows.empty() ? 0 : rows.rows[0].u64(0);
+
+  auto begin = std::make_shared<WatchEvent>();
+  begin->mutable_sync_begin()->set_snapshot_version(snapshot);
+  if (!pushWaiting(begin, 0)) return absl::CancelledError("stream closed");
+  for (const auto& table : context_->tables->all()) {
+    if (!table->type().empty() && !wants(std::string(table->type()))) continue;
+    KRANE_RETURN_IF_ERROR(table->scanRegion(conn, region_, [&](Resource&& resource) -> absl::Status {
+      if (!wants(resource.type())) return absl::OkStatus();
+      auto event = std::make_shared<WatchEvent>();
+      auto* change = event->mutable_change();
+      change->set_op(cluster::v1::CHANGE_OP_APPLY);
+      change->set_version(resource.version());
+      *change->mutable_resource() = std::move(resource);
+      if (!pushWaiting(std::move(event), 0)) return absl::CancelledError("stream closed");
+      return absl::OkStatus();
+    }));
+  }
+  auto end = std::make_shared<WatchEvent>();
+  end->mutable_sync_end()->set_version(snapshot);
+  if (!pushWaiting(end, 0)) return absl::CancelledError("stream closed");
+  *cursor = snapshot;
+  return absl::OkStatus();
+}
+
+absl::Status WatchStream::catchUp(db::Connection& conn, uint64_t* cursor, uint64_t through) {
+  while (*cursor < through) {
+    KRANE_ASSIGN_OR_RETURN(auto batch, readChanges(conn, *context_->tables, region_, *cursor, through,
+                                                   context_->options.catch_up_batch));
+    bool last_sent = false;
+    for (auto& event : batch.events) {
+      last_sent = wants(event.type);
+      if (last_sent && !pushWaiting(event.event, event.version)) return absl::CancelledError("stream closed");
+    }
+    if (!last_sent && !pushWaiting(bookmark(batch.through), batch.through)) {
+      return absl::CancelledError("stream closed");
+    }
+    *cursor = batch.through;
+  }
+  return absl::OkStatus();
+}
+
+bool WatchStream::pushWaiting(std::shared_ptr<const WatchEvent> event, uint64_t) {
+  {
+    std::unique_lock lock(mutex_);
+    drained_.wait(lock, [&] {
+      return queue_.size() < context_->options.setup_high_water || done_ || phase_ != Phase::kSetup;
+    });
+    if (done_ || phase_ != Phase::kSetup) return false;
+    queueLocked(std::move(event));
+  }
+  kick();
+  return true;
+}
+
+void WatchStream::queueLocked(std::shared_ptr<const WatchEvent> event) {
+  if (finished_ || cancelled_) return;
+  if (event->has_bookmark()) ++context_->counters.bookmarks_sent;
+  queue_.push_back(std::move(event));
+  if (!writing_) {
+    writing_ = true;
+    start_write_ = true;
+  }
+}
+
+void WatchStream::queueBatchLocked(const EventBatch& batch) {
+  if (batch.through <= queued_through_) return;
+  bool last_sent = false;
+  for (const auto& event : batch.events) {
+    if (event.version <= queued_through_) continue;
+    last_sent = wants(event.type);
+    if (last_sent) queueLocked(event.event);
+  }
+  if (!last_sent) queueLocked(bookmark(batch.through));
+  queued_through_ = batch.through;
+  if (queue_.size() > context_->options.max_queued) {
+    resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED,
+                 strCat("the agent fell more than ", context_->options.max_queued, " events behind"));
+  }
+}
+
+void WatchStream::deliver(const std::shared_ptr<const EventBatch>& batch) {
+  {
+    std::lock_guard lock(mutex_);
+    if (done_ || phase_ == Phase::kClosing) return;
+    if (phase_ == Phase::kSetup) {
+      buffered_.push_back(batch);
+      buffered_events_ += batch->events.size();
+      if (buffered_events_ > context_->options.max_queued) {
+        resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED,
+                     strCat("more than ", context_->options.max_queued, " changes arrived during the sync"));
+      }
+    } else {
+      queueBatchLocked(*batch);
+    }
+  }
+  kick();
+}
+
+void WatchStream::expire(const std::string& reason) {
+  {
+    std::lock_guard lock(mutex_);
+    resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_PRUNED, reason);
+  }
+  kick();
+}
+
+void WatchStream::tick(std::chrono::steady_clock::time_point now) {
+  {
+    std::lock_guard lock(mutex_);
+    if (phase_ != Phase::kLive || writing_ || !queue_.empty()) return;
+    if (now - last_write_ < context_->options.bookmark_interval) return;
+    queueLocked(bookmark(queued_through_));
+  }
+  kick();
+}
+
+void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason, const std::string& message) {
+  if (finish_pending_ || done_) return;
+  ++context_->counters.resyncs_requested;
+  // Drop what is queued (except the write in flight); the agent starts over anyway.
+  if (writing_) {
+    queue_.erase(queue_.begin() + 1, queue_.end());
+  } else {
+    queue_.clear();
+  }
+  buffered_.clear();
+  auto event = std::make_shared<WatchEvent>();
+  auto* expired = event->mutable_cursor_expired();
+  expired->set_requested_version(request_.version());
+  expired->set_reason(reason);
+  expired->set_message(message);
+  queueLocked(std::move(event));
+  phase_ = Phase::kClosing;
+  finish_pending_ = true;
+  final_status_ = grpc::Status::OK;
+  drained_.notify_all();
+  spdlog::info("feed: watch told to resync region={} peer={} reason=\"{}\"", region_, peer_, message);
+}
+
+void WatchStream::finishLocked(grpc::Status status) {
+  if (finish_pending_) return;
+  if (writing_) {
+    queue_.erase(queue_.begin() + 1, queue_.end());
+  } else {
+    queue_.clear();
+  }
+  phase_ = Phase::kClosing;
+  finish_pending_ = true;
+  final_status_ = std::move(status);
+  drained_.notify_all();
+}
+
+void WatchStream::kick() {
+  const WatchEvent* to_write = nullptr;
+  bool finish = false;
+  grpc::Status status;
+  {
+    std::lock_guard lock(mutex_);
+    if (done_) return;
+    if (start_write_) {
+      start_write_ = false;
+      to_write = queue_.front().get();
+      last_write_ = std::chrono::steady_clock::now();
+    } else if (finish_pending_ && !writing_ && !finished_) {
+      finished_ = true;
+      finish = true;
+      status = final_status_;
+    }
+  }
+  if (to_write != nullptr) StartWrite(to_write);
+  if (finish) Finish(status);
+}
+
+void WatchStream::OnWriteDone(bool ok) {
+  {
+    std::lock_guard lock(mutex_);
+    writing_ = false;
+    if (!queue_.empty()) queue_.pop_front();
+    if (ok) {
+      ++context_->counters.events_sent;
+    } else {
+      cancelled_ = true;
+      queue_.clear();
+      if (!finish_pending_) {
+        finish_pending_ = true;
+        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "write failed");
+        phase_ = Phase::kClosing;
+      }
+    }
+    if (!queue_.empty() && !finished_) {
+      writing_ = true;
+      start_write_ = true;
+    }
+    drained_.notify_all();
+  }
+  kick();
+}
+
+void WatchStream::OnCancel() {
+  {
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    finishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+  kick();
+}
+
+void WatchStream::OnDone() {
+  {
+    std::lock_guard lock(mutex_);
+    done_ = true;
+    drained_.notify_all();
+  }
+  context_->hub->unsubscribe(region_, this);
+  {
+    std::lock_guard lock(context_->streams_mutex);
+    context_->streams.erase(self_);
+  }
+  --context_->counters.streams_open;
+  auto keep = std::move(self_);  // may destroy this stream when the scope ends
+}
+
+}  // namespace krane::feed

@@ -1,0 +1,89 @@
+// Status reported by agents: instances of deployments, sentinel rollouts, generic resources,
+// heartbeats. Every report is validated, then written in one retried transaction.
+//
+// Callers pass the region the agent's token belongs to; a report about another region is
+// refused with PERMISSION_DENIED. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controlplane/db/pool.h"
+#include "krane/cluster/v1/cluster.pb.h"
+
+namespace krane::ingest {
+
+// Told when a sentinel in `progressing` flipped to `ready` (the deploy workflow resumes there).
+class SentinelReadyHook {
+ public:
+  virtual ~SentinelReadyHook() = default;
+  virtual void onSentinelReady(const std::string& sentinel_id, const std::string& region) = 0;
+};
+
+// Told after the instance set of a (deployment, region) was stored, with the counts, so the
+// deploy workflow can decide whether enough regions are healthy.
+class DeploymentInstancesHook {
+ public:
+  virtual ~DeploymentInstancesHook() = default;
+  virtual void onInstancesReported(const std::string& deployment_id, const std::string& region,
+                                   uint32_t running, uint32_t pending, uint32_t failed) = 0;
+};
+
+struct AgentInfo {
+  std::string agent_id;
+  std::string region;
+  std::string build_version;
+  uint64_t applied_version = 0;
+  uint64_t latest_version = 0;  // the region's latest change version
+  uint64_t lag = 0;             // latest_version - applied_version (0 if ahead)
+  bool is_leader = false;
+  std::vector<cluster::v1::PluginInfo> plugins;
+  int64_t first_seen_ms = 0;
+  int64_t last_seen_ms = 0;
+};
+
+struct IngestCounters {
+  std::atomic<uint64_t> deployment_reports{0};
+  std::atomic<uint64_t> sentinel_reports{0};
+  std::atomic<uint64_t> resource_reports{0};
+  std::atomic<uint64_t> heartbeats{0};
+  std::atomic<uint64_t> rejected{0};  // invalid or not allowed
+  std::atomic<uint64_t> errors{0};    // database failures
+};
+
+class Ingestor {
+ public:
+  explicit Ingestor(std::shared_ptr<db::Pool> pool);
+
+  // Register before reports arrive.
+  void addSentinelReadyHook(std::shared_ptr<SentinelReadyHook> hook);
+  void addDeploymentInstancesHook(std::shared_ptr<DeploymentInstancesHook> hook);
+
+  absl::Status reportDeploymentStatus(const std::string& region,
+                                      const cluster::v1::ReportDeploymentStatusRequest& request);
+  absl::Status reportSentinelStatus(const std::string& region,
+                                    const cluster::v1::ReportSentinelStatusRequest& request);
+  absl::Status reportResourceStatus(const std::string& region,
+                                    const cluster::v1::ReportResourceStatusRequest& request);
+  absl::StatusOr<cluster::v1::HeartbeatResponse> heartbeat(const std::string& region,
+                                                           const cluster::v1::HeartbeatRequest& request);
+
+  // Agents that sent a heartbeat, newest first; `region` filters when not empty.
+  absl::StatusOr<std::vector<AgentInfo>> listAgents(const std::string& region);
+
+  const IngestCounters& counters() const { return counters_; }
+
+ private:
+  std::shared_ptr<db::Pool> pool_;
+  std::mutex hooks_mutex_;
+  std::vector<std::shared_ptr<SentinelReadyHook>> sentinel_hooks_;
+  std::vector<std::shared_ptr<DeploymentInstancesHook>> deployment_hooks_;
+  IngestCounters counters_;
+};
+
+}  // namespace krane::ingest

@@ -1,0 +1,78 @@
+// krane-ctrl serve: everything one control-plane replica runs, started as an ordered list of
+// named steps and stopped in reverse order.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "controlplane/api/auth.h"
+#include "controlplane/api/services.h"
+#include "controlplane/config.h"
+#include "controlplane/feed/cleanup.h"
+#include "controlplane/feed/tailer.h"
+#include "controlplane/feed/watch_stream.h"
+#include "controlplane/feed/writer.h"
+#include "controlplane/ingest/ingestor.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace krane::ctrl {
+
+class Server {
+ public:
+  explicit Server(CtrlConfig config);
+  ~Server();
+
+  // Runs the start-up steps in order; on failure, what was started is stopped again and the
+  // error names the step.
+  absl::Status start();
+  void stop();
+
+  int grpcPort() const { return grpc_port_; }
+  int httpPort() const { return http_port_; }
+  // For tests and the metrics page.
+  feed::Writer& writer() { return *writer_; }
+  feed::Tailer& tailer() { return *tailer_; }
+  api::AgentTokens& tokens() { return *tokens_; }
+  const feed::WatchContext& watch() const { return *watch_; }
+  std::string metricsText() const;
+  // OK when the database answers; the reason otherwise.
+  absl::Status ready() const;
+
+ private:
+  absl::Status startDatabase();
+  absl::Status startFeed();
+  absl::Status startGrpc();
+  absl::Status startHttp();
+
+  CtrlConfig config_;
+  std::shared_ptr<db::Pool> pool_;
+  std::shared_ptr<const feed::ResourceTables> tables_;
+  std::shared_ptr<feed::Hub> hub_;
+  std::shared_ptr<feed::Writer> writer_;
+  std::unique_ptr<feed::Tailer> tailer_;
+  std::unique_ptr<feed::Cleanup> cleanup_;
+  std::shared_ptr<feed::WatchContext> watch_;
+  std::shared_ptr<api::AgentTokens> tokens_;
+  std::shared_ptr<const api::OperatorTokens> operators_;
+  std::shared_ptr<ingest::Ingestor> ingestor_;
+  std::unique_ptr<api::ClusterServiceImpl> cluster_service_;
+  std::unique_ptr<api::ResourceServiceImpl> resource_service_;
+  std::unique_ptr<api::AgentServiceImpl> agent_service_;
+  std::unique_ptr<grpc::Server> grpc_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
+  std::thread ticker_;
+  std::atomic<bool> stopping_{false};
+  int grpc_port_ = 0;
+  int http_port_ = 0;
+  std::vector<std::string> started_;  // names of the steps that completed
+};
+
+}  // namespace krane::ctrl

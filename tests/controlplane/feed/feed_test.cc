@@ -1,0 +1,458 @@
+// The change feed end to end: a real krane-ctrl (in this process) on a real MariaDB, agents
+// watching over gRPC on loopback.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "common/strings.h"
+#include "controlplane/feed/cleanup.h"
+#include "controlplane/feed/tables.h"
+#include "controlplane/feed/writer.h"
+#include "tests/support/control_plane.h"
+
+namespace krane {
+namespace {
+
+using ::testing::HasSubstr;
+using cluster::v1::WatchEvent;
+using krane::testing::kOperatorToken;
+using krane::testing::TestControlPlane;
+using krane::testing::WatchRecorder;
+
+constexpr const char* kType = "example.krane.dev/bucket";
+
+cluster::v1::Resource bucket(const std::string& id, const std::string& region, const std::string& spec) {
+  cluster::v1::Resource r;
+  r.set_type(kType);
+  r.set_id(id);
+  r.set_region(region);
+  r.mutable_generic()->set_spec(spec);
+  r.mutable_generic()->set_content_type("text/plain");
+  return r;
+}
+
+uint64_t headVersion(TestControlPlane& cp, const std::string& region) {
+  auto rows = (*cp.pool()->acquire())->query("SELECT version FROM region_versions WHERE region_id = ?", {region});
+  return rows->empty() ? 0 : rows->rows[0].u64(0);
+}
+
+// What an agent would hold after applying the events: key -> spec, for live resources.
+std::map<std::string, std::string> materialize(const std::vector<WatchEvent>& events) {
+  std::map<std::string, std::string> view;
+  for (const auto& e : events) {
+    if (e.has_sync_begin()) view.clear();
+    if (!e.has_change()) continue;
+    const auto& r = e.change().resource();
+    const std::string key = strCat(r.type(), "/", r.id());
+    if (e.change().op() == cluster::v1::CHANGE_OP_APPLY) {
+      view[key] = r.generic().spec();
+    } else {
+      view.erase(key);
+    }
+  }
+  return view;
+}
+
+std::map<std::string, std::string> databaseView(TestControlPlane& cp, const std::string& region) {
+  std::map<std::string, std::string> view;
+  auto rows = (*cp.pool()->acquire())
+                  ->query("SELECT type, id, spec FROM resources WHERE region_id = ? AND deleted_at IS NULL", {region});
+  for (const auto& row : rows->rows) view[strCat(row.str(0), "/", row.str(1))] = row.str(2);
+  return view;
+}
+
+// The heart of the feed: with concurrent writers whose commit order differs from the order they
+// took their row locks and ids, some rolling back, every committed change reaches every watcher
+// in order, with no resync.
+TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.database.max_connections = 40; });
+  const std::string token = cp.agentToken("eu-1");
+  // Both watchers finish their (empty) full sync first, so that every version reaches them as a
+  // live change; a sync during writes is covered by AFullSyncDuringWritesConvergesToTheDatabase.
+  WatchRecorder live(cp.channel(), token, "eu-1", 0);
+  WatchRecorder filtered(cp.channel(), token, "eu-1", 0, {kType});
+  for (WatchRecorder* watcher : {&live, &filtered}) {
+    ASSERT_TRUE(watcher->waitFor([](const auto& ev) {
+      return std::any_of(ev.begin(), ev.end(), [](const WatchEvent& e) { return e.has_sync_end(); });
+    }));
+  }
+
+  constexpr int kWriters = 16;
+  constexpr int kPerWriter = 250;
+  std::mutex committed_mutex;
+  std::map<uint64_t, std::string> committed;  // version -> spec written
+  std::atomic<int> rolled_back{0};
+  std::vector<std::thread> writers;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      std::mt19937 rng(w);
+      for (int i = 0; i < kPerWriter; ++i) {
+        const std::string id = strCat("b", rng() % 40);  // shared keys: writers collide
+        const bool rollback = rng() % 10 == 0;
+        const std::string spec = strCat(rollback ? "ROLLBACK-" : "w", w, "-", i);
+        const int delay_us = static_cast<int>(rng() % 3000);
+        auto result = server.writer().transact("test", [&](feed::WriteTx& tx) -> absl::Status {
+          if (auto st = tx.put(bucket(id, "eu-1", spec)); !st.ok()) return st;
+          // Hold the transaction open a random while, so commits interleave.
+          std::this_thread::sleep_for(std::chrono::microseconds(delay_us));
+          if (rollback) return absl::AbortedError("test rollback");
+          return absl::OkStatus();
+        });
+        if (rollback) {
+          ++rolled_back;
+          continue;
+        }
+        ASSERT_TRUE(result.ok()) << result.status();
+        std::lock_guard lock(committed_mutex);
+        committed[result->at(0).version] = spec;
+      }
+    });
+  }
+  for (auto& t : writers) t.join();
+  const uint64_t head = headVersion(cp, "eu-1");
+  ASSERT_EQ(head, committed.size());
+  ASSERT_GT(rolled_back.load(), 0);
+  ASSERT_TRUE(live.waitForVersion(head, std::chrono::seconds(60))) << "live watcher stopped at " << live.lastVersion();
+  ASSERT_TRUE(filtered.waitForVersion(head, std::chrono::seconds(60)));
+
+  for (WatchRecorder* watcher : {&live, &filtered}) {
+    SCOPED_TRACE(watcher == &live ? "unfiltered watcher" : "filtered watcher");
+    const auto events = watcher->events();
+    std::vector<uint64_t> versions;
+    std::map<std::string, uint64_t> last_resource_version;
+    int syncs = 0;
+    for (const auto& e : events) {
+      ASSERT_FALSE(e.has_cursor_expired()) << "no resync may happen";
+      if (e.has_sync_begin()) ++syncs;
+      if (!e.has_change() || syncs > 1) continue;
+      versions.push_back(e.change().version());
+      const auto& r = e.change().resource();
+      EXPECT_THAT(r.generic().spec(), ::testing::Not(HasSubstr("ROLLBACK"))) << "a rolled-back write was streamed";
+      // Per resource, states only move forward.
+      uint64_t& last = last_resource_version[r.id()];
+      EXPECT_GE(r.version(), last) << r.id();
+      last = r.version();
+    }
+    EXPECT_EQ(syncs, 1);
+    // Every committed version, each exactly once, in order.
+    ASSERT_EQ(versions.size(), committed.size());
+    for (size_t i = 0; i < versions.size(); ++i) ASSERT_EQ(versions[i], i + 1) << "gap or reorder at " << i;
+    EXPECT_EQ(materialize(events), databaseView(cp, "eu-1"));
+  }
+}
+
+TEST(Feed, AFullSyncDuringWritesConvergesToTheDatabase) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("pre", i), "eu-1", "0")).ok());
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (int i = 0; !stop; ++i) {
+      auto r = (i % 7 == 3) ? server.writer().remove({kType, strCat("pre", i % 300), "eu-1"}).status()
+                            : server.writer().put(bucket(strCat("pre", i % 300), "eu-1", strCat(i))).status();
+      if (!r.ok() && !absl::IsNotFound(r)) ADD_FAILURE() << r;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  stop = true;
+  writer.join();
+  const uint64_t head = headVersion(cp, "eu-1");
+  ASSERT_TRUE(agent.waitForVersion(head));
+  const auto events = agent.events();
+  ASSERT_TRUE(events.front().has_sync_begin());
+  EXPECT_EQ(materialize(events), databaseView(cp, "eu-1"));
+}
+
+TEST(Feed, AResumingAgentGetsExactlyWhatItMissed) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 4);
+  ASSERT_TRUE(agent.waitForVersion(10));
+  std::vector<uint64_t> versions;
+  for (const auto& e : agent.events()) {
+    EXPECT_FALSE(e.has_sync_begin());
+    if (e.has_change()) versions.push_back(e.change().version());
+  }
+  EXPECT_THAT(versions, ::testing::ElementsAre(5, 6, 7, 8, 9, 10));
+}
+
+TEST(Feed, CursorOlderThanThePrunedRangeExpires) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  for (int i = 0; i < 25; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i % 5), "eu-1", strCat(i))).ok());
+  feed::Cleanup cleanup(cp.pool(), std::make_shared<feed::ResourceTables>(),
+                        feed::CleanupOptions{std::chrono::seconds(60), std::chrono::seconds(60), 10});
+  auto result = cleanup.runOnce(std::chrono::system_clock::now() + std::chrono::hours(1));
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->changes_deleted, 25u);  // in batches of 10
+  WatchRecorder stale(cp.channel(), cp.agentToken("eu-1"), "eu-1", 3);
+  ASSERT_TRUE(stale.waitFor([](const auto& ev) { return !ev.empty(); }));
+  ASSERT_TRUE(stale.events()[0].has_cursor_expired());
+  EXPECT_EQ(stale.events()[0].cursor_expired().reason(), cluster::v1::CURSOR_EXPIRED_REASON_PRUNED);
+  ASSERT_TRUE(stale.waitFinished(std::chrono::seconds(5)));
+  // A full sync still works and has all current state.
+  WatchRecorder fresh(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  ASSERT_TRUE(fresh.waitForVersion(25));
+  EXPECT_EQ(materialize(fresh.events()), databaseView(cp, "eu-1"));
+  // New changes after the pruned range still stream to an agent that is current.
+  WatchRecorder current(cp.channel(), cp.agentToken("eu-1"), "eu-1", 25);
+  ASSERT_TRUE(server.writer().put(bucket("new", "eu-1", "n")).ok());
+  ASSERT_TRUE(current.waitForVersion(26));
+}
+
+TEST(Feed, AFutureCursorIsRefusedExplicitly) {
+  TestControlPlane cp;
+  cp.startReplica();
+  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 99);
+  ASSERT_TRUE(agent.waitFor([](const auto& ev) { return !ev.empty(); }));
+  EXPECT_EQ(agent.events()[0].cursor_expired().reason(), cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION);
+}
+
+TEST(Feed, TwoReplicasEachDeliverEveryChange) {
+  TestControlPlane cp;
+  auto& a = cp.startReplica();
+  auto& b = cp.startReplica();
+  WatchRecorder on_a(cp.channel(0), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder on_b(cp.channel(1), cp.agentToken("eu-1"), "eu-1", 0);
+  ASSERT_TRUE(on_b.waitFor([](const auto& ev) { return !ev.empty(); }));
+  for (int i = 0; i < 50; ++i) {
+    ASSERT_TRUE(((i % 2) ? a : b).writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+  }
+  ASSERT_TRUE(on_a.waitForVersion(50));
+  ASSERT_TRUE(on_b.waitForVersion(50));
+  EXPECT_EQ(materialize(on_a.events()), materialize(on_b.events()));
+  EXPECT_EQ(materialize(on_b.events()).size(), 50u);
+}
+
+TEST(Feed, AnAgentResumesAfterTheControlPlaneRestartsAndMissesNothing) {
+  TestControlPlane cp;
+  auto& first = cp.startReplica();
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(first.writer().put(bucket(strCat("r", i), "eu-1", "1")).ok());
+  uint64_t resume_from = 0;
+  std::vector<WatchEvent> seen;
+  {
+    WatchRecorder agent(cp.channel(0), cp.agentToken("eu-1"), "eu-1", 0);
+    ASSERT_TRUE(agent.waitForVersion(20));
+    cp.stopReplica(0);
+    ASSERT_TRUE(agent.waitFinished(std::chrono::seconds(10)));
+    resume_from = agent.lastVersion();
+    seen = agent.events();
+  }
+  auto& second = cp.startReplica();
+  // Changes while the agent was away, and after.
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(second.writer().put(bucket(strCat("r", i), "eu-1", "2")).ok());
+  WatchRecorder agent(cp.channel(1), cp.agentToken("eu-1"), "eu-1", resume_from);
+  for (int i = 20; i < 30; ++i) ASSERT_TRUE(second.writer().put(bucket(strCat("r", i), "eu-1", "3")).ok());
+  ASSERT_TRUE(agent.waitForVersion(50));
+  auto after = agent.events();
+  seen.insert(seen.end(), after.begin(), after.end());
+  EXPECT_EQ(materialize(seen), databaseView(cp, "eu-1"));
+  std::set<uint64_t> versions;
+  for (const auto& e : after) {
+    EXPECT_FALSE(e.has_sync_begin());
+    if (e.has_change()) versions.insert(e.change().version());
+  }
+  EXPECT_EQ(versions.size(), 30u);
+  EXPECT_EQ(*versions.begin(), resume_from + 1);
+}
+
+TEST(Feed, FilteredAndIdleStreamsAdvanceOnBookmarks) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  WatchRecorder other_type(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {"sentinel"});
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+  // It gets none of the buckets, but learns that version 5 is behind it.
+  ASSERT_TRUE(other_type.waitForVersion(5));
+  for (const auto& e : other_type.events()) EXPECT_FALSE(e.has_change());
+  const size_t before = other_type.events().size();
+  ASSERT_TRUE(other_type.waitFor([&](const auto& ev) { return ev.size() > before; }, std::chrono::seconds(5)))
+      << "an idle stream gets periodic bookmarks";
+}
+
+TEST(Feed, ASlowAgentIsToldToResyncAndOthersAreUnaffected) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.stream_max_queued = 200; });
+  // A client that opens a stream and never reads: the transport window fills, the queue grows.
+  auto stub = cp.cluster();
+  auto stuck_context = TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
+  cluster::v1::WatchRequest request;
+  request.set_region("eu-1");
+  auto stuck = stub->Watch(stuck_context.get(), request);
+  WatchRecorder healthy(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  const std::string big(32 * 1024, 'x');
+  for (int i = 0; i < 400; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i % 50), "eu-1", big)).ok());
+  ASSERT_TRUE(healthy.waitForVersion(400, std::chrono::seconds(60)));
+  EXPECT_EQ(materialize(healthy.events()), databaseView(cp, "eu-1"));
+  // The stuck stream ends with an explicit resync request once read.
+  WatchEvent event;
+  bool told = false;
+  while (stuck->Read(&event)) {
+    if (event.has_cursor_expired()) {
+      told = event.cursor_expired().reason() == cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED;
+    }
+  }
+  EXPECT_TRUE(told);
+  EXPECT_TRUE(stuck->Finish().ok());
+}
+
+TEST(Feed, AuthenticationAndAuthorization) {
+  TestControlPlane cp;
+  cp.startReplica();
+  auto expectRefused = [&](const std::string& token, const std::string& region, grpc::StatusCode code,
+                           const std::string& message) {
+    WatchRecorder w(cp.channel(), token, region, 0);
+    ASSERT_TRUE(w.waitFinished(std::chrono::seconds(10)));
+    EXPECT_EQ(w.status().error_code(), code) << w.status().error_message();
+    EXPECT_THAT(w.status().error_message(), HasSubstr(message));
+    EXPECT_TRUE(w.events().empty());
+  };
+  expectRefused("", "eu-1", grpc::StatusCode::UNAUTHENTICATED, "missing agent token");
+  expectRefused("krane_agent_made_up", "eu-1", grpc::StatusCode::UNAUTHENTICATED, "unknown or revoked");
+  expectRefused(cp.agentToken("us-1"), "eu-1", grpc::StatusCode::PERMISSION_DENIED, "for region \"us-1\", not \"eu-1\"");
+  expectRefused(kOperatorToken, "eu-1", grpc::StatusCode::UNAUTHENTICATED, "unknown or revoked");
+
+  // A revoked token stops working.
+  api::AgentTokens tokens(cp.pool());
+  auto created = tokens.create("eu-1", "to revoke");
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(tokens.revoke(created->token.id).ok());
+  expectRefused(created->secret, "eu-1", grpc::StatusCode::UNAUTHENTICATED, "unknown or revoked");
+
+  // Reports too are checked per region.
+  auto stub = cp.cluster();
+  cluster::v1::ReportResourceStatusRequest report;
+  report.set_type(kType);
+  report.set_id("x");
+  report.set_region("eu-1");
+  report.set_phase(cluster::v1::RESOURCE_PHASE_READY);
+  cluster::v1::ReportResourceStatusResponse ignored;
+  EXPECT_EQ(stub->ReportResourceStatus(TestControlPlane::withToken(cp.agentToken("us-1")).get(), report, &ignored)
+                .error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(stub->ReportResourceStatus(TestControlPlane::withToken("").get(), report, &ignored).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  // The public API wants an operator token; an agent token is not one.
+  auto api = cp.resources();
+  krane::api::v1::ListResourcesRequest list;
+  krane::api::v1::ListResourcesResponse listed;
+  EXPECT_EQ(api->List(TestControlPlane::withToken("").get(), list, &listed).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(api->List(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), list, &listed).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(api->List(TestControlPlane::withToken(kOperatorToken).get(), list, &listed).ok());
+}
+
+TEST(Feed, ResourceApiValidatesAndRoundTrips) {
+  TestControlPlane cp;
+  cp.startReplica();
+  auto api = cp.resources();
+  auto call = [&](auto method, const auto& request, auto* response) {
+    return (api.get()->*method)(TestControlPlane::withToken(kOperatorToken).get(), request, response);
+  };
+  krane::api::v1::PutResourceRequest put;
+  krane::api::v1::PutResourceResponse put_response;
+  *put.mutable_resource() = bucket("b1", "eu-1", "hello");
+  ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Put, put, &put_response).ok());
+  EXPECT_TRUE(put_response.created());
+  EXPECT_EQ(put_response.version(), 1u);
+
+  krane::api::v1::GetResourceRequest get;
+  get.set_type(kType);
+  get.set_id("b1");
+  get.set_region("eu-1");
+  krane::api::v1::GetResourceResponse got;
+  ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Get, get, &got).ok());
+  EXPECT_EQ(got.resource().generic().spec(), "hello");
+
+  auto expectInvalid = [&](cluster::v1::Resource r, grpc::StatusCode code, const std::string& needle) {
+    krane::api::v1::PutResourceRequest bad;
+    *bad.mutable_resource() = std::move(r);
+    krane::api::v1::PutResourceResponse ignored;
+    auto status = call(&krane::api::v1::ResourceService::Stub::Put, bad, &ignored);
+    EXPECT_EQ(status.error_code(), code) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(needle));
+  };
+  expectInvalid(bucket("", "eu-1", "x"), grpc::StatusCode::INVALID_ARGUMENT, "resource.id: required");
+  expectInvalid(bucket("b2", "", "x"), grpc::StatusCode::INVALID_ARGUMENT, "resource.region: required");
+  expectInvalid(bucket("b2", "nowhere", "x"), grpc::StatusCode::NOT_FOUND, "region \"nowhere\" is not registered");
+  auto wrong_kind = bucket("b2", "eu-1", "x");
+  wrong_kind.set_type("sentinel");
+  expectInvalid(wrong_kind, grpc::StatusCode::INVALID_ARGUMENT, "sentinel");
+
+  get.set_id("missing");
+  EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::Get, get, &got).error_code(), grpc::StatusCode::NOT_FOUND);
+
+  for (int i = 0; i < 7; ++i) {
+    *put.mutable_resource() = bucket(strCat("p", i), i % 2 ? "eu-1" : "us-1", "x");
+    ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Put, put, &put_response).ok());
+  }
+  // Paging returns every resource once, in (type, region, id) order.
+  krane::api::v1::ListResourcesRequest list;
+  list.set_page_size(3);
+  std::vector<std::string> ids;
+  for (int pages = 0; pages < 10; ++pages) {
+    krane::api::v1::ListResourcesResponse page;
+    ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::List, list, &page).ok());
+    for (const auto& r : page.resources()) ids.push_back(strCat(r.region(), "/", r.id()));
+    if (page.next_page_token().empty()) break;
+    list.set_page_token(page.next_page_token());
+  }
+  EXPECT_THAT(ids, ::testing::ElementsAre("eu-1/b1", "eu-1/p1", "eu-1/p3", "eu-1/p5", "us-1/p0", "us-1/p2",
+                                          "us-1/p4", "us-1/p6"));
+  list.set_page_token("garbage");
+  krane::api::v1::ListResourcesResponse page;
+  EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::List, list, &page).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+
+  krane::api::v1::DeleteResourceRequest del;
+  del.set_type(kType);
+  del.set_id("b1");
+  del.set_region("eu-1");
+  krane::api::v1::DeleteResourceResponse deleted;
+  ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Delete, del, &deleted).ok());
+  EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::Delete, del, &deleted).error_code(),
+            grpc::StatusCode::NOT_FOUND);
+}
+
+TEST(Feed, WatchRequestsAreValidated) {
+  TestControlPlane cp;
+  cp.startReplica();
+  WatchRecorder bad_type(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {"no spaces allowed"});
+  ASSERT_TRUE(bad_type.waitFinished(std::chrono::seconds(10)));
+  EXPECT_EQ(bad_type.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad_type.status().error_message(), HasSubstr("resource_types[0]"));
+}
+
+TEST(Feed, MetricsAndHealthEndpoints) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  ASSERT_TRUE(server.writer().put(bucket("m", "eu-1", "x")).ok());
+  ASSERT_TRUE(agent.waitForVersion(1));
+  httplib::Client http("127.0.0.1", server.httpPort());
+  auto health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto ready = http.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200);
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body, HasSubstr("krane_feed_streams 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("krane_feed_events_sent_total"));
+  EXPECT_THAT(metrics->body, HasSubstr("krane_feed_full_syncs_total 1"));
+}
+
+}  // namespace
+}  // namespace krane

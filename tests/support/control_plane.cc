@@ -1,0 +1,156 @@
+#include "tests/support/control_plane.h"
+
+#include <gtest/gtest.h>
+
+#include "common/strings.h"
+#include "controlplane/api/auth.h"
+#include "controlplane/db/migrate.h"
+#include "tests/support/mariadb.h"
+
+namespace krane::testing {
+
+TestControlPlane::TestControlPlane(std::vector<std::string> regions) {
+  dsn_ = ScratchMariaDb::instance().freshDatabase();
+  auto pool = db::Pool::create(dsn_, {.max_connections = 8});
+  if (!pool.ok()) throw std::runtime_error(std::string(pool.status().message()));
+  pool_ = *pool;
+  auto migrated = db::Migrator(pool_, *db::builtinMigrations()).migrate();
+  if (!migrated.ok()) throw std::runtime_error(std::string(migrated.status().message()));
+  auto conn = pool_->acquire();
+  for (const auto& region : regions) {
+    auto st = (*conn)->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
+    if (!st.ok()) throw std::runtime_error(std::string(st.status().message()));
+  }
+}
+
+TestControlPlane::~TestControlPlane() {
+  for (auto& r : replicas_) {
+    if (r) r->stop();
+  }
+}
+
+ctrl::Server& TestControlPlane::startReplica(std::function<void(ctrl::CtrlConfig&)> adjust) {
+  ctrl::CtrlConfig config;
+  config.listen = "127.0.0.1:0";
+  config.http_listen = "127.0.0.1:0";
+  config.database.dsn = strCat("mysql://root@127.0.0.1:", dsn_.port, "/", dsn_.database);
+  config.auth.operator_tokens = {kOperatorToken};
+  config.auth.agent_token_cache = std::chrono::milliseconds(0);
+  config.feed.bookmark_interval = std::chrono::milliseconds(500);
+  if (adjust) adjust(config);
+  auto server = std::make_unique<ctrl::Server>(config);
+  auto st = server->start();
+  if (!st.ok()) throw std::runtime_error(std::string(st.message()));
+  replicas_.push_back(std::move(server));
+  return *replicas_.back();
+}
+
+void TestControlPlane::stopReplica(size_t index) { replicas_.at(index)->stop(); }
+
+std::string TestControlPlane::agentToken(const std::string& region) {
+  auto it = tokens_.find(region);
+  if (it != tokens_.end()) return it->second;
+  api::AgentTokens tokens(pool_);
+  auto created = tokens.create(region, "test");
+  if (!created.ok()) throw std::runtime_error(std::string(created.status().message()));
+  tokens_[region] = created->secret;
+  return created->secret;
+}
+
+std::shared_ptr<grpc::Channel> TestControlPlane::channel(size_t replica) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection, as a real agent has
+  return grpc::CreateCustomChannel(strCat("127.0.0.1:", replicas_.at(replica)->grpcPort()),
+                                   grpc::InsecureChannelCredentials(), args);
+}
+
+std::unique_ptr<krane::api::v1::ResourceService::Stub> TestControlPlane::resources(size_t replica) {
+  return krane::api::v1::ResourceService::NewStub(channel(replica));
+}
+std::unique_ptr<krane::api::v1::AgentService::Stub> TestControlPlane::agents(size_t replica) {
+  return krane::api::v1::AgentService::NewStub(channel(replica));
+}
+std::unique_ptr<cluster::v1::ClusterService::Stub> TestControlPlane::cluster(size_t replica) {
+  return cluster::v1::ClusterService::NewStub(channel(replica));
+}
+
+std::unique_ptr<grpc::ClientContext> TestControlPlane::withToken(const std::string& token, std::chrono::seconds deadline) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
+  context->set_deadline(std::chrono::system_clock::now() + deadline);
+  return context;
+}
+
+WatchRecorder::WatchRecorder(std::shared_ptr<grpc::Channel> channel, const std::string& token,
+                             const std::string& region, uint64_t version, std::vector<std::string> types)
+    : stub_(cluster::v1::ClusterService::NewStub(channel)) {
+  if (!token.empty()) context_.AddMetadata("authorization", "Bearer " + token);
+  cluster::v1::WatchRequest request;
+  request.set_region(region);
+  request.set_version(version);
+  request.set_agent_id("test-agent");
+  for (const auto& t : types) request.add_resource_types(t);
+  reader_ = std::thread([this, request] {
+    auto reader = stub_->Watch(&context_, request);
+    cluster::v1::WatchEvent event;
+    while (reader->Read(&event)) {
+      std::lock_guard lock(mutex_);
+      if (event.has_change()) last_version_ = std::max(last_version_, event.change().version());
+      if (event.has_bookmark()) last_version_ = std::max(last_version_, event.bookmark().version());
+      if (event.has_sync_end()) last_version_ = std::max(last_version_, event.sync_end().version());
+      events_.push_back(event);
+      changed_.notify_all();
+    }
+    grpc::Status status = reader->Finish();
+    std::lock_guard lock(mutex_);
+    status_ = status;
+    finished_ = true;
+    changed_.notify_all();
+  });
+}
+
+WatchRecorder::~WatchRecorder() {
+  cancel();
+  reader_.join();
+}
+
+void WatchRecorder::cancel() { context_.TryCancel(); }
+
+bool WatchRecorder::waitFor(const std::function<bool(const std::vector<cluster::v1::WatchEvent>&)>& pred,
+                            std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return pred(events_) || finished_; }) && pred(events_);
+}
+
+bool WatchRecorder::waitForVersion(uint64_t version, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return last_version_ >= version || finished_; }) &&
+         last_version_ >= version;
+}
+
+bool WatchRecorder::waitFinished(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return finished_; });
+}
+
+std::vector<cluster::v1::WatchEvent> WatchRecorder::events() {
+  std::lock_guard lock(mutex_);
+  return events_;
+}
+
+uint64_t WatchRecorder::lastVersion() {
+  std::lock_guard lock(mutex_);
+  return last_version_;
+}
+
+bool WatchRecorder::finished() {
+  std::lock_guard lock(mutex_);
+  return finished_;
+}
+
+grpc::Status WatchRecorder::status() {
+  std::lock_guard lock(mutex_);
+  return status_;
+}
+
+}  // namespace krane::testing
