@@ -6,6 +6,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "spdlog/spdlog.h"
 
 namespace krane::feed {
 namespace {
@@ -164,6 +165,10 @@ absl::StatusOr<std::vector<WriteResult>> Writer::transact(std::string_view name,
         return absl::OkStatus();
       },
       options));
+  for (const auto& r : results) {
+    spdlog::debug("feed: committed op={} region={} type={} id={} version={}", r.deleted ? "delete" : "apply",
+                  r.resource.region(), r.resource.type(), r.resource.id(), r.version);
+  }
   if (!results.empty()) {
     std::vector<std::string> regions;
     for (const auto& r : results) {

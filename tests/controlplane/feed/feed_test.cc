@@ -425,6 +425,112 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
             grpc::StatusCode::NOT_FOUND);
 }
 
+TEST(Feed, HeartbeatsMakeEachAgentsLagVisible) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  for (int i = 0; i < 7; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+  auto cluster = cp.cluster();
+  cluster::v1::HeartbeatRequest beat;
+  beat.set_agent_id("agent-a");
+  beat.set_region("eu-1");
+  beat.set_build_version("1.2.3");
+  beat.set_applied_version(4);
+  beat.set_is_leader(true);
+  cluster::v1::HeartbeatResponse answer;
+  ASSERT_TRUE(cluster->Heartbeat(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), beat, &answer).ok());
+  EXPECT_EQ(answer.latest_version(), 7u);
+
+  auto agents = cp.agents();
+  krane::api::v1::ListAgentsRequest request;
+  krane::api::v1::ListAgentsResponse response;
+  ASSERT_TRUE(agents->ListAgents(TestControlPlane::withToken(kOperatorToken).get(), request, &response).ok());
+  ASSERT_EQ(response.agents_size(), 1);
+  EXPECT_EQ(response.agents(0).agent_id(), "agent-a");
+  EXPECT_EQ(response.agents(0).lag(), 3u);
+  EXPECT_TRUE(response.agents(0).is_leader());
+  EXPECT_EQ(agents->ListAgents(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), request, &response).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST(Feed, CoreResourceTypesTravelWholeThroughTheApiAndTheStream) {
+  TestControlPlane cp;
+  cp.startReplica();
+  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  auto api = cp.resources();
+  std::vector<cluster::v1::Resource> sent(3);
+  auto& topology = sent[0];
+  topology.set_type("deployment_topology");
+  topology.set_id("dep_1");
+  topology.set_region("eu-1");
+  auto* t = topology.mutable_deployment_topology();
+  t->set_workspace_id("ws_1");
+  t->set_project_id("proj_1");
+  t->set_app_id("app_1");
+  t->set_environment_id("env_1");
+  t->set_image("registry.example.com/app:v1");
+  t->add_command("/app/server");
+  t->add_args("--port=8080");
+  auto* env = t->add_env();
+  env->set_name("MODE");
+  env->set_value("production");
+  t->set_port(8080);
+  t->mutable_healthcheck()->mutable_readiness()->set_path("/ready");
+  t->set_cpu_millicores(500);
+  t->set_memory_mib(256);
+  t->set_replicas(3);
+  t->set_shutdown_signal("SIGINT");
+  auto& sentinel = sent[1];
+  sentinel.set_type("sentinel");
+  sentinel.set_id("sen_1");
+  sentinel.set_region("eu-1");
+  auto* s = sentinel.mutable_sentinel();
+  s->set_workspace_id("ws_1");
+  s->set_project_id("proj_1");
+  s->set_app_id("app_1");
+  s->set_environment_id("env_1");
+  s->set_image("registry.example.com/sentinel:v7");
+  s->set_replicas(2);
+  s->set_cpu_millicores(250);
+  s->set_memory_mib(128);
+  auto& policy = sent[2];
+  policy.set_type("cilium_network_policy");
+  policy.set_id("cnp_1");
+  policy.set_region("eu-1");
+  auto* p = policy.mutable_cilium_network_policy();
+  p->set_workspace_id("ws_1");
+  p->set_project_id("proj_1");
+  p->set_environment_id("env_1");
+  p->set_policy_json(R"({"endpointSelector":{"matchLabels":{"app":"x"}}})");
+  for (const auto& resource : sent) {
+    krane::api::v1::PutResourceRequest put;
+    *put.mutable_resource() = resource;
+    krane::api::v1::PutResourceResponse response;
+    auto status = api->Put(TestControlPlane::withToken(kOperatorToken).get(), put, &response);
+    ASSERT_TRUE(status.ok()) << resource.type() << ": " << status.error_message();
+  }
+  ASSERT_TRUE(agent.waitForVersion(3));
+  std::map<std::string, cluster::v1::Resource> received;
+  for (const auto& e : agent.events()) {
+    if (e.has_change()) received[e.change().resource().type()] = e.change().resource();
+  }
+  ASSERT_EQ(received.size(), 3u);
+  EXPECT_EQ(received["deployment_topology"].deployment_topology().command(0), "/app/server");
+  EXPECT_EQ(received["deployment_topology"].deployment_topology().env(0).value(), "production");
+  EXPECT_EQ(received["deployment_topology"].deployment_topology().healthcheck().readiness().path(), "/ready");
+  EXPECT_EQ(received["deployment_topology"].deployment_topology().shutdown_signal(), "SIGINT");
+  EXPECT_EQ(received["sentinel"].sentinel().image(), "registry.example.com/sentinel:v7");
+  EXPECT_THAT(received["cilium_network_policy"].cilium_network_policy().policy_json(), HasSubstr("endpointSelector"));
+
+  // A topology with a bad field is refused naming it, and nothing is streamed for it.
+  krane::api::v1::PutResourceRequest bad;
+  *bad.mutable_resource() = topology;
+  bad.mutable_resource()->mutable_deployment_topology()->set_port(70000);
+  krane::api::v1::PutResourceResponse ignored;
+  auto refused = api->Put(TestControlPlane::withToken(kOperatorToken).get(), bad, &ignored);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(refused.error_message(), HasSubstr("deployment_topology.port"));
+}
+
 TEST(Feed, WatchRequestsAreValidated) {
   TestControlPlane cp;
   cp.startReplica();

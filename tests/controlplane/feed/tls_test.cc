@@ -1,0 +1,105 @@
+// TLS and mutual TLS on krane-ctrl's gRPC port, with certificates made by openssl for the test.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/strings.h"
+#include "tests/support/control_plane.h"
+#include "tests/support/process.h"
+
+namespace krane {
+namespace {
+
+using krane::testing::kOperatorToken;
+using krane::testing::TestControlPlane;
+
+std::string dir() { return std::getenv("TEST_TMPDIR"); }
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void openssl(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/openssl"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = krane::testing::runCommand(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+}
+
+// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
+void makeCertificates() {
+  const std::string d = dir();
+  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=krane-test-ca", "-keyout",
+           d + "/ca.key", "-out", d + "/ca.crt"});
+  std::ofstream(d + "/server.ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
+  for (const std::string name : {"server", "client"}) {
+    openssl({"req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=krane-" + name, "-keyout", d + "/" + name + ".key",
+             "-out", d + "/" + name + ".csr"});
+    std::vector<std::string> sign = {"x509", "-req", "-in", d + "/" + name + ".csr", "-CA", d + "/ca.crt", "-CAkey",
+                                     d + "/ca.key", "-CAcreateserial", "-days", "1", "-out", d + "/" + name + ".crt"};
+    if (name == "server") sign.insert(sign.end(), {"-extfile", d + "/server.ext"});
+    openssl(sign);
+  }
+}
+
+grpc::Status listWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int port) {
+  auto stub = krane::api::v1::ResourceService::NewStub(grpc::CreateChannel(strCat("127.0.0.1:", port), credentials));
+  krane::api::v1::ListResourcesRequest request;
+  krane::api::v1::ListResourcesResponse response;
+  return stub->List(TestControlPlane::withToken(kOperatorToken, std::chrono::seconds(5)).get(), request, &response);
+}
+
+TEST(Tls, ServerCertificateAndMutualTls) {
+  makeCertificates();
+  const std::string d = dir();
+  TestControlPlane cp;
+  auto& tls = cp.startReplica([&](ctrl::CtrlConfig& c) {
+    c.tls.cert_file = d + "/server.crt";
+    c.tls.key_file = d + "/server.key";
+  });
+  auto& mtls = cp.startReplica([&](ctrl::CtrlConfig& c) {
+    c.tls.cert_file = d + "/server.crt";
+    c.tls.key_file = d + "/server.key";
+    c.tls.client_ca_file = d + "/ca.crt";
+  });
+
+  grpc::SslCredentialsOptions trust;
+  trust.pem_root_certs = read(d + "/ca.crt");
+  grpc::SslCredentialsOptions trust_with_cert = trust;
+  trust_with_cert.pem_cert_chain = read(d + "/client.crt");
+  trust_with_cert.pem_private_key = read(d + "/client.key");
+
+  // TLS: a client trusting the CA gets through; a plaintext client does not.
+  EXPECT_TRUE(listWith(grpc::SslCredentials(trust), tls.grpcPort()).ok());
+  EXPECT_FALSE(listWith(grpc::InsecureChannelCredentials(), tls.grpcPort()).ok());
+  // A client that does not trust the server's CA refuses it.
+  grpc::SslCredentialsOptions wrong_ca;
+  wrong_ca.pem_root_certs = read(d + "/client.crt");
+  EXPECT_FALSE(listWith(grpc::SslCredentials(wrong_ca), tls.grpcPort()).ok());
+
+  // Mutual TLS: a client certificate signed by the CA is required.
+  EXPECT_TRUE(listWith(grpc::SslCredentials(trust_with_cert), mtls.grpcPort()).ok());
+  EXPECT_FALSE(listWith(grpc::SslCredentials(trust), mtls.grpcPort()).ok());
+}
+
+TEST(Tls, MissingCertificateFilesStopStartUpNamingThem) {
+  TestControlPlane cp;
+  ctrl::CtrlConfig config;
+  config.listen = "127.0.0.1:0";
+  config.http_listen = "127.0.0.1:0";
+  config.database.dsn = strCat("mysql://root@127.0.0.1:", cp.dsn().port, "/", cp.dsn().database);
+  config.tls.cert_file = "/nonexistent/server.crt";
+  config.tls.key_file = "/nonexistent/server.key";
+  ctrl::Server server(config);
+  auto status = server.start();
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(toStd(status.message())), ::testing::HasSubstr("cannot read tls.cert_file /nonexistent/server.crt"));
+}
+
+}  // namespace
+}  // namespace krane
