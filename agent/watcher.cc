@@ -1,0 +1,144 @@
+#include "agent/watcher.h"
+
+#include "spdlog/spdlog.h"
+
+namespace krane::agent {
+
+Watcher::Watcher(std::shared_ptr<grpc::Channel> channel, WatcherOptions options, ChangeSink& sink,
+                 std::function<uint64_t()> resume_from)
+    : stub_(cluster::v1::ClusterService::NewStub(std::move(channel))),
+      options_(std::move(options)),
+      sink_(sink),
+      resume_from_(std::move(resume_from)) {}
+
+Watcher::~Watcher() { stop(); }
+
+void Watcher::start() {
+  thread_ = std::thread([this] { run(); });
+}
+
+void Watcher::stop() {
+  stopping_ = true;
+  {
+    std::lock_guard lock(mutex_);
+    if (context_ != nullptr) context_->TryCancel();
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Watcher::requestResync() {
+  resync_ = true;
+  std::lock_guard lock(mutex_);
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+WatcherStats Watcher::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void Watcher::run() {
+  Backoff backoff(options_.reconnect);
+  while (!stopping_) {
+    const bool due = options_.resync_interval.count() > 0 &&
+                     last_sync_ != std::chrono::steady_clock::time_point{} &&
+                     std::chrono::steady_clock::now() - last_sync_ > options_.resync_interval;
+    const uint64_t version = (resync_.exchange(false) || due) ? 0 : resume_from_();
+    const auto started = std::chrono::steady_clock::now();
+    const bool expired = streamOnce(version);
+    if (stopping_) break;
+    if (expired) {
+      resync_ = true;
+      backoff.reset();
+      continue;  // at once: the server told us to start over
+    }
+    // A stream that lived a while was healthy: start the backoff over.
+    if (std::chrono::steady_clock::now() - started > std::chrono::seconds(30)) backoff.reset();
+    std::unique_lock lock(mutex_);
+    wake_.wait_for(lock, backoff.next(), [&] { return stopping_.load(); });
+  }
+}
+
+bool Watcher::streamOnce(uint64_t version) {
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer " + options_.token);
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return false;
+    context_ = &context;
+    ++stats_.connects;
+  }
+  cluster::v1::WatchRequest request;
+  request.set_region(options_.region);
+  request.set_version(version);
+  request.set_agent_id(options_.agent_id);
+  for (const auto& t : options_.resource_types) request.add_resource_types(t);
+  spdlog::info("agent: watching region={} from version={}{}", options_.region, version,
+               version == 0 ? " (full sync)" : "");
+
+  auto reader = stub_->Watch(&context, request);
+  cluster::v1::WatchEvent event;
+  bool in_sync = false;
+  bool expired = false;
+  const auto resync_deadline = std::chrono::steady_clock::now() + options_.resync_interval;
+  while (reader->Read(&event)) {
+    switch (event.event_case()) {
+      case cluster::v1::WatchEvent::kSyncBegin:
+        in_sync = true;
+        sink_.syncBegin(event.sync_begin().snapshot_version());
+        break;
+      case cluster::v1::WatchEvent::kChange: {
+        {
+          std::lock_guard lock(mutex_);
+          ++stats_.changes;
+        }
+        sink_.change(event.change(), in_sync);
+        break;
+      }
+      case cluster::v1::WatchEvent::kSyncEnd: {
+        in_sync = false;
+        sink_.syncEnd(event.sync_end().version());
+        std::lock_guard lock(mutex_);
+        ++stats_.full_syncs;
+        last_sync_ = std::chrono::steady_clock::now();
+        break;
+      }
+      case cluster::v1::WatchEvent::kBookmark:
+        sink_.bookmark(event.bookmark().version());
+        break;
+      case cluster::v1::WatchEvent::kCursorExpired: {
+        spdlog::warn("agent: cursor expired region={} reason=\"{}\": full sync now",
+                     options_.region, event.cursor_expired().message());
+        std::lock_guard lock(mutex_);
+        ++stats_.cursor_expired;
+        expired = true;
+        break;
+      }
+      default:
+        // An event this agent does not know is an error, never silently skipped.
+        spdlog::error("agent: unknown watch event case {}; reconnecting",
+                      static_cast<int>(event.event_case()));
+        context.TryCancel();
+        break;
+    }
+    if (options_.resync_interval.count() > 0 && !in_sync &&
+        std::chrono::steady_clock::now() > resync_deadline) {
+      resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
+      context.TryCancel();
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  {
+    std::lock_guard lock(mutex_);
+    context_ = nullptr;
+    if (!status.ok() && !stopping_) stats_.last_error = status.error_message();
+  }
+  if (!status.ok() && !stopping_ && status.error_code() != grpc::StatusCode::CANCELLED) {
+    spdlog::warn("agent: watch stream ended region={} code={} error=\"{}\"", options_.region,
+                 static_cast<int>(status.error_code()), status.error_message());
+  }
+  return expired;
+}
+
+}  // namespace krane::agent

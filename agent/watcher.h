@@ -1,0 +1,88 @@
+// Streams the region's changes from krane-ctrl and hands them to the dispatcher.
+//
+// Resumes from the durable watermark (so a restarted agent does not resync), does a full sync
+// when it has no cursor, when the server says the cursor expired, and every `resync_interval`,
+// and reconnects with jittered backoff when the stream breaks. It never advances the cursor
+// itself: the sink acknowledges what was applied and the watermark follows (watermark.h).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/backoff.h"
+#include "krane/cluster/v1/cluster.grpc.pb.h"
+
+namespace krane::agent {
+
+// Receives the stream in order, on the watcher's thread. Calls may block to push back.
+class ChangeSink {
+ public:
+  virtual ~ChangeSink() = default;
+  virtual void syncBegin(uint64_t snapshot_version) = 0;
+  // A change; during a sync, the resources of the snapshot (as APPLY changes).
+  virtual void change(const cluster::v1::Change& change, bool in_sync) = 0;
+  virtual void syncEnd(uint64_t version) = 0;
+  virtual void bookmark(uint64_t version) = 0;
+};
+
+struct WatcherOptions {
+  std::string region;
+  std::string agent_id;
+  std::string token;
+  std::vector<std::string> resource_types;  // empty: all
+  std::chrono::seconds resync_interval{300};
+  BackoffPolicy reconnect{std::chrono::milliseconds(1000), 2.0, std::chrono::milliseconds(5000),
+                          0.8};
+};
+
+struct WatcherStats {
+  uint64_t connects = 0;
+  uint64_t full_syncs = 0;
+  uint64_t cursor_expired = 0;
+  uint64_t changes = 0;
+  std::string last_error;
+};
+
+class Watcher {
+ public:
+  // `resume_from` returns the durable watermark (0: full sync) each time the watcher connects.
+  Watcher(std::shared_ptr<grpc::Channel> channel, WatcherOptions options, ChangeSink& sink,
+          std::function<uint64_t()> resume_from);
+  ~Watcher();
+
+  void start();
+  void stop();
+  // Forces a full sync on the next connection.
+  void requestResync();
+  WatcherStats stats() const;
+
+ private:
+  void run();
+  // One stream, until it ends; returns whether it ended asking for a resync.
+  bool streamOnce(uint64_t version);
+
+  std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;
+  WatcherOptions options_;
+  ChangeSink& sink_;
+  std::function<uint64_t()> resume_from_;
+
+  std::atomic<bool> stopping_{false};
+  std::atomic<bool> resync_{false};
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  grpc::ClientContext* context_ = nullptr;  // of the open stream, for cancellation
+  std::chrono::steady_clock::time_point last_sync_{};
+  WatcherStats stats_;
+  std::thread thread_;
+};
+
+}  // namespace krane::agent

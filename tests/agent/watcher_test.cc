@@ -1,0 +1,169 @@
+// The agent's watcher against a real krane-ctrl on a real MariaDB.
+#include "agent/watcher.h"
+
+#include <map>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/watermark.h"
+#include "common/strings.h"
+#include "controlplane/feed/cleanup.h"
+#include "controlplane/feed/tables.h"
+#include "tests/support/control_plane.h"
+
+namespace krane::agent {
+namespace {
+
+using krane::testing::TestControlPlane;
+
+cluster::v1::Resource bucket(const std::string& id, const std::string& spec) {
+  cluster::v1::Resource r;
+  r.set_type("example.krane.dev/bucket");
+  r.set_id(id);
+  r.set_region("eu-1");
+  r.mutable_generic()->set_spec(spec);
+  return r;
+}
+
+// Applies at once and acknowledges, like a trivially fast plugin, keeping a view of the state.
+class RecordingSink : public ChangeSink {
+ public:
+  void syncBegin(uint64_t) override {
+    std::lock_guard lock(mutex_);
+    ++syncs;
+    seen.clear();
+    watermark.syncBegin();
+  }
+  void change(const cluster::v1::Change& c, bool in_sync) override {
+    std::lock_guard lock(mutex_);
+    if (in_sync) {
+      watermark.syncReceived();
+    } else {
+      watermark.received(c.version());
+    }
+    if (c.op() == cluster::v1::CHANGE_OP_APPLY) {
+      seen[c.resource().id()] = c.resource().generic().spec();
+    } else {
+      seen.erase(c.resource().id());
+    }
+    if (in_sync) {
+      watermark.syncAcknowledged();
+    } else {
+      watermark.acknowledged(c.version());
+    }
+  }
+  void syncEnd(uint64_t version) override { watermark.syncEnd(version); }
+  void bookmark(uint64_t version) override { watermark.bookmark(version); }
+
+  bool waitFor(uint64_t version, std::chrono::seconds timeout = std::chrono::seconds(30)) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (watermark.watermark() < version) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+  }
+  std::map<std::string, std::string> view() {
+    std::lock_guard lock(mutex_);
+    return seen;
+  }
+  int syncCount() {
+    std::lock_guard lock(mutex_);
+    return syncs;
+  }
+
+  WatermarkTracker watermark;
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::string> seen;
+  int syncs = 0;
+};
+
+WatcherOptions options(TestControlPlane& cp) {
+  WatcherOptions o;
+  o.region = "eu-1";
+  o.agent_id = "test";
+  o.token = cp.agentToken("eu-1");
+  o.reconnect = {std::chrono::milliseconds(50), 2.0, std::chrono::milliseconds(200), 0.5};
+  return o;
+}
+
+TEST(Watcher, SyncsThenFollowsAndResumesAfterAControlPlaneRestartWithoutResync) {
+  TestControlPlane cp;
+  cp.startReplica([](ctrl::CtrlConfig& c) { c.listen = "127.0.0.1:0"; });
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(cp.replica(0).writer().put(bucket(strCat("b", i), "1")).ok());
+  // A fixed port, so that the restarted control plane is found at the same address.
+  const int port = cp.replica(0).grpcPort();
+  RecordingSink sink;
+  Watcher watcher(cp.channel(0), options(cp), sink, [&] { return sink.watermark.watermark(); });
+  watcher.start();
+  ASSERT_TRUE(sink.waitFor(5));
+  EXPECT_EQ(sink.syncCount(), 1);
+  ASSERT_TRUE(cp.replica(0).writer().put(bucket("b0", "2")).ok());
+  ASSERT_TRUE(sink.waitFor(6));
+
+  cp.stopReplica(0);
+  auto& second =
+      cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
+  for (int i = 5; i < 10; ++i) ASSERT_TRUE(second.writer().put(bucket(strCat("b", i), "1")).ok());
+  ASSERT_TRUE(sink.waitFor(11));
+  EXPECT_EQ(sink.syncCount(), 1) << "resumed from the watermark, no full sync";
+  EXPECT_GE(watcher.stats().connects, 2u);
+  EXPECT_EQ(sink.view().size(), 10u);
+  EXPECT_EQ(sink.view().at("b0"), "2");
+  watcher.stop();
+}
+
+TEST(Watcher, ResyncsAtOnceWhenTheCursorExpired) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "1")).ok());
+  feed::Cleanup cleanup(cp.pool(), std::make_shared<feed::ResourceTables>(), {});
+  ASSERT_TRUE(cleanup.runOnce(std::chrono::system_clock::now() + std::chrono::hours(24 * 8)).ok());
+  RecordingSink sink;
+  Watcher watcher(cp.channel(), options(cp), sink, [] { return uint64_t{3}; });  // an old cursor
+  watcher.start();
+  ASSERT_TRUE(sink.waitFor(10));
+  EXPECT_EQ(watcher.stats().cursor_expired, 1u);
+  EXPECT_EQ(sink.syncCount(), 1);
+  EXPECT_EQ(sink.view().size(), 10u);
+  watcher.stop();
+}
+
+TEST(Watcher, ResyncsPeriodically) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  ASSERT_TRUE(server.writer().put(bucket("b", "1")).ok());
+  RecordingSink sink;
+  auto o = options(cp);
+  o.resync_interval = std::chrono::seconds(1);
+  Watcher watcher(cp.channel(), o, sink, [&] { return sink.watermark.watermark(); });
+  watcher.start();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (sink.syncCount() < 2 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(sink.syncCount(), 2);
+  watcher.stop();
+}
+
+TEST(Watcher, ABadTokenKeepsRetryingAndSaysWhy) {
+  TestControlPlane cp;
+  cp.startReplica();
+  RecordingSink sink;
+  auto o = options(cp);
+  o.token = "krane_agent_wrong";
+  Watcher watcher(cp.channel(), o, sink, [] { return uint64_t{0}; });
+  watcher.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_GE(watcher.stats().connects, 2u);
+  EXPECT_THAT(watcher.stats().last_error, ::testing::HasSubstr("unknown or revoked agent token"));
+  EXPECT_EQ(sink.syncCount(), 0);
+  watcher.stop();
+}
+
+}  // namespace
+}  // namespace krane::agent
