@@ -1,0 +1,127 @@
+// Hands each change to the plugin that owns its resource type.
+//
+// - Changes of one resource are applied in order; different resources in parallel, with a fixed
+//   number of workers per plugin.
+// - A change older than what was already applied for its resource is skipped (the ledger keeps
+//   the last applied version of every resource, durably).
+// - A failing change is retried with backoff; after `max_attempts` it is parked: recorded in
+//   the ledger, reported as a failed apply, and acknowledged so that it does not hold back the
+//   watermark or other resources. It is applied again by the next full sync.
+// - A change of a type no plugin owns is an error, parked and reported, never skipped silently.
+// - After a full sync, each plugin is told which of its resources the sync contained, so it can
+//   delete what it manages and the sync did not mention.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "agent/watcher.h"
+#include "agent/watermark.h"
+#include "common/backoff.h"
+#include "krane/cluster/v1/cluster.pb.h"
+
+namespace krane::agent {
+
+// A plugin as the dispatcher sees it: in process, or a host process over ZeroMQ. Calls for
+// different resources may come from several threads at once.
+class PluginEndpoint {
+ public:
+  virtual ~PluginEndpoint() = default;
+  virtual std::string name() const = 0;
+  virtual std::vector<std::string> resourceTypes() const = 0;
+  // APPLY or DELETE; UNAVAILABLE/ABORTED/DEADLINE_EXCEEDED are retried, others count as failures
+  // that are retried too, up to max_attempts (a plugin cannot know whether the cluster recovers).
+  virtual absl::Status handle(const cluster::v1::Change& change) = 0;
+  virtual absl::Status syncBegin(uint64_t snapshot_version) = 0;
+  // `ids` by type: every resource of this plugin's types that the sync contained.
+  virtual absl::Status syncEnd(uint64_t version,
+                               const std::map<std::string, std::set<std::string>>& ids) = 0;
+};
+
+// The durable record of what was applied and what was parked (the cursor store).
+class ResourceLedger {
+ public:
+  virtual ~ResourceLedger() = default;
+  // False when `version` is not newer than what was applied for the resource.
+  virtual bool shouldApply(const std::string& type, const std::string& id, uint64_t version) = 0;
+  virtual void recordApplied(const std::string& type, const std::string& id, uint64_t version) = 0;
+  virtual void forget(const std::string& type, const std::string& id) = 0;
+  virtual void park(const std::string& type, const std::string& id, uint64_t version, int attempts,
+                    const std::string& error) = 0;
+  virtual void unpark(const std::string& type, const std::string& id) = 0;
+};
+
+// Where failed applies are reported (the reporter, towards krane-ctrl).
+using FailureReporter =
+    std::function<void(const cluster::v1::Change& change, const absl::Status& error, int attempts)>;
+
+struct DispatcherOptions {
+  size_t workers_per_plugin = 4;
+  int max_attempts = 5;
+  BackoffPolicy retry{std::chrono::milliseconds(100), 2.0, std::chrono::milliseconds(5000), 0.5};
+  // Changes queued per plugin before the watcher is made to wait.
+  size_t max_queued = 10000;
+};
+
+struct DispatcherStats {
+  uint64_t applied = 0;
+  uint64_t skipped_stale = 0;
+  uint64_t retried = 0;
+  uint64_t parked = 0;
+  uint64_t unowned = 0;
+};
+
+class Dispatcher final : public ChangeSink {
+ public:
+  Dispatcher(std::vector<std::shared_ptr<PluginEndpoint>> plugins, ResourceLedger& ledger,
+             WatermarkTracker& watermark, FailureReporter report, DispatcherOptions options = {});
+  ~Dispatcher() override;
+
+  // ChangeSink (called by the watcher's thread)
+  void syncBegin(uint64_t snapshot_version) override;
+  void change(const cluster::v1::Change& change, bool in_sync) override;
+  void syncEnd(uint64_t version) override;
+  void bookmark(uint64_t version) override;
+
+  // Waits until nothing is queued or being applied (tests, shutdown).
+  void drain();
+  DispatcherStats stats() const;
+
+ private:
+  struct Work {
+    cluster::v1::Change change;
+    bool in_sync = false;
+  };
+  struct Lane;  // one plugin: its queue per resource and its workers
+
+  void work(Lane& lane);
+  void applyOne(Lane& lane, const Work& work);
+  void finish(const Work& work);
+
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  std::map<std::string, Lane*> by_type_;
+  ResourceLedger& ledger_;
+  WatermarkTracker& watermark_;
+  FailureReporter report_;
+  DispatcherOptions options_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable idle_;
+  size_t in_flight_ = 0;
+  bool stopping_ = false;
+  // Resources named by the running full sync, by type, for garbage collection.
+  std::map<std::string, std::set<std::string>> sync_ids_;
+  DispatcherStats stats_;
+};
+
+}  // namespace krane::agent

@@ -1,0 +1,193 @@
+#include "agent/dispatcher.h"
+
+#include <random>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/strings.h"
+
+namespace krane::agent {
+namespace {
+
+cluster::v1::Change change(const std::string& type, const std::string& id, uint64_t version,
+                           cluster::v1::ChangeOp op = cluster::v1::CHANGE_OP_APPLY) {
+  cluster::v1::Change c;
+  c.set_op(op);
+  c.set_version(version);
+  auto* r = c.mutable_resource();
+  r->set_type(type);
+  r->set_id(id);
+  r->set_region("eu-1");
+  r->set_version(version);
+  return c;
+}
+
+class MemoryLedger : public ResourceLedger {
+ public:
+  bool shouldApply(const std::string& type, const std::string& id, uint64_t version) override {
+    std::lock_guard lock(mutex);
+    auto it = applied.find(type + "/" + id);
+    return it == applied.end() || version > it->second;
+  }
+  void recordApplied(const std::string& type, const std::string& id, uint64_t version) override {
+    std::lock_guard lock(mutex);
+    auto& v = applied[type + "/" + id];
+    v = std::max(v, version);
+  }
+  void forget(const std::string& type, const std::string& id) override {
+    std::lock_guard lock(mutex);
+    applied.erase(type + "/" + id);
+  }
+  void park(const std::string& type, const std::string& id, uint64_t version, int,
+            const std::string& error) override {
+    std::lock_guard lock(mutex);
+    parked[type + "/" + id] = strCat(version, ": ", error);
+  }
+  void unpark(const std::string& type, const std::string& id) override {
+    std::lock_guard lock(mutex);
+    parked.erase(type + "/" + id);
+  }
+  std::mutex mutex;
+  std::map<std::string, uint64_t> applied;
+  std::map<std::string, std::string> parked;
+};
+
+class FakePlugin : public PluginEndpoint {
+ public:
+  explicit FakePlugin(std::vector<std::string> types) : types_(std::move(types)) {}
+  std::string name() const override { return "fake"; }
+  std::vector<std::string> resourceTypes() const override { return types_; }
+  absl::Status handle(const cluster::v1::Change& c) override {
+    const int now = ++concurrent;
+    int seen = max_concurrent.load();
+    while (now > seen && !max_concurrent.compare_exchange_weak(seen, now)) {
+    }
+    if (delay.count() > 0) std::this_thread::sleep_for(delay * (c.version() % 3));
+    --concurrent;
+    std::lock_guard lock(mutex);
+    if (c.resource().id().rfind("poison", 0) == 0) {
+      ++poison_attempts;
+      return absl::UnavailableError("the cluster refuses it");
+    }
+    order[c.resource().id()].push_back(c.version());
+    return absl::OkStatus();
+  }
+  absl::Status syncBegin(uint64_t) override { return absl::OkStatus(); }
+  absl::Status syncEnd(uint64_t, const std::map<std::string, std::set<std::string>>& ids) override {
+    std::lock_guard lock(mutex);
+    gc_ids = ids;
+    return absl::OkStatus();
+  }
+
+  std::chrono::milliseconds delay{0};
+  std::atomic<int> concurrent{0};
+  std::atomic<int> max_concurrent{0};
+  std::mutex mutex;
+  std::map<std::string, std::vector<uint64_t>> order;
+  std::map<std::string, std::set<std::string>> gc_ids;
+  int poison_attempts = 0;
+
+ private:
+  std::vector<std::string> types_;
+};
+
+struct Fixture {
+  explicit Fixture(DispatcherOptions options = {}) {
+    plugin = std::make_shared<FakePlugin>(std::vector<std::string>{"bucket"});
+    options.retry = {std::chrono::milliseconds(1), 2.0, std::chrono::milliseconds(5), 0.5};
+    dispatcher = std::make_unique<Dispatcher>(
+        std::vector<std::shared_ptr<PluginEndpoint>>{plugin}, ledger, watermark,
+        [this](const cluster::v1::Change& c, const absl::Status& s, int attempts) {
+          std::lock_guard lock(mutex);
+          reports.push_back(
+              strCat(c.resource().id(), " attempts=", attempts, " ", toStd(s.message())));
+        },
+        options);
+  }
+  std::shared_ptr<FakePlugin> plugin;
+  MemoryLedger ledger;
+  WatermarkTracker watermark;
+  std::mutex mutex;
+  std::vector<std::string> reports;
+  std::unique_ptr<Dispatcher> dispatcher;
+};
+
+TEST(Dispatcher, OneResourceInOrderDifferentResourcesInParallel) {
+  Fixture f({.workers_per_plugin = 4});
+  f.plugin->delay = std::chrono::milliseconds(1);
+  std::mt19937 rng(3);
+  std::map<std::string, std::vector<uint64_t>> expected;
+  for (uint64_t v = 1; v <= 400; ++v) {
+    const std::string id = strCat("r", rng() % 8);
+    expected[id].push_back(v);
+    f.dispatcher->change(change("bucket", id, v), false);
+  }
+  f.dispatcher->drain();
+  EXPECT_EQ(f.plugin->order, expected);
+  EXPECT_GT(f.plugin->max_concurrent.load(), 1);
+  EXPECT_EQ(f.watermark.watermark(), 400u);
+  EXPECT_EQ(f.dispatcher->stats().applied, 400u);
+}
+
+TEST(Dispatcher, AnOlderVersionAfterANewerOneIsIgnored) {
+  Fixture f;
+  f.dispatcher->change(change("bucket", "a", 10), false);
+  f.dispatcher->drain();
+  f.dispatcher->change(change("bucket", "a", 7), false);  // late, older
+  f.dispatcher->drain();
+  EXPECT_THAT(f.plugin->order["a"], ::testing::ElementsAre(10));
+  EXPECT_EQ(f.dispatcher->stats().skipped_stale, 1u);
+  EXPECT_EQ(f.watermark.watermark(), 10u);  // the late 7 does not move it back
+}
+
+TEST(Dispatcher, APoisonEventIsParkedAndReportedWhileOthersFlow) {
+  Fixture f({.workers_per_plugin = 2, .max_attempts = 3});
+  f.dispatcher->change(change("bucket", "good-1", 1), false);
+  f.dispatcher->change(change("bucket", "poison-1", 2), false);
+  f.dispatcher->change(change("bucket", "good-2", 3), false);
+  f.dispatcher->drain();
+  EXPECT_EQ(f.plugin->poison_attempts, 3);
+  EXPECT_EQ(f.plugin->order.size(), 2u);
+  ASSERT_EQ(f.reports.size(), 1u);
+  EXPECT_THAT(f.reports[0], ::testing::HasSubstr("poison-1 attempts=3 the cluster refuses it"));
+  EXPECT_THAT(f.ledger.parked["bucket/poison-1"],
+              ::testing::HasSubstr("2: the cluster refuses it"));
+  EXPECT_EQ(f.watermark.watermark(), 3u);  // parked, so it does not hold the cursor back
+  EXPECT_EQ(f.dispatcher->stats().parked, 1u);
+}
+
+TEST(Dispatcher, AChangeNoPluginOwnsIsParkedAndReportedNotSkipped) {
+  Fixture f;
+  f.dispatcher->change(change("unknown.example/thing", "x", 1), false);
+  f.dispatcher->drain();
+  ASSERT_EQ(f.reports.size(), 1u);
+  EXPECT_THAT(f.reports[0], ::testing::HasSubstr(
+                                "no loaded plugin owns resource type \"unknown.example/thing\""));
+  EXPECT_EQ(f.ledger.parked.count("unknown.example/thing/x"), 1u);
+  EXPECT_EQ(f.dispatcher->stats().unowned, 1u);
+}
+
+TEST(Dispatcher, AfterASyncEachPluginLearnsWhatTheSyncContained) {
+  Fixture f;
+  f.dispatcher->syncBegin(5);
+  f.dispatcher->change(change("bucket", "a", 2), true);
+  f.dispatcher->change(change("bucket", "b", 5), true);
+  f.dispatcher->syncEnd(5);
+  EXPECT_THAT(f.plugin->gc_ids["bucket"], ::testing::ElementsAre("a", "b"));
+  EXPECT_EQ(f.watermark.watermark(), 5u);
+}
+
+TEST(Dispatcher, ADeleteForgetsTheResourceSoItCanComeBack) {
+  Fixture f;
+  f.dispatcher->change(change("bucket", "a", 1), false);
+  f.dispatcher->change(change("bucket", "a", 2, cluster::v1::CHANGE_OP_DELETE), false);
+  f.dispatcher->drain();
+  EXPECT_EQ(f.ledger.applied.count("bucket/a"), 0u);
+  f.dispatcher->change(change("bucket", "a", 3), false);
+  f.dispatcher->drain();
+  EXPECT_THAT(f.plugin->order["a"], ::testing::ElementsAre(1, 2, 3));
+}
+
+}  // namespace
+}  // namespace krane::agent
