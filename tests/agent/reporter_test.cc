@@ -1,0 +1,137 @@
+// The reporter against a real krane-ctrl: delivery, coalescing during an outage, the memory
+// bound, the circuit breaker, heartbeats.
+#include "agent/reporter.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/strings.h"
+#include "tests/support/control_plane.h"
+
+namespace krane::agent {
+namespace {
+
+using krane::testing::TestControlPlane;
+
+cluster::v1::ReportResourceStatusRequest status(const std::string& id, const std::string& message) {
+  cluster::v1::ReportResourceStatusRequest r;
+  r.set_type("example.krane.dev/bucket");
+  r.set_id(id);
+  r.set_region("eu-1");
+  r.set_phase(cluster::v1::RESOURCE_PHASE_READY);
+  r.set_message(message);
+  return r;
+}
+
+std::string storedMessage(TestControlPlane& cp, const std::string& id) {
+  auto rows = (*cp.pool()->acquire())
+                  ->query("SELECT message FROM resource_status WHERE resource_id = ?", {id});
+  return rows->empty() ? "" : rows->rows[0].str(0);
+}
+
+ReporterOptions options(TestControlPlane& cp) {
+  ReporterOptions o;
+  o.region = "eu-1";
+  o.agent_id = "agent-1";
+  o.token = cp.agentToken("eu-1");
+  o.build_version = "test";
+  o.retry = {std::chrono::milliseconds(20), 2.0, std::chrono::milliseconds(100), 0.5};
+  o.rpc_timeout = std::chrono::milliseconds(500);
+  return o;
+}
+
+bool eventually(const std::function<bool()>& pred,
+                std::chrono::seconds timeout = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
+}
+
+TEST(Reporter, CoalescesDuringAnOutageAndDeliversTheLatestAfterIt) {
+  TestControlPlane cp;
+  cp.startReplica();
+  const int port = cp.replica(0).grpcPort();
+  auto o = options(cp);
+  o.breaker_failures = 3;
+  o.breaker_cooldown = std::chrono::milliseconds(300);
+  Reporter reporter(cp.channel(0), o, [](cluster::v1::HeartbeatRequest&) {});
+  reporter.start();
+  reporter.report(status("a", "first"));
+  ASSERT_TRUE(eventually([&] { return storedMessage(cp, "a") == "first"; }));
+
+  cp.stopReplica(0);
+  for (int i = 0; i < 100; ++i) reporter.report(status("a", strCat("update ", i)));
+  ASSERT_TRUE(eventually([&] { return reporter.stats().breaker_opened > 0; }))
+      << "the breaker opens while it is down";
+  EXPECT_EQ(reporter.stats().pending, 1u);  // one report per resource, however many updates
+  EXPECT_GE(reporter.stats().coalesced, 99u);
+
+  cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
+  ASSERT_TRUE(eventually([&] { return storedMessage(cp, "a") == "update 99"; }));
+  EXPECT_EQ(reporter.stats().pending, 0u);
+  reporter.stop();
+}
+
+TEST(Reporter, MemoryIsBoundedByMaxPending) {
+  TestControlPlane cp;  // no server: nothing can be sent
+  ReporterOptions o;
+  o.max_pending = 10;
+  o.token = "x";
+  o.rpc_timeout = std::chrono::milliseconds(100);
+  Reporter reporter(grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()), o,
+                    [](cluster::v1::HeartbeatRequest&) {});
+  for (int i = 0; i < 15; ++i) reporter.report(status(strCat("r", i), "x"));
+  EXPECT_EQ(reporter.stats().pending, 10u);
+  EXPECT_EQ(reporter.stats().dropped, 5u);
+}
+
+TEST(Reporter, InvalidReportsAreNotRetriedForever) {
+  TestControlPlane cp;
+  cp.startReplica();
+  Reporter reporter(cp.channel(), options(cp), [](cluster::v1::HeartbeatRequest&) {});
+  reporter.start();
+  auto wrong = status("a", "x");
+  wrong.set_region("us-1");  // this token is for eu-1
+  reporter.report(wrong);
+  reporter.report(status("b", "fine"));
+  ASSERT_TRUE(eventually([&] { return storedMessage(cp, "b") == "fine"; }));
+  ASSERT_TRUE(eventually([&] { return reporter.stats().rejected == 1; }));
+  EXPECT_EQ(reporter.stats().pending, 0u);
+  reporter.stop();
+}
+
+TEST(Reporter, HeartbeatsCarryTheWatermark) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  for (int i = 0; i < 6; ++i) {
+    cluster::v1::Resource r;
+    r.set_type("example.krane.dev/bucket");
+    r.set_id(strCat("b", i));
+    r.set_region("eu-1");
+    r.mutable_generic();
+    ASSERT_TRUE(server.writer().put(r).ok());
+  }
+  std::atomic<uint64_t> applied{2};
+  Reporter reporter(cp.channel(), options(cp), [&](cluster::v1::HeartbeatRequest& beat) {
+    beat.set_applied_version(applied);
+    beat.set_is_leader(true);
+  });
+  reporter.start();
+  reporter.beatNow();
+  auto lag = [&]() -> int64_t {
+    auto rows = (*cp.pool()->acquire())
+                    ->query("SELECT applied_version FROM agents WHERE agent_id = 'agent-1'", {});
+    return rows->empty() ? -1 : static_cast<int64_t>(rows->rows[0].u64(0));
+  };
+  ASSERT_TRUE(eventually([&] { return lag() == 2; }));
+  applied = 6;
+  reporter.beatNow();
+  ASSERT_TRUE(eventually([&] { return lag() == 6; }));
+  reporter.stop();
+}
+
+}  // namespace
+}  // namespace krane::agent
