@@ -1,7 +1,5 @@
 #include "controlplane/config.h"
 
-#include <yaml-cpp/yaml.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -10,117 +8,65 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "common/yaml_config.h"
 #include "controlplane/api/auth.h"
 
 namespace krane::ctrl {
-namespace {
-
-absl::Status bad(const std::string& source, const std::string& path, const std::string& what) {
-  return absl::InvalidArgumentError(strCat(source, ": ", path, ": ", what));
-}
-
-// Walks a mapping, calling the handler of each known key; refuses unknown keys by their path.
-absl::Status walk(const YAML::Node& node, const std::string& source, const std::string& prefix,
-                  const std::map<std::string, std::function<absl::Status(const YAML::Node&, const std::string&)>>& keys) {
-  if (!node || node.IsNull()) return absl::OkStatus();
-  if (!node.IsMap()) return bad(source, prefix.empty() ? "(top level)" : prefix, "must be a mapping");
-  for (const auto& entry : node) {
-    const std::string key = entry.first.as<std::string>();
-    const std::string path = prefix.empty() ? key : strCat(prefix, ".", key);
-    auto it = keys.find(key);
-    if (it == keys.end()) {
-      std::string known;
-      for (const auto& [name, fn] : keys) strAppend(&known, known.empty() ? "" : ", ", name);
-      return bad(source, path, strCat("unknown key (known here: ", known, ")"));
-    }
-    KRANE_RETURN_IF_ERROR(it->second(entry.second, path));
-  }
-  return absl::OkStatus();
-}
-
-auto text(std::string& out, const std::string& source) {
-  return [&out, source](const YAML::Node& n, const std::string& path) -> absl::Status {
-    if (!n.IsScalar()) return bad(source, path, "must be a string");
-    out = n.as<std::string>();
-    return absl::OkStatus();
-  };
-}
-
-template <typename T>
-auto number(T& out, const std::string& source, int64_t min, int64_t max) {
-  return [&out, source, min, max](const YAML::Node& n, const std::string& path) -> absl::Status {
-    int64_t value = 0;
-    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, value)) {
-      return bad(source, path, strCat("must be a whole number, got \"", n.IsScalar() ? n.Scalar() : "a structure", "\""));
-    }
-    if (value < min || value > max) return bad(source, path, strCat("must be between ", min, " and ", max, ", got ", value));
-    if constexpr (std::is_integral_v<T>) {
-      out = static_cast<T>(value);
-    } else {
-      out = T(value);
-    }
-    return absl::OkStatus();
-  };
-}
-
-bool validHostPort(const std::string& address) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
-  const std::string port = address.substr(colon + 1);
-  if (port.find_first_not_of("0123456789") != std::string::npos) return false;
-  return std::stol(port) <= 65535;
-}
-
-}  // namespace
+using config::bad;
+using config::number;
+using config::text;
+using config::validHostPort;
+using config::walk;
 
 absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::string& source) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(strCat(source, ": not valid YAML: line ", e.mark.line + 1, ": ", e.msg));
-  }
+  KRANE_ASSIGN_OR_RETURN(YAML::Node root, config::parse(yaml, source));
   CtrlConfig c;
   const std::string& s = source;
-  auto status = walk(root, s, "",
-                     {
-                         {"listen", text(c.listen, s)},
-                         {"http_listen", text(c.http_listen, s)},
-                         {"database",
-                          [&](const YAML::Node& n, const std::string& p) {
-                            return walk(n, s, p,
-                                        {{"dsn", text(c.database.dsn, s)},
-                                         {"max_connections", number(c.database.max_connections, s, 1, 1000)},
-                                         {"acquire_timeout_ms", number(c.database.acquire_timeout, s, 1, 600000)}});
-                          }},
-                         {"auth",
-                          [&](const YAML::Node& n, const std::string& p) {
-                            return walk(n, s, p,
-                                        {{"operator_tokens_file", text(c.auth.operator_tokens_file, s)},
-                                         {"agent_token_cache_ms", number(c.auth.agent_token_cache, s, 0, 3600000)}});
-                          }},
-                         {"tls",
-                          [&](const YAML::Node& n, const std::string& p) {
-                            return walk(n, s, p,
-                                        {{"cert_file", text(c.tls.cert_file, s)},
-                                         {"key_file", text(c.tls.key_file, s)},
-                                         {"client_ca_file", text(c.tls.client_ca_file, s)}});
-                          }},
-                         {"feed",
-                          [&](const YAML::Node& n, const std::string& p) {
-                            return walk(n, s, p,
-                                        {{"poll_interval_ms", number(c.feed.poll_interval, s, 1, 60000)},
-                                         {"bookmark_interval_ms", number(c.feed.bookmark_interval, s, 100, 3600000)},
-                                         {"stream_max_queued", number(c.feed.stream_max_queued, s, 100, 10000000)},
-                                         {"sync_workers", number(c.feed.sync_workers, s, 1, 256)},
-                                         {"change_ttl_s", number(c.feed.change_ttl, s, 60, 365LL * 24 * 3600)},
-                                         {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
-                                         {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)}});
-                          }},
-                     });
+  auto status =
+      walk(root, s, "",
+           {
+               {"listen", text(c.listen, s)},
+               {"http_listen", text(c.http_listen, s)},
+               {"database",
+                [&](const YAML::Node& n, const std::string& p) {
+                  return walk(
+                      n, s, p,
+                      {{"dsn", text(c.database.dsn, s)},
+                       {"max_connections", number(c.database.max_connections, s, 1, 1000)},
+                       {"acquire_timeout_ms", number(c.database.acquire_timeout, s, 1, 600000)}});
+                }},
+               {"auth",
+                [&](const YAML::Node& n, const std::string& p) {
+                  return walk(
+                      n, s, p,
+                      {{"operator_tokens_file", text(c.auth.operator_tokens_file, s)},
+                       {"agent_token_cache_ms", number(c.auth.agent_token_cache, s, 0, 3600000)}});
+                }},
+               {"tls",
+                [&](const YAML::Node& n, const std::string& p) {
+                  return walk(n, s, p,
+                              {{"cert_file", text(c.tls.cert_file, s)},
+                               {"key_file", text(c.tls.key_file, s)},
+                               {"client_ca_file", text(c.tls.client_ca_file, s)}});
+                }},
+               {"feed",
+                [&](const YAML::Node& n, const std::string& p) {
+                  return walk(
+                      n, s, p,
+                      {{"poll_interval_ms", number(c.feed.poll_interval, s, 1, 60000)},
+                       {"bookmark_interval_ms", number(c.feed.bookmark_interval, s, 100, 3600000)},
+                       {"stream_max_queued", number(c.feed.stream_max_queued, s, 100, 10000000)},
+                       {"sync_workers", number(c.feed.sync_workers, s, 1, 256)},
+                       {"change_ttl_s", number(c.feed.change_ttl, s, 60, 365LL * 24 * 3600)},
+                       {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
+                       {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)}});
+                }},
+           });
   if (!status.ok()) return status;
-  if (!validHostPort(c.listen)) return bad(s, "listen", strCat("\"", c.listen, "\" is not host:port"));
-  if (!validHostPort(c.http_listen)) return bad(s, "http_listen", strCat("\"", c.http_listen, "\" is not host:port"));
+  if (!validHostPort(c.listen))
+    return bad(s, "listen", strCat("\"", c.listen, "\" is not host:port"));
+  if (!validHostPort(c.http_listen))
+    return bad(s, "http_listen", strCat("\"", c.http_listen, "\" is not host:port"));
   return c;
 }
 
@@ -137,7 +83,8 @@ absl::Status finishCtrlConfig(CtrlConfig& c) {
     if (const char* env = std::getenv("KRANE_DSN")) c.database.dsn = env;
   }
   if (c.database.dsn.empty()) {
-    return absl::InvalidArgumentError("database.dsn: required (in the config file, --dsn, or $KRANE_DSN)");
+    return absl::InvalidArgumentError(
+        "database.dsn: required (in the config file, --dsn, or $KRANE_DSN)");
   }
   if (!c.auth.operator_tokens_file.empty()) {
     KRANE_ASSIGN_OR_RETURN(auto tokens, api::readTokenFile(c.auth.operator_tokens_file));

@@ -1,0 +1,63 @@
+// The agent's configuration: a YAML file, every key documented in docs/configuration.md.
+// Defaults live here; unknown keys and bad values are refused with the key's path.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace krane::agent {
+
+struct PluginConfig {
+  std::string name;
+  std::string path;                   // the plugin's .so
+  std::string isolation = "process";  // "process": its own krane-plugin-host; "in_process"
+  size_t workers = 4;                 // resources applied in parallel
+  std::string config_json = "{}";     // the `config:` mapping, handed to the plugin as JSON
+};
+
+struct AgentConfig {
+  std::string region;
+  std::string agent_id;  // default: host name + pid
+  std::string state_dir = "/var/lib/krane";
+  std::string runtime = "process";  // "process" or "kubernetes"
+
+  struct ControlPlane {
+    std::string address = "127.0.0.1:7070";
+    std::string token_file;  // or $KRANE_AGENT_TOKEN
+    std::string token;       // filled from the file or the environment
+    std::string ca_file;     // PEM: use TLS, trusting this CA
+    std::string cert_file;   // PEM client certificate (mTLS)
+    std::string key_file;
+  } control_plane;
+
+  std::chrono::seconds resync_interval{300};
+  std::chrono::milliseconds reconnect_min{1000};
+  std::chrono::milliseconds reconnect_max{5000};
+
+  struct Leader {
+    std::string mode = "lockfile";  // "lockfile", "lease" (Kubernetes) or "none"
+    std::chrono::seconds lease_duration{15};
+  } leader;
+
+  struct Reporter {
+    std::chrono::milliseconds heartbeat_interval{10000};
+    size_t max_pending = 10000;
+  } reporter;
+
+  struct Dispatch {
+    int max_attempts = 5;
+  } dispatch;
+
+  std::vector<PluginConfig> plugins;
+};
+
+absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std::string& source);
+absl::StatusOr<AgentConfig> loadAgentConfig(const std::string& path);
+// Reads the token, fills defaults that need the environment, checks what only makes sense as a
+// whole (TLS files in pairs, plugin names unique, ...).
+absl::Status finishAgentConfig(AgentConfig& config);
+
+}  // namespace krane::agent
