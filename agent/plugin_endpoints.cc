@@ -1,0 +1,334 @@
+#include "agent/plugin_endpoints.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/strings.h"
+#include "spdlog/spdlog.h"
+
+namespace krane::agent {
+namespace {
+
+plugin::v1::SyncEnd syncEndFrame(uint64_t version,
+                                 const std::map<std::string, std::set<std::string>>& ids) {
+  plugin::v1::SyncEnd end;
+  end.set_snapshot_version(version);
+  for (const auto& [type, set] : ids) {
+    auto* r = end.add_resources();
+    r->set_resource_type(type);
+    for (const auto& id : set) r->add_ids(id);
+  }
+  return end;
+}
+
+std::string lastLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::string last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  return last;
+}
+
+}  // namespace
+
+absl::Status InProcessEndpoint::handle(const cluster::v1::Change& change) {
+  return change.op() == cluster::v1::CHANGE_OP_DELETE ? plugin_->remove(change)
+                                                      : plugin_->apply(change);
+}
+
+absl::Status InProcessEndpoint::syncEnd(uint64_t version,
+                                        const std::map<std::string, std::set<std::string>>& ids) {
+  return plugin_->syncEnd(syncEndFrame(version, ids));
+}
+
+HostEndpoint::HostEndpoint(HostOptions options, StatusSink on_status)
+    : options_(std::move(options)), on_status_(std::move(on_status)), name_(options_.name) {}
+
+HostEndpoint::~HostEndpoint() { stop(); }
+
+absl::Status HostEndpoint::start() {
+  if (auto st = launch(); !st.ok()) return st;
+  supervisor_ = std::thread([this] { supervise(); });
+  return absl::OkStatus();
+}
+
+absl::Status HostEndpoint::launch() {
+  std::unique_lock lock(mutex_);
+  ++incarnation_;
+  hello_ = false;
+  const std::string socket =
+      strCat(options_.state_dir, "/host-", options_.name, "-", incarnation_, ".sock");
+  ::unlink(socket.c_str());
+  const std::string config_file = strCat(options_.state_dir, "/host-", options_.name, ".json");
+  const std::string log = strCat(options_.state_dir, "/host-", options_.name, ".log");
+  std::ofstream(config_file) << options_.config_json;
+  channel_ =
+      std::make_unique<FrameChannel>(strCat("ipc://", socket), FrameChannel::Mode::kBind,
+                                     [this](plugin::v1::Frame&& f) { onFrame(std::move(f)); });
+  if (auto st = channel_->start(); !st.ok()) return st;
+
+  const std::vector<std::string> argv = {options_.host_binary,
+                                         "--plugin",
+                                         options_.plugin_path,
+                                         "--endpoint",
+                                         strCat("ipc://", socket),
+                                         "--config-file",
+                                         config_file,
+                                         "--workers",
+                                         strCat(options_.workers),
+                                         "--heartbeat-ms",
+                                         strCat(options_.heartbeat.count())};
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      ::dup2(fd, 1);
+      ::dup2(fd, 2);
+    }
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    std::fprintf(stderr, "krane-plugin-host: error: cannot run %s\n", args[0]);
+    ::_exit(127);
+  }
+  pid_ = pid;
+  stats_.pid = pid;
+  last_heartbeat_ = std::chrono::steady_clock::now();
+  // Wait for the hello, noticing at once a host that exits instead (a refused plugin).
+  const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
+  bool exited = false;
+  while (!hello_ && !exited && std::chrono::steady_clock::now() < deadline) {
+    changed_.wait_for(lock, std::chrono::milliseconds(50), [&] { return hello_; });
+    int status = 0;
+    if (!hello_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited = true;
+      pid_ = -1;
+    }
+  }
+  const bool up = exited;
+  if (hello_) {
+    spdlog::info("agent: plugin host {} up pid={} types={}", name_, pid_, types_.size());
+    return absl::OkStatus();
+  }
+  lock.unlock();
+  killHost();
+  const std::string reason = lastLine(log);
+  return absl::FailedPreconditionError(
+      strCat("plugin ", options_.name, " (", options_.plugin_path, ") did not start",
+             up ? "" : strCat(" within ", options_.start_timeout.count(), " ms"),
+             reason.empty() ? "" : ": ", reason));
+}
+
+void HostEndpoint::onFrame(plugin::v1::Frame&& frame) {
+  std::lock_guard lock(mutex_);
+  switch (frame.body_case()) {
+    case plugin::v1::Frame::kHello:
+      name_ = options_.name;
+      types_.assign(frame.hello().resource_types().begin(), frame.hello().resource_types().end());
+      hello_ = true;
+      last_heartbeat_ = std::chrono::steady_clock::now();
+      changed_.notify_all();
+      break;
+    case plugin::v1::Frame::kHeartbeat:
+      last_heartbeat_ = std::chrono::steady_clock::now();
+      break;
+    case plugin::v1::Frame::kAck: {
+      auto it = pending_.find(frame.ack().sequence());
+      if (it != pending_.end()) {
+        it->second.set_value(absl::OkStatus());
+        pending_.erase(it);
+      }
+      last_heartbeat_ = std::chrono::steady_clock::now();
+      break;
+    }
+    case plugin::v1::Frame::kNack: {
+      auto it = pending_.find(frame.nack().sequence());
+      if (it != pending_.end()) {
+        it->second.set_value(absl::Status(static_cast<absl::StatusCode>(frame.nack().code()),
+                                          frame.nack().message()));
+        pending_.erase(it);
+      }
+      last_heartbeat_ = std::chrono::steady_clock::now();
+      break;
+    }
+    case plugin::v1::Frame::kStatusReport:
+      if (on_status_) on_status_(frame.status_report());
+      break;
+    default:
+      spdlog::warn("agent: unexpected frame {} from plugin host {}",
+                   static_cast<int>(frame.body_case()), name_);
+  }
+}
+
+absl::Status HostEndpoint::call(plugin::v1::Frame frame, uint64_t sequence) {
+  std::future<absl::Status> result;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_) return absl::CancelledError("agent is stopping");
+    if (!hello_) return absl::UnavailableError(strCat("plugin host ", name_, " is restarting"));
+    result = pending_[sequence].get_future();
+    channel_->send(frame);
+  }
+  if (result.wait_for(options_.call_timeout) != std::future_status::ready) {
+    std::lock_guard lock(mutex_);
+    pending_.erase(sequence);
+    return absl::DeadlineExceededError(
+        strCat("plugin ", name_, " did not answer within ", options_.call_timeout.count(), " ms"));
+  }
+  return result.get();
+}
+
+absl::Status HostEndpoint::handle(const cluster::v1::Change& change) {
+  plugin::v1::Frame frame;
+  uint64_t sequence;
+  {
+    std::lock_guard lock(mutex_);
+    sequence = next_sequence_++;
+  }
+  frame.mutable_event()->set_sequence(sequence);
+  *frame.mutable_event()->mutable_change() = change;
+  return call(std::move(frame), sequence);
+}
+
+absl::Status HostEndpoint::syncBegin(uint64_t snapshot_version) {
+  plugin::v1::Frame frame;
+  uint64_t sequence;
+  {
+    std::lock_guard lock(mutex_);
+    sequence = next_sequence_++;
+  }
+  frame.mutable_sync_begin()->set_sequence(sequence);
+  frame.mutable_sync_begin()->set_snapshot_version(snapshot_version);
+  return call(std::move(frame), sequence);
+}
+
+absl::Status HostEndpoint::syncEnd(uint64_t version,
+                                   const std::map<std::string, std::set<std::string>>& ids) {
+  plugin::v1::Frame frame;
+  uint64_t sequence;
+  {
+    std::lock_guard lock(mutex_);
+    sequence = next_sequence_++;
+  }
+  *frame.mutable_sync_end() = syncEndFrame(version, ids);
+  frame.mutable_sync_end()->set_sequence(sequence);
+  return call(std::move(frame), sequence);
+}
+
+void HostEndpoint::failPending(const std::string& why) {
+  for (auto& [sequence, promise] : pending_) {
+    promise.set_value(absl::UnavailableError(why));
+    ++stats_.redelivered;
+  }
+  pending_.clear();
+}
+
+void HostEndpoint::killHost() {
+  int pid;
+  {
+    std::lock_guard lock(mutex_);
+    pid = pid_;
+    pid_ = -1;
+  }
+  if (pid > 0) {
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+  }
+  std::unique_ptr<FrameChannel> channel;
+  {
+    std::lock_guard lock(mutex_);
+    channel = std::move(channel_);
+  }
+  if (channel) channel->stop();
+}
+
+void HostEndpoint::supervise() {
+  Backoff backoff(options_.restart);
+  while (!stopping_) {
+    std::this_thread::sleep_for(options_.heartbeat);
+    std::string why;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) break;
+      int status = 0;
+      if (pid_ > 0 && ::waitpid(pid_, &status, WNOHANG) == pid_) {
+        why = WIFSIGNALED(status) ? strCat("killed by signal ", WTERMSIG(status))
+                                  : strCat("exited with code ", WEXITSTATUS(status));
+        pid_ = -1;
+      } else if (std::chrono::steady_clock::now() - last_heartbeat_ >
+                 options_.heartbeat * options_.missed_heartbeats) {
+        why = strCat("missed ", options_.missed_heartbeats, " heartbeats (hung)");
+      }
+      if (why.empty()) continue;
+      hello_ = false;
+      failPending(strCat("plugin host ", name_, " ", why, "; it is being restarted"));
+    }
+    spdlog::warn("agent: plugin host {} {}; restarting", name_, why);
+    killHost();
+    for (;;) {
+      if (stopping_) return;
+      std::this_thread::sleep_for(backoff.next());
+      {
+        std::lock_guard lock(mutex_);
+        ++stats_.restarts;
+      }
+      auto st = launch();
+      if (st.ok()) {
+        backoff.reset();
+        break;
+      }
+      spdlog::error("agent: restart of plugin host {} failed: {}", name_, st.message());
+    }
+  }
+}
+
+void HostEndpoint::stop() {
+  if (stopping_.exchange(true)) return;
+  if (supervisor_.joinable()) supervisor_.join();
+  {
+    std::lock_guard lock(mutex_);
+    if (channel_ && hello_) {
+      plugin::v1::Frame bye;
+      bye.mutable_shutdown()->set_reason("agent stopping");
+      channel_->send(bye);
+    }
+    failPending("agent is stopping");
+  }
+  // Give the host a moment to shut its plugin down, then make sure it is gone.
+  for (int i = 0; i < 20; ++i) {
+    int status = 0;
+    int pid;
+    {
+      std::lock_guard lock(mutex_);
+      pid = pid_;
+    }
+    if (pid <= 0 || ::waitpid(pid, &status, WNOHANG) == pid) {
+      std::lock_guard lock(mutex_);
+      pid_ = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  killHost();
+}
+
+HostStats HostEndpoint::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+}  // namespace krane::agent

@@ -1,0 +1,110 @@
+// The two ways the dispatcher reaches a plugin:
+// - InProcessEndpoint: the plugin's .so loaded into the agent (isolation: in_process).
+// - HostEndpoint: the plugin in its own krane-plugin-host process, over ZeroMQ (the default).
+//   A supervisor restarts a host that died or stopped sending heartbeats, with exponential
+//   backoff; calls that were in flight fail with UNAVAILABLE, so the dispatcher retries them
+//   and they are redelivered to the new host (at-least-once; plugins apply idempotently).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "agent/dispatcher.h"
+#include "agent/frame_channel.h"
+#include "agent/plugin_loader.h"
+#include "common/backoff.h"
+
+namespace krane::agent {
+
+using StatusSink = std::function<void(const plugin::v1::StatusReport&)>;
+
+class InProcessEndpoint final : public PluginEndpoint {
+ public:
+  explicit InProcessEndpoint(std::unique_ptr<LoadedPlugin> plugin) : plugin_(std::move(plugin)) {}
+  std::string name() const override { return plugin_->name(); }
+  std::vector<std::string> resourceTypes() const override { return plugin_->resourceTypes(); }
+  absl::Status handle(const cluster::v1::Change& change) override;
+  absl::Status syncBegin(uint64_t snapshot_version) override {
+    return plugin_->syncBegin(snapshot_version);
+  }
+  absl::Status syncEnd(uint64_t version,
+                       const std::map<std::string, std::set<std::string>>& ids) override;
+
+ private:
+  std::unique_ptr<LoadedPlugin> plugin_;
+};
+
+struct HostOptions {
+  std::string name;  // from the agent's config
+  std::string plugin_path;
+  std::string config_json = "{}";
+  size_t workers = 4;
+  std::string host_binary;  // krane-plugin-host
+  std::string state_dir;    // sockets and logs live here
+  std::chrono::milliseconds heartbeat{500};
+  int missed_heartbeats = 6;  // then the host counts as hung and is restarted
+  std::chrono::milliseconds start_timeout{10000};
+  std::chrono::milliseconds call_timeout{120000};
+  BackoffPolicy restart{std::chrono::milliseconds(200), 2.0, std::chrono::milliseconds(30000), 0.2};
+};
+
+struct HostStats {
+  uint64_t restarts = 0;
+  uint64_t redelivered = 0;  // calls failed by a host death (retried by the dispatcher)
+  int pid = 0;
+};
+
+class HostEndpoint final : public PluginEndpoint {
+ public:
+  HostEndpoint(HostOptions options, StatusSink on_status);
+  ~HostEndpoint() override;
+
+  // Starts the host and waits for its hello; fails with the host's own reason (for example the
+  // loader's refusal of the plugin) when it does not come up.
+  absl::Status start();
+  void stop();
+
+  std::string name() const override { return name_; }
+  std::vector<std::string> resourceTypes() const override { return types_; }
+  absl::Status handle(const cluster::v1::Change& change) override;
+  absl::Status syncBegin(uint64_t snapshot_version) override;
+  absl::Status syncEnd(uint64_t version,
+                       const std::map<std::string, std::set<std::string>>& ids) override;
+  HostStats stats() const;
+
+ private:
+  absl::Status launch();  // one incarnation: spawn, connect, hello
+  void supervise();
+  void onFrame(plugin::v1::Frame&& frame);
+  absl::Status call(plugin::v1::Frame frame, uint64_t sequence);
+  void failPending(const std::string& why);
+  void killHost();
+
+  HostOptions options_;
+  StatusSink on_status_;
+  std::string name_;
+  std::vector<std::string> types_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::unique_ptr<FrameChannel> channel_;
+  int pid_ = -1;
+  uint64_t incarnation_ = 0;
+  bool hello_ = false;
+  std::string hello_error_;
+  std::chrono::steady_clock::time_point last_heartbeat_;
+  uint64_t next_sequence_ = 1;
+  std::map<uint64_t, std::promise<absl::Status>> pending_;
+  std::atomic<bool> stopping_{false};
+  HostStats stats_;
+  std::thread supervisor_;
+};
+
+}  // namespace krane::agent

@@ -1,0 +1,197 @@
+// krane-plugin-host: loads one plugin .so and serves it to the agent over ZeroMQ.
+//
+// A crashing plugin takes down this process only; the agent restarts it and redelivers what
+// was not acknowledged. Started by the agent, never by hand (see --help). It dies with the
+// agent (PR_SET_PDEATHSIG), so no host outlives the agent that owns it.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "CLI/CLI.hpp"
+#include "agent/frame_channel.h"
+#include "agent/plugin_loader.h"
+#include "common/strings.h"
+#include "common/thread_pool.h"
+#include "spdlog/spdlog.h"
+
+namespace {
+
+using krane::plugin::v1::Frame;
+
+struct Flags {
+  std::string plugin;
+  std::string endpoint;
+  std::string config_file;
+  size_t workers = 4;
+  int heartbeat_ms = 500;
+};
+
+int serve(const Flags& flags) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ host " + flags.plugin + ": %v");
+  std::string config = "{}";
+  if (!flags.config_file.empty()) {
+    std::ifstream in(flags.config_file);
+    if (!in) {
+      std::fprintf(stderr, "krane-plugin-host: error: cannot read %s\n", flags.config_file.c_str());
+      return 1;
+    }
+    std::stringstream s;
+    s << in.rdbuf();
+    config = s.str();
+  }
+
+  std::mutex mutex;
+  std::condition_variable done;
+  bool shutting_down = false;
+  std::unique_ptr<krane::agent::FrameChannel> channel;
+  krane::agent::HostCallbacks callbacks;
+  callbacks.log = [](krane::agent::PluginLogLevel level, std::string_view message) {
+    switch (level) {
+      case krane::agent::PluginLogLevel::kDebug:
+        spdlog::debug("{}", message);
+        break;
+      case krane::agent::PluginLogLevel::kInfo:
+        spdlog::info("{}", message);
+        break;
+      case krane::agent::PluginLogLevel::kWarn:
+        spdlog::warn("{}", message);
+        break;
+      case krane::agent::PluginLogLevel::kError:
+        spdlog::error("{}", message);
+        break;
+    }
+  };
+  callbacks.report_status = [&](const krane::plugin::v1::StatusReport& report) {
+    Frame frame;
+    *frame.mutable_status_report() = report;
+    if (channel) channel->send(frame);
+  };
+  auto loaded = krane::agent::loadPlugin(flags.plugin, config, callbacks);
+  if (!loaded.ok()) {
+    // One line the agent shows as the reason the plugin could not start.
+    std::fprintf(stderr, "krane-plugin-host: error: %s\n",
+                 std::string(loaded.status().message()).c_str());
+    return 3;
+  }
+  krane::agent::LoadedPlugin& plugin = **loaded;
+  krane::ThreadPool pool(flags.workers);
+  std::atomic<uint32_t> in_flight{0};
+
+  // Answers one request; used from the I/O thread and from the workers, so it lives here.
+  auto answer = [&channel](uint64_t sequence, const absl::Status& status,
+                           const krane::cluster::v1::Change* change) {
+    Frame reply;
+    if (status.ok()) {
+      auto* ack = reply.mutable_ack();
+      ack->set_sequence(sequence);
+      if (change) {
+        ack->set_resource_type(change->resource().type());
+        ack->set_resource_id(change->resource().id());
+        ack->set_version(change->version());
+      }
+    } else {
+      auto* nack = reply.mutable_nack();
+      nack->set_sequence(sequence);
+      nack->set_code(static_cast<int>(status.code()));
+      nack->set_message(std::string(status.message()));
+      nack->set_retryable(!absl::IsInvalidArgument(status));
+      if (change) {
+        nack->set_resource_type(change->resource().type());
+        nack->set_resource_id(change->resource().id());
+        nack->set_version(change->version());
+      }
+    }
+    channel->send(reply);
+  };
+  channel = std::make_unique<krane::agent::FrameChannel>(
+      flags.endpoint, krane::agent::FrameChannel::Mode::kConnect, [&](Frame&& frame) {
+        switch (frame.body_case()) {
+          case Frame::kEvent: {
+            ++in_flight;
+            pool.post([&, event = std::move(*frame.mutable_event())] {
+              const auto& change = event.change();
+              const absl::Status status = change.op() == krane::cluster::v1::CHANGE_OP_DELETE
+                                              ? plugin.remove(change)
+                                              : plugin.apply(change);
+              answer(event.sequence(), status, &change);
+              --in_flight;
+            });
+            break;
+          }
+          case Frame::kSyncBegin:
+            answer(frame.sync_begin().sequence(),
+                   plugin.syncBegin(frame.sync_begin().snapshot_version()), nullptr);
+            break;
+          case Frame::kSyncEnd:
+            answer(frame.sync_end().sequence(), plugin.syncEnd(frame.sync_end()), nullptr);
+            break;
+          case Frame::kShutdown: {
+            std::lock_guard lock(mutex);
+            shutting_down = true;
+            done.notify_all();
+            break;
+          }
+          default:
+            spdlog::warn("unexpected frame {} from the agent", static_cast<int>(frame.body_case()));
+        }
+      });
+  if (auto st = channel->start(); !st.ok()) {
+    std::fprintf(stderr, "krane-plugin-host: error: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  Frame hello;
+  auto* h = hello.mutable_hello();
+  h->set_plugin_name(plugin.name());
+  h->set_plugin_version(plugin.version());
+  h->set_abi_major(plugin.abiMajor());
+  h->set_abi_minor(plugin.abiMinor());
+  for (const auto& t : plugin.resourceTypes()) h->add_resource_types(t);
+  h->set_pid(::getpid());
+  channel->send(hello);
+
+  std::unique_lock lock(mutex);
+  while (!shutting_down) {
+    if (done.wait_for(lock, std::chrono::milliseconds(flags.heartbeat_ms),
+                      [&] { return shutting_down; }))
+      break;
+    Frame beat;
+    beat.mutable_heartbeat()->set_sent_at_unix_ms(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    beat.mutable_heartbeat()->set_in_flight(in_flight.load());
+    channel->send(beat);
+  }
+  lock.unlock();
+  plugin.shutdown();
+  channel->stop();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "krane-plugin-host: serves one Krane plugin to the agent over ZeroMQ. The agent starts it; "
+      "it is not meant to be run by hand.",
+      "krane-plugin-host"};
+  Flags flags;
+  app.add_option("--plugin", flags.plugin, "Path of the plugin .so")->required();
+  app.add_option("--endpoint", flags.endpoint,
+                 "ZeroMQ endpoint of the agent, e.g. ipc:///var/lib/krane/h.sock")
+      ->required();
+  app.add_option("--config-file", flags.config_file, "The plugin's configuration (JSON)");
+  app.add_option("--workers", flags.workers, "Resources applied in parallel")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--heartbeat-ms", flags.heartbeat_ms, "Heartbeat interval")
+      ->check(CLI::Range(10, 60000));
+  CLI11_PARSE(app, argc, argv);
+  return serve(flags);
+}
