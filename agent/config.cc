@@ -102,6 +102,7 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
                     {"path", text(plugin.path, s)},
                     {"isolation", oneOf(plugin.isolation, s, {"process", "in_process"})},
                     {"workers", number(plugin.workers, s, 1, 64)},
+                    {"config_text", text(plugin.config_text, s)},
                     {"config", [&](const YAML::Node& cfg, const std::string& cp) -> absl::Status {
                        if (!cfg.IsMap() && !cfg.IsNull()) return bad(s, cp, "must be a mapping");
                        plugin.config_json = cfg.IsNull() ? "{}" : toJson(cfg).dump();
@@ -109,6 +110,7 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
                      }}}));
                if (plugin.name.empty()) return bad(s, strCat(item, ".name"), "required");
                if (plugin.path.empty()) return bad(s, strCat(item, ".path"), "required");
+               if (!plugin.config_text.empty()) plugin.config_json = plugin.config_text;
                c.plugins.push_back(std::move(plugin));
              }
              return absl::OkStatus();

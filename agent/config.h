@@ -16,6 +16,7 @@ struct PluginConfig {
   std::string isolation = "process";  // "process": its own krane-plugin-host; "in_process"
   size_t workers = 4;                 // resources applied in parallel
   std::string config_json = "{}";     // the `config:` mapping, handed to the plugin as JSON
+  std::string config_text;            // `config_text:`, handed over as is instead (own formats)
 };
 
 struct AgentConfig {

@@ -1,0 +1,303 @@
+#include "agent/agent.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "common/version.h"
+#include "spdlog/spdlog.h"
+
+namespace krane::agent {
+namespace {
+
+// The dispatcher's ledger is the cursor store.
+class StoreLedger final : public ResourceLedger {
+ public:
+  explicit StoreLedger(ipc::CursorStore& store) : store_(store) {}
+  bool shouldApply(const std::string& type, const std::string& id, uint64_t version) override {
+    return store_.shouldApply(type, id, version);
+  }
+  void recordApplied(const std::string& type, const std::string& id, uint64_t version) override {
+    if (auto st = store_.recordApplied(type, id, version); !st.ok()) {
+      spdlog::error("agent: cursor store: {} (type={} id={} version={})", st.message(), type, id,
+                    version);
+    }
+  }
+  void forget(const std::string& type, const std::string& id) override { store_.forget(type, id); }
+  void park(const std::string& type, const std::string& id, uint64_t version, int attempts,
+            const std::string& error) override {
+    ipc::ParkedEvent event;
+    event.type = type;
+    event.id = id;
+    event.version = version;
+    event.attempts = static_cast<uint32_t>(attempts);
+    event.last_error = error;
+    if (auto st = store_.park(event); !st.ok())
+      spdlog::error("agent: cannot park type={} id={}: {}", type, id, st.message());
+  }
+  void unpark(const std::string& type, const std::string& id) override { store_.unpark(type, id); }
+
+ private:
+  ipc::CursorStore& store_;
+};
+
+absl::StatusOr<std::string> readFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(strCat("cannot read ", what, " ", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+Agent::Agent(AgentConfig config, std::string host_binary)
+    : config_(std::move(config)), host_binary_(std::move(host_binary)) {}
+
+Agent::~Agent() { stop(); }
+
+absl::Status Agent::start() {
+  const std::vector<std::pair<std::string, absl::Status (Agent::*)()>> steps = {
+      {"state directory", &Agent::openStateDir},
+      // A standby waits here, holding nothing (the cursor store admits one agent at a time).
+      {"leader election", &Agent::startLeaderElection},
+      {"cursor store", &Agent::openCursorStore},
+      {"plugins", &Agent::startPlugins},
+      {"control plane", &Agent::connect},
+      {"reporter", &Agent::startReporter},
+      {"dispatcher", &Agent::startDispatcher},
+      {"watcher", &Agent::startWatcher},
+  };
+  for (const auto& [name, step] : steps) {
+    absl::Status status = (this->*step)();
+    if (!status.ok()) {
+      stop();
+      return absl::Status(status.code(),
+                          strCat("start-up step \"", name, "\" failed: ", status.message()));
+    }
+    started_.push_back(name);
+  }
+  spdlog::info("agent: running region={} agent_id={} watermark={} plugins={}", config_.region,
+               config_.agent_id, tracker_->watermark(), plugins_.size());
+  return absl::OkStatus();
+}
+
+absl::Status Agent::openStateDir() {
+  std::error_code ec;
+  std::filesystem::create_directories(config_.state_dir, ec);
+  if (ec)
+    return absl::FailedPreconditionError(
+        strCat("cannot create state_dir ", config_.state_dir, ": ", ec.message()));
+  if (::access(config_.state_dir.c_str(), W_OK) != 0) {
+    return absl::PermissionDeniedError(strCat("state_dir ", config_.state_dir, " is not writable"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Agent::openCursorStore() {
+  ipc::CursorStoreOptions options;
+  options.region = config_.region;
+  KRANE_ASSIGN_OR_RETURN(store_, ipc::CursorStore::open(config_.state_dir, options));
+  tracker_ = std::make_unique<WatermarkTracker>(store_->watermark());
+  ledger_ = std::make_unique<StoreLedger>(*store_);
+  persister_ = std::thread([this] {
+    auto last_flush = std::chrono::steady_clock::now();
+    while (!stopping_) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      persistWatermark();
+      if (std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(5)) {
+        (void)store_->flush();
+        last_flush = std::chrono::steady_clock::now();
+      }
+    }
+  });
+  return absl::OkStatus();
+}
+
+void Agent::persistWatermark() {
+  if (store_ && tracker_) store_->advanceWatermark(tracker_->watermark());
+}
+
+absl::Status Agent::startPlugins() {
+  std::map<std::string, std::string> owner;
+  auto report = [this](const plugin::v1::StatusReport& r) {
+    if (!reporter_) return;
+    switch (r.report_case()) {
+      case plugin::v1::StatusReport::kDeployment:
+        reporter_->report(r.deployment());
+        break;
+      case plugin::v1::StatusReport::kSentinel:
+        reporter_->report(r.sentinel());
+        break;
+      case plugin::v1::StatusReport::kResource:
+        reporter_->report(r.resource());
+        break;
+      default:
+        break;
+    }
+  };
+  for (const auto& p : config_.plugins) {
+    std::shared_ptr<PluginEndpoint> endpoint;
+    if (p.isolation == "in_process") {
+      HostCallbacks callbacks;
+      callbacks.report_status = report;
+      KRANE_ASSIGN_OR_RETURN(auto loaded, loadPlugin(p.path, p.config_json, callbacks));
+      endpoint = std::make_shared<InProcessEndpoint>(std::move(loaded));
+    } else {
+      HostOptions options;
+      options.name = p.name;
+      options.plugin_path = p.path;
+      options.config_json = p.config_json;
+      options.workers = p.workers;
+      options.host_binary = host_binary_;
+      options.state_dir = config_.state_dir;
+      auto host = std::make_shared<HostEndpoint>(options, report);
+      KRANE_RETURN_IF_ERROR(host->start());
+      hosts_.push_back(host);
+      endpoint = host;
+    }
+    for (const auto& type : endpoint->resourceTypes()) {
+      auto [it, inserted] = owner.emplace(type, p.name);
+      if (!inserted) {
+        return absl::FailedPreconditionError(strCat("plugins ", it->second, " and ", p.name,
+                                                    " both claim resource type \"", type, "\""));
+      }
+    }
+    spdlog::info("agent: plugin {} ready isolation={} types={}", p.name, p.isolation,
+                 endpoint->resourceTypes().size());
+    plugins_.push_back(std::move(endpoint));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Agent::connect() {
+  const auto& cp = config_.control_plane;
+  std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
+  if (!cp.ca_file.empty()) {
+    grpc::SslCredentialsOptions tls;
+    KRANE_ASSIGN_OR_RETURN(tls.pem_root_certs, readFile(cp.ca_file, "control_plane.ca_file"));
+    if (!cp.cert_file.empty()) {
+      KRANE_ASSIGN_OR_RETURN(tls.pem_cert_chain, readFile(cp.cert_file, "control_plane.cert_file"));
+      KRANE_ASSIGN_OR_RETURN(tls.pem_private_key, readFile(cp.key_file, "control_plane.key_file"));
+    }
+    credentials = grpc::SslCredentials(tls);
+  }
+  channel_ = grpc::CreateChannel(cp.address, credentials);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::startReporter() {
+  ReporterOptions options;
+  options.region = config_.region;
+  options.agent_id = config_.agent_id;
+  options.token = config_.control_plane.token;
+  options.build_version = kVersion;
+  options.heartbeat_interval = config_.reporter.heartbeat_interval;
+  options.max_pending = config_.reporter.max_pending;
+  reporter_ =
+      std::make_unique<Reporter>(channel_, options, [this](cluster::v1::HeartbeatRequest& beat) {
+        beat.set_applied_version(tracker_->watermark());
+        beat.set_is_leader(isLeader());
+        for (size_t i = 0; i < plugins_.size() && i < config_.plugins.size(); ++i) {
+          auto* info = beat.add_plugins();
+          info->set_name(config_.plugins[i].name);
+          for (const auto& t : plugins_[i]->resourceTypes()) info->add_resource_types(t);
+        }
+      });
+  reporter_->start();
+  return absl::OkStatus();
+}
+
+absl::Status Agent::startDispatcher() {
+  DispatcherOptions options;
+  options.max_attempts = config_.dispatch.max_attempts;
+  dispatcher_ = std::make_unique<Dispatcher>(
+      plugins_, *ledger_, *tracker_,
+      [this](const cluster::v1::Change& change, const absl::Status& error, int attempts) {
+        cluster::v1::ReportResourceStatusRequest failed;
+        failed.set_type(change.resource().type());
+        failed.set_id(change.resource().id());
+        failed.set_region(change.resource().region().empty() ? config_.region
+                                                             : change.resource().region());
+        failed.set_phase(cluster::v1::RESOURCE_PHASE_FAILED);
+        failed.set_message(std::string(toStd(error.message())).substr(0, 4000));
+        auto* e = failed.mutable_apply_error();
+        e->set_code(static_cast<int>(error.code()));
+        e->set_message(std::string(toStd(error.message())).substr(0, 4000));
+        e->set_retryable(true);
+        e->set_attempts(static_cast<uint32_t>(attempts));
+        reporter_->report(failed);
+      },
+      options);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::startLeaderElection() {
+  if (config_.leader.mode == "lease") {
+    return absl::UnimplementedError(
+        "leader.mode: lease needs the Kubernetes runtime; use lockfile or none");
+  }
+  if (config_.leader.mode == "none") return absl::OkStatus();
+  leader_ = std::make_unique<FileLockElector>(config_.state_dir, config_.agent_id);
+  leader_->start([this](bool leader) {
+    if (!leader) onLeadership(false);  // gaining it is what start-up waits for
+  });
+  bool announced = false;
+  while (!leader_->isLeader()) {
+    if (stopping_) return absl::CancelledError("stopped while standing by");
+    if (!announced) {
+      spdlog::info("agent: standing by; {} leads region {}",
+                   FileLockElector::holder(config_.state_dir), config_.region);
+      announced = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Agent::startWatcher() {
+  onLeadership(true);
+  return absl::OkStatus();
+}
+
+void Agent::onLeadership(bool leader) {
+  std::lock_guard lock(watcher_mutex_);
+  if (leader && !watcher_ && !stopping_) {
+    WatcherOptions options;
+    options.region = config_.region;
+    options.agent_id = config_.agent_id;
+    options.token = config_.control_plane.token;
+    options.resync_interval = config_.resync_interval;
+    options.reconnect = {config_.reconnect_min, 2.0, config_.reconnect_max, 0.8};
+    watcher_ = std::make_unique<Watcher>(channel_, options, *dispatcher_,
+                                         [this] { return tracker_->watermark(); });
+    watcher_->start();
+    if (reporter_) reporter_->beatNow();
+  } else if (!leader && watcher_) {
+    watcher_->stop();
+    watcher_.reset();
+  }
+}
+
+void Agent::stop() {
+  if (stopping_.exchange(true)) return;
+  if (leader_) leader_->stop();
+  {
+    std::lock_guard lock(watcher_mutex_);
+    if (watcher_) watcher_->stop();
+    watcher_.reset();
+  }
+  if (dispatcher_) dispatcher_->drain();
+  persistWatermark();
+  dispatcher_.reset();
+  if (reporter_) reporter_->stop();
+  for (auto& h : hosts_) h->stop();
+  if (persister_.joinable()) persister_.join();
+  if (store_) (void)store_->flush();
+}
+
+}  // namespace krane::agent

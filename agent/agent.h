@@ -1,0 +1,72 @@
+// The agent of one region: start-up is an ordered list of named steps, teardown always runs in
+// reverse order.
+//
+//   state directory -> leader election (a standby waits here) -> cursor store -> plugins
+//   -> control plane channel -> reporter -> dispatcher -> watcher
+//
+// The durable watermark lives in the cursor store: a restarted agent (or an upgraded pod on the
+// same node) resumes from it without a full sync.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "agent/config.h"
+#include "agent/dispatcher.h"
+#include "agent/leader.h"
+#include "agent/plugin_endpoints.h"
+#include "agent/reporter.h"
+#include "agent/watcher.h"
+#include "agent/watermark.h"
+#include "ipc/cursor_store.h"
+
+namespace krane::agent {
+
+class Agent {
+ public:
+  // `host_binary`: the krane-plugin-host to run for plugins with process isolation.
+  Agent(AgentConfig config, std::string host_binary);
+  ~Agent();
+
+  // Runs the start-up steps; on failure stops what was started and names the failed step.
+  absl::Status start();
+  void stop();
+
+  bool isLeader() const { return leader_ && leader_->isLeader(); }
+  uint64_t watermark() const { return tracker_ ? tracker_->watermark() : 0; }
+
+ private:
+  absl::Status openStateDir();
+  absl::Status openCursorStore();
+  absl::Status startPlugins();
+  absl::Status connect();
+  absl::Status startReporter();
+  absl::Status startDispatcher();
+  absl::Status startLeaderElection();
+  absl::Status startWatcher();
+  void onLeadership(bool leader);
+  void persistWatermark();
+
+  AgentConfig config_;
+  std::string host_binary_;
+  std::unique_ptr<ipc::CursorStore> store_;
+  std::unique_ptr<WatermarkTracker> tracker_;
+  std::unique_ptr<ResourceLedger> ledger_;
+  std::vector<std::shared_ptr<PluginEndpoint>> plugins_;
+  std::vector<std::shared_ptr<HostEndpoint>> hosts_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<Reporter> reporter_;
+  std::unique_ptr<Dispatcher> dispatcher_;
+  std::unique_ptr<LeaderElector> leader_;
+  std::mutex watcher_mutex_;
+  std::unique_ptr<Watcher> watcher_;
+  std::atomic<bool> stopping_{false};
+  std::thread persister_;
+  std::vector<std::string> started_;
+};
+
+}  // namespace krane::agent

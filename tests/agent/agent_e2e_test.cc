@@ -1,0 +1,183 @@
+// The real `krane` binary against a real krane-ctrl: apply, kill -9 and resume from the
+// watermark without a full sync, and two agents of one region with one leader.
+#include <signal.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "common/strings.h"
+#include "tests/support/control_plane.h"
+#include "tests/support/process.h"
+
+namespace krane {
+namespace {
+
+using krane::testing::ChildProcess;
+using krane::testing::runCommand;
+using krane::testing::runfile;
+using krane::testing::TestControlPlane;
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+cluster::v1::Resource bucket(const std::string& id, const std::string& spec) {
+  cluster::v1::Resource r;
+  r.set_type("example.krane.dev/bucket");
+  r.set_id(id);
+  r.set_region("eu-1");
+  r.mutable_generic()->set_spec(spec);
+  return r;
+}
+
+struct AgentSetup {
+  std::string dir;
+  std::string config;
+  std::map<std::string, std::string> env;
+};
+
+AgentSetup setUp(TestControlPlane& cp) {
+  char pattern[] = "/tmp/krane-agent-XXXXXX";
+  AgentSetup s;
+  s.dir = ::mkdtemp(pattern);
+  s.config = s.dir + "/agent.yaml";
+  std::ofstream(s.config) << strCat(
+      "region: eu-1\n"
+      "state_dir: ",
+      s.dir,
+      "/state\n"
+      "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
+      "control_plane:\n  address: 127.0.0.1:",
+      cp.replica(0).grpcPort(),
+      "\n"
+      "reporter:\n  heartbeat_interval_ms: 200\n"
+      "plugins:\n"
+      "  - name: recording\n"
+      "    path: ",
+      runfile("tests/support/plugins/librecording.so"),
+      "\n"
+      "    config_text: |\n      log=",
+      s.dir, "/calls.log\n      types=example.krane.dev/bucket\n");
+  s.env = {{"KRANE_AGENT_TOKEN", cp.agentToken("eu-1")}};
+  return s;
+}
+
+std::vector<std::string> agentArgs(const AgentSetup& s) {
+  return {runfile("agent/krane"),
+          "run",
+          "--config",
+          s.config,
+          "--plugin-host",
+          runfile("agent/krane-plugin-host")};
+}
+
+// The watermark the agent persisted, read with `krane inspect --json`.
+uint64_t watermark(const AgentSetup& s) {
+  auto r =
+      runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
+  std::smatch m;
+  if (r.exit_code != 0 ||
+      !std::regex_search(r.out, m, std::regex("\"watermark\":\\s*\\{[^}]*\"version\":\\s*(\\d+)")))
+    return 0;
+  return std::stoull(m[1]);
+}
+
+bool eventually(const std::function<bool()>& pred,
+                std::chrono::seconds timeout = std::chrono::seconds(30)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+TEST(Agent, AppliesAndResumesFromTheWatermarkAfterKill9) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  const AgentSetup s = setUp(cp);
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(server.writer().put(bucket(strCat("b", i % 7), strCat(i))).ok());
+  {
+    ChildProcess agent(agentArgs(s), s.dir + "/agent1.log", s.env);
+    ASSERT_TRUE(eventually([&] { return watermark(s) == 20; })) << slurp(s.dir + "/agent1.log");
+    EXPECT_THAT(slurp(s.dir + "/agent1.log"), ::testing::HasSubstr("from version=0 (full sync)"));
+    // Changes keep flowing while the agent is killed at a random point.
+    for (int i = 20; i < 40; ++i)
+      ASSERT_TRUE(server.writer().put(bucket(strCat("b", i % 7), strCat(i))).ok());
+    agent.signal(SIGKILL);
+    agent.wait();
+  }
+  const uint64_t persisted = watermark(s);
+  EXPECT_GE(persisted, 20u);
+  for (int i = 40; i < 50; ++i)
+    ASSERT_TRUE(server.writer().put(bucket(strCat("b", i % 7), strCat(i))).ok());
+  ChildProcess agent(agentArgs(s), s.dir + "/agent2.log", s.env);
+  ASSERT_TRUE(eventually([&] { return watermark(s) == 50; })) << slurp(s.dir + "/agent2.log");
+  const std::string log = slurp(s.dir + "/agent2.log");
+  EXPECT_THAT(log, ::testing::HasSubstr(strCat("from version=", persisted)));
+  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("full sync")))
+      << "resumed without a full sync";
+  // The control plane sees the agent current.
+  auto agents = cp.agents();
+  ASSERT_TRUE(eventually([&] {
+    krane::api::v1::ListAgentsResponse response;
+    auto ok = agents
+                  ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(),
+                               {}, &response)
+                  .ok();
+    return ok && response.agents_size() >= 1 && response.agents(0).lag() == 0 &&
+           response.agents(0).is_leader();
+  }));
+  agent.signal(SIGTERM);
+  EXPECT_EQ(agent.wait(), 0);
+}
+
+TEST(Agent, TwoAgentsOneRegionOnlyTheLeaderAppliesAndTheStandbyTakesOver) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  const AgentSetup s = setUp(cp);
+  auto first = std::make_unique<ChildProcess>(agentArgs(s), s.dir + "/a.log", s.env);
+  ASSERT_TRUE(eventually(
+      [&] { return slurp(s.dir + "/a.log").find("agent: running") != std::string::npos; }));
+  ChildProcess second(agentArgs(s), s.dir + "/b.log", s.env);
+  ASSERT_TRUE(
+      eventually([&] { return slurp(s.dir + "/b.log").find("standing by") != std::string::npos; }));
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
+  ASSERT_TRUE(eventually([&] { return watermark(s) == 10; }));
+  EXPECT_THAT(slurp(s.dir + "/b.log"), ::testing::Not(::testing::HasSubstr("agent: running")));
+
+  first->signal(SIGKILL);
+  first->wait();
+  first.reset();
+  for (int i = 10; i < 20; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
+  ASSERT_TRUE(eventually([&] { return watermark(s) == 20; })) << slurp(s.dir + "/b.log");
+  EXPECT_THAT(slurp(s.dir + "/b.log"), ::testing::HasSubstr("agent: running"));
+  second.signal(SIGTERM);
+  EXPECT_EQ(second.wait(), 0);
+}
+
+TEST(Agent, StartUpFailuresNameTheStep) {
+  TestControlPlane cp;
+  cp.startReplica();
+  AgentSetup s = setUp(cp);
+  std::ofstream(s.config, std::ios::app)
+      << "  - name: broken\n    path: /nonexistent/libbroken.so\n    isolation: in_process\n";
+  auto r = runCommand(agentArgs(s), s.env);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, ::testing::HasSubstr("start-up step \"plugins\" failed"));
+  EXPECT_THAT(r.err, ::testing::HasSubstr("/nonexistent/libbroken.so"));
+  auto no_token = runCommand(agentArgs(s));
+  EXPECT_THAT(no_token.err, ::testing::HasSubstr("krane-ctrl token create --region eu-1"));
+}
+
+}  // namespace
+}  // namespace krane
