@@ -1,0 +1,69 @@
+// A plugin host in another process and the agent see each other's writes through the mapping:
+// the host's heartbeat and acknowledgements reach the agent, the agent's recorded versions reach
+// the host.
+#include <chrono>
+#include <functional>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "ipc/cursor_store.h"
+#include "tests/ipc/temp_dir.h"
+#include "tests/support/process.h"
+
+namespace krane::ipc {
+namespace {
+
+using ::krane::ipc::testing::TempDir;
+using ::krane::testing::ChildProcess;
+using ::krane::testing::runfile;
+
+bool waitFor(const std::function<bool()>& condition,
+             std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return condition();
+}
+
+TEST(CursorStoreCrossProcessTest, HostAndAgentSeeEachOthersWrites) {
+  TempDir dir;
+  auto opened = CursorStore::open(dir.path(), {});
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  CursorStore& agent = **opened;
+  const int slot = agent.registerPlugin("echo").value();
+  ASSERT_TRUE(agent.recordApplied("echo", "probe", 100).ok());
+
+  ChildProcess host({runfile("tests/ipc/store_child"), "host", "--state-dir", dir.path(),
+                     "--plugin", "echo", "--seconds", "30"},
+                    dir.file("host.log"));
+  ASSERT_TRUE(waitFor([&] { return agent.plugin(slot)->pid == host.pid(); }))
+      << "the host never wrote its pid";
+
+  // Its heartbeat moves, on both clocks.
+  uint64_t last = agent.plugin(slot)->heartbeat_mono_ns;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(waitFor([&] { return agent.plugin(slot)->heartbeat_mono_ns > last; }));
+    last = agent.plugin(slot)->heartbeat_mono_ns;
+  }
+  EXPECT_GT(agent.plugin(slot)->heartbeat_unix_ms, 0);
+  EXPECT_GT(agent.plugin(slot)->applied, 0u);
+
+  // The host reads what the agent records and acknowledges it.
+  ASSERT_TRUE(waitFor([&] { return agent.plugin(slot)->acked_version == 100; }));
+  ASSERT_TRUE(agent.recordApplied("echo", "probe", 200).ok());
+  ASSERT_TRUE(waitFor([&] { return agent.plugin(slot)->acked_version == 200; }));
+
+  // Killed, it stops heartbeating; its slot keeps the last values for the agent to judge.
+  host.signal(SIGKILL);
+  host.wait();
+  const uint64_t final_beat = agent.plugin(slot)->heartbeat_mono_ns;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(agent.plugin(slot)->heartbeat_mono_ns, final_beat);
+  EXPECT_EQ(agent.plugin(slot)->acked_version, 200u);
+}
+
+}  // namespace
+}  // namespace krane::ipc
