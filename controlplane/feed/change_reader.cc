@@ -68,7 +68,8 @@ absl::StatusOr<EventBatch> readChanges(db::Connection& conn, const ResourceTable
   batch.events.reserve(rows.size());
   for (const Row& row : rows) {
     const auto& stored = loaded[std::make_pair(row.key.type, row.key.id)];
-    batch.events.push_back(FeedEvent{row.version, row.key.type, makeChangeEvent(row.version, row.key, stored)});
+    batch.events.push_back(
+        FeedEvent{row.version, row.key.type, makeChangeEvent(row.version, row.key, stored)});
     batch.through = row.version;
   }
   return batch;

@@ -8,7 +8,8 @@
 
 namespace krane::feed {
 
-Cleanup::Cleanup(std::shared_ptr<db::Pool> pool, std::shared_ptr<const ResourceTables> tables, CleanupOptions options)
+Cleanup::Cleanup(std::shared_ptr<db::Pool> pool, std::shared_ptr<const ResourceTables> tables,
+                 CleanupOptions options)
     : pool_(std::move(pool)), tables_(std::move(tables)), options_(options) {
   options_.batch = std::clamp<size_t>(options_.batch, 1, 10000);
 }
@@ -24,8 +25,8 @@ void Cleanup::start() {
       if (!result.ok()) {
         spdlog::warn("feed: cleanup failed: {}", result.status().message());
       } else if (result->changes_deleted + result->rows_purged > 0) {
-        spdlog::info("feed: cleanup deleted {} change rows and {} deleted resources", result->changes_deleted,
-                     result->rows_purged);
+        spdlog::info("feed: cleanup deleted {} change rows and {} deleted resources",
+                     result->changes_deleted, result->rows_purged);
       }
       lock.lock();
       wake_.wait_for(lock, options_.interval, [&] { return stopping_; });
@@ -44,15 +45,17 @@ void Cleanup::stop() {
 
 absl::StatusOr<CleanupResult> Cleanup::runOnce(std::chrono::system_clock::time_point now) {
   const int64_t cutoff =
-      std::chrono::duration_cast<std::chrono::milliseconds>((now - options_.ttl).time_since_epoch()).count();
+      std::chrono::duration_cast<std::chrono::milliseconds>((now - options_.ttl).time_since_epoch())
+          .count();
   CleanupResult result;
   std::vector<std::string> regions;
   {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
-    KRANE_RETURN_IF_ERROR(conn->queryEach("SELECT region_id FROM region_versions", {}, [&](const db::Row& row) {
-      regions.push_back(row.str(0));
-      return absl::OkStatus();
-    }));
+    KRANE_RETURN_IF_ERROR(
+        conn->queryEach("SELECT region_id FROM region_versions", {}, [&](const db::Row& row) {
+          regions.push_back(row.str(0));
+          return absl::OkStatus();
+        }));
   }
   for (const std::string& region : regions) {
     for (;;) {
@@ -62,9 +65,10 @@ absl::StatusOr<CleanupResult> Cleanup::runOnce(std::chrono::system_clock::time_p
       // record the new boundary in the same transaction.
       KRANE_RETURN_IF_ERROR(pool_->transact("cleanup", [&](db::Connection& conn) -> absl::Status {
         deleted = 0;
-        KRANE_ASSIGN_OR_RETURN(auto head, conn.query("SELECT pruned_version FROM region_versions WHERE region_id = ?"
-                                                     " FOR UPDATE",
-                                                     {region}));
+        KRANE_ASSIGN_OR_RETURN(
+            auto head, conn.query("SELECT pruned_version FROM region_versions WHERE region_id = ?"
+                                  " FOR UPDATE",
+                                  {region}));
         if (head.empty()) return absl::OkStatus();
         const uint64_t pruned = head.rows[0].u64(0);
         uint64_t boundary = pruned;
@@ -72,15 +76,19 @@ absl::StatusOr<CleanupResult> Cleanup::runOnce(std::chrono::system_clock::time_p
             "SELECT version, created_at FROM resource_changes WHERE region_id = ? AND version > ?"
             " ORDER BY version LIMIT ?",
             {region, pruned, static_cast<uint64_t>(options_.batch)}, [&](const db::Row& row) {
-              if (row.i64(1) >= cutoff) return absl::CancelledError("first change younger than the TTL");
+              if (row.i64(1) >= cutoff)
+                return absl::CancelledError("first change younger than the TTL");
               boundary = row.u64(0);
               return absl::OkStatus();
             });
         if (!scan.ok() && !absl::IsCancelled(scan)) return scan;
         if (boundary == pruned) return absl::OkStatus();
-        KRANE_ASSIGN_OR_RETURN(deleted, conn.exec("DELETE FROM resource_changes WHERE region_id = ? AND version <= ?",
-                                                  {region, boundary}));
-        return conn.exec("UPDATE region_versions SET pruned_version = ? WHERE region_id = ?", {boundary, region})
+        KRANE_ASSIGN_OR_RETURN(
+            deleted, conn.exec("DELETE FROM resource_changes WHERE region_id = ? AND version <= ?",
+                               {region, boundary}));
+        return conn
+            .exec("UPDATE region_versions SET pruned_version = ? WHERE region_id = ?",
+                  {boundary, region})
             .status();
       }));
       result.changes_deleted += deleted;

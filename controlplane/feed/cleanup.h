@@ -29,7 +29,8 @@ struct CleanupResult {
 
 class Cleanup {
  public:
-  Cleanup(std::shared_ptr<db::Pool> pool, std::shared_ptr<const ResourceTables> tables, CleanupOptions options);
+  Cleanup(std::shared_ptr<db::Pool> pool, std::shared_ptr<const ResourceTables> tables,
+          CleanupOptions options);
   ~Cleanup();
   void start();
   void stop();

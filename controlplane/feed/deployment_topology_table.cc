@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/feed/single_type_table.h"
 #include "controlplane/feed/tables.h"
 #include "google/protobuf/util/json_util.h"
 
@@ -455,82 +456,17 @@ absl::StatusOr<Resource> fromRow(const db::Row& row) {
   return r;
 }
 
-class DeploymentTopologyTable final : public ResourceTable {
+class DeploymentTopologyTable final : public SingleTypeTable {
  public:
-  std::string_view type() const override { return kDeploymentTopology; }
+  DeploymentTopologyTable()
+      : SingleTypeTable(kDeploymentTopology, "deployment_topology", "deployment_id", kColumns,
+                        /*unique_per_region=*/true) {}
 
   absl::Status validate(const Resource& r) const override { return validateTopology(r); }
 
-  absl::StatusOr<std::optional<RowInfo>> lock(db::Connection& conn,
-                                              const ResourceKey& key) const override {
-    KRANE_ASSIGN_OR_RETURN(
-        auto rows, conn.query("SELECT region_id, version, deleted_at IS NOT NULL AS deleted"
-                              " FROM deployment_topology WHERE deployment_id = ? AND region_id = ?"
-                              " FOR UPDATE",
-                              {key.id, key.region}));
-    if (rows.empty()) return std::optional<RowInfo>();
-    const auto& row = rows.rows[0];
-    return std::optional<RowInfo>(RowInfo{row.str(0), row.u64(1), row.i64(2) != 0});
-  }
-
-  absl::StatusOr<std::optional<StoredResource>> load(db::Connection& conn,
-                                                     const ResourceKey& key) const override {
-    KRANE_ASSIGN_OR_RETURN(auto rows,
-                           conn.query(strCat("SELECT ", kColumns,
-                                             " FROM deployment_topology WHERE deployment_id = ?"
-                                             " AND region_id = ?"),
-                                      {key.id, key.region}));
-    if (rows.empty()) return std::optional<StoredResource>();
-    KRANE_ASSIGN_OR_RETURN(Resource r, fromRow(rows.rows[0]));
-    return std::optional<StoredResource>(
-        StoredResource{std::move(r), !rows.rows[0].isNull("deleted_at")});
-  }
-
-  absl::Status scanRegion(
-      db::Connection& conn, std::string_view region,
-      const std::function<absl::Status(Resource&&)>& on_resource) const override {
-    return conn.queryEach(strCat("SELECT ", kColumns,
-                                 " FROM deployment_topology WHERE region_id = ?"
-                                 " AND deleted_at IS NULL ORDER BY deployment_id"),
-                          {region}, [&](const db::Row& row) -> absl::Status {
-                            KRANE_ASSIGN_OR_RETURN(Resource r, fromRow(row));
-                            return on_resource(std::move(r));
-                          });
-  }
-
-  absl::StatusOr<std::vector<Resource>> list(db::Connection& conn, std::string_view region,
-                                             std::string_view type, const ListCursor& after,
-                                             size_t limit) const override {
-    std::vector<Resource> out;
-    if (!type.empty() && type != kDeploymentTopology) return out;
-    if (after.type > kDeploymentTopology) return out;
-    std::string sql = strCat("SELECT ", kColumns,
-                             " FROM deployment_topology WHERE deleted_at IS NULL"
-                             " AND (? = '' OR region_id = ?)");
-    db::Params params = {region, region};
-    if (after.type == kDeploymentTopology) {
-      sql += " AND (region_id, deployment_id) > (?, ?)";
-      params.emplace_back(after.region);
-      params.emplace_back(after.id);
-    }
-    sql += " ORDER BY region_id, deployment_id LIMIT ?";
-    params.emplace_back(static_cast<uint64_t>(limit));
-    KRANE_RETURN_IF_ERROR(conn.queryEach(sql, params, [&](const db::Row& row) -> absl::Status {
-      KRANE_ASSIGN_OR_RETURN(Resource r, fromRow(row));
-      out.push_back(std::move(r));
-      return absl::OkStatus();
-    }));
-    return out;
-  }
-
-  absl::StatusOr<uint64_t> purgeDeleted(db::Connection& conn, int64_t cutoff_ms,
-                                        size_t limit) const override {
-    return conn.exec(
-        "DELETE FROM deployment_topology WHERE deleted_at IS NOT NULL AND deleted_at < ? LIMIT ?",
-        {cutoff_ms, static_cast<uint64_t>(limit)});
-  }
-
  protected:
+  absl::StatusOr<Resource> decode(const db::Row& row) const override { return fromRow(row); }
+
   absl::Status write(db::Connection& conn, const Resource& r, uint64_t version,
                      int64_t now_ms) const override {
     if (!r.has_deployment_topology()) return validateTopology(r);
@@ -598,16 +534,6 @@ class DeploymentTopologyTable final : public ResourceTable {
              version,
              now_ms,
              now_ms})
-        .status();
-  }
-
-  absl::Status markDeleted(db::Connection& conn, const ResourceKey& key, uint64_t version,
-                           int64_t now_ms) const override {
-    return conn
-        .exec(
-            "UPDATE deployment_topology SET deleted_at = ?, updated_at = ?, version = ?"
-            " WHERE deployment_id = ? AND region_id = ?",
-            {now_ms, now_ms, version, key.id, key.region})
         .status();
   }
 };

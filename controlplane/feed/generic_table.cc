@@ -37,8 +37,8 @@ class GenericTable final : public ResourceTable {
     }
     const auto& g = r.generic();
     if (!g.type().empty() && g.type() != r.type()) {
-      return absl::InvalidArgumentError(
-          strCat("resource.generic.type: \"", g.type(), "\" differs from resource.type \"", r.type(), "\""));
+      return absl::InvalidArgumentError(strCat("resource.generic.type: \"", g.type(),
+                                               "\" differs from resource.type \"", r.type(), "\""));
     }
     if (!g.id().empty() && g.id() != r.id()) {
       return absl::InvalidArgumentError("resource.generic.id: differs from resource.id");
@@ -46,10 +46,11 @@ class GenericTable final : public ResourceTable {
     if (!g.region().empty() && g.region() != r.region()) {
       return absl::InvalidArgumentError("resource.generic.region: differs from resource.region");
     }
-    if (!g.workspace_id().empty()) KRANE_RETURN_IF_ERROR(checkId("resource.generic.workspace_id", g.workspace_id()));
+    if (!g.workspace_id().empty())
+      KRANE_RETURN_IF_ERROR(checkId("resource.generic.workspace_id", g.workspace_id()));
     if (g.spec().size() > kMaxSpecBytes) {
-      return absl::InvalidArgumentError(
-          strCat("resource.generic.spec: at most ", kMaxSpecBytes, " bytes, got ", g.spec().size()));
+      return absl::InvalidArgumentError(strCat("resource.generic.spec: at most ", kMaxSpecBytes,
+                                               " bytes, got ", g.spec().size()));
     }
     if (g.content_type().size() > 255) {
       return absl::InvalidArgumentError("resource.generic.content_type: at most 255 characters");
@@ -57,38 +58,48 @@ class GenericTable final : public ResourceTable {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<std::optional<RowInfo>> lock(db::Connection& conn, const ResourceKey& key) const override {
-    KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT region_id, version, deleted_at IS NOT NULL AS deleted"
-                                                 " FROM resources WHERE type = ? AND id = ? FOR UPDATE",
-                                                 {key.type, key.id}));
+  absl::StatusOr<std::optional<RowInfo>> lock(db::Connection& conn,
+                                              const ResourceKey& key) const override {
+    KRANE_ASSIGN_OR_RETURN(auto rows,
+                           conn.query("SELECT region_id, version, deleted_at IS NOT NULL AS deleted"
+                                      " FROM resources WHERE type = ? AND id = ? FOR UPDATE",
+                                      {key.type, key.id}));
     if (rows.empty()) return std::optional<RowInfo>();
     const auto& row = rows.rows[0];
     return std::optional<RowInfo>(RowInfo{row.str(0), row.u64(1), row.i64(2) != 0});
   }
 
-  absl::StatusOr<std::optional<StoredResource>> load(db::Connection& conn, const ResourceKey& key) const override {
-    KRANE_ASSIGN_OR_RETURN(auto rows, conn.query(strCat("SELECT ", kColumns,
-                                                        " FROM resources WHERE type = ? AND id = ? AND region_id = ?"),
-                                                 {key.type, key.id, key.region}));
+  absl::StatusOr<std::optional<StoredResource>> load(db::Connection& conn,
+                                                     const ResourceKey& key) const override {
+    KRANE_ASSIGN_OR_RETURN(
+        auto rows, conn.query(strCat("SELECT ", kColumns,
+                                     " FROM resources WHERE type = ? AND id = ? AND region_id = ?"),
+                              {key.type, key.id, key.region}));
     if (rows.empty()) return std::optional<StoredResource>();
-    return std::optional<StoredResource>(StoredResource{fromRow(rows.rows[0]), !rows.rows[0].isNull("deleted_at")});
+    return std::optional<StoredResource>(
+        StoredResource{fromRow(rows.rows[0]), !rows.rows[0].isNull("deleted_at")});
   }
 
-  absl::Status scanRegion(db::Connection& conn, std::string_view region,
-                          const std::function<absl::Status(Resource&&)>& on_resource) const override {
+  absl::Status scanRegion(
+      db::Connection& conn, std::string_view region,
+      const std::function<absl::Status(Resource&&)>& on_resource) const override {
     return conn.queryEach(
-        strCat("SELECT ", kColumns, " FROM resources WHERE region_id = ? AND deleted_at IS NULL ORDER BY type, id"),
+        strCat("SELECT ", kColumns,
+               " FROM resources WHERE region_id = ? AND deleted_at IS NULL ORDER BY type, id"),
         {region}, [&](const db::Row& row) { return on_resource(fromRow(row)); });
   }
 
-  absl::StatusOr<std::vector<Resource>> list(db::Connection& conn, std::string_view region, std::string_view type,
-                                             const ListCursor& after, size_t limit) const override {
+  absl::StatusOr<std::vector<Resource>> list(db::Connection& conn, std::string_view region,
+                                             std::string_view type, const ListCursor& after,
+                                             size_t limit) const override {
     std::vector<Resource> out;
     KRANE_RETURN_IF_ERROR(conn.queryEach(
         strCat("SELECT ", kColumns,
-               " FROM resources WHERE deleted_at IS NULL AND (? = '' OR region_id = ?) AND (? = '' OR type = ?)"
+               " FROM resources WHERE deleted_at IS NULL AND (? = '' OR region_id = ?) AND (? = '' "
+               "OR type = ?)"
                " AND (type, region_id, id) > (?, ?, ?) ORDER BY type, region_id, id LIMIT ?"),
-        {region, region, type, type, after.type, after.region, after.id, static_cast<uint64_t>(limit)},
+        {region, region, type, type, after.type, after.region, after.id,
+         static_cast<uint64_t>(limit)},
         [&](const db::Row& row) {
           out.push_back(fromRow(row));
           return absl::OkStatus();
@@ -96,32 +107,39 @@ class GenericTable final : public ResourceTable {
     return out;
   }
 
-  absl::StatusOr<uint64_t> purgeDeleted(db::Connection& conn, int64_t cutoff_ms, size_t limit) const override {
-    return conn.exec("DELETE FROM resources WHERE deleted_at IS NOT NULL AND deleted_at < ? LIMIT ?",
-                     {cutoff_ms, static_cast<uint64_t>(limit)});
+  absl::StatusOr<uint64_t> purgeDeleted(db::Connection& conn, int64_t cutoff_ms,
+                                        size_t limit) const override {
+    return conn.exec(
+        "DELETE FROM resources WHERE deleted_at IS NOT NULL AND deleted_at < ? LIMIT ?",
+        {cutoff_ms, static_cast<uint64_t>(limit)});
   }
 
  protected:
-  absl::Status write(db::Connection& conn, const Resource& r, uint64_t version, int64_t now_ms) const override {
+  absl::Status write(db::Connection& conn, const Resource& r, uint64_t version,
+                     int64_t now_ms) const override {
     const auto& g = r.generic();
     return conn
-        .exec("INSERT INTO resources (type, id, region_id, workspace_id, spec, content_type, version,"
-              " created_at, updated_at, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)"
-              " ON DUPLICATE KEY UPDATE region_id = VALUES(region_id), workspace_id = VALUES(workspace_id),"
-              " spec = VALUES(spec), content_type = VALUES(content_type), version = VALUES(version),"
-              " updated_at = VALUES(updated_at), deleted_at = NULL",
-              {r.type(), r.id(), r.region(),
-               g.workspace_id().empty() ? db::Value() : db::Value(g.workspace_id()),
-               db::Blob{g.spec()}, g.content_type(), version, now_ms, now_ms})
+        .exec(
+            "INSERT INTO resources (type, id, region_id, workspace_id, spec, content_type, version,"
+            " created_at, updated_at, deleted_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)"
+            " ON DUPLICATE KEY UPDATE region_id = VALUES(region_id), workspace_id = "
+            "VALUES(workspace_id),"
+            " spec = VALUES(spec), content_type = VALUES(content_type), version = VALUES(version),"
+            " updated_at = VALUES(updated_at), deleted_at = NULL",
+            {r.type(), r.id(), r.region(),
+             g.workspace_id().empty() ? db::Value() : db::Value(g.workspace_id()),
+             db::Blob{g.spec()}, g.content_type(), version, now_ms, now_ms})
         .status();
   }
 
   absl::Status markDeleted(db::Connection& conn, const ResourceKey& key, uint64_t version,
                            int64_t now_ms) const override {
     return conn
-        .exec("UPDATE resources SET deleted_at = ?, updated_at = ?, version = ? WHERE type = ? AND id = ?"
-              " AND region_id = ?",
-              {now_ms, now_ms, version, key.type, key.id, key.region})
+        .exec(
+            "UPDATE resources SET deleted_at = ?, updated_at = ?, version = ? WHERE type = ? AND "
+            "id = ?"
+            " AND region_id = ?",
+            {now_ms, now_ms, version, key.type, key.id, key.region})
         .status();
   }
 };

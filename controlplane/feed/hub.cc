@@ -16,7 +16,8 @@ void Hub::unsubscribe(const std::string& region, const Subscriber* subscriber) {
   auto it = regions_.find(region);
   if (it == regions_.end()) return;
   auto& subs = it->second.subscribers;
-  subs.erase(std::remove_if(subs.begin(), subs.end(), [&](const auto& s) { return s.get() == subscriber; }),
+  subs.erase(std::remove_if(subs.begin(), subs.end(),
+                            [&](const auto& s) { return s.get() == subscriber; }),
              subs.end());
 }
 

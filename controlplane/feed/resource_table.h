@@ -81,14 +81,14 @@ class ResourceTable {
                                                              const ResourceKey& key) const = 0;
 
   // Every live resource of `region` (of any type, for the generic table), in id order.
-  virtual absl::Status scanRegion(db::Connection& conn, std::string_view region,
-                                  const std::function<absl::Status(Resource&&)>& on_resource) const = 0;
+  virtual absl::Status scanRegion(
+      db::Connection& conn, std::string_view region,
+      const std::function<absl::Status(Resource&&)>& on_resource) const = 0;
 
   // Live resources after `after` in (type, region, id) order, at most `limit`; `region` and
   // `type` filter when not empty.
   virtual absl::StatusOr<std::vector<Resource>> list(db::Connection& conn, std::string_view region,
-                                                     std::string_view type,
-                                                     const ListCursor& after,
+                                                     std::string_view type, const ListCursor& after,
                                                      size_t limit) const = 0;
 
   // Removes rows deleted before `cutoff_ms`, at most `limit` of them; returns how many.

@@ -12,6 +12,8 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/feed/json_check.h"
+#include "controlplane/feed/single_type_table.h"
 #include "controlplane/feed/tables.h"
 
 namespace krane::feed {
@@ -25,9 +27,6 @@ constexpr uint32_t kMaxReplicas = 1000;
 constexpr uint32_t kMaxCpuMillicores = 64000;
 constexpr uint32_t kMaxMemoryMib = 1024 * 1024;  // 1 TiB
 constexpr size_t kMaxConfigBytes = 1 << 20;
-// MariaDB's JSON_VALID (the CHECK of JSON columns) refuses documents nested 32 levels deep or
-// more; MySQL allows 100.
-constexpr size_t kMaxJsonDepth = 31;
 
 constexpr std::string_view kColumns =
     "id, workspace_id, project_id, app_id, environment_id, region_id, image, desired_state,"
@@ -42,59 +41,11 @@ absl::Status checkRange(std::string_view field, uint64_t value, uint64_t min, ui
   return absl::OkStatus();
 }
 
-// Walks a JSON document without building it, tracking the nesting depth.
-class JsonChecker final : public nlohmann::json_sax<Json> {
- public:
-  bool null() override { return true; }
-  bool boolean(bool) override { return true; }
-  bool number_integer(number_integer_t) override { return true; }
-  bool number_unsigned(number_unsigned_t) override { return true; }
-  bool number_float(number_float_t, const string_t&) override { return true; }
-  bool string(string_t&) override { return true; }
-  bool binary(binary_t&) override { return true; }
-  bool start_object(std::size_t) override { return enter(); }
-  bool key(string_t&) override { return true; }
-  bool end_object() override { return leave(); }
-  bool start_array(std::size_t) override { return enter(); }
-  bool end_array() override { return leave(); }
-  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception& e) override {
-    if (error_.empty()) error_ = strCat("not valid JSON: ", e.what());
-    return false;
-  }
-  const std::string& error() const { return error_; }
-
- private:
-  bool enter() {
-    if (++depth_ > kMaxJsonDepth) {
-      error_ = strCat("nested deeper than ", kMaxJsonDepth, " levels");
-      return false;
-    }
-    return true;
-  }
-  bool leave() {
-    --depth_;
-    return true;
-  }
-  size_t depth_ = 0;
-  std::string error_;
-};
-
 absl::Status checkJson(std::string_view field, std::string_view text, size_t max_size) {
   if (text.size() > max_size) {
     return invalid(strCat(field, ": at most ", max_size, " bytes, got ", text.size()));
   }
-  JsonChecker checker;
-  bool ok = false;
-  try {
-    ok = Json::sax_parse(text.begin(), text.end(), &checker);
-  } catch (const Json::exception& e) {
-    return invalid(strCat(field, ": not valid JSON: ", e.what()));
-  }
-  if (!ok) {
-    return invalid(
-        strCat(field, ": ", checker.error().empty() ? "not valid JSON" : checker.error()));
-  }
-  return absl::OkStatus();
+  return checkJsonDocument(field, text, JsonShape::kAny);
 }
 
 absl::Status validateSentinel(const Resource& r) {
@@ -181,75 +132,16 @@ Resource fromRow(const db::Row& row) {
   return r;
 }
 
-class SentinelTable final : public ResourceTable {
+class SentinelTable final : public SingleTypeTable {
  public:
-  std::string_view type() const override { return kSentinel; }
+  SentinelTable()
+      : SingleTypeTable(kSentinel, "sentinels", "id", kColumns, /*unique_per_region=*/false) {}
 
   absl::Status validate(const Resource& r) const override { return validateSentinel(r); }
 
-  absl::StatusOr<std::optional<RowInfo>> lock(db::Connection& conn,
-                                              const ResourceKey& key) const override {
-    KRANE_ASSIGN_OR_RETURN(auto rows,
-                           conn.query("SELECT region_id, version, deleted_at IS NOT NULL AS deleted"
-                                      " FROM sentinels WHERE id = ? FOR UPDATE",
-                                      {key.id}));
-    if (rows.empty()) return std::optional<RowInfo>();
-    const auto& row = rows.rows[0];
-    return std::optional<RowInfo>(RowInfo{row.str(0), row.u64(1), row.i64(2) != 0});
-  }
-
-  absl::StatusOr<std::optional<StoredResource>> load(db::Connection& conn,
-                                                     const ResourceKey& key) const override {
-    KRANE_ASSIGN_OR_RETURN(
-        auto rows,
-        conn.query(strCat("SELECT ", kColumns, " FROM sentinels WHERE id = ? AND region_id = ?"),
-                   {key.id, key.region}));
-    if (rows.empty()) return std::optional<StoredResource>();
-    return std::optional<StoredResource>(
-        StoredResource{fromRow(rows.rows[0]), !rows.rows[0].isNull("deleted_at")});
-  }
-
-  absl::Status scanRegion(
-      db::Connection& conn, std::string_view region,
-      const std::function<absl::Status(Resource&&)>& on_resource) const override {
-    return conn.queryEach(
-        strCat("SELECT ", kColumns,
-               " FROM sentinels WHERE region_id = ? AND deleted_at IS NULL ORDER BY id"),
-        {region}, [&](const db::Row& row) { return on_resource(fromRow(row)); });
-  }
-
-  absl::StatusOr<std::vector<Resource>> list(db::Connection& conn, std::string_view region,
-                                             std::string_view type, const ListCursor& after,
-                                             size_t limit) const override {
-    std::vector<Resource> out;
-    if (!type.empty() && type != kSentinel) return out;
-    if (after.type > kSentinel) return out;
-    std::string sql = strCat("SELECT ", kColumns,
-                             " FROM sentinels WHERE deleted_at IS NULL"
-                             " AND (? = '' OR region_id = ?)");
-    db::Params params = {region, region};
-    if (after.type == kSentinel) {
-      sql += " AND (region_id, id) > (?, ?)";
-      params.emplace_back(after.region);
-      params.emplace_back(after.id);
-    }
-    sql += " ORDER BY region_id, id LIMIT ?";
-    params.emplace_back(static_cast<uint64_t>(limit));
-    KRANE_RETURN_IF_ERROR(conn.queryEach(sql, params, [&](const db::Row& row) {
-      out.push_back(fromRow(row));
-      return absl::OkStatus();
-    }));
-    return out;
-  }
-
-  absl::StatusOr<uint64_t> purgeDeleted(db::Connection& conn, int64_t cutoff_ms,
-                                        size_t limit) const override {
-    return conn.exec(
-        "DELETE FROM sentinels WHERE deleted_at IS NOT NULL AND deleted_at < ? LIMIT ?",
-        {cutoff_ms, static_cast<uint64_t>(limit)});
-  }
-
  protected:
+  absl::StatusOr<Resource> decode(const db::Row& row) const override { return fromRow(row); }
+
   absl::Status write(db::Connection& conn, const Resource& r, uint64_t version,
                      int64_t now_ms) const override {
     if (!r.has_sentinel()) return validateSentinel(r);
@@ -271,16 +163,6 @@ class SentinelTable final : public ResourceTable {
              s.image(), desiredStateName(s.desired_state()), s.replicas(), s.cpu_millicores(),
              s.memory_mib(), s.config_json().empty() ? db::Value() : db::Value(s.config_json()),
              version, now_ms, now_ms})
-        .status();
-  }
-
-  absl::Status markDeleted(db::Connection& conn, const ResourceKey& key, uint64_t version,
-                           int64_t now_ms) const override {
-    return conn
-        .exec(
-            "UPDATE sentinels SET deleted_at = ?, updated_at = ?, version = ?"
-            " WHERE id = ? AND region_id = ?",
-            {now_ms, now_ms, version, key.id, key.region})
         .status();
   }
 };

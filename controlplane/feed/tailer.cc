@@ -82,8 +82,8 @@ absl::Status Tailer::pollOnce() {
     // Read in bounded batches; a busy region does not starve the others for long.
     auto batch = readChanges(*conn, *tables_, region, position, head, options_.batch_limit);
     if (absl::IsOutOfRange(batch.status())) {
-      spdlog::warn("feed: region={} changes after version {} were pruned before they were streamed", region,
-                   position);
+      spdlog::warn("feed: region={} changes after version {} were pruned before they were streamed",
+                   region, position);
       hub_->expireRegion(region, head, std::string(toStd(batch.status().message())));
       continue;
     }

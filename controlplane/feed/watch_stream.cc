@@ -44,7 +44,9 @@ WatchStream::WatchStream(std::shared_ptr<WatchContext> context, cluster::v1::Wat
       types_(request_.resource_types().begin(), request_.resource_types().end()),
       region_(request_.region()) {}
 
-bool WatchStream::wants(const std::string& type) const { return types_.empty() || types_.count(type) > 0; }
+bool WatchStream::wants(const std::string& type) const {
+  return types_.empty() || types_.count(type) > 0;
+}
 
 void WatchStream::setup() {
   absl::Status status = setupOrError();
@@ -53,9 +55,11 @@ void WatchStream::setup() {
       std::lock_guard lock(mutex_);
       resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_PRUNED, std::string(toStd(status.message())));
     } else {
-      if (!absl::IsUnauthenticated(status) && !absl::IsPermissionDenied(status) && !absl::IsInvalidArgument(status) &&
-          !absl::IsNotFound(status) && !absl::IsCancelled(status)) {
-        spdlog::warn("feed: watch setup failed region={} peer={} error=\"{}\"", region_, peer_, status.message());
+      if (!absl::IsUnauthenticated(status) && !absl::IsPermissionDenied(status) &&
+          !absl::IsInvalidArgument(status) && !absl::IsNotFound(status) &&
+          !absl::IsCancelled(status)) {
+        spdlog::warn("feed: watch setup failed region={} peer={} error=\"{}\"", region_, peer_,
+                     status.message());
       }
       std::lock_guard lock(mutex_);
       finishLocked(toGrpc(status));
@@ -75,11 +79,13 @@ absl::Status WatchStream::setupOrError() {
         strCat("this agent token is for region \"", allowed, "\", not \"", region_, "\""));
   }
   KRANE_ASSIGN_OR_RETURN(auto conn, context_->pool->acquire());
-  KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT COALESCE(v.version, 0), COALESCE(v.pruned_version, 0)"
-                                                " FROM regions r LEFT JOIN region_versions v ON v.region_id = r.id"
-                                                " WHERE r.id = ?",
-                                                {region_}));
-  if (rows.empty()) return absl::NotFoundError(strCat("region \"", region_, "\" is not registered"));
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows, conn->query("SELECT COALESCE(v.version, 0), COALESCE(v.pruned_version, 0)"
+                             " FROM regions r LEFT JOIN region_versions v ON v.region_id = r.id"
+                             " WHERE r.id = ?",
+                             {region_}));
+  if (rows.empty())
+    return absl::NotFoundError(strCat("region \"", region_, "\" is not registered"));
   const uint64_t head = rows.rows[0].u64(0);
   const uint64_t pruned = rows.rows[0].u64(1);
   uint64_t cursor = request_.version();
@@ -92,8 +98,9 @@ absl::Status WatchStream::setupOrError() {
   }
   if (cursor != 0 && cursor < pruned) {
     std::lock_guard lock(mutex_);
-    resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_PRUNED,
-                 strCat("changes after version ", cursor, " were pruned (kept from ", pruned + 1, ")"));
+    resyncLocked(
+        cluster::v1::CURSOR_EXPIRED_REASON_PRUNED,
+        strCat("changes after version ", cursor, " were pruned (kept from ", pruned + 1, ")"));
     return absl::OkStatus();
   }
 
@@ -129,7 +136,8 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
     db::Connection& conn;
     ~Rollback() { (void)conn.execText("ROLLBACK"); }
   } rollback{conn};
-  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT version FROM region_versions WHERE region_id = ?", {region_}));
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows, conn.query("SELECT version FROM region_versions WHERE region_id = ?", {region_}));
   const uint64_t snapshot = rows.empty() ? 0 : rows.rows[0].u64(0);
 
   auto begin = std::make_shared<WatchEvent>();
@@ -137,16 +145,17 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
   if (!pushWaiting(begin, 0)) return absl::CancelledError("stream closed");
   for (const auto& table : context_->tables->all()) {
     if (!table->type().empty() && !wants(std::string(table->type()))) continue;
-    KRANE_RETURN_IF_ERROR(table->scanRegion(conn, region_, [&](Resource&& resource) -> absl::Status {
-      if (!wants(resource.type())) return absl::OkStatus();
-      auto event = std::make_shared<WatchEvent>();
-      auto* change = event->mutable_change();
-      change->set_op(cluster::v1::CHANGE_OP_APPLY);
-      change->set_version(resource.version());
-      *change->mutable_resource() = std::move(resource);
-      if (!pushWaiting(std::move(event), 0)) return absl::CancelledError("stream closed");
-      return absl::OkStatus();
-    }));
+    KRANE_RETURN_IF_ERROR(
+        table->scanRegion(conn, region_, [&](Resource&& resource) -> absl::Status {
+          if (!wants(resource.type())) return absl::OkStatus();
+          auto event = std::make_shared<WatchEvent>();
+          auto* change = event->mutable_change();
+          change->set_op(cluster::v1::CHANGE_OP_APPLY);
+          change->set_version(resource.version());
+          *change->mutable_resource() = std::move(resource);
+          if (!pushWaiting(std::move(event), 0)) return absl::CancelledError("stream closed");
+          return absl::OkStatus();
+        }));
   }
   auto end = std::make_shared<WatchEvent>();
   end->mutable_sync_end()->set_version(snapshot);
@@ -157,12 +166,13 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
 
 absl::Status WatchStream::catchUp(db::Connection& conn, uint64_t* cursor, uint64_t through) {
   while (*cursor < through) {
-    KRANE_ASSIGN_OR_RETURN(auto batch, readChanges(conn, *context_->tables, region_, *cursor, through,
-                                                   context_->options.catch_up_batch));
+    KRANE_ASSIGN_OR_RETURN(auto batch, readChanges(conn, *context_->tables, region_, *cursor,
+                                                   through, context_->options.catch_up_batch));
     bool last_sent = false;
     for (auto& event : batch.events) {
       last_sent = wants(event.type);
-      if (last_sent && !pushWaiting(event.event, event.version)) return absl::CancelledError("stream closed");
+      if (last_sent && !pushWaiting(event.event, event.version))
+        return absl::CancelledError("stream closed");
     }
     if (!last_sent && !pushWaiting(bookmark(batch.through), batch.through)) {
       return absl::CancelledError("stream closed");
@@ -206,8 +216,9 @@ void WatchStream::queueBatchLocked(const EventBatch& batch) {
   if (!last_sent) queueLocked(bookmark(batch.through));
   queued_through_ = batch.through;
   if (queue_.size() > context_->options.max_queued) {
-    resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED,
-                 strCat("the agent fell more than ", context_->options.max_queued, " events behind"));
+    resyncLocked(
+        cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED,
+        strCat("the agent fell more than ", context_->options.max_queued, " events behind"));
   }
 }
 
@@ -219,8 +230,9 @@ void WatchStream::deliver(const std::shared_ptr<const EventBatch>& batch) {
       buffered_.push_back(batch);
       buffered_events_ += batch->events.size();
       if (buffered_events_ > context_->options.max_queued) {
-        resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED,
-                     strCat("more than ", context_->options.max_queued, " changes arrived during the sync"));
+        resyncLocked(
+            cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED,
+            strCat("more than ", context_->options.max_queued, " changes arrived during the sync"));
       }
     } else {
       queueBatchLocked(*batch);
@@ -247,7 +259,8 @@ void WatchStream::tick(std::chrono::steady_clock::time_point now) {
   kick();
 }
 
-void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason, const std::string& message) {
+void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason,
+                               const std::string& message) {
   if (finish_pending_ || done_) return;
   ++context_->counters.resyncs_requested;
   // Drop what is queued (except the write in flight); the agent starts over anyway.
@@ -267,7 +280,8 @@ void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason, const st
   finish_pending_ = true;
   final_status_ = grpc::Status::OK;
   drained_.notify_all();
-  spdlog::info("feed: watch told to resync region={} peer={} reason=\"{}\"", region_, peer_, message);
+  spdlog::info("feed: watch told to resync region={} peer={} reason=\"{}\"", region_, peer_,
+               message);
 }
 
 void WatchStream::finishLocked(grpc::Status status) {

@@ -10,8 +10,6 @@
 // it cannot hold memory or slow anyone else.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -20,6 +18,8 @@
 #include <mutex>
 #include <set>
 #include <string>
+
+#include <grpcpp/grpcpp.h>
 
 #include "common/thread_pool.h"
 #include "controlplane/db/pool.h"

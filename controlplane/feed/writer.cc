@@ -48,7 +48,8 @@ absl::Status WriteTx::checkRegion(const std::string& region) {
   KRANE_ASSIGN_OR_RETURN(auto rows, conn_.query("SELECT 1 FROM regions WHERE id = ?", {region}));
   if (rows.empty()) {
     return absl::NotFoundError(strCat("region \"", region,
-                                      "\" is not registered (add it with `krane-ctrl region add ", region, "`)"));
+                                      "\" is not registered (add it with `krane-ctrl region add ",
+                                      region, "`)"));
   }
   known_regions_.push_back(region);
   return absl::OkStatus();
@@ -62,13 +63,15 @@ absl::Status WriteTx::put(const Resource& resource, uint64_t expected_version) {
   KRANE_RETURN_IF_ERROR(checkRegion(key.region));
   KRANE_ASSIGN_OR_RETURN(auto row, table.lock(conn_, key));
   if (row && !row->deleted && row->region != key.region) {
-    return absl::FailedPreconditionError(strCat(key.type, " \"", key.id, "\" exists in region \"", row->region,
-                                                "\"; delete it there before putting it in \"", key.region, "\""));
+    return absl::FailedPreconditionError(
+        strCat(key.type, " \"", key.id, "\" exists in region \"", row->region,
+               "\"; delete it there before putting it in \"", key.region, "\""));
   }
   const bool live = row && !row->deleted && row->region == key.region;
   if (expected_version != 0 && (!live || row->version != expected_version)) {
-    return absl::AbortedError(strCat(key.type, " \"", key.id, "\" is at version ", live ? row->version : 0,
-                                     ", not the expected ", expected_version));
+    return absl::AbortedError(strCat(key.type, " \"", key.id, "\" is at version ",
+                                     live ? row->version : 0, ", not the expected ",
+                                     expected_version));
   }
   Pending pending{&table, resource, false, !live};
   pending.resource.set_version(0);
@@ -81,7 +84,8 @@ absl::Status WriteTx::remove(const ResourceKey& key, uint64_t expected_version) 
   const ResourceTable& table = tables_.forType(key.type);
   KRANE_ASSIGN_OR_RETURN(auto row, table.lock(conn_, key));
   if (!row || row->deleted || row->region != key.region) {
-    return absl::NotFoundError(strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\""));
+    return absl::NotFoundError(
+        strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\""));
   }
   if (expected_version != 0 && row->version != expected_version) {
     return absl::AbortedError(strCat(key.type, " \"", key.id, "\" is at version ", row->version,
@@ -101,17 +105,21 @@ absl::StatusOr<std::vector<WriteResult>> WriteTx::commitChanges(int64_t now_ms) 
   // Versions last: regions in a fixed order (no deadlock between two multi-region writers),
   // one counter statement per region, holding each counter's lock only until COMMIT.
   std::map<std::string, std::vector<size_t>> by_region;
-  for (size_t i = 0; i < pending_.size(); ++i) by_region[pending_[i].resource.region()].push_back(i);
+  for (size_t i = 0; i < pending_.size(); ++i)
+    by_region[pending_[i].resource.region()].push_back(i);
   std::vector<uint64_t> versions(pending_.size());
   for (const auto& [region, indexes] : by_region) {
     const uint64_t count = indexes.size();
-    KRANE_RETURN_IF_ERROR(conn_.exec("INSERT INTO region_versions (region_id, version) VALUES (?, LAST_INSERT_ID(?))"
-                                     " ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + ?)",
-                                     {region, count, count})
-                              .status());
+    KRANE_RETURN_IF_ERROR(
+        conn_
+            .exec("INSERT INTO region_versions (region_id, version) VALUES (?, LAST_INSERT_ID(?))"
+                  " ON DUPLICATE KEY UPDATE version = LAST_INSERT_ID(version + ?)",
+                  {region, count, count})
+            .status());
     const uint64_t last = conn_.lastInsertId();
     if (last < count) {
-      return absl::InternalError(strCat("region_versions returned version ", last, " for ", count, " changes"));
+      return absl::InternalError(
+          strCat("region_versions returned version ", last, " for ", count, " changes"));
     }
     for (size_t k = 0; k < count; ++k) versions[indexes[k]] = last - count + 1 + k;
   }
@@ -120,7 +128,8 @@ absl::StatusOr<std::vector<WriteResult>> WriteTx::commitChanges(int64_t now_ms) 
     p.resource.set_version(versions[i]);
     if (p.remove) {
       KRANE_RETURN_IF_ERROR(p.table->markDeleted(
-          conn_, ResourceKey{p.resource.type(), p.resource.id(), p.resource.region()}, versions[i], now_ms));
+          conn_, ResourceKey{p.resource.type(), p.resource.id(), p.resource.region()}, versions[i],
+          now_ms));
     } else {
       KRANE_RETURN_IF_ERROR(p.table->write(conn_, p.resource, versions[i], now_ms));
     }
@@ -128,7 +137,8 @@ absl::StatusOr<std::vector<WriteResult>> WriteTx::commitChanges(int64_t now_ms) 
   for (size_t start = 0; start < pending_.size(); start += kChangeRowsPerInsert) {
     const size_t end = std::min(pending_.size(), start + kChangeRowsPerInsert);
     std::string sql =
-        "INSERT INTO resource_changes (region_id, resource_type, resource_id, op, version, created_at) VALUES ";
+        "INSERT INTO resource_changes (region_id, resource_type, resource_id, op, version, "
+        "created_at) VALUES ";
     db::Params params;
     for (size_t i = start; i < end; ++i) {
       strAppend(&sql, i == start ? "" : ", ", "(?, ?, ?, ?, ?, ?)");
@@ -151,8 +161,8 @@ void Writer::onCommit(std::function<void(const std::vector<std::string>&)> liste
   listeners_.push_back(std::move(listener));
 }
 
-absl::StatusOr<std::vector<WriteResult>> Writer::transact(std::string_view name,
-                                                          const std::function<absl::Status(WriteTx&)>& body) {
+absl::StatusOr<std::vector<WriteResult>> Writer::transact(
+    std::string_view name, const std::function<absl::Status(WriteTx&)>& body) {
   std::vector<WriteResult> results;
   db::TxOptions options;
   options.isolation = db::Isolation::kReadCommitted;
@@ -166,8 +176,9 @@ absl::StatusOr<std::vector<WriteResult>> Writer::transact(std::string_view name,
       },
       options));
   for (const auto& r : results) {
-    spdlog::debug("feed: committed op={} region={} type={} id={} version={}", r.deleted ? "delete" : "apply",
-                  r.resource.region(), r.resource.type(), r.resource.id(), r.version);
+    spdlog::debug("feed: committed op={} region={} type={} id={} version={}",
+                  r.deleted ? "delete" : "apply", r.resource.region(), r.resource.type(),
+                  r.resource.id(), r.version);
   }
   if (!results.empty()) {
     std::vector<std::string> regions;
@@ -182,14 +193,16 @@ absl::StatusOr<std::vector<WriteResult>> Writer::transact(std::string_view name,
 }
 
 absl::StatusOr<WriteResult> Writer::put(const Resource& resource, uint64_t expected_version) {
-  KRANE_ASSIGN_OR_RETURN(auto results,
-                         transact("put", [&](WriteTx& tx) { return tx.put(resource, expected_version); }));
+  KRANE_ASSIGN_OR_RETURN(auto results, transact("put", [&](WriteTx& tx) {
+                           return tx.put(resource, expected_version);
+                         }));
   return results.at(0);
 }
 
 absl::StatusOr<WriteResult> Writer::remove(const ResourceKey& key, uint64_t expected_version) {
-  KRANE_ASSIGN_OR_RETURN(auto results,
-                         transact("delete", [&](WriteTx& tx) { return tx.remove(key, expected_version); }));
+  KRANE_ASSIGN_OR_RETURN(auto results, transact("delete", [&](WriteTx& tx) {
+                           return tx.remove(key, expected_version);
+                         }));
   return results.at(0);
 }
 

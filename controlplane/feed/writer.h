@@ -23,7 +23,7 @@
 namespace krane::feed {
 
 struct WriteResult {
-  Resource resource;   // as stored, version set (type/id/region only for a delete)
+  Resource resource;  // as stored, version set (type/id/region only for a delete)
   uint64_t version = 0;
   bool created = false;  // a put of a resource that did not exist (or was deleted)
   bool deleted = false;  // a delete
@@ -65,8 +65,8 @@ class Writer {
 
   // Runs `body` and then writes every queued change, in one retried transaction. Returns the
   // results in the order the mutations were queued.
-  absl::StatusOr<std::vector<WriteResult>> transact(std::string_view name,
-                                                    const std::function<absl::Status(WriteTx&)>& body);
+  absl::StatusOr<std::vector<WriteResult>> transact(
+      std::string_view name, const std::function<absl::Status(WriteTx&)>& body);
 
   absl::StatusOr<WriteResult> put(const Resource& resource, uint64_t expected_version = 0);
   absl::StatusOr<WriteResult> remove(const ResourceKey& key, uint64_t expected_version = 0);
