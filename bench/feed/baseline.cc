@@ -17,8 +17,9 @@ constexpr const char* kLookupSql =
 
 }  // namespace
 
-BaselinePollers::BaselinePollers(const db::Dsn& dsn, std::string region, size_t pollers, uint64_t start_version,
-                                 size_t connections, std::chrono::milliseconds interval)
+BaselinePollers::BaselinePollers(const db::Dsn& dsn, std::string region, size_t pollers,
+                                 uint64_t start_version, size_t connections,
+                                 std::chrono::milliseconds interval)
     : dsn_(dsn), region_(std::move(region)), interval_(interval), pollers_(pollers) {
   // Spread the first polls evenly over one interval, as agents started at random times would be.
   const auto start = Clock::now();
@@ -41,7 +42,9 @@ void BaselinePollers::stop() {
   workers_.clear();
 }
 
-double BaselinePollers::takeMaxLateMs() { return static_cast<double>(max_late_ns_.exchange(0)) / 1e6; }
+double BaselinePollers::takeMaxLateMs() {
+  return static_cast<double>(max_late_ns_.exchange(0)) / 1e6;
+}
 
 std::vector<std::vector<Sample>> BaselinePollers::takeSamples() {
   std::vector<std::vector<Sample>> out;
@@ -77,7 +80,8 @@ void BaselinePollers::work() {
     lock.unlock();
 
     const auto started = Clock::now();
-    const int64_t late = std::chrono::duration_cast<std::chrono::nanoseconds>(started - due.at).count();
+    const int64_t late =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(started - due.at).count();
     int64_t seen = max_late_ns_.load();
     while (late > seen && !max_late_ns_.compare_exchange_weak(seen, late)) {
     }
@@ -95,7 +99,9 @@ void BaselinePollers::work() {
       return absl::OkStatus();
     });
     if (!st.ok()) {
-      if (errors_++ < 5) std::fprintf(stderr, "bench: baseline poll failed: %s\n", std::string(toStd(st.message())).c_str());
+      if (errors_++ < 5)
+        std::fprintf(stderr, "bench: baseline poll failed: %s\n",
+                     std::string(toStd(st.message())).c_str());
     }
     for (const auto& change : changes) {
       ++lookups_;

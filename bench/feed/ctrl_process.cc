@@ -18,7 +18,9 @@
 namespace krane::bench {
 namespace {
 
-bool executable(const std::string& path) { return !path.empty() && ::access(path.c_str(), X_OK) == 0; }
+bool executable(const std::string& path) {
+  return !path.empty() && ::access(path.c_str(), X_OK) == 0;
+}
 
 std::string readAll(const std::string& path) {
   std::ifstream in(path);
@@ -65,8 +67,9 @@ std::string findRunfile(std::string_view path_in_workspace, const char* argv0) {
   }
   std::string looked;
   for (const auto& c : candidates) strAppend(&looked, "\n  ", c);
-  throw std::runtime_error(strCat("cannot find ", path_in_workspace, " in the runfiles; looked at:", looked,
-                                  "\n(run the benchmark with `./dev bench feed` or `bazel run //bench/feed`)"));
+  throw std::runtime_error(
+      strCat("cannot find ", path_in_workspace, " in the runfiles; looked at:", looked,
+             "\n(run the benchmark with `./dev bench feed` or `bazel run //bench/feed`)"));
 }
 
 ProcessMemory readProcessMemory(int pid) {
@@ -93,8 +96,9 @@ CtrlProcess::CtrlProcess(CtrlOptions options) : options_(std::move(options)) {
     config << "listen: 127.0.0.1:0\n"
            << "http_listen: 127.0.0.1:0\n"
            << "database:\n"
-           << "  dsn: " << strCat("mysql://", options_.dsn.user, "@", options_.dsn.host, ":", options_.dsn.port, "/",
-                                  options_.dsn.database)
+           << "  dsn: "
+           << strCat("mysql://", options_.dsn.user, "@", options_.dsn.host, ":", options_.dsn.port,
+                     "/", options_.dsn.database)
            << "\n"
            << "  max_connections: " << options_.max_connections << "\n"
            << "feed:\n"
@@ -110,7 +114,8 @@ CtrlProcess::CtrlProcess(CtrlOptions options) : options_(std::move(options)) {
     if (parseServingLine(readAll(log_path_), &grpc_port_, &http_port_)) return;
     if (!child_->running()) {
       exit_code_ = child_->wait();
-      throw std::runtime_error(strCat("krane-ctrl exited during start-up (", *exit_code_, "):\n", logTail()));
+      throw std::runtime_error(
+          strCat("krane-ctrl exited during start-up (", *exit_code_, "):\n", logTail()));
     }
     if (std::chrono::steady_clock::now() > deadline) {
       stop(std::chrono::seconds(2));
@@ -153,7 +158,8 @@ int CtrlProcess::stop(std::chrono::seconds grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   if (child_->running()) {
-    std::fprintf(stderr, "bench: krane-ctrl (pid %d) did not stop within %lld s of SIGTERM; killing it\n",
+    std::fprintf(stderr,
+                 "bench: krane-ctrl (pid %d) did not stop within %lld s of SIGTERM; killing it\n",
                  child_->pid(), static_cast<long long>(grace.count()));
     child_->signal(SIGKILL);
   }

@@ -25,7 +25,8 @@ int64_t nowNs();
 inline constexpr const char* kBenchType = "bench.krane.dev/item";
 
 // A small generic resource whose spec is the decimal steady_clock time it was sent at.
-cluster::v1::Resource timedResource(const std::string& region, const std::string& id, int64_t send_ns);
+cluster::v1::Resource timedResource(const std::string& region, const std::string& id,
+                                    int64_t send_ns);
 // The send time written by timedResource, or -1 when `spec` is not one.
 int64_t parseSendNs(const std::string& spec);
 
@@ -43,20 +44,24 @@ struct Sent {
   int64_t send_ns = 0;
 };
 
-// Puts `rate` resources per second on a fixed schedule from its own thread, cycling over
-// `distinct_ids` ids, and remembers the version and send time of each.
+// Puts `rate` resources per second on a fixed schedule, cycling over `distinct_ids` ids, and
+// remembers the version and send time of each. The schedule does not wait for slow puts: several
+// sender threads take the next slot when it is due, so a slow server gets the same offered load
+// (a slot more than a second late is skipped and counted instead).
 class WriteLoad {
  public:
-  // Returns the version of the change the put made.
+  // Returns the version of the change the put made. Called from several threads at once.
   using PutFn = std::function<absl::StatusOr<uint64_t>(const cluster::v1::Resource&)>;
 
-  WriteLoad(PutFn put, std::string region, double rate, size_t distinct_ids = 1000);
+  WriteLoad(PutFn put, std::string region, double rate, size_t senders = 8,
+            size_t distinct_ids = 1000);
   ~WriteLoad();
   void start();
   void stop();
 
   std::vector<Sent> sent() const;
   uint64_t errors() const { return errors_.load(); }
+  uint64_t skipped() const { return skipped_.load(); }
   // Round trip of the puts themselves, in ms.
   std::vector<double> putMillis() const;
 
@@ -65,29 +70,53 @@ class WriteLoad {
 
   PutFn put_;
   const std::string region_;
-  const double rate_;
+  const std::chrono::nanoseconds period_;
+  const size_t senders_;
   const size_t distinct_ids_;
+  std::chrono::steady_clock::time_point start_;
+  std::atomic<uint64_t> next_slot_{0};
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> errors_{0};
+  std::atomic<uint64_t> skipped_{0};
   mutable std::mutex mutex_;
   std::vector<Sent> sent_;
   std::vector<double> put_ms_;
-  std::thread thread_;
+  std::vector<std::thread> threads_;
 };
 
 struct LatencySummary {
   size_t receivers = 0;
-  size_t changes = 0;   // changes written inside the window
-  size_t samples = 0;   // (receiver, change) pairs received
-  size_t missing = 0;   // receivers x changes - samples
+  size_t changes = 0;  // changes written inside the window
+  size_t samples = 0;  // (receiver, change) pairs received
+  size_t missing = 0;  // receivers x changes - samples
   double p50_ms = 0;
   double p99_ms = 0;
   double max_ms = 0;
 };
 
 // Latency of every change sent in [from_ns, to_ns) at every receiver.
-LatencySummary summarizeLatency(const std::vector<std::vector<Sample>>& per_receiver, const std::vector<Sent>& sent,
-                                int64_t from_ns, int64_t to_ns);
+LatencySummary summarizeLatency(const std::vector<std::vector<Sample>>& per_receiver,
+                                const std::vector<Sent>& sent, int64_t from_ns, int64_t to_ns);
+
+// How far apart the receivers got the same change: per change sent in [from_ns, to_ns), the
+// time from its first receiver to its last, and the latency of its first receiver.
+struct FanOutSummary {
+  double spread_p50_ms = 0;
+  double spread_p99_ms = 0;
+  double first_p50_ms = 0;
+  double first_p99_ms = 0;
+};
+FanOutSummary summarizeFanOut(const std::vector<std::vector<Sample>>& per_receiver,
+                              const std::vector<Sent>& sent, int64_t from_ns, int64_t to_ns);
+
+// CPU time (user + system) a process has used, in seconds; -1 when it cannot be read.
+double processCpuSeconds(int pid);
+// Busy and total CPU time of the whole machine, in seconds, from /proc/stat.
+struct MachineCpu {
+  double busy = 0;
+  double total = 0;
+};
+MachineCpu machineCpu();
 
 // The q-th quantile (0..1) of `values` by nearest rank; 0 when empty. Reorders `values`.
 double quantile(std::vector<double>& values, double q);

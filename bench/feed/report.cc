@@ -1,6 +1,7 @@
 #include "bench/feed/report.h"
 
 #include <cmath>
+
 #include <nlohmann/json.hpp>
 
 #include "common/strings.h"
@@ -32,27 +33,33 @@ void Report::printTable(std::FILE* out) const {
   for (const auto& line : header) fmt::print(out, "{}\n", line);
   if (!rows.empty()) {
     fmt::print(out, "\nWatch streams (Krane) vs. polling once a second (baseline)\n");
-    fmt::print(out, "{:>8} | {:>9} {:>9} {:>12} {:>12} | {:>9} {:>9} {:>12} {:>12}\n", "", "Krane", "", "", "",
-               "baseline", "", "", "");
-    fmt::print(out, "{:>8} | {:>9} {:>9} {:>12} {:>12} | {:>9} {:>9} {:>12} {:>12}\n", "streams", "p50 ms",
-               "p99 ms", "db q/s idle", "db q/s load", "p50 ms", "p99 ms", "db q/s idle", "db q/s load");
-    fmt::print(out, "{:->8}-+-{:->9}-{:->9}-{:->12}-{:->12}-+-{:->9}-{:->9}-{:->12}-{:->12}\n", "", "", "", "", "", "",
-               "", "", "");
+    fmt::print(out, "{:>8} | {:>9} {:>9} {:>12} {:>12} | {:>9} {:>9} {:>12} {:>12}\n", "", "Krane",
+               "", "", "", "baseline", "", "", "");
+    fmt::print(out, "{:>8} | {:>9} {:>9} {:>12} {:>12} | {:>9} {:>9} {:>12} {:>12}\n", "streams",
+               "p50 ms", "p99 ms", "db q/s idle", "db q/s load", "p50 ms", "p99 ms", "db q/s idle",
+               "db q/s load");
+    fmt::print(out, "{:->8}-+-{:->9}-{:->9}-{:->12}-{:->12}-+-{:->9}-{:->9}-{:->12}-{:->12}\n", "",
+               "", "", "", "", "", "", "", "");
     for (const auto& r : rows) {
       fmt::print(out, "{:>8} | {:>9} {:>9} {:>12} {:>12} | {:>9} {:>9} {:>12} {:>12}\n", r.streams,
-                 number(r.krane_p50), number(r.krane_p99), number(r.krane_idle_qps), number(r.krane_load_qps),
-                 number(r.base_p50), number(r.base_p99), number(r.base_idle_qps), number(r.base_load_qps));
+                 number(r.krane_p50), number(r.krane_p99), number(r.krane_idle_qps),
+                 number(r.krane_load_qps), number(r.base_p50), number(r.base_p99),
+                 number(r.base_idle_qps), number(r.base_load_qps));
     }
     for (const auto& r : rows) {
-      if (!r.krane_note.empty()) fmt::print(out, "  Krane, {} streams: {}\n", r.streams, r.krane_note);
-      if (!r.base_note.empty()) fmt::print(out, "  baseline, {} streams: {}\n", r.streams, r.base_note);
+      if (!r.krane_note.empty())
+        fmt::print(out, "  Krane, {} streams: {}\n", r.streams, r.krane_note);
+      if (!r.base_note.empty())
+        fmt::print(out, "  baseline, {} streams: {}\n", r.streams, r.base_note);
     }
   }
-  fmt::print(out, "\n{:<40} {:>10} {:<5} {:<34} {}\n", "figure", "value", "unit", "target", "result");
+  fmt::print(out, "\n{:<40} {:>10} {:<5} {:<34} {}\n", "figure", "value", "unit", "target",
+             "result");
   fmt::print(out, "{:-<40} {:->10} {:-<5} {:-<34} {:-<6}\n", "", "", "", "", "");
   for (const auto& f : figures_) {
     const std::string result = !f.passed ? "" : (*f.passed ? "PASS" : "FAIL");
-    fmt::print(out, "{:<40} {:>10} {:<5} {:<34} {}\n", f.name, number(f.value), f.unit, f.target, result);
+    fmt::print(out, "{:<40} {:>10} {:<5} {:<34} {}\n", f.name, number(f.value), f.unit, f.target,
+               result);
   }
   if (!notes.empty()) {
     fmt::print(out, "\nNotes\n");

@@ -17,8 +17,11 @@ std::shared_ptr<grpc::Channel> ownChannel(const std::string& target) {
 
 class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
  public:
-  Stream(Shared& shared, const std::string& target, const std::string& token, const cluster::v1::WatchRequest& request)
-      : shared_(shared), channel_(ownChannel(target)), stub_(cluster::v1::ClusterService::NewStub(channel_)),
+  Stream(Shared& shared, const std::string& target, const std::string& token,
+         const cluster::v1::WatchRequest& request)
+      : shared_(shared),
+        channel_(ownChannel(target)),
+        stub_(cluster::v1::ClusterService::NewStub(channel_)),
         request_(request) {
     context_.AddMetadata("authorization", "Bearer " + token);
     stub_->async()->Watch(&context_, &request_, this);
@@ -64,7 +67,8 @@ class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
     std::lock_guard lock(shared_.mutex);
     done_ = true;
     ++shared_.done;
-    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED && shared_.first_error.empty()) {
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
+        shared_.first_error.empty()) {
       shared_.first_error = strCat("Watch ended: ", status.error_message());
     }
     shared_.changed.notify_all();
@@ -98,8 +102,8 @@ class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
   std::vector<Sample> samples_;
 };
 
-WatchStreams::WatchStreams(const std::string& target, const std::string& token, const std::string& region,
-                           uint64_t version, size_t count) {
+WatchStreams::WatchStreams(const std::string& target, const std::string& token,
+                           const std::string& region, uint64_t version, size_t count) {
   streams_.reserve(count);
   for (size_t i = 0; i < count; ++i) {
     cluster::v1::WatchRequest request;
@@ -114,9 +118,10 @@ WatchStreams::~WatchStreams() { close(); }
 
 bool WatchStreams::waitLive(std::chrono::milliseconds timeout) {
   std::unique_lock lock(shared_.mutex);
-  return shared_.changed.wait_for(lock, timeout, [&] {
-    return shared_.live.load() >= streams_.size() || shared_.done > 0;
-  }) && shared_.live.load() >= streams_.size() && shared_.done == 0;
+  return shared_.changed.wait_for(
+             lock, timeout,
+             [&] { return shared_.live.load() >= streams_.size() || shared_.done > 0; }) &&
+         shared_.live.load() >= streams_.size() && shared_.done == 0;
 }
 
 size_t WatchStreams::ended() const {
@@ -136,7 +141,8 @@ void WatchStreams::close() {
   closed_ = true;
   for (auto& s : streams_) s->cancel();
   std::unique_lock lock(shared_.mutex);
-  if (!shared_.changed.wait_for(lock, std::chrono::seconds(60), [&] { return shared_.done >= streams_.size(); })) {
+  if (!shared_.changed.wait_for(lock, std::chrono::seconds(60),
+                                [&] { return shared_.done >= streams_.size(); })) {
     // gRPC still owns reactors it has not finished: they must outlive it, so they are leaked.
     std::fprintf(stderr, "bench: %zu of %zu Watch streams did not end within 60 s of cancelling\n",
                  streams_.size() - shared_.done, streams_.size());

@@ -2,8 +2,6 @@
 // thread per stream), recording when each change arrived.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +10,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "bench/feed/measure.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
@@ -24,8 +24,8 @@ std::shared_ptr<grpc::Channel> ownChannel(const std::string& target);
 class WatchStreams {
  public:
   // Opens `count` streams of `region` resuming after `version` (0: full sync first).
-  WatchStreams(const std::string& target, const std::string& token, const std::string& region, uint64_t version,
-               size_t count);
+  WatchStreams(const std::string& target, const std::string& token, const std::string& region,
+               uint64_t version, size_t count);
   ~WatchStreams();
   WatchStreams(const WatchStreams&) = delete;
   WatchStreams& operator=(const WatchStreams&) = delete;

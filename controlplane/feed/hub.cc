@@ -50,10 +50,18 @@ size_t Hub::subscriberCount() const {
 }
 
 void Hub::publish(const std::shared_ptr<const EventBatch>& batch) {
-  std::lock_guard lock(mutex_);
-  Region& r = regions_[batch->region];
-  r.published = std::max(r.published, batch->through);
-  for (const auto& s : r.subscribers) s->deliver(batch);
+  // The position moves and the audience is fixed under the lock; delivery happens outside it, so
+  // that subscribing and unsubscribing never wait for a fan-out. Only the tailer publishes, so
+  // each subscriber still gets its region's batches in order. A subscriber that joins after the
+  // copy reads this batch from the database (it is at or below the position it was given).
+  std::vector<std::shared_ptr<Subscriber>> audience;
+  {
+    std::lock_guard lock(mutex_);
+    Region& r = regions_[batch->region];
+    r.published = std::max(r.published, batch->through);
+    audience = r.subscribers;
+  }
+  for (const auto& s : audience) s->deliver(batch);
 }
 
 void Hub::skipTo(const std::string& region, uint64_t version) {
@@ -63,10 +71,14 @@ void Hub::skipTo(const std::string& region, uint64_t version) {
 }
 
 void Hub::expireRegion(const std::string& region, uint64_t version, const std::string& reason) {
-  std::lock_guard lock(mutex_);
-  Region& r = regions_[region];
-  r.published = std::max(r.published, version);
-  for (const auto& s : r.subscribers) s->expire(reason);
+  std::vector<std::shared_ptr<Subscriber>> audience;
+  {
+    std::lock_guard lock(mutex_);
+    Region& r = regions_[region];
+    r.published = std::max(r.published, version);
+    audience = r.subscribers;
+  }
+  for (const auto& s : audience) s->expire(reason);
 }
 
 }  // namespace krane::feed

@@ -35,8 +35,8 @@ struct EventBatch {
 class Subscriber {
  public:
   virtual ~Subscriber() = default;
-  // A batch of the subscribed region, called in version order from the tailer's thread while
-  // the hub's lock is held: it must only queue and return.
+  // A batch of the subscribed region, called in version order from the tailer's thread (not
+  // under the hub's lock): it must only queue and return, since every stream waits behind it.
   virtual void deliver(const std::shared_ptr<const EventBatch>& batch) = 0;
   // The hub can no longer serve this subscriber incrementally (changes it needed are gone);
   // it must tell its client to resync. Same rules as deliver().

@@ -143,6 +143,7 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
   auto begin = std::make_shared<WatchEvent>();
   begin->mutable_sync_begin()->set_snapshot_version(snapshot);
   if (!pushWaiting(begin, 0)) return absl::CancelledError("stream closed");
+  uint64_t sent = 0;
   for (const auto& table : context_->tables->all()) {
     if (!table->type().empty() && !wants(std::string(table->type()))) continue;
     KRANE_RETURN_IF_ERROR(
@@ -159,6 +160,7 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
   }
   auto end = std::make_shared<WatchEvent>();
   end->mutable_sync_end()->set_version(snapshot);
+  end->mutable_sync_end()->set_resource_count(sent);
   if (!pushWaiting(end, 0)) return absl::CancelledError("stream closed");
   *cursor = snapshot;
   return absl::OkStatus();

@@ -170,6 +170,16 @@ TEST(Feed, AFullSyncDuringWritesConvergesToTheDatabase) {
   const auto events = agent.events();
   ASSERT_TRUE(events.front().has_sync_begin());
   EXPECT_EQ(materialize(events), databaseView(cp, "eu-1"));
+  // SyncEnd says how many resources the sync carried.
+  uint64_t synced = 0;
+  for (const auto& e : events) {
+    if (e.has_sync_end()) {
+      EXPECT_EQ(e.sync_end().resource_count(), synced);
+      break;
+    }
+    if (e.has_change()) ++synced;
+  }
+  EXPECT_GT(synced, 0u);
 }
 
 TEST(Feed, AResumingAgentGetsExactlyWhatItMissed) {

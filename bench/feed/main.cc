@@ -1,0 +1,830 @@
+// The change feed benchmark: a real krane-ctrl (separate process) on a scratch MariaDB, with
+// 1 to 1000 agents' Watch streams, against a client of the polling design it replaced.
+//
+//   ./dev bench feed [--json] [--quick]
+//
+// See bench/README.md for what each figure means.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/feed/baseline.h"
+#include "bench/feed/ctrl_process.h"
+#include "bench/feed/measure.h"
+#include "bench/feed/report.h"
+#include "bench/feed/watch_clients.h"
+#include "common/strings.h"
+#include "controlplane/api/auth.h"
+#include "controlplane/db/migrate.h"
+#include "controlplane/db/pool.h"
+#include "controlplane/feed/resource_table.h"
+#include "controlplane/feed/writer.h"
+#include "krane/api/v1/resources.grpc.pb.h"
+#include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/support/mariadb.h"
+
+namespace krane::bench {
+namespace {
+
+using namespace std::chrono_literals;
+using std::chrono::milliseconds;
+
+constexpr const char* kUsage = R"(usage: feed [--json] [--quick] [--help]
+
+Benchmarks Krane's change feed: a real krane-ctrl (started as a child process) on a scratch
+MariaDB (started by this program), with agents' Watch streams on their own connections, against
+a client of the design it replaced (every agent polls the change table once a second).
+
+Measures, for 1, 100 and 1000 streams: commit-to-receive latency (p50, p99) under 50 puts/s, and
+database statements per second idle and under that load; then the time of a full sync of 100,000
+resources, krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
+
+  --json    print one JSON object {"figures": [...]} on stdout; the table and progress go to stderr
+  --quick   a smoke run: 1 and 100 streams, 20,000 resources to sync, shorter windows (~1 min)
+  --help    this text
+
+krane-ctrl's configuration and log go to a directory under /tmp, removed after a successful run
+(kept when KRANE_BENCH_KEEP is set, or when the run fails).
+
+Run it with `./dev bench feed [--json] [--quick]` (an optimised build). Takes about 3 minutes.
+)";
+
+constexpr const char* kRegion = "bench-1";     // the write load and the streams
+constexpr const char* kSyncRegion = "sync-1";  // the resources of the full sync
+
+struct Options {
+  bool json = false;
+  bool quick = false;
+  std::vector<size_t> stream_counts{1, 100, 1000};
+  size_t memory_streams = 1000;
+  size_t sync_resources = 100000;
+  double puts_per_s = 50;
+  milliseconds idle_window = 5s;
+  milliseconds warmup = 1s;
+  milliseconds load_window = 10s;
+  milliseconds drain = 2s;
+  size_t baseline_connections = 8;
+};
+
+// Progress, on stderr, with the time since start.
+const auto g_start = std::chrono::steady_clock::now();
+template <typename... Args>
+void say(fmt::format_string<Args...> format, Args&&... args) {
+  const double t =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - g_start).count();
+  fmt::print(stderr, "[{:6.1f}s] {}\n", t, fmt::format(format, std::forward<Args>(args)...));
+  std::fflush(stderr);
+}
+
+template <typename T>
+T check(absl::StatusOr<T> value, std::string_view what) {
+  if (!value.ok()) throw std::runtime_error(strCat(what, ": ", value.status().message()));
+  return *std::move(value);
+}
+void check(const absl::Status& status, std::string_view what) {
+  if (!status.ok()) throw std::runtime_error(strCat(what, ": ", status.message()));
+}
+
+void raiseFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) {
+    say("warning: cannot raise the open-file limit from {}: {}", before, std::strerror(errno));
+    return;
+  }
+  say("open-file limit {} (was {})", limit.rlim_cur, before);
+}
+
+uint64_t regionHead(db::Pool& pool, const std::string& region) {
+  auto conn = check(pool.acquire(), "database");
+  auto rows =
+      check(conn->query("SELECT version FROM region_versions WHERE region_id = ?", {region}),
+            "reading the region's version");
+  return rows.empty() ? 0 : rows.rows[0].u64(0);
+}
+
+// The 1-minute load average, from /proc/loadavg.
+std::string loadAverage() {
+  std::FILE* f = std::fopen("/proc/loadavg", "r");
+  if (f == nullptr) return "?";
+  char buf[64] = {0};
+  const bool ok = std::fscanf(f, "%63s", buf) == 1;
+  std::fclose(f);
+  return ok ? buf : "?";
+}
+
+// The pid of this process's child running `name` (e.g. the scratch mariadbd); -1 if none.
+int findChild(const std::string& name) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::FILE* f = std::fopen(strCat("/proc/", pid, "/stat").c_str(), "r");
+    if (f == nullptr) continue;
+    char buf[512] = {0};
+    const size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+    std::fclose(f);
+    const char* open = std::strchr(buf, '(');
+    const char* close = std::strrchr(buf, ')');
+    if (n == 0 || open == nullptr || close == nullptr) continue;
+    const std::string comm(open + 1, close);
+    int ppid = 0;
+    if (std::sscanf(close + 2, "%*c %d", &ppid) != 1) continue;
+    if (comm == name && ppid == ::getpid()) return std::atoi(pid.c_str());
+  }
+  return -1;
+}
+
+// CPU used by each party between two points in time, in cores (-1: unknown).
+struct CpuUse {
+  double seconds = 0;
+  double ctrl = -1, db = -1, self = -1, machine = -1;
+  unsigned cpus = std::thread::hardware_concurrency();
+
+  bool saturated() const { return machine >= 0.9 * cpus; }
+  std::string describe() const {
+    std::string out = "CPU in the load window, in cores: ";
+    if (ctrl >= 0) strAppend(&out, fmt::format("krane-ctrl {:.2f}, ", ctrl));
+    const double ours = std::max(ctrl, 0.0) + std::max(db, 0.0) + std::max(self, 0.0);
+    strAppend(&out,
+              fmt::format(
+                  "MariaDB {:.2f}, benchmark clients {:.2f}, other processes {:.2f}; whole machine "
+                  "{:.2f} of {}",
+                  db, self, std::max(machine - ours, 0.0), machine, cpus));
+    if (saturated())
+      strAppend(&out, " (CPU-bound: the latency figures measure this machine, not only the feed)");
+    return out;
+  }
+};
+
+class CpuWindow {
+ public:
+  CpuWindow(int ctrl_pid, int db_pid) : ctrl_pid_(ctrl_pid), db_pid_(db_pid) { mark(&start_); }
+  CpuUse finish() const {
+    Point end;
+    mark(&end);
+    CpuUse use;
+    use.seconds = std::chrono::duration<double>(end.at - start_.at).count();
+    auto cores = [&](double a, double b) { return a < 0 || b < 0 ? -1.0 : (b - a) / use.seconds; };
+    use.ctrl = cores(start_.ctrl, end.ctrl);
+    use.db = cores(start_.db, end.db);
+    use.self = cores(start_.self, end.self);
+    use.machine = (end.machine.busy - start_.machine.busy) / use.seconds;
+    return use;
+  }
+
+ private:
+  struct Point {
+    std::chrono::steady_clock::time_point at;
+    double ctrl = -1, db = -1, self = -1;
+    MachineCpu machine;
+  };
+  void mark(Point* p) const {
+    p->at = std::chrono::steady_clock::now();
+    if (ctrl_pid_ > 0) p->ctrl = processCpuSeconds(ctrl_pid_);
+    if (db_pid_ > 0) p->db = processCpuSeconds(db_pid_);
+    p->self = processCpuSeconds(::getpid());
+    p->machine = machineCpu();
+  }
+  int ctrl_pid_;
+  int db_pid_;
+  Point start_;
+};
+
+// Everything the phases share.
+struct Bench {
+  Options options;
+  std::string ctrl_binary;
+  std::string work_dir;
+  db::Dsn dsn;
+  std::shared_ptr<db::Pool> pool;
+  std::shared_ptr<feed::Writer> writer;  // in-process, for the baseline's load and the sync data
+  std::unique_ptr<QueryCounter> counter;
+  std::string agent_token;
+  std::string sync_token;
+  std::string operator_token;
+  Report report;
+  int ctrl_count = 0;
+  int db_pid = -1;
+
+  std::unique_ptr<CtrlProcess> startCtrl() {
+    CtrlOptions o;
+    o.binary = ctrl_binary;
+    o.work_dir = work_dir;
+    o.name = strCat("krane-ctrl-", ++ctrl_count);
+    o.dsn = dsn;
+    o.operator_token = operator_token;
+    auto ctrl = std::make_unique<CtrlProcess>(o);
+    say("krane-ctrl started: pid {}, grpc {}, log {}", ctrl->pid(), ctrl->grpcTarget(),
+        ctrl->logPath());
+    return ctrl;
+  }
+
+  void stopCtrl(std::unique_ptr<CtrlProcess>& ctrl) {
+    const int code = ctrl->stop();
+    if (code != 0) say("warning: krane-ctrl exited with {} (log: {})", code, ctrl->logPath());
+    ctrl.reset();
+  }
+};
+
+void setup(Bench& b, const char* argv0) {
+  b.ctrl_binary = findRunfile("controlplane/krane-ctrl", argv0);
+  say("krane-ctrl binary: {}", b.ctrl_binary);
+  char dir[] = "/tmp/krane-bench-feed-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
+  b.work_dir = dir;
+
+  say("starting a scratch MariaDB");
+  auto& mariadb = testing::ScratchMariaDb::instance();
+  b.dsn = mariadb.freshDatabase();
+  b.pool =
+      check(db::Pool::create(b.dsn, {.max_connections = 12}), "connecting to the scratch database");
+  check(db::Migrator(b.pool, check(db::builtinMigrations(), "migrations")).migrate(), "migrating");
+  {
+    auto conn = check(b.pool->acquire(), "database");
+    for (const char* region : {kRegion, kSyncRegion}) {
+      check(conn->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)",
+                       {region, region}),
+            "registering a region");
+    }
+  }
+  api::AgentTokens tokens(b.pool);
+  b.agent_token = check(tokens.create(kRegion, "bench agents"), "creating an agent token").secret;
+  b.sync_token = check(tokens.create(kSyncRegion, "bench sync"), "creating an agent token").secret;
+  b.operator_token = api::newSecret("bench-operator-");
+  b.writer = std::make_shared<feed::Writer>(b.pool, std::make_shared<feed::ResourceTables>());
+  b.counter = std::make_unique<QueryCounter>(
+      check(db::Connection::open(mariadb.adminDsn()), "admin connection"));
+  b.counter->calibrate();
+  b.db_pid = findChild("mariadbd");
+  say("database {} on 127.0.0.1:{} ready; reading the statement counter costs {} statement(s)",
+      b.dsn.database, b.dsn.port, b.counter->selfCost());
+}
+
+struct PhaseResult {
+  double idle_qps = 0;
+  double load_qps = 0;
+  LatencySummary latency;
+  FanOutSummary fan_out;
+  std::string note;
+  CpuUse cpu;
+  double achieved_rate = 0;  // puts/s sent in the load window
+};
+
+std::string putSummary(const WriteLoad& load) {
+  auto ms = load.putMillis();
+  const size_t n = ms.size();
+  const double p50 = quantile(ms, 0.5);
+  const double p99 = quantile(ms, 0.99);
+  return fmt::format("{} puts ({} failed, {} skipped), put round trip p50 {:.2f} ms p99 {:.2f} ms",
+                     n, load.errors(), load.skipped(), p50, p99);
+}
+
+// Puts per second sent inside the window.
+double achievedRate(const WriteLoad& load, int64_t from, int64_t to) {
+  size_t n = 0;
+  for (const auto& s : load.sent()) n += s.send_ns >= from && s.send_ns < to ? 1 : 0;
+  return static_cast<double>(n) / (static_cast<double>(to - from) / 1e9);
+}
+
+void addNote(std::string* notes, const std::string& note) {
+  if (note.empty()) return;
+  if (!notes->empty()) notes->append("; ");
+  notes->append(note);
+}
+
+// krane-ctrl's CPU for all the work of one put: the API call, the transaction, the tailer and
+// the delivery to every stream.
+std::string ctrlCpuPerPut(const PhaseResult& r, size_t streams) {
+  if (r.cpu.ctrl < 0 || r.achieved_rate <= 0) return "krane-ctrl CPU per put unknown";
+  const double ms = r.cpu.ctrl / r.achieved_rate * 1e3;
+  return fmt::format("krane-ctrl used {:.2f} ms of CPU per put ({:.1f} us per put and stream)", ms,
+                     ms * 1e3 / static_cast<double>(streams));
+}
+
+// Statements the write load caused per put: (load - idle) / puts per second.
+double statementsPerPut(const PhaseResult& r) {
+  return r.achieved_rate > 0 ? (r.load_qps - r.idle_qps) / r.achieved_rate : 0;
+}
+
+std::string missingNote(const LatencySummary& s) {
+  if (s.missing == 0) return "";
+  return fmt::format(
+      "{} of {} (receiver, change) pairs not received by the end of the run ({:.2f}%); the "
+      "percentiles cover received changes only",
+      s.missing, s.receivers * s.changes,
+      100.0 * static_cast<double>(s.missing) / static_cast<double>(s.receivers * s.changes));
+}
+
+// N Watch streams on a running krane-ctrl: idle database load, then latency and database load
+// under the write load.
+PhaseResult measureKrane(Bench& b, CtrlProcess& ctrl, size_t n) {
+  const Options& o = b.options;
+  PhaseResult result;
+  const uint64_t head = regionHead(*b.pool, kRegion);
+  say("Krane, {} stream(s): opening, resuming after version {}", n, head);
+  const auto opening = std::chrono::steady_clock::now();
+  WatchStreams streams(ctrl.grpcTarget(), b.agent_token, kRegion, head, n);
+  if (!streams.waitLive(120s)) {
+    throw std::runtime_error(fmt::format("only {} of {} Watch streams went live ({} ended; {})",
+                                         streams.live(), n, streams.ended(), streams.firstError()));
+  }
+  const double open_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - opening).count();
+  const auto open_gauge = ctrl.metric("krane_feed_streams");
+  say("Krane, {} stream(s): all live after {:.2f} s (server reports {} open)", n, open_s,
+      open_gauge ? fmt::format("{:.0f}", *open_gauge) : "?");
+  std::this_thread::sleep_for(1s);
+
+  result.idle_qps = b.counter->rate(o.idle_window);
+  say("Krane, {} stream(s): idle: {:.1f} statements/s", n, result.idle_qps);
+
+  auto stub = api::v1::ResourceService::NewStub(ownChannel(ctrl.grpcTarget()));
+  WriteLoad load(
+      [&](const cluster::v1::Resource& resource) -> absl::StatusOr<uint64_t> {
+        grpc::ClientContext context;
+        context.AddMetadata("authorization", "Bearer " + b.operator_token);
+        context.set_deadline(std::chrono::system_clock::now() + 10s);
+        api::v1::PutResourceRequest request;
+        *request.mutable_resource() = resource;
+        api::v1::PutResourceResponse response;
+        grpc::Status status = stub->Put(&context, request, &response);
+        if (!status.ok()) return absl::UnavailableError(strCat("Put: ", status.error_message()));
+        return response.version();
+      },
+      kRegion, o.puts_per_s);
+  const uint64_t polls_before = ctrl.metric("krane_feed_tailer_polls_total").value_or(0);
+  streams.setRecording(true);
+  load.start();
+  std::this_thread::sleep_for(o.warmup);
+  CpuWindow cpu(ctrl.pid(), b.db_pid);
+  const int64_t from = nowNs();
+  result.load_qps = b.counter->rate(o.load_window);
+  const int64_t to = nowNs();
+  result.cpu = cpu.finish();
+  load.stop();
+  const uint64_t polls_after = ctrl.metric("krane_feed_tailer_polls_total").value_or(0);
+  std::this_thread::sleep_for(o.drain);
+  streams.setRecording(false);
+  const auto samples = streams.takeSamples();
+  result.latency = summarizeLatency(samples, load.sent(), from, to);
+  result.fan_out = summarizeFanOut(samples, load.sent(), from, to);
+  say("Krane, {} stream(s): load: {:.1f} statements/s; {}; tailer polls {:.1f}/s", n,
+      result.load_qps, putSummary(load),
+      static_cast<double>(polls_after - polls_before) /
+          (std::chrono::duration<double>(o.warmup + o.load_window).count()));
+  say("Krane, {} stream(s): latency p50 {:.2f} ms, p99 {:.2f} ms, max {:.2f} ms over {} samples "
+      "({} changes)",
+      n, result.latency.p50_ms, result.latency.p99_ms, result.latency.max_ms,
+      result.latency.samples, result.latency.changes);
+  say("Krane, {} stream(s): first stream to get a change: p50 {:.2f} ms, p99 {:.2f} ms after the "
+      "put was sent; "
+      "first to last stream: p50 {:.2f} ms, p99 {:.2f} ms",
+      n, result.fan_out.first_p50_ms, result.fan_out.first_p99_ms, result.fan_out.spread_p50_ms,
+      result.fan_out.spread_p99_ms);
+  result.achieved_rate = achievedRate(load, from, to);
+  say("Krane, {} stream(s): {}; {}", n, result.cpu.describe(), ctrlCpuPerPut(result, n));
+  result.note = missingNote(result.latency);
+  const double rate = result.achieved_rate;
+  if (rate < 0.95 * o.puts_per_s)
+    addNote(&result.note, fmt::format("the write load reached only {:.1f} puts/s", rate));
+  if (streams.expired() > 0) {
+    addNote(&result.note,
+            strCat(streams.expired(), " stream(s) were told to resync (cursor expired)"));
+  }
+  if (streams.ended() > 0) {
+    addNote(&result.note,
+            strCat(streams.ended(), " stream(s) ended early: ", streams.firstError()));
+  }
+  if (!result.note.empty()) say("Krane, {} stream(s): {}", n, result.note);
+  streams.close();
+  return result;
+}
+
+// N polling clients of the original design; the write load goes through the same Writer::put
+// in this process (krane-ctrl is not running).
+PhaseResult measureBaseline(Bench& b, size_t n) {
+  const Options& o = b.options;
+  PhaseResult result;
+  const uint64_t head = regionHead(*b.pool, kRegion);
+  say("baseline, {} poller(s): starting after version {} on {} connections", n, head,
+      std::min(n, o.baseline_connections));
+  BaselinePollers pollers(b.dsn, kRegion, n, head, std::min(n, o.baseline_connections));
+  std::this_thread::sleep_for(1500ms);
+
+  const uint64_t idle_polls_before = pollers.polls();
+  const auto idle_start = std::chrono::steady_clock::now();
+  result.idle_qps = b.counter->rate(o.idle_window);
+  const double idle_poll_rate =
+      static_cast<double>(pollers.polls() - idle_polls_before) /
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - idle_start).count();
+  say("baseline, {} poller(s): idle: {:.1f} statements/s ({:.1f} polls/s)", n, result.idle_qps,
+      idle_poll_rate);
+
+  WriteLoad load(
+      [&](const cluster::v1::Resource& resource) -> absl::StatusOr<uint64_t> {
+        auto written = b.writer->put(resource);
+        if (!written.ok()) return written.status();
+        return written->version;
+      },
+      kRegion, o.puts_per_s);
+  pollers.setRecording(true);
+  load.start();
+  std::this_thread::sleep_for(o.warmup);
+  pollers.takeMaxLateMs();
+  const uint64_t polls_before = pollers.polls();
+  const uint64_t skipped_before = pollers.skippedSlots();
+  const auto load_start = std::chrono::steady_clock::now();
+  CpuWindow cpu(-1, b.db_pid);
+  const int64_t from = nowNs();
+  result.load_qps = b.counter->rate(o.load_window);
+  const int64_t to = nowNs();
+  result.cpu = cpu.finish();
+  const double load_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
+  const double poll_rate = static_cast<double>(pollers.polls() - polls_before) / load_s;
+  const uint64_t skipped = pollers.skippedSlots() - skipped_before;
+  const double max_late = pollers.takeMaxLateMs();
+  load.stop();
+  std::this_thread::sleep_for(o.drain + 500ms);  // one more poll of every poller
+  pollers.setRecording(false);
+  pollers.stop();
+  result.latency = summarizeLatency(pollers.takeSamples(), load.sent(), from, to);
+  say("baseline, {} poller(s): load: {:.1f} statements/s, {:.1f} polls/s ({:.2f} per poller per "
+      "s), {} slots "
+      "skipped, polls started up to {:.0f} ms late; {}",
+      n, result.load_qps, poll_rate, poll_rate / static_cast<double>(n), skipped, max_late,
+      putSummary(load));
+  say("baseline, {} poller(s): latency p50 {:.2f} ms, p99 {:.2f} ms, max {:.2f} ms over {} samples",
+      n, result.latency.p50_ms, result.latency.p99_ms, result.latency.max_ms,
+      result.latency.samples);
+  say("baseline, {} poller(s): {}", n, result.cpu.describe());
+  result.achieved_rate = achievedRate(load, from, to);
+  result.note = missingNote(result.latency);
+  if (poll_rate < 0.95 * static_cast<double>(n)) {
+    addNote(
+        &result.note,
+        fmt::format("the database kept up with only {:.2f} polls per poller per second under load "
+                    "({} slots skipped)",
+                    poll_rate / static_cast<double>(n), skipped));
+  }
+  const double rate = result.achieved_rate;
+  if (rate < 0.95 * o.puts_per_s)
+    addNote(&result.note, fmt::format("the write load reached only {:.1f} puts/s", rate));
+  if (pollers.errors() > 0) addNote(&result.note, strCat(pollers.errors(), " poll errors"));
+  if (!result.note.empty()) say("baseline, {} poller(s): {}", n, result.note);
+  return result;
+}
+
+// krane-ctrl's resident memory per idle stream, on a fresh process.
+void measureMemory(Bench& b) {
+  const size_t n = b.options.memory_streams;
+  auto ctrl = b.startCtrl();
+  std::this_thread::sleep_for(1s);
+  const ProcessMemory before = ctrl->memory();
+  const uint64_t head = regionHead(*b.pool, kRegion);
+  say("memory: krane-ctrl VmRSS {} KiB with no stream; opening {} idle streams", before.rss_kib, n);
+  ProcessMemory after;
+  {
+    WatchStreams streams(ctrl->grpcTarget(), b.agent_token, kRegion, head, n);
+    if (!streams.waitLive(120s)) {
+      throw std::runtime_error(fmt::format("only {} of {} Watch streams went live ({} ended; {})",
+                                           streams.live(), n, streams.ended(),
+                                           streams.firstError()));
+    }
+    std::this_thread::sleep_for(2s);
+    after = ctrl->memory();
+    say("memory: VmRSS {} KiB with {} live idle streams (server reports {} open)", after.rss_kib, n,
+        ctrl->metric("krane_feed_streams").value_or(-1));
+    streams.close();
+  }
+  b.stopCtrl(ctrl);
+  const double per_stream =
+      (static_cast<double>(after.rss_kib) - static_cast<double>(before.rss_kib)) /
+      static_cast<double>(n);
+  auto& f = b.report.add("memory_per_idle_stream_kib", per_stream, "KiB");
+  f.target = "<= 128 KiB";
+  f.passed = per_stream <= 128;
+  b.report.notes.push_back(
+      fmt::format("memory_per_idle_stream_kib: fresh krane-ctrl, VmRSS {} KiB with no stream, {} "
+                  "KiB with {} idle streams "
+                  "(each on its own connection) after their first bookmark",
+                  before.rss_kib, after.rss_kib, n));
+}
+
+void insertSyncData(Bench& b) {
+  const size_t total = b.options.sync_resources;
+  constexpr size_t kBatch = 1000;
+  say("sync: writing {} resources to region {} (in-process Writer, {} per transaction)", total,
+      kSyncRegion, kBatch);
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t first = 0; first < total; first += kBatch) {
+    const size_t last = std::min(total, first + kBatch);
+    check(b.writer
+              ->transact("bench-sync-data",
+                         [&](feed::WriteTx& tx) -> absl::Status {
+                           for (size_t i = first; i < last; ++i) {
+                             char id[32];
+                             std::snprintf(id, sizeof(id), "item-%06zu", i);
+                             cluster::v1::Resource r;
+                             r.set_type(kBenchType);
+                             r.set_id(id);
+                             r.set_region(kSyncRegion);
+                             auto* g = r.mutable_generic();
+                             g->set_content_type("application/json");
+                             g->set_spec(fmt::format(
+                                 R"({{"name":"{}","replicas":{},"labels":{{"team":"bench",)"
+                                 R"("tier":"standard"}},"size":"small"}})",
+                                 id, 1 + i % 5));
+                             if (auto st = tx.put(r); !st.ok()) return st;
+                           }
+                           return absl::OkStatus();
+                         })
+              .status(),
+          "writing the sync data");
+  }
+  say("sync: written in {:.1f} s",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// Time of a full sync (Watch at version 0 until SyncEnd), and krane-ctrl's peak memory for it.
+void measureFullSync(Bench& b) {
+  const size_t total = b.options.sync_resources;
+  insertSyncData(b);
+  auto ctrl = b.startCtrl();
+  std::this_thread::sleep_for(1s);
+  const ProcessMemory before = ctrl->memory();
+  auto channel = ownChannel(ctrl->grpcTarget());
+  if (!channel->WaitForConnected(std::chrono::system_clock::now() + 10s)) {
+    throw std::runtime_error("cannot connect to krane-ctrl for the full sync");
+  }
+  auto stub = cluster::v1::ClusterService::NewStub(channel);
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer " + b.sync_token);
+  cluster::v1::WatchRequest request;
+  request.set_region(kSyncRegion);
+  request.set_version(0);
+  request.set_agent_id("bench-sync");
+  say("sync: Watch from version 0 (krane-ctrl VmRSS {} KiB before)", before.rss_kib);
+  const auto start = std::chrono::steady_clock::now();
+  auto reader = stub->Watch(&context, request);
+  cluster::v1::WatchEvent event;
+  size_t changes = 0;
+  bool began = false;
+  bool ended = false;
+  uint64_t announced = 0;
+  while (reader->Read(&event)) {
+    if (event.has_sync_begin()) {
+      began = true;
+    } else if (event.has_change()) {
+      ++changes;
+    } else if (event.has_sync_end()) {
+      ended = true;
+      announced = event.sync_end().resource_count();
+      break;
+    } else if (event.has_cursor_expired()) {
+      throw std::runtime_error(strCat("full sync refused: ", event.cursor_expired().message()));
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  context.TryCancel();
+  (void)reader->Finish();
+  if (!began || !ended) throw std::runtime_error("the full sync stream ended before SyncEnd");
+  if (changes != total) {
+    throw std::runtime_error(
+        fmt::format("the full sync sent {} resources, expected {}", changes, total));
+  }
+  const ProcessMemory after = ctrl->memory();
+  b.stopCtrl(ctrl);
+  say("sync: {} resources in {:.2f} s ({:.0f}/s); SyncEnd.resource_count {}; krane-ctrl VmHWM {} "
+      "KiB",
+      changes, seconds, static_cast<double>(changes) / seconds, announced, after.hwm_kib);
+
+  const std::string name = fmt::format("full_sync_{}k_s", total / 1000);
+  auto& f = b.report.add(name, seconds, "s");
+  if (total == 100000) {
+    f.target = "<= 3 s";
+    f.passed = seconds <= 3.0;
+  }
+  b.report.add("ctrl_peak_rss_mib_full_sync", static_cast<double>(after.hwm_kib) / 1024.0, "MiB");
+  b.report.notes.push_back(
+      fmt::format("{}: Watch at version 0 on a fresh krane-ctrl until SyncEnd, {} generic "
+                  "resources of ~100 bytes, the client "
+                  "only counts events; ctrl_peak_rss_mib_full_sync is krane-ctrl's VmHWM after it "
+                  "(VmRSS before: {} KiB)",
+                  name, total, before.rss_kib));
+}
+
+// "Database load does not grow with the number of streams": each figure against the one with
+// the fewest streams. A load figure is only judged when the write load got its full rate at both
+// (a saturated machine that put less would pass for the wrong reason).
+void flatTarget(Report& report, const std::string& prefix, const std::vector<size_t>& counts,
+                std::map<size_t, PhaseResult>& results, double rate, bool under_load) {
+  Figure* first = report.find(strCat(prefix, counts.front()));
+  if (first == nullptr) return;
+  const double limit = first->value * 1.25 + 5;
+  const auto full_rate = [&](size_t n) {
+    return !under_load || results[n].achieved_rate >= 0.95 * rate;
+  };
+  for (size_t i = 1; i < counts.size(); ++i) {
+    Figure* f = report.find(strCat(prefix, counts[i]));
+    if (f == nullptr) continue;
+    if (!full_rate(counts.front()) || !full_rate(counts[i])) {
+      f->target = "flat: not judged, write load short";
+      continue;
+    }
+    f->target = fmt::format("flat: <= {:.0f} (1.25x {} stream + 5)", limit, counts.front());
+    f->passed = f->value <= limit;
+  }
+}
+
+int run(int argc, char** argv) {
+  Bench b;
+  Options& o = b.options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "--quick") {
+      o.quick = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else {
+      fmt::print(stderr, "feed: unknown argument \"{}\"\n\n{}", arg, kUsage);
+      return 2;
+    }
+  }
+  if (o.quick) {
+    o.stream_counts = {1, 100};
+    o.memory_streams = 100;
+    o.sync_resources = 20000;
+    o.idle_window = 3s;
+    o.load_window = 4s;
+    o.drain = 1500ms;
+  }
+  raiseFileLimit();
+  const std::string load_at_start = loadAverage();
+  setup(b, argv[0]);
+
+  std::map<size_t, PhaseResult> krane;
+  std::map<size_t, PhaseResult> baseline;
+  {
+    auto ctrl = b.startCtrl();
+    for (size_t n : o.stream_counts) krane[n] = measureKrane(b, *ctrl, n);
+    b.stopCtrl(ctrl);
+  }
+  for (size_t n : o.stream_counts) baseline[n] = measureBaseline(b, n);
+  measureMemory(b);
+  measureFullSync(b);
+
+  // Figures in a fixed order: Krane per N, baseline per N, then the rest as measured.
+  Report& r = b.report;
+  std::vector<Figure> rest = r.figures();
+  Report ordered;
+  for (const char* prefix : {"", "baseline_"}) {
+    auto& results = std::string(prefix).empty() ? krane : baseline;
+    for (size_t n : o.stream_counts) {
+      const auto& p = results[n];
+      ordered.add(strCat(prefix, "latency_p50_ms_streams_", n), p.latency.p50_ms, "ms");
+      auto& p99 = ordered.add(strCat(prefix, "latency_p99_ms_streams_", n), p.latency.p99_ms, "ms");
+      if (std::string(prefix).empty() && n == 100) {
+        p99.target = "<= 25 ms";
+        p99.passed = p.latency.p99_ms <= 25;
+      }
+      ordered.add(strCat(prefix, "db_queries_per_s_idle_streams_", n), p.idle_qps, "q/s");
+      ordered.add(strCat(prefix, "db_queries_per_s_load_streams_", n), p.load_qps, "q/s");
+    }
+  }
+  flatTarget(ordered, "db_queries_per_s_idle_streams_", o.stream_counts, krane, o.puts_per_s,
+             false);
+  flatTarget(ordered, "db_queries_per_s_load_streams_", o.stream_counts, krane, o.puts_per_s, true);
+  for (auto& f : rest) ordered.add(f.name, f.value, f.unit) = f;
+  ordered.notes = r.notes;
+
+  for (size_t n : o.stream_counts) {
+    StreamRow row;
+    row.streams = n;
+    const auto& k = krane[n];
+    const auto& p = baseline[n];
+    row.krane_p50 = k.latency.p50_ms;
+    row.krane_p99 = k.latency.p99_ms;
+    row.krane_idle_qps = k.idle_qps;
+    row.krane_load_qps = k.load_qps;
+    row.krane_note = k.note;
+    row.base_p50 = p.latency.p50_ms;
+    row.base_p99 = p.latency.p99_ms;
+    row.base_idle_qps = p.idle_qps;
+    row.base_load_qps = p.load_qps;
+    row.base_note = p.note;
+    ordered.rows.push_back(row);
+  }
+  const unsigned cpus = std::thread::hardware_concurrency();
+  ordered.header = {
+      fmt::format("Krane change feed benchmark{}",
+                  o.quick ? " (--quick: a smoke run, not for comparison)" : ""),
+      fmt::format("  krane-ctrl: the real binary in its own process (poll_interval_ms 50, default "
+                  "config); scratch "
+                  "MariaDB; {} CPUs shared by the database, krane-ctrl and the clients",
+                  cpus),
+      fmt::format("  write load: {:.0f} puts/s of a small generic resource; Krane: through "
+                  "ResourceService.Put of "
+                  "krane-ctrl; baseline: the same feed::Writer::put in the benchmark (krane-ctrl "
+                  "not running)",
+                  o.puts_per_s),
+      fmt::format(
+          "  latency: commit-to-receive at every stream for every change, {} s windows after {} s "
+          "of "
+          "warm-up; db q/s: the server's Questions counter over {} s (idle) and {} s (load)",
+          o.load_window.count() / 1000.0, o.warmup.count() / 1000.0, o.idle_window.count() / 1000.0,
+          o.load_window.count() / 1000.0),
+  };
+  ordered.notes.insert(ordered.notes.begin(),
+                       {"db q/s count every statement the server ran minus the benchmark's own "
+                        "counter reads; the write load's own "
+                        "statements (one transaction per put) are included in both the Krane and "
+                        "the baseline figures.",
+                        fmt::format("Krane streams resume from the region's current version and "
+                                    "each runs on its own connection; "
+                                    "baseline pollers run `SELECT ... FROM resource_changes WHERE "
+                                    "region_id = ? AND version > ? "
+                                    "ORDER BY version LIMIT 100` once a second each, then one "
+                                    "lookup in `resources` per row, on a "
+                                    "pool of {} connections.",
+                                    o.baseline_connections),
+                        "Targets: p99 <= 25 ms at 100 streams; db q/s not growing with streams; "
+                        "full sync of 100k <= 3 s; "
+                        "<= 128 KiB per idle stream."});
+  for (size_t n : o.stream_counts) {
+    const auto& k = krane[n];
+    ordered.notes.push_back(
+        fmt::format("Krane, {} stream(s): {}; {}", n, k.cpu.describe(), ctrlCpuPerPut(k, n)));
+  }
+  for (size_t n : o.stream_counts) {
+    ordered.notes.push_back(
+        fmt::format("baseline, {} poller(s): {}", n, baseline[n].cpu.describe()));
+  }
+  for (size_t n : o.stream_counts) {
+    ordered.notes.push_back(
+        fmt::format("{} stream(s): statements per put under load ((load - idle) / puts per "
+                    "second): Krane {:.1f} at "
+                    "{:.1f} puts/s, baseline {:.1f} at {:.1f} puts/s",
+                    n, statementsPerPut(krane[n]), krane[n].achieved_rate,
+                    statementsPerPut(baseline[n]), baseline[n].achieved_rate));
+  }
+  for (size_t n : o.stream_counts) {
+    if (n < 2) continue;
+    const auto& f = krane[n].fan_out;
+    ordered.notes.push_back(
+        fmt::format("Krane fan-out at {} streams: the first stream got a change {:.2f} ms (p50) / "
+                    "{:.2f} ms (p99) after the put "
+                    "was sent, the last one {:.2f} ms (p50) / {:.2f} ms (p99) after the first",
+                    n, f.first_p50_ms, f.first_p99_ms, f.spread_p50_ms, f.spread_p99_ms));
+  }
+  ordered.header.push_back(
+      fmt::format("  load average (1 min) at start {}, at end {} (other work on the machine "
+                  "disturbs the latency figures)",
+                  load_at_start, loadAverage()));
+  if (o.quick) {
+    ordered.notes.push_back(
+        fmt::format("--quick: memory per stream measured with {} streams, sync of {} resources",
+                    o.memory_streams, o.sync_resources));
+  }
+
+  // The logs only matter when something went wrong (then the directory is kept).
+  std::error_code ec;
+  if (std::getenv("KRANE_BENCH_KEEP") == nullptr) std::filesystem::remove_all(b.work_dir, ec);
+
+  std::FILE* table_out = o.json ? stderr : stdout;
+  fmt::print(table_out, "\n");
+  ordered.printTable(table_out);
+  if (o.json) ordered.printJson(stdout);
+  return 0;
+}
+
+}  // namespace
+}  // namespace krane::bench
+
+int main(int argc, char** argv) {
+  try {
+    return krane::bench::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "feed: error: %s\n", e.what());
+    return 1;
+  }
+}
