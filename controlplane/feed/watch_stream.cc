@@ -155,6 +155,7 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
           change->set_version(resource.version());
           *change->mutable_resource() = std::move(resource);
           if (!pushWaiting(std::move(event), 0)) return absl::CancelledError("stream closed");
+          ++sent;
           return absl::OkStatus();
         }));
   }
