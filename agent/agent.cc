@@ -147,6 +147,9 @@ absl::Status Agent::startPlugins() {
       callbacks.report_status = report;
       KRANE_ASSIGN_OR_RETURN(auto loaded, loadPlugin(p.path, p.config_json, callbacks));
       endpoint = std::make_shared<InProcessEndpoint>(std::move(loaded));
+      KRANE_ASSIGN_OR_RETURN(int slot, store_->registerPlugin(p.name));
+      store_->setPluginPid(slot, ::getpid());
+      store_->heartbeat(slot);
     } else {
       HostOptions options;
       options.name = p.name;
@@ -155,7 +158,11 @@ absl::Status Agent::startPlugins() {
       options.workers = p.workers;
       options.host_binary = host_binary_;
       options.state_dir = config_.state_dir;
+      KRANE_ASSIGN_OR_RETURN(int slot, store_->registerPlugin(p.name));
+      options.store_dir = config_.state_dir;
+      options.store_slot = slot;
       auto host = std::make_shared<HostEndpoint>(options, report);
+      host->onRestart([this, slot] { store_->recordRestart(slot); });
       KRANE_RETURN_IF_ERROR(host->start());
       hosts_.push_back(host);
       endpoint = host;
@@ -215,6 +222,11 @@ absl::Status Agent::startReporter() {
 absl::Status Agent::startDispatcher() {
   DispatcherOptions options;
   options.max_attempts = config_.dispatch.max_attempts;
+  options.on_sync_end = [this](uint64_t version) {
+    store_->recordFullSync(version, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                        std::chrono::system_clock::now().time_since_epoch())
+                                        .count());
+  };
   dispatcher_ = std::make_unique<Dispatcher>(
       plugins_, *ledger_, *tracker_,
       [this](const cluster::v1::Change& change, const absl::Status& error, int attempts) {

@@ -122,6 +122,7 @@ void Dispatcher::syncEnd(uint64_t version) {
     }
   }
   watermark_.syncEnd(version);
+  if (options_.on_sync_end) options_.on_sync_end(version);
 }
 
 void Dispatcher::bookmark(uint64_t version) { watermark_.bookmark(version); }

@@ -71,6 +71,8 @@ struct DispatcherOptions {
   BackoffPolicy retry{std::chrono::milliseconds(100), 2.0, std::chrono::milliseconds(5000), 0.5};
   // Changes queued per plugin before the watcher is made to wait.
   size_t max_queued = 10000;
+  // Called after a full sync was applied and garbage collected, with its version.
+  std::function<void(uint64_t version)> on_sync_end;
 };
 
 struct DispatcherStats {

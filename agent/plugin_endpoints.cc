@@ -75,17 +75,21 @@ absl::Status HostEndpoint::launch() {
                                      [this](plugin::v1::Frame&& f) { onFrame(std::move(f)); });
   if (auto st = channel_->start(); !st.ok()) return st;
 
-  const std::vector<std::string> argv = {options_.host_binary,
-                                         "--plugin",
-                                         options_.plugin_path,
-                                         "--endpoint",
-                                         strCat("ipc://", socket),
-                                         "--config-file",
-                                         config_file,
-                                         "--workers",
-                                         strCat(options_.workers),
-                                         "--heartbeat-ms",
-                                         strCat(options_.heartbeat.count())};
+  std::vector<std::string> argv = {options_.host_binary,
+                                   "--plugin",
+                                   options_.plugin_path,
+                                   "--endpoint",
+                                   strCat("ipc://", socket),
+                                   "--config-file",
+                                   config_file,
+                                   "--workers",
+                                   strCat(options_.workers),
+                                   "--heartbeat-ms",
+                                   strCat(options_.heartbeat.count())};
+  if (!options_.store_dir.empty() && options_.store_slot >= 0) {
+    argv.insert(argv.end(),
+                {"--store-dir", options_.store_dir, "--store-slot", strCat(options_.store_slot)});
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) return absl::InternalError("fork failed");
@@ -286,6 +290,7 @@ void HostEndpoint::supervise() {
         std::lock_guard lock(mutex_);
         ++stats_.restarts;
       }
+      if (on_restart_) on_restart_();
       auto st = launch();
       if (st.ok()) {
         backoff.reset();

@@ -48,6 +48,8 @@ struct HostOptions {
   size_t workers = 4;
   std::string host_binary;  // krane-plugin-host
   std::string state_dir;    // sockets and logs live here
+  std::string store_dir;    // the cursor store's directory; empty: no slot
+  int store_slot = -1;      // the plugin's slot there (the host writes heartbeats and counters)
   std::chrono::milliseconds heartbeat{500};
   int missed_heartbeats = 6;  // then the host counts as hung and is restarted
   std::chrono::milliseconds start_timeout{10000};
@@ -66,6 +68,8 @@ class HostEndpoint final : public PluginEndpoint {
   HostEndpoint(HostOptions options, StatusSink on_status);
   ~HostEndpoint() override;
 
+  // Called with each restart (the agent records it in the plugin's cursor store slot).
+  void onRestart(std::function<void()> callback) { on_restart_ = std::move(callback); }
   // Starts the host and waits for its hello; fails with the host's own reason (for example the
   // loader's refusal of the plugin) when it does not come up.
   absl::Status start();
@@ -89,6 +93,7 @@ class HostEndpoint final : public PluginEndpoint {
 
   HostOptions options_;
   StatusSink on_status_;
+  std::function<void()> on_restart_;
   std::string name_;
   std::vector<std::string> types_;
 

@@ -18,6 +18,7 @@
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
 #include "common/thread_pool.h"
+#include "ipc/cursor_store.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -30,6 +31,8 @@ struct Flags {
   std::string config_file;
   size_t workers = 4;
   int heartbeat_ms = 500;
+  std::string store_dir;
+  int store_slot = -1;
 };
 
 int serve(const Flags& flags) {
@@ -81,6 +84,21 @@ int serve(const Flags& flags) {
     return 3;
   }
   krane::agent::LoadedPlugin& plugin = **loaded;
+  // Our slot in the agent's cursor store: heartbeats and counters for `krane inspect`.
+  std::unique_ptr<krane::ipc::CursorStore> store;
+  if (!flags.store_dir.empty() && flags.store_slot >= 0) {
+    krane::ipc::CursorStoreOptions options;
+    options.mode = krane::ipc::OpenMode::kHost;
+    auto opened = krane::ipc::CursorStore::open(flags.store_dir, options);
+    if (opened.ok()) {
+      store = *std::move(opened);
+      store->setPluginPid(flags.store_slot, ::getpid());
+      store->heartbeat(flags.store_slot);
+    } else {
+      spdlog::warn("cannot open the cursor store, no heartbeats there: {}",
+                   opened.status().message());
+    }
+  }
   krane::ThreadPool pool(flags.workers);
   std::atomic<uint32_t> in_flight{0};
 
@@ -121,6 +139,14 @@ int serve(const Flags& flags) {
                                               ? plugin.remove(change)
                                               : plugin.apply(change);
               answer(event.sequence(), status, &change);
+              if (store) {
+                if (status.ok()) {
+                  store->countApplied(flags.store_slot);
+                  store->ackPlugin(flags.store_slot, change.version());
+                } else {
+                  store->countFailed(flags.store_slot);
+                }
+              }
               --in_flight;
             });
             break;
@@ -168,6 +194,7 @@ int serve(const Flags& flags) {
             .count());
     beat.mutable_heartbeat()->set_in_flight(in_flight.load());
     channel->send(beat);
+    if (store) store->heartbeat(flags.store_slot);
   }
   lock.unlock();
   plugin.shutdown();
@@ -192,6 +219,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 64));
   app.add_option("--heartbeat-ms", flags.heartbeat_ms, "Heartbeat interval")
       ->check(CLI::Range(10, 60000));
+  app.add_option("--store-dir", flags.store_dir,
+                 "The agent's cursor store directory (heartbeats, counters)");
+  app.add_option("--store-slot", flags.store_slot, "This plugin's slot in the cursor store");
   CLI11_PARSE(app, argc, argv);
   return serve(flags);
 }

@@ -110,6 +110,14 @@ TEST(Agent, AppliesAndResumesFromTheWatermarkAfterKill9) {
     ChildProcess agent(agentArgs(s), s.dir + "/agent1.log", s.env);
     ASSERT_TRUE(eventually([&] { return watermark(s) == 20; })) << slurp(s.dir + "/agent1.log");
     EXPECT_THAT(slurp(s.dir + "/agent1.log"), ::testing::HasSubstr("from version=0 (full sync)"));
+    // `krane inspect` shows the plugin's slot, written by its host, and the full sync.
+    auto inspect = runCommand({runfile("agent/krane"), "inspect", "--state-dir", s.dir + "/state"});
+    EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
+    EXPECT_THAT(inspect.out, ::testing::HasSubstr("recording"));
+    auto json =
+        runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
+    EXPECT_THAT(json.out, ::testing::ContainsRegex("\"applied\": *[1-9]"));
+    EXPECT_THAT(json.out, ::testing::ContainsRegex("\"full_sync\": *\\{[^}]*\"version\": *20"));
     // Changes keep flowing while the agent is killed at a random point.
     for (int i = 20; i < 40; ++i)
       ASSERT_TRUE(server.writer().put(bucket(strCat("b", i % 7), strCat(i))).ok());
