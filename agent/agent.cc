@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/clock.h"
+#include "common/files.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/version.h"
@@ -44,14 +46,6 @@ class StoreLedger final : public ResourceLedger {
  private:
   ipc::CursorStore& store_;
 };
-
-absl::StatusOr<std::string> readFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(strCat("cannot read ", what, " ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 }  // namespace
 
@@ -222,11 +216,7 @@ absl::Status Agent::startReporter() {
 absl::Status Agent::startDispatcher() {
   DispatcherOptions options;
   options.max_attempts = config_.dispatch.max_attempts;
-  options.on_sync_end = [this](uint64_t version) {
-    store_->recordFullSync(version, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                        std::chrono::system_clock::now().time_since_epoch())
-                                        .count());
-  };
+  options.on_sync_end = [this](uint64_t version) { store_->recordFullSync(version, unixMillis()); };
   dispatcher_ = std::make_unique<Dispatcher>(
       plugins_, *ledger_, *tracker_,
       [this](const cluster::v1::Change& change, const absl::Status& error, int attempts) {

@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/yaml_config.h"
@@ -135,12 +136,8 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
 }
 
 absl::StatusOr<AgentConfig> loadAgentConfig(const std::string& path) {
-  KRANE_ASSIGN_OR_RETURN(YAML::Node ignored, config::load(path));
-  (void)ignored;
-  std::ifstream in(path);
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return parseAgentConfig(contents.str(), path);
+  KRANE_ASSIGN_OR_RETURN(std::string text, readFile(path, "config file"));
+  return parseAgentConfig(text, path);
 }
 
 absl::Status finishAgentConfig(AgentConfig& c) {

@@ -162,7 +162,7 @@ void Reporter::run() {
     if (status.ok() || invalid) {
       // Remove it unless a newer report for the same resource arrived while sending.
       auto it = pending_.find(key);
-      if (it != pending_.end() && keyOf(it->second.first) == key &&
+      if (it != pending_.end() &&
           std::visit([](const auto& a,
                         const auto& b) { return a.SerializeAsString() == b.SerializeAsString(); },
                      it->second.first, report)) {

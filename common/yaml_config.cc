@@ -18,14 +18,6 @@ absl::StatusOr<YAML::Node> parse(const std::string& yaml, const std::string& sou
   }
 }
 
-absl::StatusOr<YAML::Node> load(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(strCat("cannot read config file ", path));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return parse(contents.str(), path);
-}
-
 absl::Status walk(const YAML::Node& node, const std::string& source, const std::string& prefix,
                   const std::map<std::string, Handler>& keys) {
   if (!node || node.IsNull()) return absl::OkStatus();

@@ -22,8 +22,6 @@ absl::Status bad(const std::string& source, const std::string& path, const std::
 
 // Parses YAML text; errors name the source and line.
 absl::StatusOr<YAML::Node> parse(const std::string& yaml, const std::string& source);
-// Reads a file and parses it.
-absl::StatusOr<YAML::Node> load(const std::string& path);
 
 // Walks a mapping, calling the handler of each key; refuses unknown keys by their path.
 absl::Status walk(const YAML::Node& node, const std::string& source, const std::string& prefix,

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <memory>
 
+#include "common/clock.h"
 #include "common/strings.h"
 #include "controlplane/api/auth.h"
 #include "controlplane/config.h"
@@ -19,7 +20,8 @@ namespace krane::ctrl {
 namespace {
 
 int fail(const std::string& command, const absl::Status& status) {
-  std::fprintf(stderr, "krane-ctrl %s: error: %s\n", command.c_str(), std::string(toStd(status.message())).c_str());
+  std::fprintf(stderr, "krane-ctrl %s: error: %s\n", command.c_str(),
+               std::string(toStd(status.message())).c_str());
   return 1;
 }
 
@@ -29,16 +31,12 @@ absl::StatusOr<std::shared_ptr<db::Pool>> openDatabase(const std::string& flag) 
     if (const char* env = std::getenv("KRANE_DSN")) text = env;
   }
   if (text.empty()) {
-    return absl::InvalidArgumentError("no database given: pass --dsn mysql://user:password@host:3306/krane or set KRANE_DSN");
+    return absl::InvalidArgumentError(
+        "no database given: pass --dsn mysql://user:password@host:3306/krane or set KRANE_DSN");
   }
   auto dsn = db::parseDsn(text);
   if (!dsn.ok()) return dsn.status();
   return db::Pool::create(*dsn, {.max_connections = 2});
-}
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 struct ServeFlags {
@@ -52,7 +50,8 @@ struct ServeFlags {
 int serve(const ServeFlags& flags) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
   spdlog::set_level(spdlog::level::from_str(flags.log_level));
-  absl::StatusOr<CtrlConfig> config = flags.config.empty() ? CtrlConfig{} : loadCtrlConfig(flags.config);
+  absl::StatusOr<CtrlConfig> config =
+      flags.config.empty() ? CtrlConfig{} : loadCtrlConfig(flags.config);
   if (!config.ok()) return fail("serve", config.status());
   if (!flags.dsn.empty()) config->database.dsn = flags.dsn;
   if (!flags.listen.empty()) config->listen = flags.listen;
@@ -68,7 +67,8 @@ int serve(const ServeFlags& flags) {
 
   Server server(*config);
   if (auto st = server.start(); !st.ok()) return fail("serve", st);
-  std::printf("krane-ctrl serving: grpc 127.0.0.1:%d, http 127.0.0.1:%d\n", server.grpcPort(), server.httpPort());
+  std::printf("krane-ctrl serving: grpc 127.0.0.1:%d, http 127.0.0.1:%d\n", server.grpcPort(),
+              server.httpPort());
   std::fflush(stdout);
   int signal = 0;
   sigwait(&signals, &signal);
@@ -81,18 +81,22 @@ int serve(const ServeFlags& flags) {
 
 void addServeCommand(CLI::App& app, int& exit_code) {
   auto flags = std::make_shared<ServeFlags>();
-  CLI::App* cmd = app.add_subcommand("serve", "Run the control plane: APIs, change feed, status ingestion, metrics.");
+  CLI::App* cmd = app.add_subcommand(
+      "serve", "Run the control plane: APIs, change feed, status ingestion, metrics.");
   cmd->add_option("--config", flags->config, "YAML configuration file (see docs/configuration.md)");
   cmd->add_option("--dsn", flags->dsn, "Database, overrides database.dsn (default: $KRANE_DSN)");
-  cmd->add_option("--listen", flags->listen, "gRPC address host:port, overrides listen (port 0: any free port)");
-  cmd->add_option("--http-listen", flags->http_listen, "HTTP address for /metrics, /healthz, /readyz");
+  cmd->add_option("--listen", flags->listen,
+                  "gRPC address host:port, overrides listen (port 0: any free port)");
+  cmd->add_option("--http-listen", flags->http_listen,
+                  "HTTP address for /metrics, /healthz, /readyz");
   cmd->add_option("--log-level", flags->log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   cmd->callback([flags, &exit_code] { exit_code = serve(*flags); });
 }
 
 void addRegionCommands(CLI::App& app, int& exit_code) {
-  CLI::App* region = app.add_subcommand("region", "Register and list regions (each runs one agent deployment).");
+  CLI::App* region =
+      app.add_subcommand("region", "Register and list regions (each runs one agent deployment).");
   region->require_subcommand(1);
   auto dsn = std::make_shared<std::string>();
 
@@ -114,9 +118,10 @@ void addRegionCommands(CLI::App& app, int& exit_code) {
     }
     auto st = (*pool)->transact("region-add", [&](db::Connection& conn) {
       return conn
-          .exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, ?)"
-                " ON DUPLICATE KEY UPDATE display_name = VALUES(display_name)",
-                {*id, name->empty() ? *id : *name, nowMs()})
+          .exec(
+              "INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, ?)"
+              " ON DUPLICATE KEY UPDATE display_name = VALUES(display_name)",
+              {*id, name->empty() ? *id : *name, unixMillis()})
           .status();
     });
     if (!st.ok()) {
@@ -163,7 +168,8 @@ void addTokenCommands(CLI::App& app, int& exit_code) {
   auto region = std::make_shared<std::string>();
   auto name = std::make_shared<std::string>();
   CLI::App* create = token->add_subcommand(
-      "create", "Create a token for the agents of one region; it is printed once and stored hashed.");
+      "create",
+      "Create a token for the agents of one region; it is printed once and stored hashed.");
   create->add_option("--dsn", *dsn, "Database (default: $KRANE_DSN)");
   create->add_option("--region", *region, "Region the token may watch and report for")->required();
   create->add_option("--name", *name, "What the token is for (shown by `token list`)");
@@ -179,8 +185,8 @@ void addTokenCommands(CLI::App& app, int& exit_code) {
       exit_code = fail("token create", created.status());
       return;
     }
-    std::fprintf(stderr, "created %s for region %s; store it now, it is not shown again:\n", created->token.id.c_str(),
-                 region->c_str());
+    std::fprintf(stderr, "created %s for region %s; store it now, it is not shown again:\n",
+                 created->token.id.c_str(), region->c_str());
     std::printf("%s\n", created->secret.c_str());
   });
 
@@ -201,13 +207,14 @@ void addTokenCommands(CLI::App& app, int& exit_code) {
     }
     std::printf("%-26s %-20s %-10s %s\n", "ID", "REGION", "STATE", "NAME");
     for (const auto& t : *all) {
-      std::printf("%-26s %-20s %-10s %s\n", t.id.c_str(), t.region.c_str(), t.revoked_at_ms ? "revoked" : "active",
-                  t.name.c_str());
+      std::printf("%-26s %-20s %-10s %s\n", t.id.c_str(), t.region.c_str(),
+                  t.revoked_at_ms ? "revoked" : "active", t.name.c_str());
     }
   });
 
   auto revoke_id = std::make_shared<std::string>();
-  CLI::App* revoke = token->add_subcommand("revoke", "Revoke a token (takes effect within the token cache time).");
+  CLI::App* revoke =
+      token->add_subcommand("revoke", "Revoke a token (takes effect within the token cache time).");
   revoke->add_option("--dsn", *dsn, "Database (default: $KRANE_DSN)");
   revoke->add_option("id", *revoke_id, "Token id from `token list`")->required();
   revoke->callback([dsn, revoke_id, &exit_code] {

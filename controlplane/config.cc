@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/yaml_config.h"
@@ -71,11 +72,8 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
 }
 
 absl::StatusOr<CtrlConfig> loadCtrlConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(strCat("cannot read config file ", path));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return parseCtrlConfig(contents.str(), path);
+  KRANE_ASSIGN_OR_RETURN(std::string text, readFile(path, "config file"));
+  return parseCtrlConfig(text, path);
 }
 
 absl::Status finishCtrlConfig(CtrlConfig& c) {

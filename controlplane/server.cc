@@ -1,13 +1,15 @@
 #include "controlplane/server.h"
 
 #include <httplib.h>
-#include <prometheus/collectable.h>
-#include <prometheus/metric_family.h>
-#include <prometheus/text_serializer.h>
 
 #include <fstream>
 #include <sstream>
 
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include "common/files.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
@@ -16,16 +18,8 @@
 namespace krane::ctrl {
 namespace {
 
-absl::StatusOr<std::string> readFile(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(strCat("cannot read ", what, " ", path));
-  std::stringstream contents;
-  contents << in.rdbuf();
-  return contents.str();
-}
-
-prometheus::MetricFamily family(const std::string& name, const std::string& help, prometheus::MetricType type,
-                                double value) {
+prometheus::MetricFamily family(const std::string& name, const std::string& help,
+                                prometheus::MetricType type, double value) {
   prometheus::MetricFamily f;
   f.name = name;
   f.help = help;
@@ -57,20 +51,22 @@ absl::Status Server::start() {
     absl::Status status = (this->*step)();
     if (!status.ok()) {
       stop();
-      return absl::Status(status.code(), strCat("start-up step \"", name, "\" failed: ", status.message()));
+      return absl::Status(status.code(),
+                          strCat("start-up step \"", name, "\" failed: ", status.message()));
     }
     started_.push_back(name);
     spdlog::debug("ctrl: start-up step {} done", name);
   }
-  spdlog::info("ctrl: serving grpc=127.0.0.1:{} http=127.0.0.1:{} database={}", grpc_port_, http_port_,
-               pool_->dsn().where());
+  spdlog::info("ctrl: serving grpc=127.0.0.1:{} http=127.0.0.1:{} database={}", grpc_port_,
+               http_port_, pool_->dsn().where());
   return absl::OkStatus();
 }
 
 absl::Status Server::startDatabase() {
   KRANE_ASSIGN_OR_RETURN(auto dsn, db::parseDsn(config_.database.dsn));
-  KRANE_ASSIGN_OR_RETURN(pool_, db::Pool::create(dsn, {.max_connections = config_.database.max_connections,
-                                                       .acquire_timeout = config_.database.acquire_timeout}));
+  KRANE_ASSIGN_OR_RETURN(
+      pool_, db::Pool::create(dsn, {.max_connections = config_.database.max_connections,
+                                    .acquire_timeout = config_.database.acquire_timeout}));
   KRANE_ASSIGN_OR_RETURN(auto migrations, db::builtinMigrations());
   return db::Migrator(pool_, migrations).checkUpToDate();
 }
@@ -79,13 +75,16 @@ absl::Status Server::startFeed() {
   tables_ = std::make_shared<feed::ResourceTables>();
   hub_ = std::make_shared<feed::Hub>();
   writer_ = std::make_shared<feed::Writer>(pool_, tables_);
-  tailer_ = std::make_unique<feed::Tailer>(pool_, tables_, hub_, feed::TailerOptions{config_.feed.poll_interval});
-  writer_->onCommit([tailer = tailer_.get()](const std::vector<std::string>&) { tailer->notify(); });
+  tailer_ = std::make_unique<feed::Tailer>(pool_, tables_, hub_,
+                                           feed::TailerOptions{config_.feed.poll_interval});
+  writer_->onCommit(
+      [tailer = tailer_.get()](const std::vector<std::string>&) { tailer->notify(); });
   tokens_ = std::make_shared<api::AgentTokens>(pool_, config_.auth.agent_token_cache);
   operators_ = std::make_shared<api::OperatorTokens>(config_.auth.operator_tokens);
   if (operators_->empty()) {
-    spdlog::warn("ctrl: no operator token configured (auth.operator_tokens_file or $KRANE_OPERATOR_TOKEN):"
-                 " the public API refuses every call");
+    spdlog::warn(
+        "ctrl: no operator token configured (auth.operator_tokens_file or $KRANE_OPERATOR_TOKEN):"
+        " the public API refuses every call");
   }
   ingestor_ = std::make_shared<ingest::Ingestor>(pool_);
 
@@ -96,11 +95,15 @@ absl::Status Server::startFeed() {
   watch_->setup_pool = std::make_shared<ThreadPool>(config_.feed.sync_workers);
   watch_->options.max_queued = config_.feed.stream_max_queued;
   watch_->options.bookmark_interval = config_.feed.bookmark_interval;
-  watch_->authorize = [tokens = tokens_](const std::string& bearer) { return tokens->regionOf(bearer); };
+  watch_->authorize = [tokens = tokens_](const std::string& bearer) {
+    return tokens->regionOf(bearer);
+  };
 
   tailer_->start();
   cleanup_ = std::make_unique<feed::Cleanup>(
-      pool_, tables_, feed::CleanupOptions{config_.feed.change_ttl, config_.feed.cleanup_interval, config_.feed.cleanup_batch});
+      pool_, tables_,
+      feed::CleanupOptions{config_.feed.change_ttl, config_.feed.cleanup_interval,
+                           config_.feed.cleanup_batch});
   cleanup_->start();
   ticker_ = std::thread([this] {
     while (!stopping_) {
@@ -125,8 +128,10 @@ absl::Status Server::startGrpc() {
     KRANE_ASSIGN_OR_RETURN(auto key, readFile(config_.tls.key_file, "tls.key_file"));
     options.pem_key_cert_pairs.push_back({key, cert});
     if (!config_.tls.client_ca_file.empty()) {
-      KRANE_ASSIGN_OR_RETURN(options.pem_root_certs, readFile(config_.tls.client_ca_file, "tls.client_ca_file"));
-      options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      KRANE_ASSIGN_OR_RETURN(options.pem_root_certs,
+                             readFile(config_.tls.client_ca_file, "tls.client_ca_file"));
+      options.client_certificate_request =
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
     }
     credentials = grpc::SslServerCredentials(options);
   }
@@ -141,18 +146,22 @@ absl::Status Server::startGrpc() {
   builder.SetMaxReceiveMessageSize(16 << 20);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
-    return absl::UnavailableError(strCat("cannot listen on ", config_.listen, " (in use, or not a local address?)"));
+    return absl::UnavailableError(
+        strCat("cannot listen on ", config_.listen, " (in use, or not a local address?)"));
   }
   return absl::OkStatus();
 }
 
 absl::Status Server::startHttp() {
   http_ = std::make_unique<httplib::Server>();
-  http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) { res.set_content("ok\n", "text/plain"); });
+  http_->Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
   http_->Get("/readyz", [this](const httplib::Request&, httplib::Response& res) {
     absl::Status status = ready();
     res.status = status.ok() ? 200 : 503;
-    res.set_content(status.ok() ? "ready\n" : strCat("not ready: ", status.message(), "\n"), "text/plain");
+    res.set_content(status.ok() ? "ready\n" : strCat("not ready: ", status.message(), "\n"),
+                    "text/plain");
   });
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metricsText(), "text/plain; version=0.0.4");
@@ -160,8 +169,10 @@ absl::Status Server::startHttp() {
   const auto colon = config_.http_listen.rfind(':');
   const std::string host = config_.http_listen.substr(0, colon);
   const int port = std::stoi(config_.http_listen.substr(colon + 1));
-  http_port_ = port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
-  if (http_port_ <= 0) return absl::UnavailableError(strCat("cannot listen on ", config_.http_listen));
+  http_port_ =
+      port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
+  if (http_port_ <= 0)
+    return absl::UnavailableError(strCat("cannot listen on ", config_.http_listen));
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   return absl::OkStatus();
 }
@@ -189,34 +200,45 @@ std::string Server::metricsText() const {
   using prometheus::MetricType;
   std::vector<prometheus::MetricFamily> f;
   const auto& w = watch_->counters;
-  f.push_back(family("krane_feed_streams", "Watch streams open", MetricType::Gauge, w.streams_open.load()));
-  f.push_back(family("krane_feed_streams_total", "Watch streams opened", MetricType::Counter, w.streams_total.load()));
-  f.push_back(family("krane_feed_events_sent_total", "Watch events written", MetricType::Counter, w.events_sent.load()));
-  f.push_back(family("krane_feed_bookmarks_total", "Bookmarks queued", MetricType::Counter, w.bookmarks_sent.load()));
-  f.push_back(family("krane_feed_full_syncs_total", "Full syncs served", MetricType::Counter, w.full_syncs.load()));
+  f.push_back(
+      family("krane_feed_streams", "Watch streams open", MetricType::Gauge, w.streams_open.load()));
+  f.push_back(family("krane_feed_streams_total", "Watch streams opened", MetricType::Counter,
+                     w.streams_total.load()));
+  f.push_back(family("krane_feed_events_sent_total", "Watch events written", MetricType::Counter,
+                     w.events_sent.load()));
+  f.push_back(family("krane_feed_bookmarks_total", "Bookmarks queued", MetricType::Counter,
+                     w.bookmarks_sent.load()));
+  f.push_back(family("krane_feed_full_syncs_total", "Full syncs served", MetricType::Counter,
+                     w.full_syncs.load()));
   f.push_back(family("krane_feed_resyncs_total", "Streams told to resync", MetricType::Counter,
                      w.resyncs_requested.load()));
   const auto t = tailer_->stats();
-  f.push_back(family("krane_feed_tailer_polls_total", "Tailer polls", MetricType::Counter, t.polls));
-  f.push_back(family("krane_feed_tailer_changes_total", "Changes read by the tailer", MetricType::Counter, t.changes_read));
-  f.push_back(family("krane_feed_tailer_errors_total", "Failed tailer polls", MetricType::Counter, t.errors));
-  f.push_back(family("krane_feed_tailer_lag_versions", "Versions not yet read by the tailer", MetricType::Gauge,
-                     t.versions_behind));
+  f.push_back(
+      family("krane_feed_tailer_polls_total", "Tailer polls", MetricType::Counter, t.polls));
+  f.push_back(family("krane_feed_tailer_changes_total", "Changes read by the tailer",
+                     MetricType::Counter, t.changes_read));
+  f.push_back(family("krane_feed_tailer_errors_total", "Failed tailer polls", MetricType::Counter,
+                     t.errors));
+  f.push_back(family("krane_feed_tailer_lag_versions", "Versions not yet read by the tailer",
+                     MetricType::Gauge, t.versions_behind));
   const auto& i = ingestor_->counters();
-  f.push_back(family("krane_ingest_deployment_reports_total", "Deployment status reports", MetricType::Counter,
-                     i.deployment_reports.load()));
-  f.push_back(family("krane_ingest_sentinel_reports_total", "Sentinel status reports", MetricType::Counter,
-                     i.sentinel_reports.load()));
-  f.push_back(family("krane_ingest_resource_reports_total", "Resource status reports", MetricType::Counter,
-                     i.resource_reports.load()));
-  f.push_back(family("krane_ingest_heartbeats_total", "Agent heartbeats", MetricType::Counter, i.heartbeats.load()));
-  f.push_back(family("krane_ingest_rejected_total", "Reports refused (invalid or not allowed)", MetricType::Counter,
-                     i.rejected.load()));
-  f.push_back(family("krane_ingest_errors_total", "Reports that failed in the database", MetricType::Counter,
-                     i.errors.load()));
+  f.push_back(family("krane_ingest_deployment_reports_total", "Deployment status reports",
+                     MetricType::Counter, i.deployment_reports.load()));
+  f.push_back(family("krane_ingest_sentinel_reports_total", "Sentinel status reports",
+                     MetricType::Counter, i.sentinel_reports.load()));
+  f.push_back(family("krane_ingest_resource_reports_total", "Resource status reports",
+                     MetricType::Counter, i.resource_reports.load()));
+  f.push_back(family("krane_ingest_heartbeats_total", "Agent heartbeats", MetricType::Counter,
+                     i.heartbeats.load()));
+  f.push_back(family("krane_ingest_rejected_total", "Reports refused (invalid or not allowed)",
+                     MetricType::Counter, i.rejected.load()));
+  f.push_back(family("krane_ingest_errors_total", "Reports that failed in the database",
+                     MetricType::Counter, i.errors.load()));
   const auto p = pool_->stats();
-  f.push_back(family("krane_db_connections_open", "Database sessions open", MetricType::Gauge, p.open));
-  f.push_back(family("krane_db_connections_waiting", "Callers waiting for a session", MetricType::Gauge, p.waiting));
+  f.push_back(
+      family("krane_db_connections_open", "Database sessions open", MetricType::Gauge, p.open));
+  f.push_back(family("krane_db_connections_waiting", "Callers waiting for a session",
+                     MetricType::Gauge, p.waiting));
   return prometheus::TextSerializer().Serialize(f);
 }
 

@@ -2,11 +2,11 @@
 // named steps and stopped in reverse order.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include <memory>
 #include <string>
 #include <thread>
+
+#include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
 #include "controlplane/api/auth.h"

@@ -1,24 +1,19 @@
 #include "controlplane/api/auth.h"
 
+#include <fstream>
+
 #include <grpcpp/server_context.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
-#include <fstream>
-
+#include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/feed/resource_table.h"
 
 namespace krane::api {
 namespace {
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 bool equalConstantTime(const std::string& a, const std::string& b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
@@ -36,7 +31,8 @@ std::string sha256(std::string_view data) {
 }
 
 std::string newSecret(std::string_view prefix) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+  static constexpr char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
   unsigned char bytes[32];
   if (RAND_bytes(bytes, sizeof(bytes)) != 1) std::abort();  // no randomness: nothing is safe
   std::string out(prefix);
@@ -74,7 +70,8 @@ absl::StatusOr<std::vector<std::string>> readTokenFile(const std::string& path) 
     size_t start = line.find_first_not_of(' ');
     if (start == std::string::npos || line[start] == '#') continue;
     if (line.size() - start < 16) {
-      return absl::InvalidArgumentError(strCat(path, ": operator tokens must be at least 16 characters"));
+      return absl::InvalidArgumentError(
+          strCat(path, ": operator tokens must be at least 16 characters"));
     }
     tokens.push_back(line.substr(start));
   }
@@ -96,7 +93,8 @@ bool OperatorTokens::accepts(const std::string& secret) const {
 AgentTokens::AgentTokens(std::shared_ptr<db::Pool> pool, std::chrono::milliseconds cache_ttl)
     : pool_(std::move(pool)), cache_ttl_(cache_ttl) {}
 
-absl::StatusOr<CreatedToken> AgentTokens::create(const std::string& region, const std::string& name) {
+absl::StatusOr<CreatedToken> AgentTokens::create(const std::string& region,
+                                                 const std::string& name) {
   KRANE_RETURN_IF_ERROR(feed::checkId("region", region));
   if (name.size() > 255) return absl::InvalidArgumentError("name: at most 255 characters");
   CreatedToken created;
@@ -104,16 +102,19 @@ absl::StatusOr<CreatedToken> AgentTokens::create(const std::string& region, cons
   created.token.id = strCat("tok_", newSecret("").substr(0, 20));
   created.token.region = region;
   created.token.name = name.empty() ? strCat("agent token for ", region) : name;
-  created.token.created_at_ms = nowMs();
+  created.token.created_at_ms = unixMillis();
   KRANE_RETURN_IF_ERROR(pool_->transact("token-create", [&](db::Connection& conn) -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT 1 FROM regions WHERE id = ?", {region}));
     if (rows.empty()) {
-      return absl::NotFoundError(strCat("region \"", region, "\" is not registered (krane-ctrl region add ", region, ")"));
+      return absl::NotFoundError(
+          strCat("region \"", region, "\" is not registered (krane-ctrl region add ", region, ")"));
     }
     return conn
-        .exec("INSERT INTO agent_tokens (id, region_id, name, token_hash, created_at) VALUES (?, ?, ?, ?, ?)",
-              {created.token.id, region, created.token.name, db::Blob{sha256(created.secret)},
-               created.token.created_at_ms})
+        .exec(
+            "INSERT INTO agent_tokens (id, region_id, name, token_hash, created_at) VALUES (?, ?, "
+            "?, ?, ?)",
+            {created.token.id, region, created.token.name, db::Blob{sha256(created.secret)},
+             created.token.created_at_ms})
         .status();
   }));
   return created;
@@ -121,8 +122,10 @@ absl::StatusOr<CreatedToken> AgentTokens::create(const std::string& region, cons
 
 absl::Status AgentTokens::revoke(const std::string& id) {
   KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
-  KRANE_ASSIGN_OR_RETURN(auto affected, conn->exec("UPDATE agent_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
-                                                   {nowMs(), id}));
+  KRANE_ASSIGN_OR_RETURN(
+      auto affected,
+      conn->exec("UPDATE agent_tokens SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL",
+                 {unixMillis(), id}));
   if (affected == 0) return absl::NotFoundError(strCat("no active agent token with id ", id));
   std::lock_guard lock(mutex_);
   cache_.clear();
@@ -133,7 +136,8 @@ absl::StatusOr<std::vector<AgentToken>> AgentTokens::list(const std::string& reg
   KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
   std::vector<AgentToken> out;
   KRANE_RETURN_IF_ERROR(conn->queryEach(
-      "SELECT id, region_id, name, created_at, revoked_at FROM agent_tokens WHERE (? = '' OR region_id = ?)"
+      "SELECT id, region_id, name, created_at, revoked_at FROM agent_tokens WHERE (? = '' OR "
+      "region_id = ?)"
       " ORDER BY region_id, created_at",
       {region, region}, [&](const db::Row& row) {
         out.push_back(AgentToken{row.str(0), row.str(1), row.str(2), row.i64(3), row.optI64(4)});

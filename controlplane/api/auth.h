@@ -37,7 +37,8 @@ struct CreatedToken {
 
 class AgentTokens {
  public:
-  explicit AgentTokens(std::shared_ptr<db::Pool> pool, std::chrono::milliseconds cache_ttl = std::chrono::seconds(10));
+  explicit AgentTokens(std::shared_ptr<db::Pool> pool,
+                       std::chrono::milliseconds cache_ttl = std::chrono::seconds(10));
 
   // NOT_FOUND when the region is not registered.
   absl::StatusOr<CreatedToken> create(const std::string& region, const std::string& name);

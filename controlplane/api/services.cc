@@ -13,14 +13,17 @@ constexpr uint32_t kDefaultPageSize = 100;
 constexpr uint32_t kMaxPageSize = 1000;
 constexpr char kSep = '\x1f';
 
-std::string encodeCursor(const feed::ListCursor& c) { return strCat(c.type, kSep, c.region, kSep, c.id); }
+std::string encodeCursor(const feed::ListCursor& c) {
+  return strCat(c.type, kSep, c.region, kSep, c.id);
+}
 
 absl::StatusOr<feed::ListCursor> decodeCursor(const std::string& token) {
   feed::ListCursor c;
   if (token.empty()) return c;
   const auto a = token.find(kSep);
   const auto b = a == std::string::npos ? a : token.find(kSep, a + 1);
-  if (b == std::string::npos) return absl::InvalidArgumentError("page_token: not a token this server issued");
+  if (b == std::string::npos)
+    return absl::InvalidArgumentError("page_token: not a token this server issued");
   c.type = token.substr(0, a);
   c.region = token.substr(a + 1, b - a - 1);
   c.id = token.substr(b + 1);
@@ -33,9 +36,12 @@ bool before(const cluster::v1::Resource& a, const cluster::v1::Resource& b) {
 
 }  // namespace
 
-absl::Status checkOperator(const grpc::ServerContextBase& context, const OperatorTokens& operators) {
+absl::Status checkOperator(const grpc::ServerContextBase& context,
+                           const OperatorTokens& operators) {
   const std::string token = bearerToken(context);
-  if (token.empty()) return absl::UnauthenticatedError("missing operator token (send `authorization: Bearer <token>`)");
+  if (token.empty())
+    return absl::UnauthenticatedError(
+        "missing operator token (send `authorization: Bearer <token>`)");
   if (!operators.accepts(token)) return absl::UnauthenticatedError("unknown operator token");
   return absl::OkStatus();
 }
@@ -48,36 +54,37 @@ ClusterServiceImpl::ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch
                                        std::shared_ptr<ingest::Ingestor> ingestor)
     : watch_(std::move(watch)), tokens_(std::move(tokens)), ingestor_(std::move(ingestor)) {}
 
-grpc::ServerWriteReactor<cluster::v1::WatchEvent>* ClusterServiceImpl::Watch(grpc::CallbackServerContext* context,
-                                                                             const cluster::v1::WatchRequest* request) {
+grpc::ServerWriteReactor<cluster::v1::WatchEvent>* ClusterServiceImpl::Watch(
+    grpc::CallbackServerContext* context, const cluster::v1::WatchRequest* request) {
   return feed::WatchStream::start(watch_, *request, bearerToken(*context), context->peer());
 }
 
-grpc::Status ClusterServiceImpl::ReportDeploymentStatus(grpc::ServerContext* context,
-                                                        const cluster::v1::ReportDeploymentStatusRequest* request,
-                                                        cluster::v1::ReportDeploymentStatusResponse*) {
+grpc::Status ClusterServiceImpl::ReportDeploymentStatus(
+    grpc::ServerContext* context, const cluster::v1::ReportDeploymentStatusRequest* request,
+    cluster::v1::ReportDeploymentStatusResponse*) {
   auto region = tokens_->regionOf(bearerToken(*context));
   if (!region.ok()) return toGrpc(region.status());
   return toGrpc(ingestor_->reportDeploymentStatus(*region, *request));
 }
 
-grpc::Status ClusterServiceImpl::ReportSentinelStatus(grpc::ServerContext* context,
-                                                      const cluster::v1::ReportSentinelStatusRequest* request,
-                                                      cluster::v1::ReportSentinelStatusResponse*) {
+grpc::Status ClusterServiceImpl::ReportSentinelStatus(
+    grpc::ServerContext* context, const cluster::v1::ReportSentinelStatusRequest* request,
+    cluster::v1::ReportSentinelStatusResponse*) {
   auto region = tokens_->regionOf(bearerToken(*context));
   if (!region.ok()) return toGrpc(region.status());
   return toGrpc(ingestor_->reportSentinelStatus(*region, *request));
 }
 
-grpc::Status ClusterServiceImpl::ReportResourceStatus(grpc::ServerContext* context,
-                                                      const cluster::v1::ReportResourceStatusRequest* request,
-                                                      cluster::v1::ReportResourceStatusResponse*) {
+grpc::Status ClusterServiceImpl::ReportResourceStatus(
+    grpc::ServerContext* context, const cluster::v1::ReportResourceStatusRequest* request,
+    cluster::v1::ReportResourceStatusResponse*) {
   auto region = tokens_->regionOf(bearerToken(*context));
   if (!region.ok()) return toGrpc(region.status());
   return toGrpc(ingestor_->reportResourceStatus(*region, *request));
 }
 
-grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context, const cluster::v1::HeartbeatRequest* request,
+grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
+                                           const cluster::v1::HeartbeatRequest* request,
                                            cluster::v1::HeartbeatResponse* response) {
   auto region = tokens_->regionOf(bearerToken(*context));
   if (!region.ok()) return toGrpc(region.status());
@@ -90,11 +97,13 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context, const c
 // ---------------------------------------------------------------------------------------------
 // ResourceService
 
-ResourceServiceImpl::ResourceServiceImpl(std::shared_ptr<feed::Writer> writer, std::shared_ptr<db::Pool> pool,
+ResourceServiceImpl::ResourceServiceImpl(std::shared_ptr<feed::Writer> writer,
+                                         std::shared_ptr<db::Pool> pool,
                                          std::shared_ptr<const OperatorTokens> operators)
     : writer_(std::move(writer)), pool_(std::move(pool)), operators_(std::move(operators)) {}
 
-grpc::Status ResourceServiceImpl::Put(grpc::ServerContext* context, const v1::PutResourceRequest* request,
+grpc::Status ResourceServiceImpl::Put(grpc::ServerContext* context,
+                                      const v1::PutResourceRequest* request,
                                       v1::PutResourceResponse* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   if (!request->has_resource()) return toGrpc(absl::InvalidArgumentError("resource: required"));
@@ -106,7 +115,8 @@ grpc::Status ResourceServiceImpl::Put(grpc::ServerContext* context, const v1::Pu
   return grpc::Status::OK;
 }
 
-grpc::Status ResourceServiceImpl::Get(grpc::ServerContext* context, const v1::GetResourceRequest* request,
+grpc::Status ResourceServiceImpl::Get(grpc::ServerContext* context,
+                                      const v1::GetResourceRequest* request,
                                       v1::GetResourceResponse* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   const feed::ResourceKey key{request->type(), request->id(), request->region()};
@@ -116,14 +126,16 @@ grpc::Status ResourceServiceImpl::Get(grpc::ServerContext* context, const v1::Ge
   auto stored = writer_->tables().forType(key.type).load(**conn, key);
   if (!stored.ok()) return toGrpc(stored.status());
   if (!*stored || (*stored)->deleted) {
-    return toGrpc(absl::NotFoundError(strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\"")));
+    return toGrpc(absl::NotFoundError(
+        strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\"")));
   }
   *response->mutable_resource() = (*stored)->resource;
   response->set_version((*stored)->resource.version());
   return grpc::Status::OK;
 }
 
-grpc::Status ResourceServiceImpl::List(grpc::ServerContext* context, const v1::ListResourcesRequest* request,
+grpc::Status ResourceServiceImpl::List(grpc::ServerContext* context,
+                                       const v1::ListResourcesRequest* request,
                                        v1::ListResourcesResponse* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   if (!request->region().empty()) {
@@ -134,19 +146,24 @@ grpc::Status ResourceServiceImpl::List(grpc::ServerContext* context, const v1::L
   }
   auto cursor = decodeCursor(request->page_token());
   if (!cursor.ok()) return toGrpc(cursor.status());
-  const uint32_t page = request->page_size() == 0 ? kDefaultPageSize : std::min(request->page_size(), kMaxPageSize);
+  const uint32_t page =
+      request->page_size() == 0 ? kDefaultPageSize : std::min(request->page_size(), kMaxPageSize);
   auto conn = pool_->acquire();
   if (!conn.ok()) return toGrpc(conn.status());
-  // Each table returns its next `page` rows after the cursor; merged, the first `page` are the page.
+  // Each table returns its next `page` rows after the cursor; merged, the first `page` are the
+  // page.
   std::vector<cluster::v1::Resource> merged;
   for (const auto& table : writer_->tables().all()) {
-    if (!request->type().empty() && !table->type().empty() && table->type() != request->type()) continue;
-    if (!request->type().empty() && table->type().empty() && writer_->tables().forType(request->type()).type() != "") {
+    if (!request->type().empty() && !table->type().empty() && table->type() != request->type())
+      continue;
+    if (!request->type().empty() && table->type().empty() &&
+        writer_->tables().forType(request->type()).type() != "") {
       continue;  // a core type is never in the generic table
     }
     auto rows = table->list(**conn, request->region(), request->type(), *cursor, page + 1);
     if (!rows.ok()) return toGrpc(rows.status());
-    merged.insert(merged.end(), std::make_move_iterator(rows->begin()), std::make_move_iterator(rows->end()));
+    merged.insert(merged.end(), std::make_move_iterator(rows->begin()),
+                  std::make_move_iterator(rows->end()));
   }
   std::sort(merged.begin(), merged.end(), before);
   const bool more = merged.size() > page;
@@ -154,16 +171,19 @@ grpc::Status ResourceServiceImpl::List(grpc::ServerContext* context, const v1::L
   for (auto& r : merged) *response->add_resources() = std::move(r);
   if (more && !merged.empty()) {
     const auto& last = response->resources(response->resources_size() - 1);
-    response->set_next_page_token(encodeCursor(feed::ListCursor{.region = last.region(), .type = last.type(), .id = last.id()}));
+    response->set_next_page_token(encodeCursor(
+        feed::ListCursor{.region = last.region(), .type = last.type(), .id = last.id()}));
   }
   return grpc::Status::OK;
 }
 
-grpc::Status ResourceServiceImpl::Delete(grpc::ServerContext* context, const v1::DeleteResourceRequest* request,
+grpc::Status ResourceServiceImpl::Delete(grpc::ServerContext* context,
+                                         const v1::DeleteResourceRequest* request,
                                          v1::DeleteResourceResponse* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
-  auto result = writer_->remove(feed::ResourceKey{request->type(), request->id(), request->region()},
-                                request->expected_version());
+  auto result =
+      writer_->remove(feed::ResourceKey{request->type(), request->id(), request->region()},
+                      request->expected_version());
   if (!result.ok()) return toGrpc(result.status());
   response->set_version(result->version);
   return grpc::Status::OK;
@@ -176,7 +196,8 @@ AgentServiceImpl::AgentServiceImpl(std::shared_ptr<ingest::Ingestor> ingestor,
                                    std::shared_ptr<const OperatorTokens> operators)
     : ingestor_(std::move(ingestor)), operators_(std::move(operators)) {}
 
-grpc::Status AgentServiceImpl::ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
+grpc::Status AgentServiceImpl::ListAgents(grpc::ServerContext* context,
+                                          const v1::ListAgentsRequest* request,
                                           v1::ListAgentsResponse* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   if (!request->region().empty()) {

@@ -15,17 +15,17 @@
 namespace krane::api {
 
 // Watch runs on gRPC's callback API (a stream holds no thread); the unary reports are sync.
-class ClusterServiceImpl final
-    : public cluster::v1::ClusterService::WithCallbackMethod_Watch<cluster::v1::ClusterService::Service> {
+class ClusterServiceImpl final : public cluster::v1::ClusterService::WithCallbackMethod_Watch<
+                                     cluster::v1::ClusterService::Service> {
  public:
   ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch, std::shared_ptr<AgentTokens> tokens,
                      std::shared_ptr<ingest::Ingestor> ingestor);
 
-  grpc::ServerWriteReactor<cluster::v1::WatchEvent>* Watch(grpc::CallbackServerContext* context,
-                                                           const cluster::v1::WatchRequest* request) override;
-  grpc::Status ReportDeploymentStatus(grpc::ServerContext* context,
-                                      const cluster::v1::ReportDeploymentStatusRequest* request,
-                                      cluster::v1::ReportDeploymentStatusResponse* response) override;
+  grpc::ServerWriteReactor<cluster::v1::WatchEvent>* Watch(
+      grpc::CallbackServerContext* context, const cluster::v1::WatchRequest* request) override;
+  grpc::Status ReportDeploymentStatus(
+      grpc::ServerContext* context, const cluster::v1::ReportDeploymentStatusRequest* request,
+      cluster::v1::ReportDeploymentStatusResponse* response) override;
   grpc::Status ReportSentinelStatus(grpc::ServerContext* context,
                                     const cluster::v1::ReportSentinelStatusRequest* request,
                                     cluster::v1::ReportSentinelStatusResponse* response) override;
@@ -63,7 +63,8 @@ class ResourceServiceImpl final : public krane::api::v1::ResourceService::Servic
 
 class AgentServiceImpl final : public krane::api::v1::AgentService::Service {
  public:
-  AgentServiceImpl(std::shared_ptr<ingest::Ingestor> ingestor, std::shared_ptr<const OperatorTokens> operators);
+  AgentServiceImpl(std::shared_ptr<ingest::Ingestor> ingestor,
+                   std::shared_ptr<const OperatorTokens> operators);
   grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
                           v1::ListAgentsResponse* response) override;
 

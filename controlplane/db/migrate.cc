@@ -10,6 +10,7 @@
 
 #include <openssl/evp.h>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/db/sql_script.h"
@@ -29,12 +30,6 @@ std::string sha256Hex(std::string_view data) {
     fmt::format_to(std::back_inserter(hex), "{:02x}", digest[i]);
   }
   return hex;
-}
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
 }
 
 // Server-wide lock name for one database; GET_LOCK names are limited to 64 characters.
@@ -206,7 +201,7 @@ absl::Status Migrator::apply(Connection& conn, const Migration& migration) {
               strCat(
                   "INSERT INTO ", kTable,
                   " (version, name, checksum, state, started_at) VALUES (?, ?, ?, 'applying', ?)"),
-              {migration.version, migration.name, migration.checksum, nowMs()})
+              {migration.version, migration.name, migration.checksum, unixMillis()})
           .status());
   for (size_t i = 0; i < statements->size(); ++i) {
     const SqlStatement& statement = (*statements)[i];
@@ -229,7 +224,7 @@ absl::Status Migrator::apply(Connection& conn, const Migration& migration) {
   }
   return conn
       .exec(strCat("UPDATE ", kTable, " SET state = 'applied', finished_at = ? WHERE version = ?"),
-            {nowMs(), migration.version})
+            {unixMillis(), migration.version})
       .status();
 }
 

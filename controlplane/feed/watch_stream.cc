@@ -107,7 +107,6 @@ absl::Status WatchStream::setupOrError() {
   const uint64_t published = context_->hub->subscribe(region_, shared_from_this());
   {
     std::lock_guard lock(mutex_);
-    subscribed_ = true;
     if (done_) {
       context_->hub->unsubscribe(region_, this);
       return absl::CancelledError("stream ended during setup");
@@ -142,7 +141,7 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
 
   auto begin = std::make_shared<WatchEvent>();
   begin->mutable_sync_begin()->set_snapshot_version(snapshot);
-  if (!pushWaiting(begin, 0)) return absl::CancelledError("stream closed");
+  if (!pushWaiting(begin)) return absl::CancelledError("stream closed");
   uint64_t sent = 0;
   for (const auto& table : context_->tables->all()) {
     if (!table->type().empty() && !wants(std::string(table->type()))) continue;
@@ -154,7 +153,7 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
           change->set_op(cluster::v1::CHANGE_OP_APPLY);
           change->set_version(resource.version());
           *change->mutable_resource() = std::move(resource);
-          if (!pushWaiting(std::move(event), 0)) return absl::CancelledError("stream closed");
+          if (!pushWaiting(std::move(event))) return absl::CancelledError("stream closed");
           ++sent;
           return absl::OkStatus();
         }));
@@ -162,7 +161,7 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
   auto end = std::make_shared<WatchEvent>();
   end->mutable_sync_end()->set_version(snapshot);
   end->mutable_sync_end()->set_resource_count(sent);
-  if (!pushWaiting(end, 0)) return absl::CancelledError("stream closed");
+  if (!pushWaiting(end)) return absl::CancelledError("stream closed");
   *cursor = snapshot;
   return absl::OkStatus();
 }
@@ -174,10 +173,9 @@ absl::Status WatchStream::catchUp(db::Connection& conn, uint64_t* cursor, uint64
     bool last_sent = false;
     for (auto& event : batch.events) {
       last_sent = wants(event.type);
-      if (last_sent && !pushWaiting(event.event, event.version))
-        return absl::CancelledError("stream closed");
+      if (last_sent && !pushWaiting(event.event)) return absl::CancelledError("stream closed");
     }
-    if (!last_sent && !pushWaiting(bookmark(batch.through), batch.through)) {
+    if (!last_sent && !pushWaiting(bookmark(batch.through))) {
       return absl::CancelledError("stream closed");
     }
     *cursor = batch.through;
@@ -185,7 +183,7 @@ absl::Status WatchStream::catchUp(db::Connection& conn, uint64_t* cursor, uint64
   return absl::OkStatus();
 }
 
-bool WatchStream::pushWaiting(std::shared_ptr<const WatchEvent> event, uint64_t) {
+bool WatchStream::pushWaiting(std::shared_ptr<const WatchEvent> event) {
   {
     std::unique_lock lock(mutex_);
     drained_.wait(lock, [&] {

@@ -99,7 +99,7 @@ class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEven
   absl::Status catchUp(db::Connection& conn, uint64_t* cursor, uint64_t through);
   bool wants(const std::string& type) const;
   // Queues during setup, waiting while the queue is above the high-water mark.
-  bool pushWaiting(std::shared_ptr<const cluster::v1::WatchEvent> event, uint64_t version);
+  bool pushWaiting(std::shared_ptr<const cluster::v1::WatchEvent> event);
   // Under mutex_: queue and remember what to start.
   void queueLocked(std::shared_ptr<const cluster::v1::WatchEvent> event);
   void queueBatchLocked(const EventBatch& batch);
@@ -131,7 +131,6 @@ class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEven
   grpc::Status final_status_;
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
   std::shared_ptr<WatchStream> self_;  // keeps the stream alive until OnDone
-  bool subscribed_ = false;
 };
 
 }  // namespace krane::feed

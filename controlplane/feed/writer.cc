@@ -4,18 +4,13 @@
 #include <chrono>
 #include <map>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::feed {
 namespace {
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 constexpr size_t kChangeRowsPerInsert = 50;
 
@@ -171,7 +166,7 @@ absl::StatusOr<std::vector<WriteResult>> Writer::transact(
       [&](db::Connection& conn) -> absl::Status {
         WriteTx tx(conn, *tables_);
         KRANE_RETURN_IF_ERROR(body(tx));
-        KRANE_ASSIGN_OR_RETURN(results, tx.commitChanges(nowMs()));
+        KRANE_ASSIGN_OR_RETURN(results, tx.commitChanges(unixMillis()));
         return absl::OkStatus();
       },
       options));

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/feed/resource_table.h"
@@ -50,12 +51,6 @@ constexpr size_t kMaxPluginResourceTypes = 64;
 // Rows per multi-row statement. Chunks are cut from these sizes only, so a connection caches
 // at most three prepared texts per statement kind.
 constexpr size_t kChunkSizes[] = {100, 10, 1};
-
-int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 absl::Status invalid(std::string message) { return absl::InvalidArgumentError(std::move(message)); }
 
@@ -406,7 +401,7 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
 
   const auto status =
       pool_->transact("ingest.deployment_status", [&](db::Connection& conn) -> absl::Status {
-        const int64_t now = nowMs();
+        const int64_t now = unixMillis();
         KRANE_ASSIGN_OR_RETURN(
             auto stored,
             conn.query("SELECT id FROM instances WHERE deployment_id = ? AND region_id = ?"
@@ -505,7 +500,7 @@ absl::Status Ingestor::reportSentinelStatus(const std::string& region,
                       {request.available_replicas(), request.updated_replicas(),
                        request.ready_replicas(), request.observed_generation(),
                        running_image.empty() ? db::Value() : db::Value(running_image),
-                       healthName(request.health()), nowMs(), id, region})
+                       healthName(request.health()), unixMillis(), id, region})
                 .status());
 
         const db::Row& row = rows.rows.front();
@@ -583,7 +578,7 @@ absl::Status Ingestor::reportResourceStatus(const std::string& region,
                  phaseName(request.phase()),
                  request.message().empty() ? db::Value() : db::Value(request.message()),
                  request.detail().empty() ? db::Value() : db::Value(db::Blob{request.detail()}),
-                 apply_error, attempts, "", nowMs()})
+                 apply_error, attempts, "", unixMillis()})
             .status();
       });
   if (!status.ok()) {
@@ -609,7 +604,7 @@ absl::StatusOr<HeartbeatResponse> Ingestor::heartbeat(const std::string& region,
   const auto status =
       pool_->transact("ingest.heartbeat", [&](db::Connection& conn) -> absl::Status {
         response.Clear();
-        const int64_t now = nowMs();
+        const int64_t now = unixMillis();
         KRANE_RETURN_IF_ERROR(
             conn.exec("INSERT INTO agents (region_id, agent_id, build_version, applied_version,"
                       " is_leader, plugins, first_seen_at, last_seen_at)"

@@ -70,8 +70,8 @@ class Ingestor {
                                     const cluster::v1::ReportSentinelStatusRequest& request);
   absl::Status reportResourceStatus(const std::string& region,
                                     const cluster::v1::ReportResourceStatusRequest& request);
-  absl::StatusOr<cluster::v1::HeartbeatResponse> heartbeat(const std::string& region,
-                                                           const cluster::v1::HeartbeatRequest& request);
+  absl::StatusOr<cluster::v1::HeartbeatResponse> heartbeat(
+      const std::string& region, const cluster::v1::HeartbeatRequest& request);
 
   // Agents that sent a heartbeat, newest first; `region` filters when not empty.
   absl::StatusOr<std::vector<AgentInfo>> listAgents(const std::string& region);

@@ -13,9 +13,12 @@
 #include "common/strings.h"
 #include "tests/support/control_plane.h"
 #include "tests/support/process.h"
+#include "tests/support/wait.h"
 
 namespace krane {
 namespace {
+
+using krane::testing::eventually;
 
 using krane::testing::ChildProcess;
 using krane::testing::runCommand;
@@ -88,16 +91,6 @@ uint64_t watermark(const AgentSetup& s) {
       !std::regex_search(r.out, m, std::regex("\"watermark\":\\s*\\{[^}]*\"version\":\\s*(\\d+)")))
     return 0;
   return std::stoull(m[1]);
-}
-
-bool eventually(const std::function<bool()>& pred,
-                std::chrono::seconds timeout = std::chrono::seconds(30)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return true;
 }
 
 TEST(Agent, AppliesAndResumesFromTheWatermarkAfterKill9) {

@@ -11,18 +11,12 @@
 
 #include "common/strings.h"
 #include "tests/support/process.h"
+#include "tests/support/wait.h"
 
 namespace krane::agent {
 namespace {
 
-bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
+using krane::testing::eventually;
 
 std::string fileText(const std::string& path) {
   std::ifstream in(path);

@@ -7,9 +7,12 @@
 
 #include "common/strings.h"
 #include "tests/support/control_plane.h"
+#include "tests/support/wait.h"
 
 namespace krane::agent {
 namespace {
+
+using krane::testing::eventually;
 
 using krane::testing::TestControlPlane;
 
@@ -38,16 +41,6 @@ ReporterOptions options(TestControlPlane& cp) {
   o.retry = {std::chrono::milliseconds(20), 2.0, std::chrono::milliseconds(100), 0.5};
   o.rpc_timeout = std::chrono::milliseconds(500);
   return o;
-}
-
-bool eventually(const std::function<bool()>& pred,
-                std::chrono::seconds timeout = std::chrono::seconds(20)) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return true;
 }
 
 TEST(Reporter, CoalescesDuringAnOutageAndDeliversTheLatestAfterIt) {

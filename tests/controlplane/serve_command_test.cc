@@ -1,6 +1,4 @@
 // `krane-ctrl serve`, `region` and `token` as an operator runs them (the real binary).
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <httplib.h>
 #include <signal.h>
 
@@ -9,6 +7,9 @@
 #include <regex>
 #include <thread>
 
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include "common/strings.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/process.h"
@@ -16,13 +17,15 @@
 namespace krane {
 namespace {
 
-using ::testing::HasSubstr;
 using krane::testing::ChildProcess;
 using krane::testing::runCommand;
 using krane::testing::runfile;
 using krane::testing::ScratchMariaDb;
+using ::testing::HasSubstr;
 
-std::string dsnText(const db::Dsn& dsn) { return strCat("mysql://root@127.0.0.1:", dsn.port, "/", dsn.database); }
+std::string dsnText(const db::Dsn& dsn) {
+  return strCat("mysql://root@127.0.0.1:", dsn.port, "/", dsn.database);
+}
 
 krane::testing::CommandResult ctrl(std::vector<std::string> args) {
   args.insert(args.begin(), runfile("controlplane/krane-ctrl"));
@@ -38,9 +41,10 @@ std::string writeFile(const std::string& name, const std::string& text) {
 TEST(ServeCommand, StartsServesHealthAndStopsCleanlyOnSigterm) {
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
   ASSERT_EQ(ctrl({"migrate", "--dsn", dsn}).exit_code, 0);
-  const std::string config = writeFile("ctrl.yaml", strCat("listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\n"
-                                                           "database:\n  dsn: ",
-                                                           dsn, "\nfeed:\n  poll_interval_ms: 20\n"));
+  const std::string config =
+      writeFile("ctrl.yaml", strCat("listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\n"
+                                    "database:\n  dsn: ",
+                                    dsn, "\nfeed:\n  poll_interval_ms: 20\n"));
   const std::string log = strCat(std::getenv("TEST_TMPDIR"), "/serve.log");
   ChildProcess serve({runfile("controlplane/krane-ctrl"), "serve", "--config", config}, log);
   int http_port = 0;
@@ -50,7 +54,8 @@ TEST(ServeCommand, StartsServesHealthAndStopsCleanlyOnSigterm) {
     text << in.rdbuf();
     std::smatch m;
     const std::string s = text.str();
-    if (std::regex_search(s, m, std::regex("http 127\\.0\\.0\\.1:(\\d+)"))) http_port = std::stoi(m[1]);
+    if (std::regex_search(s, m, std::regex("http 127\\.0\\.0\\.1:(\\d+)")))
+      http_port = std::stoi(m[1]);
     if (http_port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_GT(http_port, 0) << "krane-ctrl did not start";
@@ -76,7 +81,8 @@ TEST(ServeCommand, ConfigErrorsNameTheKey) {
   EXPECT_THAT(unknown.err, HasSubstr("a.yaml: feed.pol_interval_ms: unknown key"));
   auto range = ctrl({"serve", "--config", writeFile("b.yaml", "feed:\n  poll_interval_ms: 0\n")});
   EXPECT_THAT(range.err, HasSubstr("feed.poll_interval_ms: must be between 1 and 60000, got 0"));
-  auto type = ctrl({"serve", "--config", writeFile("c.yaml", "database:\n  max_connections: lots\n")});
+  auto type =
+      ctrl({"serve", "--config", writeFile("c.yaml", "database:\n  max_connections: lots\n")});
   EXPECT_THAT(type.err, HasSubstr("database.max_connections: must be a whole number"));
   auto yaml = ctrl({"serve", "--config", writeFile("d.yaml", "listen: [\n")});
   EXPECT_THAT(yaml.err, HasSubstr("not valid YAML"));
@@ -84,7 +90,8 @@ TEST(ServeCommand, ConfigErrorsNameTheKey) {
   EXPECT_THAT(address.err, HasSubstr("listen: \"nowhere\" is not host:port"));
   auto no_db = ctrl({"serve", "--config", writeFile("f.yaml", "listen: 127.0.0.1:0\n")});
   EXPECT_THAT(no_db.err, HasSubstr("database.dsn: required"));
-  auto tls = ctrl({"serve", "--dsn", "mysql://u@h/d", "--config", writeFile("g.yaml", "tls:\n  cert_file: x.pem\n")});
+  auto tls = ctrl({"serve", "--dsn", "mysql://u@h/d", "--config",
+                   writeFile("g.yaml", "tls:\n  cert_file: x.pem\n")});
   EXPECT_THAT(tls.err, HasSubstr("tls: cert_file and key_file go together"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
   EXPECT_THAT(missing.err, HasSubstr("cannot read config file /nonexistent/ctrl.yaml"));
@@ -97,10 +104,12 @@ TEST(RegionAndTokenCommands, CreateListRevoke) {
   EXPECT_EQ(no_region.exit_code, 1);
   EXPECT_THAT(no_region.err, HasSubstr("region \"eu-1\" is not registered"));
   ASSERT_EQ(ctrl({"region", "add", "eu-1", "--dsn", dsn}).exit_code, 0);
-  ASSERT_EQ(ctrl({"region", "add", "eu-1", "--dsn", dsn, "--name", "Europe"}).exit_code, 0);  // idempotent
+  ASSERT_EQ(ctrl({"region", "add", "eu-1", "--dsn", dsn, "--name", "Europe"}).exit_code,
+            0);  // idempotent
   auto regions = ctrl({"region", "list", "--dsn", dsn});
   EXPECT_THAT(regions.out, HasSubstr("Europe"));
-  EXPECT_THAT(ctrl({"region", "add", "bad id", "--dsn", dsn}).err, HasSubstr("id: \"bad id\" may only contain"));
+  EXPECT_THAT(ctrl({"region", "add", "bad id", "--dsn", dsn}).err,
+              HasSubstr("id: \"bad id\" may only contain"));
 
   auto created = ctrl({"token", "create", "--dsn", dsn, "--region", "eu-1", "--name", "ci"});
   ASSERT_EQ(created.exit_code, 0) << created.err;

@@ -18,7 +18,8 @@ TestControlPlane::TestControlPlane(std::vector<std::string> regions) {
   if (!migrated.ok()) throw std::runtime_error(std::string(migrated.status().message()));
   auto conn = pool_->acquire();
   for (const auto& region : regions) {
-    auto st = (*conn)->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
+    auto st = (*conn)->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)",
+                            {region, region});
     if (!st.ok()) throw std::runtime_error(std::string(st.status().message()));
   }
 }
@@ -74,7 +75,8 @@ std::unique_ptr<cluster::v1::ClusterService::Stub> TestControlPlane::cluster(siz
   return cluster::v1::ClusterService::NewStub(channel(replica));
 }
 
-std::unique_ptr<grpc::ClientContext> TestControlPlane::withToken(const std::string& token, std::chrono::seconds deadline) {
+std::unique_ptr<grpc::ClientContext> TestControlPlane::withToken(const std::string& token,
+                                                                 std::chrono::seconds deadline) {
   auto context = std::make_unique<grpc::ClientContext>();
   if (!token.empty()) context->AddMetadata("authorization", "Bearer " + token);
   context->set_deadline(std::chrono::system_clock::now() + deadline);
@@ -82,7 +84,8 @@ std::unique_ptr<grpc::ClientContext> TestControlPlane::withToken(const std::stri
 }
 
 WatchRecorder::WatchRecorder(std::shared_ptr<grpc::Channel> channel, const std::string& token,
-                             const std::string& region, uint64_t version, std::vector<std::string> types)
+                             const std::string& region, uint64_t version,
+                             std::vector<std::string> types)
     : stub_(cluster::v1::ClusterService::NewStub(channel)) {
   if (!token.empty()) context_.AddMetadata("authorization", "Bearer " + token);
   cluster::v1::WatchRequest request;
@@ -116,10 +119,12 @@ WatchRecorder::~WatchRecorder() {
 
 void WatchRecorder::cancel() { context_.TryCancel(); }
 
-bool WatchRecorder::waitFor(const std::function<bool(const std::vector<cluster::v1::WatchEvent>&)>& pred,
-                            std::chrono::milliseconds timeout) {
+bool WatchRecorder::waitFor(
+    const std::function<bool(const std::vector<cluster::v1::WatchEvent>&)>& pred,
+    std::chrono::milliseconds timeout) {
   std::unique_lock lock(mutex_);
-  return changed_.wait_for(lock, timeout, [&] { return pred(events_) || finished_; }) && pred(events_);
+  return changed_.wait_for(lock, timeout, [&] { return pred(events_) || finished_; }) &&
+         pred(events_);
 }
 
 bool WatchRecorder::waitForVersion(uint64_t version, std::chrono::milliseconds timeout) {

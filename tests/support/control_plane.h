@@ -2,8 +2,6 @@
 // scratch database, with regions registered, tokens made, and clients for both APIs.
 #pragma once
 
-#include <grpcpp/grpcpp.h>
-
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -12,6 +10,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <grpcpp/grpcpp.h>
 
 #include "controlplane/config.h"
 #include "controlplane/db/pool.h"
@@ -46,8 +46,8 @@ class TestControlPlane {
   std::unique_ptr<cluster::v1::ClusterService::Stub> cluster(size_t replica = 0);
 
   // A context with `authorization: Bearer <token>`, and a deadline.
-  static std::unique_ptr<grpc::ClientContext> withToken(const std::string& token,
-                                                        std::chrono::seconds deadline = std::chrono::seconds(30));
+  static std::unique_ptr<grpc::ClientContext> withToken(
+      const std::string& token, std::chrono::seconds deadline = std::chrono::seconds(30));
 
  private:
   db::Dsn dsn_;
@@ -59,15 +59,16 @@ class TestControlPlane {
 // Reads a Watch stream on its own thread and keeps every event, for assertions.
 class WatchRecorder {
  public:
-  WatchRecorder(std::shared_ptr<grpc::Channel> channel, const std::string& token, const std::string& region,
-                uint64_t version, std::vector<std::string> types = {});
+  WatchRecorder(std::shared_ptr<grpc::Channel> channel, const std::string& token,
+                const std::string& region, uint64_t version, std::vector<std::string> types = {});
   ~WatchRecorder();
 
   // Waits until `pred(events)` holds; false on timeout.
   bool waitFor(const std::function<bool(const std::vector<cluster::v1::WatchEvent>&)>& pred,
                std::chrono::milliseconds timeout = std::chrono::seconds(30));
   // Waits until a change or bookmark reached `version`.
-  bool waitForVersion(uint64_t version, std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  bool waitForVersion(uint64_t version,
+                      std::chrono::milliseconds timeout = std::chrono::seconds(30));
   std::vector<cluster::v1::WatchEvent> events();
   // Waits until the server ended the stream; false on timeout.
   bool waitFinished(std::chrono::milliseconds timeout = std::chrono::seconds(10));

@@ -1,14 +1,14 @@
 // The change feed end to end: a real krane-ctrl (in this process) on a real MariaDB, agents
 // watching over gRPC on loopback.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <httplib.h>
 
 #include <map>
 #include <random>
 #include <set>
 #include <thread>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "common/strings.h"
 #include "controlplane/feed/cleanup.h"
@@ -19,15 +19,16 @@
 namespace krane {
 namespace {
 
-using ::testing::HasSubstr;
 using cluster::v1::WatchEvent;
 using krane::testing::kOperatorToken;
 using krane::testing::TestControlPlane;
 using krane::testing::WatchRecorder;
+using ::testing::HasSubstr;
 
 constexpr const char* kType = "example.krane.dev/bucket";
 
-cluster::v1::Resource bucket(const std::string& id, const std::string& region, const std::string& spec) {
+cluster::v1::Resource bucket(const std::string& id, const std::string& region,
+                             const std::string& spec) {
   cluster::v1::Resource r;
   r.set_type(kType);
   r.set_id(id);
@@ -38,7 +39,8 @@ cluster::v1::Resource bucket(const std::string& id, const std::string& region, c
 }
 
 uint64_t headVersion(TestControlPlane& cp, const std::string& region) {
-  auto rows = (*cp.pool()->acquire())->query("SELECT version FROM region_versions WHERE region_id = ?", {region});
+  auto rows = (*cp.pool()->acquire())
+                  ->query("SELECT version FROM region_versions WHERE region_id = ?", {region});
   return rows->empty() ? 0 : rows->rows[0].u64(0);
 }
 
@@ -61,8 +63,10 @@ std::map<std::string, std::string> materialize(const std::vector<WatchEvent>& ev
 
 std::map<std::string, std::string> databaseView(TestControlPlane& cp, const std::string& region) {
   std::map<std::string, std::string> view;
-  auto rows = (*cp.pool()->acquire())
-                  ->query("SELECT type, id, spec FROM resources WHERE region_id = ? AND deleted_at IS NULL", {region});
+  auto rows =
+      (*cp.pool()->acquire())
+          ->query("SELECT type, id, spec FROM resources WHERE region_id = ? AND deleted_at IS NULL",
+                  {region});
   for (const auto& row : rows->rows) view[strCat(row.str(0), "/", row.str(1))] = row.str(2);
   return view;
 }
@@ -80,7 +84,8 @@ TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
   WatchRecorder filtered(cp.channel(), token, "eu-1", 0, {kType});
   for (WatchRecorder* watcher : {&live, &filtered}) {
     ASSERT_TRUE(watcher->waitFor([](const auto& ev) {
-      return std::any_of(ev.begin(), ev.end(), [](const WatchEvent& e) { return e.has_sync_end(); });
+      return std::any_of(ev.begin(), ev.end(),
+                         [](const WatchEvent& e) { return e.has_sync_end(); });
     }));
   }
 
@@ -119,7 +124,8 @@ TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
   const uint64_t head = headVersion(cp, "eu-1");
   ASSERT_EQ(head, committed.size());
   ASSERT_GT(rolled_back.load(), 0);
-  ASSERT_TRUE(live.waitForVersion(head, std::chrono::seconds(60))) << "live watcher stopped at " << live.lastVersion();
+  ASSERT_TRUE(live.waitForVersion(head, std::chrono::seconds(60)))
+      << "live watcher stopped at " << live.lastVersion();
   ASSERT_TRUE(filtered.waitForVersion(head, std::chrono::seconds(60)));
 
   for (WatchRecorder* watcher : {&live, &filtered}) {
@@ -134,7 +140,8 @@ TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
       if (!e.has_change() || syncs > 1) continue;
       versions.push_back(e.change().version());
       const auto& r = e.change().resource();
-      EXPECT_THAT(r.generic().spec(), ::testing::Not(HasSubstr("ROLLBACK"))) << "a rolled-back write was streamed";
+      EXPECT_THAT(r.generic().spec(), ::testing::Not(HasSubstr("ROLLBACK")))
+          << "a rolled-back write was streamed";
       // Per resource, states only move forward.
       uint64_t& last = last_resource_version[r.id()];
       EXPECT_GE(r.version(), last) << r.id();
@@ -143,7 +150,8 @@ TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
     EXPECT_EQ(syncs, 1);
     // Every committed version, each exactly once, in order.
     ASSERT_EQ(versions.size(), committed.size());
-    for (size_t i = 0; i < versions.size(); ++i) ASSERT_EQ(versions[i], i + 1) << "gap or reorder at " << i;
+    for (size_t i = 0; i < versions.size(); ++i)
+      ASSERT_EQ(versions[i], i + 1) << "gap or reorder at " << i;
     EXPECT_EQ(materialize(events), databaseView(cp, "eu-1"));
   }
 }
@@ -151,12 +159,15 @@ TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
 TEST(Feed, AFullSyncDuringWritesConvergesToTheDatabase) {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  for (int i = 0; i < 300; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("pre", i), "eu-1", "0")).ok());
+  for (int i = 0; i < 300; ++i)
+    ASSERT_TRUE(server.writer().put(bucket(strCat("pre", i), "eu-1", "0")).ok());
   std::atomic<bool> stop{false};
   std::thread writer([&] {
     for (int i = 0; !stop; ++i) {
-      auto r = (i % 7 == 3) ? server.writer().remove({kType, strCat("pre", i % 300), "eu-1"}).status()
-                            : server.writer().put(bucket(strCat("pre", i % 300), "eu-1", strCat(i))).status();
+      auto r =
+          (i % 7 == 3)
+              ? server.writer().remove({kType, strCat("pre", i % 300), "eu-1"}).status()
+              : server.writer().put(bucket(strCat("pre", i % 300), "eu-1", strCat(i))).status();
       if (!r.ok() && !absl::IsNotFound(r)) ADD_FAILURE() << r;
     }
   });
@@ -185,7 +196,8 @@ TEST(Feed, AFullSyncDuringWritesConvergesToTheDatabase) {
 TEST(Feed, AResumingAgentGetsExactlyWhatItMissed) {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+  for (int i = 0; i < 10; ++i)
+    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
   WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 4);
   ASSERT_TRUE(agent.waitForVersion(10));
   std::vector<uint64_t> versions;
@@ -199,9 +211,11 @@ TEST(Feed, AResumingAgentGetsExactlyWhatItMissed) {
 TEST(Feed, CursorOlderThanThePrunedRangeExpires) {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  for (int i = 0; i < 25; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i % 5), "eu-1", strCat(i))).ok());
-  feed::Cleanup cleanup(cp.pool(), std::make_shared<feed::ResourceTables>(),
-                        feed::CleanupOptions{std::chrono::seconds(60), std::chrono::seconds(60), 10});
+  for (int i = 0; i < 25; ++i)
+    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i % 5), "eu-1", strCat(i))).ok());
+  feed::Cleanup cleanup(
+      cp.pool(), std::make_shared<feed::ResourceTables>(),
+      feed::CleanupOptions{std::chrono::seconds(60), std::chrono::seconds(60), 10});
   auto result = cleanup.runOnce(std::chrono::system_clock::now() + std::chrono::hours(1));
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->changes_deleted, 25u);  // in batches of 10
@@ -225,7 +239,8 @@ TEST(Feed, AFutureCursorIsRefusedExplicitly) {
   cp.startReplica();
   WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 99);
   ASSERT_TRUE(agent.waitFor([](const auto& ev) { return !ev.empty(); }));
-  EXPECT_EQ(agent.events()[0].cursor_expired().reason(), cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION);
+  EXPECT_EQ(agent.events()[0].cursor_expired().reason(),
+            cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION);
 }
 
 TEST(Feed, TwoReplicasEachDeliverEveryChange) {
@@ -247,7 +262,8 @@ TEST(Feed, TwoReplicasEachDeliverEveryChange) {
 TEST(Feed, AnAgentResumesAfterTheControlPlaneRestartsAndMissesNothing) {
   TestControlPlane cp;
   auto& first = cp.startReplica();
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(first.writer().put(bucket(strCat("r", i), "eu-1", "1")).ok());
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(first.writer().put(bucket(strCat("r", i), "eu-1", "1")).ok());
   uint64_t resume_from = 0;
   std::vector<WatchEvent> seen;
   {
@@ -260,9 +276,11 @@ TEST(Feed, AnAgentResumesAfterTheControlPlaneRestartsAndMissesNothing) {
   }
   auto& second = cp.startReplica();
   // Changes while the agent was away, and after.
-  for (int i = 0; i < 20; ++i) ASSERT_TRUE(second.writer().put(bucket(strCat("r", i), "eu-1", "2")).ok());
+  for (int i = 0; i < 20; ++i)
+    ASSERT_TRUE(second.writer().put(bucket(strCat("r", i), "eu-1", "2")).ok());
   WatchRecorder agent(cp.channel(1), cp.agentToken("eu-1"), "eu-1", resume_from);
-  for (int i = 20; i < 30; ++i) ASSERT_TRUE(second.writer().put(bucket(strCat("r", i), "eu-1", "3")).ok());
+  for (int i = 20; i < 30; ++i)
+    ASSERT_TRUE(second.writer().put(bucket(strCat("r", i), "eu-1", "3")).ok());
   ASSERT_TRUE(agent.waitForVersion(50));
   auto after = agent.events();
   seen.insert(seen.end(), after.begin(), after.end());
@@ -280,12 +298,14 @@ TEST(Feed, FilteredAndIdleStreamsAdvanceOnBookmarks) {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   WatchRecorder other_type(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {"sentinel"});
-  for (int i = 0; i < 5; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
   // It gets none of the buckets, but learns that version 5 is behind it.
   ASSERT_TRUE(other_type.waitForVersion(5));
   for (const auto& e : other_type.events()) EXPECT_FALSE(e.has_change());
   const size_t before = other_type.events().size();
-  ASSERT_TRUE(other_type.waitFor([&](const auto& ev) { return ev.size() > before; }, std::chrono::seconds(5)))
+  ASSERT_TRUE(other_type.waitFor([&](const auto& ev) { return ev.size() > before; },
+                                 std::chrono::seconds(5)))
       << "an idle stream gets periodic bookmarks";
 }
 
@@ -294,13 +314,15 @@ TEST(Feed, ASlowAgentIsToldToResyncAndOthersAreUnaffected) {
   auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.stream_max_queued = 200; });
   // A client that opens a stream and never reads: the transport window fills, the queue grows.
   auto stub = cp.cluster();
-  auto stuck_context = TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
+  auto stuck_context =
+      TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
   cluster::v1::WatchRequest request;
   request.set_region("eu-1");
   auto stuck = stub->Watch(stuck_context.get(), request);
   WatchRecorder healthy(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
   const std::string big(32 * 1024, 'x');
-  for (int i = 0; i < 400; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i % 50), "eu-1", big)).ok());
+  for (int i = 0; i < 400; ++i)
+    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i % 50), "eu-1", big)).ok());
   ASSERT_TRUE(healthy.waitForVersion(400, std::chrono::seconds(60)));
   EXPECT_EQ(materialize(healthy.events()), databaseView(cp, "eu-1"));
   // The stuck stream ends with an explicit resync request once read.
@@ -318,8 +340,8 @@ TEST(Feed, ASlowAgentIsToldToResyncAndOthersAreUnaffected) {
 TEST(Feed, AuthenticationAndAuthorization) {
   TestControlPlane cp;
   cp.startReplica();
-  auto expectRefused = [&](const std::string& token, const std::string& region, grpc::StatusCode code,
-                           const std::string& message) {
+  auto expectRefused = [&](const std::string& token, const std::string& region,
+                           grpc::StatusCode code, const std::string& message) {
     WatchRecorder w(cp.channel(), token, region, 0);
     ASSERT_TRUE(w.waitFinished(std::chrono::seconds(10)));
     EXPECT_EQ(w.status().error_code(), code) << w.status().error_message();
@@ -327,8 +349,10 @@ TEST(Feed, AuthenticationAndAuthorization) {
     EXPECT_TRUE(w.events().empty());
   };
   expectRefused("", "eu-1", grpc::StatusCode::UNAUTHENTICATED, "missing agent token");
-  expectRefused("krane_agent_made_up", "eu-1", grpc::StatusCode::UNAUTHENTICATED, "unknown or revoked");
-  expectRefused(cp.agentToken("us-1"), "eu-1", grpc::StatusCode::PERMISSION_DENIED, "for region \"us-1\", not \"eu-1\"");
+  expectRefused("krane_agent_made_up", "eu-1", grpc::StatusCode::UNAUTHENTICATED,
+                "unknown or revoked");
+  expectRefused(cp.agentToken("us-1"), "eu-1", grpc::StatusCode::PERMISSION_DENIED,
+                "for region \"us-1\", not \"eu-1\"");
   expectRefused(kOperatorToken, "eu-1", grpc::StatusCode::UNAUTHENTICATED, "unknown or revoked");
 
   // A revoked token stops working.
@@ -346,10 +370,12 @@ TEST(Feed, AuthenticationAndAuthorization) {
   report.set_region("eu-1");
   report.set_phase(cluster::v1::RESOURCE_PHASE_READY);
   cluster::v1::ReportResourceStatusResponse ignored;
-  EXPECT_EQ(stub->ReportResourceStatus(TestControlPlane::withToken(cp.agentToken("us-1")).get(), report, &ignored)
+  EXPECT_EQ(stub->ReportResourceStatus(TestControlPlane::withToken(cp.agentToken("us-1")).get(),
+                                       report, &ignored)
                 .error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(stub->ReportResourceStatus(TestControlPlane::withToken("").get(), report, &ignored).error_code(),
+  EXPECT_EQ(stub->ReportResourceStatus(TestControlPlane::withToken("").get(), report, &ignored)
+                .error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
 
   // The public API wants an operator token; an agent token is not one.
@@ -358,7 +384,8 @@ TEST(Feed, AuthenticationAndAuthorization) {
   krane::api::v1::ListResourcesResponse listed;
   EXPECT_EQ(api->List(TestControlPlane::withToken("").get(), list, &listed).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(api->List(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), list, &listed).error_code(),
+  EXPECT_EQ(api->List(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), list, &listed)
+                .error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_TRUE(api->List(TestControlPlane::withToken(kOperatorToken).get(), list, &listed).ok());
 }
@@ -368,7 +395,8 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
   cp.startReplica();
   auto api = cp.resources();
   auto call = [&](auto method, const auto& request, auto* response) {
-    return (api.get()->*method)(TestControlPlane::withToken(kOperatorToken).get(), request, response);
+    return (api.get()->*method)(TestControlPlane::withToken(kOperatorToken).get(), request,
+                                response);
   };
   krane::api::v1::PutResourceRequest put;
   krane::api::v1::PutResourceResponse put_response;
@@ -385,7 +413,8 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
   ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Get, get, &got).ok());
   EXPECT_EQ(got.resource().generic().spec(), "hello");
 
-  auto expectInvalid = [&](cluster::v1::Resource r, grpc::StatusCode code, const std::string& needle) {
+  auto expectInvalid = [&](cluster::v1::Resource r, grpc::StatusCode code,
+                           const std::string& needle) {
     krane::api::v1::PutResourceRequest bad;
     *bad.mutable_resource() = std::move(r);
     krane::api::v1::PutResourceResponse ignored;
@@ -393,15 +422,19 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
     EXPECT_EQ(status.error_code(), code) << status.error_message();
     EXPECT_THAT(status.error_message(), HasSubstr(needle));
   };
-  expectInvalid(bucket("", "eu-1", "x"), grpc::StatusCode::INVALID_ARGUMENT, "resource.id: required");
-  expectInvalid(bucket("b2", "", "x"), grpc::StatusCode::INVALID_ARGUMENT, "resource.region: required");
-  expectInvalid(bucket("b2", "nowhere", "x"), grpc::StatusCode::NOT_FOUND, "region \"nowhere\" is not registered");
+  expectInvalid(bucket("", "eu-1", "x"), grpc::StatusCode::INVALID_ARGUMENT,
+                "resource.id: required");
+  expectInvalid(bucket("b2", "", "x"), grpc::StatusCode::INVALID_ARGUMENT,
+                "resource.region: required");
+  expectInvalid(bucket("b2", "nowhere", "x"), grpc::StatusCode::NOT_FOUND,
+                "region \"nowhere\" is not registered");
   auto wrong_kind = bucket("b2", "eu-1", "x");
   wrong_kind.set_type("sentinel");
   expectInvalid(wrong_kind, grpc::StatusCode::INVALID_ARGUMENT, "sentinel");
 
   get.set_id("missing");
-  EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::Get, get, &got).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::Get, get, &got).error_code(),
+            grpc::StatusCode::NOT_FOUND);
 
   for (int i = 0; i < 7; ++i) {
     *put.mutable_resource() = bucket(strCat("p", i), i % 2 ? "eu-1" : "us-1", "x");
@@ -418,8 +451,8 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
     if (page.next_page_token().empty()) break;
     list.set_page_token(page.next_page_token());
   }
-  EXPECT_THAT(ids, ::testing::ElementsAre("eu-1/b1", "eu-1/p1", "eu-1/p3", "eu-1/p5", "us-1/p0", "us-1/p2",
-                                          "us-1/p4", "us-1/p6"));
+  EXPECT_THAT(ids, ::testing::ElementsAre("eu-1/b1", "eu-1/p1", "eu-1/p3", "eu-1/p5", "us-1/p0",
+                                          "us-1/p2", "us-1/p4", "us-1/p6"));
   list.set_page_token("garbage");
   krane::api::v1::ListResourcesResponse page;
   EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::List, list, &page).error_code(),
@@ -438,7 +471,8 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
 TEST(Feed, HeartbeatsMakeEachAgentsLagVisible) {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  for (int i = 0; i < 7; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+  for (int i = 0; i < 7; ++i)
+    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
   auto cluster = cp.cluster();
   cluster::v1::HeartbeatRequest beat;
   beat.set_agent_id("agent-a");
@@ -447,19 +481,26 @@ TEST(Feed, HeartbeatsMakeEachAgentsLagVisible) {
   beat.set_applied_version(4);
   beat.set_is_leader(true);
   cluster::v1::HeartbeatResponse answer;
-  ASSERT_TRUE(cluster->Heartbeat(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), beat, &answer).ok());
+  ASSERT_TRUE(
+      cluster->Heartbeat(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), beat, &answer)
+          .ok());
   EXPECT_EQ(answer.latest_version(), 7u);
 
   auto agents = cp.agents();
   krane::api::v1::ListAgentsRequest request;
   krane::api::v1::ListAgentsResponse response;
-  ASSERT_TRUE(agents->ListAgents(TestControlPlane::withToken(kOperatorToken).get(), request, &response).ok());
+  ASSERT_TRUE(
+      agents->ListAgents(TestControlPlane::withToken(kOperatorToken).get(), request, &response)
+          .ok());
   ASSERT_EQ(response.agents_size(), 1);
   EXPECT_EQ(response.agents(0).agent_id(), "agent-a");
   EXPECT_EQ(response.agents(0).lag(), 3u);
   EXPECT_TRUE(response.agents(0).is_leader());
-  EXPECT_EQ(agents->ListAgents(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), request, &response).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(
+      agents
+          ->ListAgents(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), request, &response)
+          .error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
 }
 
 TEST(Feed, CoreResourceTypesTravelWholeThroughTheApiAndTheStream) {
@@ -526,10 +567,12 @@ TEST(Feed, CoreResourceTypesTravelWholeThroughTheApiAndTheStream) {
   ASSERT_EQ(received.size(), 3u);
   EXPECT_EQ(received["deployment_topology"].deployment_topology().command(0), "/app/server");
   EXPECT_EQ(received["deployment_topology"].deployment_topology().env(0).value(), "production");
-  EXPECT_EQ(received["deployment_topology"].deployment_topology().healthcheck().readiness().path(), "/ready");
+  EXPECT_EQ(received["deployment_topology"].deployment_topology().healthcheck().readiness().path(),
+            "/ready");
   EXPECT_EQ(received["deployment_topology"].deployment_topology().shutdown_signal(), "SIGINT");
   EXPECT_EQ(received["sentinel"].sentinel().image(), "registry.example.com/sentinel:v7");
-  EXPECT_THAT(received["cilium_network_policy"].cilium_network_policy().policy_json(), HasSubstr("endpointSelector"));
+  EXPECT_THAT(received["cilium_network_policy"].cilium_network_policy().policy_json(),
+              HasSubstr("endpointSelector"));
 
   // A topology with a bad field is refused naming it, and nothing is streamed for it.
   krane::api::v1::PutResourceRequest bad;

@@ -1,9 +1,9 @@
 // TLS and mutual TLS on krane-ctrl's gRPC port, with certificates made by openssl for the test.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <fstream>
 #include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 #include "common/strings.h"
 #include "tests/support/control_plane.h"
@@ -34,24 +34,37 @@ void openssl(const std::vector<std::string>& args) {
 // A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
 void makeCertificates() {
   const std::string d = dir();
-  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=krane-test-ca", "-keyout",
-           d + "/ca.key", "-out", d + "/ca.crt"});
+  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+           "/CN=krane-test-ca", "-keyout", d + "/ca.key", "-out", d + "/ca.crt"});
   std::ofstream(d + "/server.ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
   for (const std::string name : {"server", "client"}) {
-    openssl({"req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=krane-" + name, "-keyout", d + "/" + name + ".key",
-             "-out", d + "/" + name + ".csr"});
-    std::vector<std::string> sign = {"x509", "-req", "-in", d + "/" + name + ".csr", "-CA", d + "/ca.crt", "-CAkey",
-                                     d + "/ca.key", "-CAcreateserial", "-days", "1", "-out", d + "/" + name + ".crt"};
+    openssl({"req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=krane-" + name, "-keyout",
+             d + "/" + name + ".key", "-out", d + "/" + name + ".csr"});
+    std::vector<std::string> sign = {"x509",
+                                     "-req",
+                                     "-in",
+                                     d + "/" + name + ".csr",
+                                     "-CA",
+                                     d + "/ca.crt",
+                                     "-CAkey",
+                                     d + "/ca.key",
+                                     "-CAcreateserial",
+                                     "-days",
+                                     "1",
+                                     "-out",
+                                     d + "/" + name + ".crt"};
     if (name == "server") sign.insert(sign.end(), {"-extfile", d + "/server.ext"});
     openssl(sign);
   }
 }
 
 grpc::Status listWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int port) {
-  auto stub = krane::api::v1::ResourceService::NewStub(grpc::CreateChannel(strCat("127.0.0.1:", port), credentials));
+  auto stub = krane::api::v1::ResourceService::NewStub(
+      grpc::CreateChannel(strCat("127.0.0.1:", port), credentials));
   krane::api::v1::ListResourcesRequest request;
   krane::api::v1::ListResourcesResponse response;
-  return stub->List(TestControlPlane::withToken(kOperatorToken, std::chrono::seconds(5)).get(), request, &response);
+  return stub->List(TestControlPlane::withToken(kOperatorToken, std::chrono::seconds(5)).get(),
+                    request, &response);
 }
 
 TEST(Tls, ServerCertificateAndMutualTls) {
@@ -98,7 +111,8 @@ TEST(Tls, MissingCertificateFilesStopStartUpNamingThem) {
   ctrl::Server server(config);
   auto status = server.start();
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(std::string(toStd(status.message())), ::testing::HasSubstr("cannot read tls.cert_file /nonexistent/server.crt"));
+  EXPECT_THAT(std::string(toStd(status.message())),
+              ::testing::HasSubstr("cannot read tls.cert_file /nonexistent/server.crt"));
 }
 
 }  // namespace

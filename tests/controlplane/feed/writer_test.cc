@@ -2,10 +2,10 @@
 // order, failed transactions leave no trace, and bad input is refused naming the field.
 #include "controlplane/feed/writer.h"
 
+#include <thread>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <thread>
 
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
@@ -40,7 +40,8 @@ class WriterTest : public krane::testing::MariaDbTest {
     ASSERT_TRUE(db::Migrator(pool_, *db::builtinMigrations()).migrate().ok());
     for (const char* region : {"eu-1", "us-1"}) {
       ASSERT_TRUE((*pool_->acquire())
-                      ->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region})
+                      ->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)",
+                             {region, region})
                       .ok());
     }
     writer_ = std::make_shared<Writer>(pool_, std::make_shared<ResourceTables>());
@@ -48,7 +49,10 @@ class WriterTest : public krane::testing::MariaDbTest {
 
   std::vector<uint64_t> changeVersions(const std::string& region) {
     std::vector<uint64_t> out;
-    auto rows = (*pool_->acquire())->query("SELECT version FROM resource_changes WHERE region_id = ? ORDER BY version", {region});
+    auto rows =
+        (*pool_->acquire())
+            ->query("SELECT version FROM resource_changes WHERE region_id = ? ORDER BY version",
+                    {region});
     for (const auto& row : rows->rows) out.push_back(row.u64(0));
     return out;
   }
@@ -129,13 +133,17 @@ TEST_F(WriterTest, ExpectedVersionIsOptimisticConcurrency) {
   EXPECT_TRUE(absl::IsAborted(stale.status()));
   EXPECT_THAT(messageOf(stale.status()), HasSubstr("is at version 1, not the expected 6"));
   EXPECT_TRUE(writer_->put(generic("a", "eu-1", "2"), first->version).ok());
-  EXPECT_TRUE(absl::IsAborted(writer_->remove({"example.krane.dev/bucket", "a", "eu-1"}, 1).status()));
+  EXPECT_TRUE(
+      absl::IsAborted(writer_->remove({"example.krane.dev/bucket", "a", "eu-1"}, 1).status()));
 }
 
 TEST_F(WriterTest, BadInputIsRefusedNamingTheField) {
-  EXPECT_THAT(messageOf(writer_->put(generic("", "eu-1", "x")).status()), HasSubstr("resource.id: required"));
-  EXPECT_THAT(messageOf(writer_->put(generic("a b", "eu-1", "x")).status()), HasSubstr("resource.id: \"a b\" may only contain"));
-  EXPECT_THAT(messageOf(writer_->put(generic("a", "eu-1", "x", "bad type!")).status()), HasSubstr("resource.type"));
+  EXPECT_THAT(messageOf(writer_->put(generic("", "eu-1", "x")).status()),
+              HasSubstr("resource.id: required"));
+  EXPECT_THAT(messageOf(writer_->put(generic("a b", "eu-1", "x")).status()),
+              HasSubstr("resource.id: \"a b\" may only contain"));
+  EXPECT_THAT(messageOf(writer_->put(generic("a", "eu-1", "x", "bad type!")).status()),
+              HasSubstr("resource.type"));
   auto unknown_region = writer_->put(generic("a", "mars-1", "x"));
   EXPECT_TRUE(absl::IsNotFound(unknown_region.status()));
   EXPECT_THAT(messageOf(unknown_region.status()), HasSubstr("region \"mars-1\" is not registered"));
