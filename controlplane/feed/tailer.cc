@@ -46,6 +46,8 @@ TailerStats Tailer::stats() const {
 }
 
 void Tailer::run() {
+  uint64_t failing_polls = 0;
+  std::chrono::steady_clock::time_point last_report;
   std::unique_lock lock(mutex_);
   while (!stopping_) {
     notified_ = false;
@@ -53,7 +55,16 @@ void Tailer::run() {
     absl::Status status = pollOnce();
     if (!status.ok()) {
       ++errors_;
-      on_error_(status);
+      // A database outage fails every poll: say so at once, then every 10 s, not 20 times a second.
+      const auto now = std::chrono::steady_clock::now();
+      if (failing_polls == 0 || now - last_report > std::chrono::seconds(10)) {
+        on_error_(status);
+        last_report = now;
+      }
+      ++failing_polls;
+    } else if (failing_polls > 0) {
+      spdlog::info("feed: tailer recovered after {} failed polls", failing_polls);
+      failing_polls = 0;
     }
     lock.lock();
     if (!notified_ && !stopping_) {

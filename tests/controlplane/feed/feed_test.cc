@@ -15,6 +15,7 @@
 #include "controlplane/feed/tables.h"
 #include "controlplane/feed/writer.h"
 #include "tests/support/control_plane.h"
+#include "tests/support/mariadb.h"
 
 namespace krane {
 namespace {
@@ -38,10 +39,23 @@ cluster::v1::Resource bucket(const std::string& id, const std::string& region,
   return r;
 }
 
+// Reads through transact(), which replaces a connection a server restart killed.
+std::vector<db::Row> rowsOf(TestControlPlane& cp, const std::string& sql,
+                            const db::Params& params) {
+  std::vector<db::Row> rows;
+  auto status = cp.pool()->transact("test-read", [&](db::Connection& conn) -> absl::Status {
+    auto result = conn.query(sql, params);
+    if (!result.ok()) return result.status();
+    rows = std::move(result->rows);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return rows;
+}
+
 uint64_t headVersion(TestControlPlane& cp, const std::string& region) {
-  auto rows = (*cp.pool()->acquire())
-                  ->query("SELECT version FROM region_versions WHERE region_id = ?", {region});
-  return rows->empty() ? 0 : rows->rows[0].u64(0);
+  auto rows = rowsOf(cp, "SELECT version FROM region_versions WHERE region_id = ?", {region});
+  return rows.empty() ? 0 : rows[0].u64(0);
 }
 
 // What an agent would hold after applying the events: key -> spec, for live resources.
@@ -63,11 +77,11 @@ std::map<std::string, std::string> materialize(const std::vector<WatchEvent>& ev
 
 std::map<std::string, std::string> databaseView(TestControlPlane& cp, const std::string& region) {
   std::map<std::string, std::string> view;
-  auto rows =
-      (*cp.pool()->acquire())
-          ->query("SELECT type, id, spec FROM resources WHERE region_id = ? AND deleted_at IS NULL",
-                  {region});
-  for (const auto& row : rows->rows) view[strCat(row.str(0), "/", row.str(1))] = row.str(2);
+  for (const auto& row :
+       rowsOf(cp, "SELECT type, id, spec FROM resources WHERE region_id = ? AND deleted_at IS NULL",
+              {region})) {
+    view[strCat(row.str(0), "/", row.str(1))] = row.str(2);
+  }
   return view;
 }
 
@@ -591,6 +605,36 @@ TEST(Feed, WatchRequestsAreValidated) {
   ASSERT_TRUE(bad_type.waitFinished(std::chrono::seconds(10)));
   EXPECT_EQ(bad_type.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad_type.status().error_message(), HasSubstr("resource_types[0]"));
+}
+
+TEST(Feed, ADatabaseOutageFailsWritesClearlyAndTheFeedRecovers) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  ASSERT_TRUE(server.writer().put(bucket("before", "eu-1", "1")).ok());
+  ASSERT_TRUE(agent.waitForVersion(1));
+
+  auto& db = krane::testing::ScratchMariaDb::instance();
+  db.stop();
+  auto api = cp.resources();
+  krane::api::v1::PutResourceRequest put;
+  *put.mutable_resource() = bucket("during", "eu-1", "2");
+  krane::api::v1::PutResourceResponse ignored;
+  auto refused = api->Put(TestControlPlane::withToken(kOperatorToken).get(), put, &ignored);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
+  EXPECT_THAT(refused.error_message(), HasSubstr("cannot connect to MySQL"));
+  httplib::Client http("127.0.0.1", server.httpPort());
+  auto ready = http.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 503);
+
+  db.start();
+  // Nothing half-written: the refused put left no trace, and the feed goes on where it was.
+  ASSERT_TRUE(server.writer().put(bucket("after", "eu-1", "3")).ok());
+  ASSERT_TRUE(agent.waitForVersion(2)) << "the connected agent gets changes made after the outage";
+  EXPECT_EQ(materialize(agent.events()), databaseView(cp, "eu-1"));
+  EXPECT_EQ(databaseView(cp, "eu-1").count(strCat(kType, "/during")), 0u);
+  EXPECT_EQ(http.Get("/readyz")->status, 200);
 }
 
 TEST(Feed, MetricsAndHealthEndpoints) {
