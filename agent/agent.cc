@@ -29,6 +29,21 @@ class StoreLedger final : public ResourceLedger {
                     version);
     }
   }
+  void recordSynced(const std::string& type, const std::string& id, uint64_t version) override {
+    if (auto st = store_.replaceApplied(type, id, version); !st.ok()) {
+      spdlog::error("agent: cursor store: {} (type={} id={} version={})", st.message(), type, id,
+                    version);
+    }
+  }
+  void retainOnly(const std::map<std::string, std::set<std::string>>& ids) override {
+    std::vector<ipc::layout::ResourceKey> keep;
+    for (const auto& [type, set] : ids) {
+      for (const auto& id : set) keep.push_back(ipc::layout::resourceKey(type, id));
+    }
+    if (const uint64_t n = store_.retainOnly(std::move(keep)); n > 0) {
+      spdlog::info("agent: the full sync did not contain {} tracked resources; forgotten", n);
+    }
+  }
   void forget(const std::string& type, const std::string& id) override { store_.forget(type, id); }
   void park(const std::string& type, const std::string& id, uint64_t version, int attempts,
             const std::string& error) override {
@@ -113,6 +128,7 @@ absl::Status Agent::openCursorStore() {
 }
 
 void Agent::persistWatermark() {
+  std::lock_guard lock(persist_mutex_);
   if (store_ && tracker_) store_->advanceWatermark(tracker_->watermark());
 }
 
@@ -216,7 +232,12 @@ absl::Status Agent::startReporter() {
 absl::Status Agent::startDispatcher() {
   DispatcherOptions options;
   options.max_attempts = config_.dispatch.max_attempts;
-  options.on_sync_end = [this](uint64_t version) { store_->recordFullSync(version, unixMillis()); };
+  options.on_sync_end = [this](uint64_t version) {
+    // The sync's version replaces the persisted one, even when lower (a restored database).
+    std::lock_guard lock(persist_mutex_);
+    store_->setWatermark(version);
+    store_->recordFullSync(version, unixMillis());
+  };
   dispatcher_ = std::make_unique<Dispatcher>(
       plugins_, *ledger_, *tracker_,
       [this](const cluster::v1::Change& change, const absl::Status& error, int attempts) {

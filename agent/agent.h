@@ -63,6 +63,7 @@ class Agent {
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<LeaderElector> leader_;
   std::mutex watcher_mutex_;
+  std::mutex persist_mutex_;  // orders watermark writes: persister and full-sync end
   std::unique_ptr<Watcher> watcher_;
   std::atomic<bool> stopping_{false};
   std::thread persister_;

@@ -121,6 +121,7 @@ void Dispatcher::syncEnd(uint64_t version) {
                    lane->plugin->name(), st.message());
     }
   }
+  ledger_.retainOnly(ids);
   watermark_.syncEnd(version);
   if (options_.on_sync_end) options_.on_sync_end(version);
 }
@@ -195,6 +196,8 @@ void Dispatcher::applyOne(Lane& lane, const Work& work) {
   if (status.ok()) {
     if (c.op() == cluster::v1::CHANGE_OP_DELETE) {
       ledger_.forget(r.type(), r.id());
+    } else if (work.in_sync) {
+      ledger_.recordSynced(r.type(), r.id(), version);
     } else {
       ledger_.recordApplied(r.type(), r.id(), version);
     }

@@ -3,7 +3,8 @@
 // - Changes of one resource are applied in order; different resources in parallel, with a fixed
 //   number of workers per plugin.
 // - A change older than what was already applied for its resource is skipped (the ledger keeps
-//   the last applied version of every resource, durably).
+//   the last applied version of every resource, durably). A full sync replaces the ledger: its
+//   versions are recorded as they are, and resources it did not contain are forgotten.
 // - A failing change is retried with backoff; after `max_attempts` it is parked: recorded in
 //   the ledger, reported as a failed apply, and acknowledged so that it does not hold back the
 //   watermark or other resources. It is applied again by the next full sync.
@@ -55,6 +56,11 @@ class ResourceLedger {
   // False when `version` is not newer than what was applied for the resource.
   virtual bool shouldApply(const std::string& type, const std::string& id, uint64_t version) = 0;
   virtual void recordApplied(const std::string& type, const std::string& id, uint64_t version) = 0;
+  // A full sync applied the resource at `version`: recorded even if a higher version was (after
+  // a database restore the region's versions go backwards; the snapshot is the truth).
+  virtual void recordSynced(const std::string& type, const std::string& id, uint64_t version) = 0;
+  // After a full sync: forget every resource the sync did not contain (`ids` by type).
+  virtual void retainOnly(const std::map<std::string, std::set<std::string>>& ids) = 0;
   virtual void forget(const std::string& type, const std::string& id) = 0;
   virtual void park(const std::string& type, const std::string& id, uint64_t version, int attempts,
                     const std::string& error) = 0;
