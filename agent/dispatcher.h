@@ -43,6 +43,16 @@ class PluginEndpoint {
   // APPLY or DELETE; UNAVAILABLE/ABORTED/DEADLINE_EXCEEDED are retried, others count as failures
   // that are retried too, up to max_attempts (a plugin cannot know whether the cluster recovers).
   virtual absl::Status handle(const cluster::v1::Change& change) = 0;
+  // Several changes of different resources at once (the dispatcher hands a worker a batch of
+  // ready resources); one status each, in order. The default calls handle() for each; a host
+  // endpoint sends them together and waits once.
+  virtual std::vector<absl::Status> handleBatch(
+      const std::vector<const cluster::v1::Change*>& changes) {
+    std::vector<absl::Status> out;
+    out.reserve(changes.size());
+    for (const auto* c : changes) out.push_back(handle(*c));
+    return out;
+  }
   virtual absl::Status syncBegin(uint64_t snapshot_version) = 0;
   // `ids` by type: every resource of this plugin's types that the sync contained.
   virtual absl::Status syncEnd(uint64_t version,
@@ -77,6 +87,8 @@ struct DispatcherOptions {
   BackoffPolicy retry{std::chrono::milliseconds(100), 2.0, std::chrono::milliseconds(5000), 0.5};
   // Changes queued per plugin before the watcher is made to wait.
   size_t max_queued = 10000;
+  // Ready resources a worker takes at once (one change each); they go to the plugin together.
+  size_t batch = 32;
   // Called after a full sync was applied and garbage collected, with its version.
   std::function<void(uint64_t version)> on_sync_end;
 };
@@ -113,7 +125,18 @@ class Dispatcher final : public ChangeSink {
   struct Lane;  // one plugin: its queue per resource and its workers
 
   void work(Lane& lane);
-  void applyOne(Lane& lane, const Work& work);
+  // Applies a batch: stale changes skipped, the rest handed over together; a failed one is
+  // retried alone with backoff and parked after max_attempts.
+  // Returns the failures (index in `batch`, first error).
+  std::vector<std::pair<size_t, absl::Status>> applyBatch(Lane& lane,
+                                                          const std::vector<Work*>& batch);
+  // Lets the resources `which` of a batch take their next change, and acknowledges them.
+  void release(Lane& lane, const std::vector<std::string>& keys, const std::vector<Work>& items,
+               const std::vector<size_t>& which);
+  // Returns false when the dispatcher stopped before the change was applied or parked.
+  bool retry(Lane& lane, const Work& work, absl::Status status);
+  void recordSuccess(const Work& work);
+  static uint64_t orderingVersion(const cluster::v1::Change& change);
   void finish(const Work& work);
 
   std::vector<std::unique_ptr<Lane>> lanes_;

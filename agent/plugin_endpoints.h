@@ -78,6 +78,9 @@ class HostEndpoint final : public PluginEndpoint {
   std::string name() const override { return name_; }
   std::vector<std::string> resourceTypes() const override { return types_; }
   absl::Status handle(const cluster::v1::Change& change) override;
+  // Sends the changes together and waits for every answer (one round trip for the batch).
+  std::vector<absl::Status> handleBatch(
+      const std::vector<const cluster::v1::Change*>& changes) override;
   absl::Status syncBegin(uint64_t snapshot_version) override;
   absl::Status syncEnd(uint64_t version,
                        const std::map<std::string, std::set<std::string>>& ids) override;
@@ -87,6 +90,7 @@ class HostEndpoint final : public PluginEndpoint {
   absl::Status launch();  // one incarnation: spawn, connect, hello
   void supervise();
   void onFrame(plugin::v1::Frame&& frame);
+  void answerLocked(uint64_t sequence, absl::Status status);
   absl::Status call(plugin::v1::Frame frame, uint64_t sequence);
   void failPending(const std::string& why);
   void killHost();

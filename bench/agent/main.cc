@@ -35,6 +35,8 @@ class NoLedger : public krane::agent::ResourceLedger {
  public:
   bool shouldApply(const std::string&, const std::string&, uint64_t) override { return true; }
   void recordApplied(const std::string&, const std::string&, uint64_t) override {}
+  void recordSynced(const std::string&, const std::string&, uint64_t) override {}
+  void retainOnly(const std::map<std::string, std::set<std::string>>&) override {}
   void forget(const std::string&, const std::string&) override {}
   void park(const std::string&, const std::string&, uint64_t, int, const std::string&) override {}
   void unpark(const std::string&, const std::string&) override {}
@@ -55,11 +57,12 @@ krane::cluster::v1::Change change(uint64_t version, int resources) {
 
 // Events per second through `endpoint`, with `workers` resources in flight.
 double eventsPerSecond(std::shared_ptr<krane::agent::PluginEndpoint> endpoint, uint64_t events,
-                       size_t workers) {
+                       size_t workers, size_t batch) {
   NoLedger ledger;
   krane::agent::WatermarkTracker watermark;
   krane::agent::DispatcherOptions options;
   options.workers_per_plugin = workers;
+  options.batch = batch;
   krane::agent::Dispatcher dispatcher(
       {endpoint}, ledger, watermark, [](const auto&, const auto&, int) {}, options);
   const auto start = Clock::now();
@@ -79,14 +82,20 @@ double eventsPerSecond(std::shared_ptr<krane::agent::PluginEndpoint> endpoint, u
 int main(int argc, char** argv) {
   bool json = false;
   bool quick = false;
+  size_t workers = 8;
+  size_t batch = krane::agent::DispatcherOptions{}.batch;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--json") {
       json = true;
     } else if (a == "--quick") {
       quick = true;
+    } else if ((a == "--workers" || a == "--batch") && i + 1 < argc) {
+      (a == "--workers" ? workers : batch) = std::max(1, std::atoi(argv[++i]));
     } else {
-      std::printf("usage: agent [--json] [--quick]\n");
+      std::printf(
+          "usage: agent [--json] [--quick] [--workers N (default 8)] [--batch N (default %zu)]\n",
+          batch);
       return a == "--help" ? 0 : 2;
     }
   }
@@ -94,7 +103,6 @@ int main(int argc, char** argv) {
   const std::string plugin = runfiles + "/tests/support/plugins/libslow.so";
   const std::string host_binary = runfiles + "/agent/krane-plugin-host";
   const uint64_t events = quick ? 20000 : 200000;
-  const size_t workers = 8;
   char pattern[] = "/tmp/krane-bench-XXXXXX";
   const std::string dir = ::mkdtemp(pattern);
   const std::string config = "apply_ms=0\ntypes=bench\n";
@@ -105,8 +113,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench: %s\n", std::string(loaded.status().message()).c_str());
     return 1;
   }
-  const double in_process = eventsPerSecond(
-      std::make_shared<krane::agent::InProcessEndpoint>(*std::move(loaded)), events, workers);
+  const double in_process =
+      eventsPerSecond(std::make_shared<krane::agent::InProcessEndpoint>(*std::move(loaded)), events,
+                      workers, batch);
 
   // Through a plugin host.
   krane::agent::HostOptions host_options;
@@ -121,7 +130,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench: %s\n", std::string(st.message()).c_str());
     return 1;
   }
-  const double through_host = eventsPerSecond(host, events, workers);
+  const double through_host = eventsPerSecond(host, events, workers, batch);
   host->stop();
 
   // Cursor store: updates of 100,000 tracked resources, store sized for them.
@@ -166,8 +175,11 @@ int main(int argc, char** argv) {
               update_rate >= 1e6 ? "ok" : "BELOW TARGET");
   std::printf("%-34s %14.1f %14s  %s\n", "bytes_per_tracked_resource", bytes_per_resource, "<= 100",
               bytes_per_resource <= 100 ? "ok" : "ABOVE TARGET");
-  std::printf("(%llu events, %zu workers, no-op plugin; %llu cursor updates over %llu resources)\n",
-              static_cast<unsigned long long>(events), workers,
-              static_cast<unsigned long long>(updates), static_cast<unsigned long long>(tracked));
+  std::printf(
+      "(%llu events, %zu workers, batches of up to %zu, no-op plugin; %llu cursor updates over "
+      "%llu "
+      "resources)\n",
+      static_cast<unsigned long long>(events), workers, batch,
+      static_cast<unsigned long long>(updates), static_cast<unsigned long long>(tracked));
   return 0;
 }

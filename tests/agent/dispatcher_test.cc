@@ -1,6 +1,7 @@
 #include "agent/dispatcher.h"
 
 #include <random>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -126,6 +127,30 @@ TEST(Dispatcher, APoisonEventIsParkedAndReportedWhileOthersFlow) {
               ::testing::HasSubstr("2: the cluster refuses it"));
   EXPECT_EQ(f.watermark.watermark(), 3u);  // parked, so it does not hold the cursor back
   EXPECT_EQ(f.dispatcher->stats().parked, 1u);
+}
+
+TEST(Dispatcher, ARetryingChangeHoldsBackOnlyItselfAndIsNotAcknowledgedOnStop) {
+  Fixture f({.workers_per_plugin = 2, .max_attempts = 1000000});
+  f.dispatcher->change(change("bucket", "good-1", 1), false);
+  f.dispatcher->change(change("bucket", "poison-1", 2), false);
+  f.dispatcher->change(change("bucket", "good-2", 3), false);
+  f.dispatcher->change(change("bucket", "good-1", 4), false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    {
+      std::lock_guard lock(f.plugin->mutex);
+      if (f.plugin->order["good-1"].size() == 2 && f.plugin->order["good-2"].size() == 1 &&
+          f.plugin->poison_attempts > 3)
+        break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "others did not flow";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(f.watermark.watermark(), 1u) << "held at the change still being retried";
+  // Stopping while it is retried must not count it as done.
+  f.dispatcher.reset();
+  EXPECT_EQ(f.watermark.watermark(), 1u);
+  EXPECT_TRUE(f.reports.empty());
 }
 
 TEST(Dispatcher, AChangeNoPluginOwnsIsParkedAndReportedNotSkipped) {
