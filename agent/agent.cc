@@ -118,6 +118,11 @@ absl::Status Agent::openCursorStore() {
     while (!stopping_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       persistWatermark();
+      // An in-process plugin lives as long as the agent does: its heartbeat is the agent's.
+      {
+        std::lock_guard lock(persist_mutex_);
+        for (int slot : in_process_slots_) store_->heartbeat(slot);
+      }
       if (std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(5)) {
         (void)store_->flush();
         last_flush = std::chrono::steady_clock::now();
@@ -156,10 +161,22 @@ absl::Status Agent::startPlugins() {
       HostCallbacks callbacks;
       callbacks.report_status = report;
       KRANE_ASSIGN_OR_RETURN(auto loaded, loadPlugin(p.path, p.config_json, callbacks));
-      endpoint = std::make_shared<InProcessEndpoint>(std::move(loaded));
       KRANE_ASSIGN_OR_RETURN(int slot, store_->registerPlugin(p.name));
+      endpoint = std::make_shared<InProcessEndpoint>(
+          std::move(loaded), [this, slot](const cluster::v1::Change& c, const absl::Status& st) {
+            if (st.ok()) {
+              store_->countApplied(slot);
+              store_->ackPlugin(slot, c.version());
+            } else {
+              store_->countFailed(slot);
+            }
+          });
       store_->setPluginPid(slot, ::getpid());
       store_->heartbeat(slot);
+      {
+        std::lock_guard lock(persist_mutex_);
+        in_process_slots_.push_back(slot);
+      }
     } else {
       HostOptions options;
       options.name = p.name;
@@ -173,11 +190,14 @@ absl::Status Agent::startPlugins() {
       options.store_slot = slot;
       auto host = std::make_shared<HostEndpoint>(options, report);
       host->onRestart([this, slot] { store_->recordRestart(slot); });
+      host->onRedeliver([this, slot](uint64_t n) { store_->countRedelivered(slot, n); });
       KRANE_RETURN_IF_ERROR(host->start());
       hosts_.push_back(host);
       endpoint = host;
     }
+    KRANE_ASSIGN_OR_RETURN(const int slot, store_->findPlugin(p.name));
     for (const auto& type : endpoint->resourceTypes()) {
+      slot_by_type_[type] = slot;
       auto [it, inserted] = owner.emplace(type, p.name);
       if (!inserted) {
         return absl::FailedPreconditionError(strCat("plugins ", it->second, " and ", p.name,
@@ -241,6 +261,8 @@ absl::Status Agent::startDispatcher() {
   dispatcher_ = std::make_unique<Dispatcher>(
       plugins_, *ledger_, *tracker_,
       [this](const cluster::v1::Change& change, const absl::Status& error, int attempts) {
+        if (auto it = slot_by_type_.find(change.resource().type()); it != slot_by_type_.end())
+          store_->countParked(it->second);
         cluster::v1::ReportResourceStatusRequest failed;
         failed.set_type(change.resource().type());
         failed.set_id(change.resource().id());

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -63,7 +64,10 @@ class Agent {
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<LeaderElector> leader_;
   std::mutex watcher_mutex_;
-  std::mutex persist_mutex_;  // orders watermark writes: persister and full-sync end
+  std::mutex persist_mutex_;
+  std::vector<int> in_process_slots_;        // cursor store slots the agent heartbeats for
+  std::map<std::string, int> slot_by_type_;  // resource type -> its plugin's slot  // orders
+                                             // watermark writes: persister and full-sync end
   std::unique_ptr<Watcher> watcher_;
   std::atomic<bool> stopping_{false};
   std::thread persister_;

@@ -44,8 +44,10 @@ std::string lastLine(const std::string& path) {
 }  // namespace
 
 absl::Status InProcessEndpoint::handle(const cluster::v1::Change& change) {
-  return change.op() == cluster::v1::CHANGE_OP_DELETE ? plugin_->remove(change)
-                                                      : plugin_->apply(change);
+  absl::Status status = change.op() == cluster::v1::CHANGE_OP_DELETE ? plugin_->remove(change)
+                                                                     : plugin_->apply(change);
+  if (on_outcome_) on_outcome_(change, status);
+  return status;
 }
 
 absl::Status InProcessEndpoint::syncEnd(uint64_t version,
@@ -276,12 +278,14 @@ absl::Status HostEndpoint::syncEnd(uint64_t version,
   return call(std::move(frame), sequence);
 }
 
-void HostEndpoint::failPending(const std::string& why) {
-  for (auto& [sequence, promise] : pending_) {
-    promise.set_value(absl::UnavailableError(why));
-    ++stats_.redelivered;
-  }
+void HostEndpoint::failPending(const std::string& why, bool redeliver) {
+  const uint64_t n = pending_.size();
+  for (auto& [sequence, promise] : pending_) promise.set_value(absl::UnavailableError(why));
   pending_.clear();
+  if (redeliver && n > 0) {
+    stats_.redelivered += n;
+    if (on_redeliver_) on_redeliver_(n);
+  }
 }
 
 void HostEndpoint::killHost() {
@@ -323,7 +327,8 @@ void HostEndpoint::supervise() {
       }
       if (why.empty()) continue;
       hello_ = false;
-      failPending(strCat("plugin host ", name_, " ", why, "; it is being restarted"));
+      failPending(strCat("plugin host ", name_, " ", why, "; it is being restarted"),
+                  /*redeliver=*/true);
     }
     spdlog::warn("agent: plugin host {} {}; restarting", name_, why);
     killHost();
@@ -355,7 +360,7 @@ void HostEndpoint::stop() {
       bye.mutable_shutdown()->set_reason("agent stopping");
       channel_->send(bye);
     }
-    failPending("agent is stopping");
+    failPending("agent is stopping", /*redeliver=*/false);
   }
   // Give the host a moment to shut its plugin down, then make sure it is gone.
   for (int i = 0; i < 20; ++i) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/strings.h"
+#include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/process.h"
@@ -212,6 +213,58 @@ TEST(Agent, ADatabaseRestoredFromABackupIsFollowedWithNothingSkipped) {
   const std::string log = slurp(s.dir + "/agent.log");
   EXPECT_THAT(log, ::testing::HasSubstr("cursor expired"));
   EXPECT_THAT(log, ::testing::HasSubstr("did not contain 1 tracked resources"));
+  agent.signal(SIGTERM);
+  EXPECT_EQ(agent.wait(), 0);
+}
+
+// An in-process plugin's slot is kept by the agent: heartbeats, applied and failed counts, and
+// the poison event it parked, all visible in `krane inspect`.
+TEST(Agent, AnInProcessPluginsCountersAndParkedEventsShowInInspect) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  AgentSetup s = setUp(cp);
+  std::ofstream(s.config) << strCat(
+      "region: eu-1\nstate_dir: ", s.dir,
+      "/state\n"
+      "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
+      "dispatch:\n  max_attempts: 2\n"
+      "control_plane:\n  address: 127.0.0.1:",
+      cp.replica(0).grpcPort(),
+      "\n"
+      "plugins:\n"
+      "  - name: failing\n    isolation: in_process\n    path: ",
+      runfile("tests/support/plugins/libfailing.so"),
+      "\n    config_text: |\n      invalid_prefix=poison\n      types=example.krane.dev/bucket\n");
+  ASSERT_TRUE(server.writer().put(bucket("b1", "x")).ok());
+  ASSERT_TRUE(server.writer().put(bucket("poison-1", "x")).ok());
+  ASSERT_TRUE(server.writer().put(bucket("b2", "x")).ok());
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  ASSERT_TRUE(eventually([&] { return watermark(s) == 3; })) << slurp(s.dir + "/agent.log");
+  nlohmann::json plugin;
+  nlohmann::json state;
+  ASSERT_TRUE(eventually([&] {
+    auto r =
+        runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
+    if (r.exit_code != 0) return false;
+    state = nlohmann::json::parse(r.out);
+    plugin = state["plugins"][0];
+    return plugin["parked"] == 1;
+  })) << plugin.dump();
+  EXPECT_EQ(plugin["name"], "failing");
+  EXPECT_EQ(plugin["pid"], agent.pid()) << "the agent itself runs it";
+  EXPECT_EQ(plugin["applied"], 2);
+  EXPECT_EQ(plugin["failed"], 2) << "two attempts of the poison event";
+  ASSERT_EQ(state["parked"].size(), 1u);
+  EXPECT_EQ(state["parked"][0]["id"], "poison-1");
+  EXPECT_EQ(state["parked"][0]["attempts"], 2);
+  // The heartbeat moves while the agent runs.
+  const auto first = plugin["heartbeat_mono_ns"].get<uint64_t>();
+  EXPECT_TRUE(eventually([&] {
+    auto r =
+        runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
+    return r.exit_code == 0 &&
+           nlohmann::json::parse(r.out)["plugins"][0]["heartbeat_mono_ns"].get<uint64_t>() > first;
+  }));
   agent.signal(SIGTERM);
   EXPECT_EQ(agent.wait(), 0);
 }
