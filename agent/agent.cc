@@ -252,6 +252,9 @@ absl::Status Agent::startReporter() {
 absl::Status Agent::startDispatcher() {
   DispatcherOptions options;
   options.max_attempts = config_.dispatch.max_attempts;
+  options.batch = static_cast<size_t>(config_.dispatch.batch);
+  for (size_t i = 0; i < plugins_.size() && i < config_.plugins.size(); ++i)
+    options.workers_by_plugin[plugins_[i]->name()] = config_.plugins[i].workers;
   options.on_sync_end = [this](uint64_t version) {
     // The sync's version replaces the persisted one, even when lower (a restored database).
     std::lock_guard lock(persist_mutex_);

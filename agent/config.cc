@@ -89,7 +89,9 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
            }},
           {"dispatch",
            [&](const YAML::Node& n, const std::string& p) {
-             return walk(n, s, p, {{"max_attempts", number(c.dispatch.max_attempts, s, 1, 1000)}});
+             return walk(n, s, p,
+                         {{"max_attempts", number(c.dispatch.max_attempts, s, 1, 1000)},
+                          {"batch", number(c.dispatch.batch, s, 1, 1024)}});
            }},
           {"plugins",
            [&](const YAML::Node& n, const std::string& p) -> absl::Status {

@@ -50,6 +50,7 @@ struct AgentConfig {
 
   struct Dispatch {
     int max_attempts = 5;
+    int batch = 32;  // ready resources one worker hands to a plugin at once
   } dispatch;
 
   std::vector<PluginConfig> plugins;

@@ -30,7 +30,10 @@ Dispatcher::Dispatcher(std::vector<std::shared_ptr<PluginEndpoint>> plugins, Res
     lanes_.push_back(std::move(lane));
   }
   for (auto& lane : lanes_) {
-    for (size_t i = 0; i < std::max<size_t>(1, options_.workers_per_plugin); ++i) {
+    auto it = options_.workers_by_plugin.find(lane->plugin->name());
+    const size_t workers =
+        it != options_.workers_by_plugin.end() ? it->second : options_.workers_per_plugin;
+    for (size_t i = 0; i < std::max<size_t>(1, workers); ++i) {
       lane->workers.emplace_back([this, l = lane.get()] { work(*l); });
     }
   }

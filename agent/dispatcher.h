@@ -83,6 +83,8 @@ using FailureReporter =
 
 struct DispatcherOptions {
   size_t workers_per_plugin = 4;
+  // Overrides workers_per_plugin for the plugins named here.
+  std::map<std::string, size_t> workers_by_plugin;
   int max_attempts = 5;
   BackoffPolicy retry{std::chrono::milliseconds(100), 2.0, std::chrono::milliseconds(5000), 0.5};
   // Changes queued per plugin before the watcher is made to wait.

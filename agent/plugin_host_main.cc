@@ -117,20 +117,29 @@ int serve(const Flags& flags) {
   }
   krane::agent::LoadedPlugin& plugin = **loaded;
   // Our slot in the agent's cursor store: heartbeats and counters for `krane inspect`.
-  std::unique_ptr<krane::ipc::CursorStore> store;
-  if (!flags.store_dir.empty() && flags.store_slot >= 0) {
+  // Opens the store; called again when the agent replaced the file (it grew or was compacted).
+  auto openStore = [&flags]() -> std::shared_ptr<krane::ipc::CursorStore> {
+    if (flags.store_dir.empty() || flags.store_slot < 0) return nullptr;
     krane::ipc::CursorStoreOptions options;
     options.mode = krane::ipc::OpenMode::kHost;
     auto opened = krane::ipc::CursorStore::open(flags.store_dir, options);
-    if (opened.ok()) {
-      store = *std::move(opened);
-      store->setPluginPid(flags.store_slot, ::getpid());
-      store->heartbeat(flags.store_slot);
-    } else {
+    if (!opened.ok()) {
       spdlog::warn("cannot open the cursor store, no heartbeats there: {}",
                    opened.status().message());
+      return nullptr;
     }
-  }
+    std::shared_ptr<krane::ipc::CursorStore> store = *std::move(opened);
+    store->setPluginPid(flags.store_slot, ::getpid());
+    store->heartbeat(flags.store_slot);
+    return store;
+  };
+  std::shared_ptr<krane::ipc::CursorStore> store_holder = openStore();
+  std::mutex store_mutex;
+  // Workers take their own reference, so a reopen never pulls the mapping from under them.
+  auto currentStore = [&] {
+    std::lock_guard lock(store_mutex);
+    return store_holder;
+  };
   krane::ThreadPool pool(flags.workers);
   std::atomic<uint32_t> in_flight{0};
 
@@ -142,7 +151,7 @@ int serve(const Flags& flags) {
                                     ? plugin.remove(change)
                                     : plugin.apply(change);
     addAnswer(answers, event.sequence(), status, &change);
-    if (store) {
+    if (auto store = currentStore()) {
       if (status.ok()) {
         store->countApplied(flags.store_slot);
         store->ackPlugin(flags.store_slot, change.version());
@@ -247,7 +256,16 @@ int serve(const Flags& flags) {
             .count());
     beat.mutable_heartbeat()->set_in_flight(in_flight.load());
     channel->send(beat);
-    if (store) store->heartbeat(flags.store_slot);
+    if (auto store = currentStore()) {
+      if (store->superseded()) {
+        spdlog::info("the agent replaced the cursor store; reopening it");
+        auto reopened = openStore();
+        std::lock_guard store_lock(store_mutex);
+        store_holder = reopened;
+      } else {
+        store->heartbeat(flags.store_slot);
+      }
+    }
   }
   lock.unlock();
   plugin.shutdown();

@@ -43,8 +43,8 @@
 // DURABILITY
 // Stores land in the page cache, which outlives a killed process: after a crash of the agent or a
 // host, everything it stored is there. Only a machine crash needs flush() (msync of the mapping;
-// its cost grows with the dirty pages), which the agent calls after advancing the watermark, at
-// most every few hundred milliseconds. Pages reach the disk in any order, so after a machine crash
+// its cost grows with the dirty pages), which the agent calls every 5 seconds while it runs and
+// when it stops. Pages reach the disk in any order, so after a machine crash
 // the table may be older than the watermark; that is harmless: events below the watermark are not
 // redelivered, and a newer event (or a full sync) always wins over an older stored version.
 //

@@ -8,6 +8,7 @@
 // The watch stream itself is measured by bench/feed; this isolates the agent's part.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -77,6 +78,11 @@ double eventsPerSecond(std::shared_ptr<krane::agent::PluginEndpoint> endpoint, u
   return static_cast<double>(events) / seconds;
 }
 
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -102,7 +108,8 @@ int main(int argc, char** argv) {
   const std::string runfiles = runfilesDir(argv[0]) + "/krane";
   const std::string plugin = runfiles + "/tests/support/plugins/libslow.so";
   const std::string host_binary = runfiles + "/agent/krane-plugin-host";
-  const uint64_t events = quick ? 20000 : 200000;
+  const uint64_t events = quick ? 20000 : 100000;
+  const int rounds = quick ? 1 : 5;
   char pattern[] = "/tmp/krane-bench-XXXXXX";
   const std::string dir = ::mkdtemp(pattern);
   const std::string config = "apply_ms=0\ntypes=bench\n";
@@ -130,8 +137,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench: %s\n", std::string(st.message()).c_str());
     return 1;
   }
-  const double through_host = eventsPerSecond(host, events, workers, batch);
+  // Side by side, round after round; the median of each is reported.
+  std::vector<double> in_process_runs;
+  std::vector<double> host_runs;
+  for (int round = 0; round < rounds; ++round) {
+    in_process_runs.push_back(eventsPerSecond(in_process_endpoint, events, workers, batch));
+    host_runs.push_back(eventsPerSecond(host, events, workers, batch));
+  }
   host->stop();
+  const double in_process = median(in_process_runs);
+  const double through_host = median(host_runs);
 
   // Cursor store: updates of 100,000 tracked resources, store sized for them.
   const uint64_t tracked = 100000;
