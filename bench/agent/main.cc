@@ -120,9 +120,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "bench: %s\n", std::string(loaded.status().message()).c_str());
     return 1;
   }
-  const double in_process =
-      eventsPerSecond(std::make_shared<krane::agent::InProcessEndpoint>(*std::move(loaded)), events,
-                      workers, batch);
+  auto in_process_endpoint = std::make_shared<krane::agent::InProcessEndpoint>(*std::move(loaded));
 
   // Through a plugin host.
   krane::agent::HostOptions host_options;
