@@ -142,15 +142,25 @@ absl::Status Agent::startPlugins() {
   auto report = [this](const plugin::v1::StatusReport& r) {
     if (!reporter_) return;
     switch (r.report_case()) {
-      case plugin::v1::StatusReport::kDeployment:
-        reporter_->report(r.deployment());
+      // A plugin may not know the region (it serves this agent's only): fill it in.
+      case plugin::v1::StatusReport::kDeployment: {
+        auto d = r.deployment();
+        if (d.region().empty()) d.set_region(config_.region);
+        reporter_->report(d);
         break;
-      case plugin::v1::StatusReport::kSentinel:
-        reporter_->report(r.sentinel());
+      }
+      case plugin::v1::StatusReport::kSentinel: {
+        auto s = r.sentinel();
+        if (s.region().empty()) s.set_region(config_.region);
+        reporter_->report(s);
         break;
-      case plugin::v1::StatusReport::kResource:
-        reporter_->report(r.resource());
+      }
+      case plugin::v1::StatusReport::kResource: {
+        auto res = r.resource();
+        if (res.region().empty()) res.set_region(config_.region);
+        reporter_->report(res);
         break;
+      }
       default:
         break;
     }

@@ -3,6 +3,7 @@
 // with no process left behind (the fixture checks, and kills what it finds).
 #include "plugins/runtime/process/process_runtime.h"
 
+#include <httplib.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -12,7 +13,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
@@ -22,9 +22,9 @@
 namespace krane::runtime {
 namespace {
 
-using ::testing::HasSubstr;
 using krane::testing::eventually;
 using krane::testing::runfile;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 // Running (a zombie waiting for its parent to reap it counts as gone).
@@ -48,8 +48,8 @@ std::string get(int port, const std::string& path = "/") {
 std::set<int64_t> recordedPids(const std::string& dir) {
   std::set<int64_t> pids;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it->path().filename() != "instance.json") continue;
     std::ifstream in(it->path());
     try {
@@ -268,7 +268,8 @@ TEST_F(ProcessRuntimeTest, StopIsGracefulThenForcedAfterTheGracePeriod) {
   start(options(22700));
   WorkloadSpec stubborn;
   stubborn.id = "stubborn";
-  stubborn.command = {"/bin/sh", "-c", "trap '' TERM; echo ignoring TERM; while :; do sleep 0.05; done"};
+  stubborn.command = {"/bin/sh", "-c",
+                      "trap '' TERM; echo ignoring TERM; while :; do sleep 0.05; done"};
   stubborn.grace = std::chrono::milliseconds(300);
   ASSERT_TRUE(runtime_->apply(stubborn).ok());
   ASSERT_TRUE(runtime_->apply(demo("polite", 1)).ok());

@@ -1,6 +1,7 @@
 #include "plugins/runtime/process/process_runtime.h"
 
 #include <fcntl.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -15,8 +16,6 @@
 #include <fstream>
 #include <set>
 #include <sstream>
-
-#include <httplib.h>
 
 #include "common/files.h"
 #include "common/strings.h"
@@ -51,10 +50,9 @@ std::string hex(uint64_t v, int digits) {
 // A file-name-safe form of a workload id, unique thanks to the hash suffix.
 std::string safeName(const std::string& id) {
   std::string out;
-  for (char c : id) out.push_back(std::isalnum(static_cast<unsigned char>(c)) || c == '.' ||
-                                          c == '-' || c == '_'
-                                      ? c
-                                      : '_');
+  for (char c : id)
+    out.push_back(
+        std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_' ? c : '_');
   if (out.size() > 48) out.resize(48);
   return strCat(out, "-", hex(fnv1a(id), 8));
 }
@@ -162,7 +160,8 @@ bool portFree(int port) {
 bool probeOk(int port, const HttpProbe& probe) {
   httplib::Client client("127.0.0.1", port);
   const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(probe.timeout);
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(probe.timeout - seconds);
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(probe.timeout - seconds);
   client.set_connection_timeout(seconds.count(), static_cast<time_t>(micros.count()));
   client.set_read_timeout(seconds.count(), static_cast<time_t>(micros.count()));
   auto res = client.Get(probe.path);
@@ -170,6 +169,8 @@ bool probeOk(int port, const HttpProbe& probe) {
 }
 
 }  // namespace
+
+std::string toJson(const WorkloadSpec& spec) { return specJson(spec).dump(); }
 
 std::string revisionOf(const WorkloadSpec& spec) {
   json j = specJson(spec);
@@ -270,7 +271,8 @@ absl::StatusOr<std::vector<std::string>> ProcessRuntime::commandLine(
     argv = {spec.image};
   } else {
     const auto colon = spec.image.rfind(':');
-    const bool has_tag = colon != std::string::npos && spec.image.find('/', colon) == std::string::npos;
+    const bool has_tag =
+        colon != std::string::npos && spec.image.find('/', colon) == std::string::npos;
     const std::string name = has_tag ? spec.image.substr(0, colon) : spec.image;
     const std::string tag = has_tag ? spec.image.substr(colon + 1) : "latest";
     auto it = options_.images.find(name);
@@ -306,9 +308,8 @@ absl::Status ProcessRuntime::apply(const WorkloadSpec& spec) {
   }
   for (const auto* probe : {&spec.liveness, &spec.readiness}) {
     if (!probe->path.empty() && probe->path[0] != '/') {
-      return absl::InvalidArgumentError(
-          strCat(probe == &spec.liveness ? "liveness" : "readiness", ".path: \"", probe->path,
-                 "\" must start with /"));
+      return absl::InvalidArgumentError(strCat(probe == &spec.liveness ? "liveness" : "readiness",
+                                               ".path: \"", probe->path, "\" must start with /"));
     }
   }
   if (spec.shutdown_signal <= 0 || spec.shutdown_signal >= NSIG) {
@@ -334,7 +335,8 @@ void ProcessRuntime::persistSpecLocked(const Workload& w) {
   }
   std::error_code ec;
   fs::rename(tmp, path, ec);
-  if (ec) spdlog::error("process runtime: cannot store the spec of {}: {}", w.spec.id, ec.message());
+  if (ec)
+    spdlog::error("process runtime: cannot store the spec of {}: {}", w.spec.id, ec.message());
 }
 
 absl::Status ProcessRuntime::remove(const std::string& id) {
@@ -430,7 +432,8 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   if (i.port == 0) i.port = allocatePortLocked();
   if (i.port == 0) {
     return absl::ResourceExhaustedError(strCat("no free port in ", options_.port_from, "-",
-                                               options_.port_to, " (raise the runtime's port range)"));
+                                               options_.port_to,
+                                               " (raise the runtime's port range)"));
   }
   std::error_code ec;
   fs::create_directories(i.dir + "/work", ec);
@@ -452,7 +455,8 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   const std::string work = i.dir + "/work";
   const std::string log = i.dir + "/output.log";
   const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  if (log_fd < 0) return absl::InternalError(strCat("cannot open ", log, ": ", std::strerror(errno)));
+  if (log_fd < 0)
+    return absl::InternalError(strCat("cannot open ", log, ": ", std::strerror(errno)));
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log_fd);
@@ -489,9 +493,14 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   i.next_live = i.started + w.spec.liveness.initial_delay;
   i.next_ready = i.started + w.spec.readiness.initial_delay;
   if (i.phase != InstancePhase::kFailed) i.phase = InstancePhase::kPending;
-  const json record = {{"workload", w.spec.id}, {"name", i.name},     {"index", i.index},
-                       {"revision", i.revision}, {"pid", pid},        {"start_ticks", i.start_ticks},
-                       {"port", i.port},         {"restarts", i.restarts}};
+  const json record = {{"workload", w.spec.id},
+                       {"name", i.name},
+                       {"index", i.index},
+                       {"revision", i.revision},
+                       {"pid", pid},
+                       {"start_ticks", i.start_ticks},
+                       {"port", i.port},
+                       {"restarts", i.restarts}};
   std::ofstream(i.dir + "/instance.json.tmp", std::ios::trunc) << record.dump();
   fs::rename(i.dir + "/instance.json.tmp", i.dir + "/instance.json", ec);
   spdlog::info("process runtime: started {} pid={} port={}", i.name, pid, i.port);
@@ -654,13 +663,15 @@ void ProcessRuntime::superviseLocked(Workload& w, Clock::time_point now) {
         if (!i.terminating) {
           ++i.restarts;
           i.restart_times.push_back(now);
-          while (!i.restart_times.empty() && now - i.restart_times.front() > options_.crash_loop_window)
+          while (!i.restart_times.empty() &&
+                 now - i.restart_times.front() > options_.crash_loop_window)
             i.restart_times.pop_front();
           i.last_output = lastLines(i.dir + "/output.log", kOutputLines);
           if (static_cast<int>(i.restart_times.size()) >= options_.crash_loop_restarts) {
             i.phase = InstancePhase::kFailed;
-            i.reason = strCat("crash loop: ", *died, " (", i.restart_times.size(),
-                              " restarts within ", options_.crash_loop_window.count() / 1000, " s)");
+            i.reason =
+                strCat("crash loop: ", *died, " (", i.restart_times.size(), " restarts within ",
+                       options_.crash_loop_window.count() / 1000, " s)");
           } else {
             i.phase = InstancePhase::kPending;
             i.reason = *died;
@@ -722,8 +733,8 @@ void ProcessRuntime::superviseLocked(Workload& w, Clock::time_point now) {
   }
   // Rolling replacement. An old instance that is not ready holds nothing up: stop it first.
   const int alive = static_cast<int>(current.size() + old.size());
-  if (ready > n || (alive > n && std::any_of(old.begin(), old.end(),
-                                             [](Instance* i) { return !i->ready; }))) {
+  if (ready > n ||
+      (alive > n && std::any_of(old.begin(), old.end(), [](Instance* i) { return !i->ready; }))) {
     auto victim = std::find_if(old.begin(), old.end(), [](Instance* i) { return !i->ready; });
     stop(victim != old.end() ? *victim : old.front(), "replaced by a new revision");
     return;

@@ -74,6 +74,8 @@ struct WorkloadSpec {
 
 // A hash of everything that shapes an instance (not the replica count).
 std::string revisionOf(const WorkloadSpec& spec);
+// The spec as JSON (every field), as the runtime stores it.
+std::string toJson(const WorkloadSpec& spec);
 
 enum class InstancePhase { kPending, kRunning, kFailed, kTerminating };
 const char* phaseName(InstancePhase phase);
@@ -89,16 +91,16 @@ struct InstanceStatus {
   int restarts = 0;
   std::string reason;  // why it failed or restarted last, e.g. "exited with code 3"
   std::vector<std::string> last_output;  // the output's last lines, with a failure
-  bool adopted = false;  // started by an earlier agent
+  bool adopted = false;                  // started by an earlier agent
 };
 
 struct WorkloadStatus {
   std::string id;
   std::string revision;
   int replicas = 0;
-  int ready = 0;          // ready instances, any revision
-  int updated = 0;        // instances of the current revision
-  int updated_ready = 0;  // ready instances of the current revision
+  int ready = 0;           // ready instances, any revision
+  int updated = 0;         // instances of the current revision
+  int updated_ready = 0;   // ready instances of the current revision
   bool converged = false;  // exactly `replicas` instances, all current and ready
   std::vector<InstanceStatus> instances;
 };
@@ -162,7 +164,7 @@ class ProcessRuntime {
   ProcessRuntimeOptions options_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Workload>> workloads_;
-  std::vector<std::unique_ptr<Instance>> orphans_;  // stopping, their workload is gone
+  std::vector<std::unique_ptr<Instance>> orphans_;    // stopping, their workload is gone
   std::map<std::string, std::string> last_reported_;  // workload id -> status fingerprint
   bool stopping_ = false;
   bool draining_ = false;  // shutdown(true): stop everything, start nothing

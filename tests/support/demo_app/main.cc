@@ -7,6 +7,7 @@
 // Listens on 127.0.0.1:$PORT (or --port). Flags make it misbehave on purpose: --fail-readiness,
 // --ready-after-ms, --crash-after-s (exit code 3), --exit-on-start (a crash loop). SIGTERM stops it
 // cleanly (exit 0).
+#include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,8 +17,6 @@
 #include <cstdlib>
 #include <string>
 #include <thread>
-
-#include <httplib.h>
 
 #include "CLI/CLI.hpp"
 
@@ -75,8 +74,8 @@ int main(int argc, char** argv) {
     res.set_content("ok\n", "text/plain");
   });
   server.Get("/healthz/ready", [&](const httplib::Request&, httplib::Response& res) {
-    const bool warm = std::chrono::steady_clock::now() - started >=
-                      std::chrono::milliseconds(ready_after_ms);
+    const bool warm =
+        std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(ready_after_ms);
     if (fail_readiness || !warm) {
       res.status = 503;
       res.set_content(fail_readiness ? "not ready (told to fail)\n" : "warming up\n", "text/plain");
