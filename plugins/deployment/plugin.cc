@@ -10,6 +10,8 @@
 //       krane.dev/demo-app: [/usr/lib/krane/krane-demo-app, --version, "{tag}"]
 //     restart_backoff_ms: {min: 1000, max: 60000}
 // Unknown keys are refused with their path.
+#include "plugins/sdk/plugin.h"
+
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -21,7 +23,6 @@
 #include "nlohmann/json.hpp"
 #include "plugins/deployment/workload.h"
 #include "plugins/runtime/process/process_runtime.h"
-#include "plugins/sdk/plugin.h"
 
 namespace krane::deployment {
 namespace {
@@ -48,16 +49,15 @@ absl::StatusOr<int> intAt(const json& object, const std::string& key, const std:
   if (!object.contains(key)) return fallback;
   const json& v = object.at(key);
   if (!v.is_number_integer() || v.get<int64_t>() < min || v.get<int64_t>() > max) {
-    return absl::InvalidArgumentError(
-        strCat(path, ".", key, ": must be a whole number between ", min, " and ", max, ", got ",
-               v.dump()));
+    return absl::InvalidArgumentError(strCat(path, ".", key, ": must be a whole number between ",
+                                             min, " and ", max, ", got ", v.dump()));
   }
   return v.get<int>();
 }
 
 absl::StatusOr<runtime::ProcessRuntimeOptions> processOptions(const json& config) {
-  KRANE_RETURN_IF_ERROR(onlyKeys(config, "process",
-                                 {"state_dir", "ports", "images", "restart_backoff_ms"}));
+  KRANE_RETURN_IF_ERROR(
+      onlyKeys(config, "process", {"state_dir", "ports", "images", "restart_backoff_ms"}));
   runtime::ProcessRuntimeOptions o;
   if (!config.contains("state_dir") || !config["state_dir"].is_string() ||
       config["state_dir"].get<std::string>().empty()) {
@@ -146,9 +146,8 @@ class DeploymentPlugin final : public sdk::Plugin {
     KRANE_RETURN_IF_ERROR(prefixed(onlyKeys(config, "", {"runtime", "process"})));
     const std::string runtime = config.value("runtime", "process");
     if (runtime != "process") {
-      return absl::InvalidArgumentError(
-          strCat("deployment plugin: runtime: \"", runtime,
-                 "\" is not served by this build; use process"));
+      return absl::InvalidArgumentError(strCat("deployment plugin: runtime: \"", runtime,
+                                               "\" is not served by this build; use process"));
     }
     auto options = processOptions(config.value("process", json::object()));
     if (!options.ok()) return prefixed(options.status());
@@ -170,7 +169,8 @@ class DeploymentPlugin final : public sdk::Plugin {
     }
     auto spec = toWorkload(r.deployment_topology(), r.id());
     if (!spec.ok()) {
-      return absl::InvalidArgumentError(strCat("deployment ", r.id(), ": ", spec.status().message()));
+      return absl::InvalidArgumentError(
+          strCat("deployment ", r.id(), ": ", spec.status().message()));
     }
     {
       std::lock_guard lock(mutex_);
@@ -198,8 +198,8 @@ class DeploymentPlugin final : public sdk::Plugin {
     for (const auto& id : runtime_->workloads()) {
       if (id.rfind(kPrefix, 0) != 0 || keep.count(id) > 0) continue;
       const std::string deployment_id = id.substr(kPrefix.size());
-      host_->log(sdk::LogLevel::kInfo,
-                 strCat("deployment plugin: ", deployment_id, " is not in the desired state; removing"));
+      host_->log(sdk::LogLevel::kInfo, strCat("deployment plugin: ", deployment_id,
+                                              " is not in the desired state; removing"));
       KRANE_RETURN_IF_ERROR(runtime_->remove(id));
       std::string region;
       {

@@ -43,9 +43,9 @@ absl::StatusOr<int> signalNumber(const std::string& name) {
   const std::string bare = name.rfind("SIG", 0) == 0 ? name.substr(3) : name;
   auto it = kSignals.find(bare);
   if (it == kSignals.end()) {
-    return absl::InvalidArgumentError(
-        strCat("shutdown_signal: \"", name, "\" is not one of SIGTERM, SIGINT, SIGQUIT, SIGHUP, "
-               "SIGUSR1, SIGUSR2, SIGKILL, SIGWINCH"));
+    return absl::InvalidArgumentError(strCat("shutdown_signal: \"", name,
+                                             "\" is not one of SIGTERM, SIGINT, SIGQUIT, SIGHUP, "
+                                             "SIGUSR1, SIGUSR2, SIGKILL, SIGWINCH"));
   }
   return it->second;
 }

@@ -1,10 +1,9 @@
 // Every field of DeploymentTopology reaches the process runtime's workload, or is listed in
 // kNotOnProcessRuntime with its reason. A field added to the proto and forgotten in the plugin
 // fails here, by name (the original lost the command override five times).
+#include <gmock/gmock.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>
-
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "common/strings.h"
@@ -59,7 +58,8 @@ void setDistinct(Message& m, const FieldDescriptor* field) {
       r->SetUInt32(&m, field, 7);
       return;
     case FieldDescriptor::CPPTYPE_ENUM:
-      r->SetEnumValue(&m, field, field->enum_type()->value(field->enum_type()->value_count() - 1)->number());
+      r->SetEnumValue(&m, field,
+                      field->enum_type()->value(field->enum_type()->value_count() - 1)->number());
       return;
     case FieldDescriptor::CPPTYPE_MESSAGE: {
       Message* sub = r->MutableMessage(&m, field);

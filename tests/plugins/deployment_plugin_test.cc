@@ -1,6 +1,7 @@
 // libdeployment.so on the process runtime, loaded as the agent loads it, with the demo app as
 // the workload: apply, status reports, crash loop, update, delete, garbage collection after a
 // sync, configuration errors. No process is left behind.
+#include <httplib.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -10,7 +11,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
@@ -21,9 +21,9 @@
 namespace krane {
 namespace {
 
-using ::testing::HasSubstr;
 using krane::testing::eventually;
 using krane::testing::runfile;
+using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 std::string get(const std::string& address) {
@@ -94,8 +94,8 @@ class DeploymentPluginTest : public ::testing::Test {
       std::lock_guard lock(mutex_);
       reports_.push_back(r);
     };
-    auto loaded = agent::loadPlugin(runfile("plugins/deployment/libdeployment.so"), config_json,
-                                    callbacks);
+    auto loaded =
+        agent::loadPlugin(runfile("plugins/deployment/libdeployment.so"), config_json, callbacks);
     if (!loaded.ok()) return loaded.status();
     plugin_ = *std::move(loaded);
     return absl::OkStatus();

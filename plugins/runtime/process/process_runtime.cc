@@ -657,7 +657,11 @@ void ProcessRuntime::superviseLocked(Workload& w, Clock::time_point now) {
           died = "exited (started by an earlier agent: exit code unknown)";
       }
       if (died) {
-        spdlog::warn("process runtime: {} pid={} {}", i.name, i.pid, *died);
+        if (i.terminating) {
+          spdlog::info("process runtime: {} pid={} stopped: {}", i.name, i.pid, *died);
+        } else {
+          spdlog::warn("process runtime: {} pid={} {}", i.name, i.pid, *died);
+        }
         i.pid = 0;
         i.ready = false;
         if (!i.terminating) {
