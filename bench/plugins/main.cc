@@ -107,8 +107,9 @@ int main(int argc, char** argv) {
   }
   std::printf("%-34s %10s\n", "figure", "value");
   std::printf("%-34s %9.3fs\n", "process_50_instances_healthy_s", healthy);
-  std::printf("(median of %zu rounds: apply of 50 demo-app instances to all ready, probe every "
-              "100 ms)\n",
-              runs.size());
+  std::printf(
+      "(median of %zu rounds: apply of 50 demo-app instances to all ready, probe every "
+      "100 ms)\n",
+      runs.size());
   return 0;
 }

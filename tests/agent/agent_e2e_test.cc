@@ -25,14 +25,8 @@ using krane::testing::eventually;
 using krane::testing::ChildProcess;
 using krane::testing::runCommand;
 using krane::testing::runfile;
+using krane::testing::slurp;
 using krane::testing::TestControlPlane;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 cluster::v1::Resource bucket(const std::string& id, const std::string& spec) {
   cluster::v1::Resource r;
