@@ -52,8 +52,8 @@ std::map<std::string, std::string> instances(TestControlPlane& cp, const std::st
   std::map<std::string, std::string> out;
   auto conn = cp.pool()->acquire();
   if (!conn.ok()) return out;
-  auto rows = (*conn)->query("SELECT id, status FROM instances WHERE deployment_id = ?",
-                             {db::Value(id)});
+  auto rows =
+      (*conn)->query("SELECT id, status FROM instances WHERE deployment_id = ?", {db::Value(id)});
   if (!rows.ok()) return out;
   for (const auto& row : rows->rows) out[row.str(0)] = row.str(1);
   return out;
@@ -93,32 +93,36 @@ TEST_F(DeploymentE2eTest, ADeploymentRunsAsProcessesSurvivesAnAgentKillAndIsDele
   TestControlPlane cp;
   auto& server = cp.startReplica();
   const std::string config = dir_ + "/agent.yaml";
-  std::ofstream(config) << strCat(
-      "region: eu-1\nstate_dir: ", dir_,
-      "/state\n"
-      "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
-      "control_plane:\n  address: 127.0.0.1:",
-      cp.replica(0).grpcPort(),
-      "\n"
-      "reporter:\n  heartbeat_interval_ms: 200\n"
-      "plugins:\n"
-      "  - name: deployment\n"
-      "    path: ",
-      runfile("plugins/deployment/libdeployment.so"),
-      "\n"
-      "    config:\n"
-      "      runtime: process\n"
-      "      process:\n"
-      "        state_dir: ",
-      dir_,
-      "/state/deployments\n"
-      "        ports: {from: 25000, to: 25099}\n"
-      "        images:\n"
-      "          krane.dev/demo-app: [",
-      runfile("tests/support/demo_app/krane-demo-app"), ", --version, \"{tag}\"]\n");
+  std::ofstream(config) << strCat("region: eu-1\nstate_dir: ", dir_,
+                                  "/state\n"
+                                  "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
+                                  "control_plane:\n  address: 127.0.0.1:",
+                                  cp.replica(0).grpcPort(),
+                                  "\n"
+                                  "reporter:\n  heartbeat_interval_ms: 200\n"
+                                  "plugins:\n"
+                                  "  - name: deployment\n"
+                                  "    path: ",
+                                  runfile("plugins/deployment/libdeployment.so"),
+                                  "\n"
+                                  "    config:\n"
+                                  "      runtime: process\n"
+                                  "      process:\n"
+                                  "        state_dir: ",
+                                  dir_,
+                                  "/state/deployments\n"
+                                  "        ports: {from: 25000, to: 25099}\n"
+                                  "        images:\n"
+                                  "          krane.dev/demo-app: [",
+                                  runfile("tests/support/demo_app/krane-demo-app"),
+                                  ", --version, \"{tag}\"]\n");
   const std::map<std::string, std::string> env = {{"KRANE_AGENT_TOKEN", cp.agentToken("eu-1")}};
-  const std::vector<std::string> args = {runfile("agent/krane"), "run", "--config", config,
-                                         "--plugin-host", runfile("agent/krane-plugin-host")};
+  const std::vector<std::string> args = {runfile("agent/krane"),
+                                         "run",
+                                         "--config",
+                                         config,
+                                         "--plugin-host",
+                                         runfile("agent/krane-plugin-host")};
 
   ASSERT_EQ(server.writer().put(deployment("d1", 2)).status(), absl::OkStatus());
   std::map<std::string, std::string> before;

@@ -373,6 +373,7 @@ WorkloadStatus ProcessRuntime::statusLocked(const Workload& w) const {
   WorkloadStatus s;
   s.id = w.spec.id;
   s.revision = w.revision;
+  s.image = w.spec.image;
   s.replicas = w.spec.replicas;
   int live = 0;
   for (const auto& i : w.instances) {

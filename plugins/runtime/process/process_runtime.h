@@ -97,6 +97,7 @@ struct InstanceStatus {
 struct WorkloadStatus {
   std::string id;
   std::string revision;
+  std::string image;  // of the current spec
   int replicas = 0;
   int ready = 0;           // ready instances, any revision
   int updated = 0;         // instances of the current revision
