@@ -7,6 +7,11 @@
 #include <ctime>
 #include <functional>
 
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+
 #include "common/strings.h"
 #include "plugins/runtime/kubernetes/resources.h"
 
@@ -408,6 +413,79 @@ std::string param(const httplib::Request& req, const std::string& name) {
   return req.has_param(name.c_str()) ? req.get_param_value(name.c_str()) : std::string();
 }
 
+// --- certificates for the HTTPS mode ---
+
+struct Pki {
+  EVP_PKEY* ca_key = nullptr;
+  X509* ca = nullptr;
+  EVP_PKEY* server_key = nullptr;
+  X509* server = nullptr;
+  EVP_PKEY* client_key = nullptr;
+  X509* client = nullptr;
+  ~Pki() {
+    for (X509* c : {ca, server, client}) X509_free(c);
+    for (EVP_PKEY* k : {ca_key, server_key, client_key}) EVP_PKEY_free(k);
+  }
+};
+
+void addExtension(X509* cert, X509* issuer, int nid, const char* value) {
+  X509V3_CTX ctx;
+  X509V3_set_ctx(&ctx, issuer, cert, nullptr, nullptr, 0);
+  X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value);
+  if (!ext) throw std::runtime_error("X509V3_EXT_conf_nid failed");
+  X509_add_ext(cert, ext, -1);
+  X509_EXTENSION_free(ext);
+}
+
+// A certificate for `key` named `cn`, signed by `issuer` / `issuer_key` (self-signed when null).
+X509* certificate(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* issuer_key,
+                  long serial, bool ca) {
+  X509* cert = X509_new();
+  X509_set_version(cert, 2);
+  ASN1_INTEGER_set(X509_get_serialNumber(cert), serial);
+  X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert), 7 * 24 * 3600);
+  X509_set_pubkey(cert, key);
+  X509_NAME* name = X509_get_subject_name(cert);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
+                             reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
+  X509_set_issuer_name(cert, issuer ? X509_get_subject_name(issuer) : name);
+  X509* signer = issuer ? issuer : cert;
+  addExtension(cert, signer, NID_subject_key_identifier, "hash");
+  addExtension(cert, signer, NID_authority_key_identifier, "keyid:always");
+  if (ca) {
+    addExtension(cert, signer, NID_basic_constraints, "critical,CA:TRUE");
+    addExtension(cert, signer, NID_key_usage, "critical,keyCertSign,cRLSign");
+  } else {
+    addExtension(cert, signer, NID_basic_constraints, "critical,CA:FALSE");
+    addExtension(cert, signer, NID_key_usage, "critical,digitalSignature,keyEncipherment");
+    addExtension(cert, signer, NID_ext_key_usage, "serverAuth,clientAuth");
+    addExtension(cert, signer, NID_subject_alt_name, "IP:127.0.0.1,DNS:localhost");
+  }
+  X509_sign(cert, issuer_key ? issuer_key : key, EVP_sha256());
+  return cert;
+}
+
+std::string pem(X509* cert) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_X509(bio, cert);
+  char* data = nullptr;
+  const long len = BIO_get_mem_data(bio, &data);
+  std::string out(data, static_cast<size_t>(len));
+  BIO_free(bio);
+  return out;
+}
+
+std::string pem(EVP_PKEY* key) {
+  BIO* bio = BIO_new(BIO_s_mem());
+  PEM_write_bio_PrivateKey(bio, key, nullptr, nullptr, 0, nullptr, nullptr);
+  char* data = nullptr;
+  const long len = BIO_get_mem_data(bio, &data);
+  std::string out(data, static_cast<size_t>(len));
+  BIO_free(bio);
+  return out;
+}
+
 }  // namespace
 
 struct FakeKubeApi::Route {
@@ -426,7 +504,27 @@ FakeKubeApi::FakeKubeApi(Options options) : options_(options) {
          {"metadata", {{"name", ns}}},
          {"status", {{"phase", "Active"}}}});
   }
-  server_ = std::make_unique<httplib::Server>();
+  if (options_.require_client_cert) options_.tls = true;
+  if (options_.tls) {
+    Pki pki;
+    pki.ca_key = EVP_EC_gen("P-256");
+    pki.server_key = EVP_EC_gen("P-256");
+    pki.client_key = EVP_EC_gen("P-256");
+    pki.ca = certificate(pki.ca_key, "fake-kube-api-ca", nullptr, nullptr, 1, true);
+    pki.server = certificate(pki.server_key, "kube-apiserver", pki.ca, pki.ca_key, 2, false);
+    pki.client = certificate(pki.client_key, "krane-agent", pki.ca, pki.ca_key, 3, false);
+    ca_pem_ = pem(pki.ca);
+    client_cert_pem_ = pem(pki.client);
+    client_key_pem_ = pem(pki.client_key);
+    X509_STORE* client_cas = nullptr;  // owned by the server's SSL context once given
+    if (options_.require_client_cert) {
+      client_cas = X509_STORE_new();
+      X509_STORE_add_cert(client_cas, pki.ca);
+    }
+    server_ = std::make_unique<httplib::SSLServer>(pki.server, pki.server_key, client_cas);
+  } else {
+    server_ = std::make_unique<httplib::Server>();
+  }
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   server_->set_keep_alive_timeout(2);
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { serve(req, res); };
@@ -450,12 +548,19 @@ FakeKubeApi::~FakeKubeApi() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::string FakeKubeApi::url() const { return strCat("http://127.0.0.1:", port_); }
+std::string FakeKubeApi::url() const {
+  return strCat(options_.tls ? "https" : "http", "://127.0.0.1:", port_);
+}
 
 kube::ClusterConfig FakeKubeApi::clusterConfig() const {
   kube::ClusterConfig config;
   config.server = url();
   config.source = "fake API server";
+  config.ca_pem = ca_pem_;
+  if (options_.require_client_cert) {
+    config.client_cert_pem = client_cert_pem_;
+    config.client_key_pem = client_key_pem_;
+  }
   std::lock_guard lock(mutex_);
   config.bearer_token = token_;
   return config;

@@ -1,7 +1,11 @@
 // FakeKubeApi stands in for a real Kubernetes API server, which cannot run on these machines.
 //
-// It is an HTTP server (cpp-httplib, plain http:// on 127.0.0.1, port 0) speaking enough of the
-// Kubernetes REST protocol for krane's client and runtime plugins, with in-memory storage:
+// It is an HTTP server (cpp-httplib on 127.0.0.1, port 0) speaking enough of the Kubernetes REST
+// protocol for krane's client and runtime plugins, with in-memory storage. It serves plain
+// http:// by default (krane's client accepts http:// for this); with Options::tls it serves
+// HTTPS with a certificate from a CA it generates at start-up (ca_pem()), and with
+// Options::require_client_cert it also demands a client certificate signed by that CA
+// (clientCertPem() / clientKeyPem()), as an API server configured for x509 client auth does.
 // - the kinds of plugins/runtime/kubernetes/resources.h, at their real paths (core and group
 //   APIs, namespaced and cluster scoped); namespaced objects need their Namespace to exist
 //   ("default" and "kube-system" exist from the start), as on a real server;
@@ -60,6 +64,8 @@ class FakeKubeApi {
   struct Options {
     // Watch events kept for watches from an older resourceVersion; older ones get 410.
     size_t history = 10000;
+    bool tls = false;
+    bool require_client_cert = false;  // implies tls
   };
 
   struct Request {
@@ -79,8 +85,13 @@ class FakeKubeApi {
 
   int port() const { return port_; }
   std::string url() const;
-  // A configuration pointing krane's client at this server (with the required token, if any).
+  // A configuration pointing krane's client at this server: the required token, if any, and with
+  // TLS the CA and (when required) the client certificate.
   kube::ClusterConfig clusterConfig() const;
+  // PEM of the generated CA and client credentials (empty without TLS).
+  const std::string& caPem() const { return ca_pem_; }
+  const std::string& clientCertPem() const { return client_cert_pem_; }
+  const std::string& clientKeyPem() const { return client_key_pem_; }
 
   // --- state, bypassing HTTP (watchers still see the changes) ---
   std::optional<Json> object(const std::string& api_version, const std::string& kind,
@@ -146,6 +157,9 @@ class FakeKubeApi {
                         const std::string& reason);
 
   Options options_;
+  std::string ca_pem_;
+  std::string client_cert_pem_;
+  std::string client_key_pem_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
