@@ -16,7 +16,6 @@ namespace {
 constexpr char kApplyContentType[] = "application/apply-patch+yaml";
 constexpr char kMergePatchContentType[] = "application/merge-patch+json";
 constexpr char kJsonContentType[] = "application/json";
-constexpr auto kTokenRereadInterval = std::chrono::seconds(60);
 
 void globalInit() {
   static std::once_flag once;
@@ -190,7 +189,7 @@ ClientStats Client::stats() const { return {requests_.load(), retries_.load(), t
 std::string Client::currentToken() {
   std::lock_guard lock(mutex_);
   if (!config_.token_file.empty() &&
-      std::chrono::steady_clock::now() - token_read_ > kTokenRereadInterval) {
+      std::chrono::steady_clock::now() - token_read_ >= options_.token_reread_interval) {
     token_read_ = std::chrono::steady_clock::now();
     if (auto token = readFile(config_.token_file, "token"); token.ok()) {
       std::string t = *token;
@@ -520,6 +519,12 @@ absl::Status Client::watch(const WatchRequest& request,
   curl_easy_setopt(handle.get(), CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(handle.get(), CURLOPT_XFERINFOFUNCTION, watchProgress);
   curl_easy_setopt(handle.get(), CURLOPT_XFERINFODATA, &state);
+  // The server ends the watch after timeout_seconds; a connection that went silent is given up
+  // a little later.
+  if (request.timeout_seconds > 0) {
+    curl_easy_setopt(handle.get(), CURLOPT_TIMEOUT_MS,
+                     static_cast<long>(request.timeout_seconds + 30) * 1000);
+  }
   const CURLcode rc = curl_easy_perform(handle.get());
   curl_slist_free_all(headers);
   if (state.code == 0) curl_easy_getinfo(handle.get(), CURLINFO_RESPONSE_CODE, &state.code);

@@ -41,6 +41,8 @@ struct ClientOptions {
   std::chrono::seconds max_retry_after{30};
   std::chrono::milliseconds connect_timeout{5000};
   std::chrono::seconds request_timeout{60};  // not applied to watches
+  // How often ClusterConfig::token_file is read again (the kubelet rotates projected tokens).
+  std::chrono::milliseconds token_reread_interval{std::chrono::seconds(60)};
   std::string field_manager = "krane";
   std::string user_agent = "krane";
 };

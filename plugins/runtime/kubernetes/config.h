@@ -12,8 +12,8 @@ struct ClusterConfig {
   // tests/support over plain HTTP; a real API server always uses HTTPS).
   std::string server;
   std::string bearer_token;
-  // When set, the token is read from this file and re-read every minute (service-account tokens
-  // are rotated by the kubelet).
+  // When set, the token is read again from this file every minute (ClientOptions): the kubelet
+  // rotates service-account tokens.
   std::string token_file;
   std::string ca_pem;  // PEM bundle trusted for the server's certificate; empty: system CAs
   std::string client_cert_pem;

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <thread>
 
 #include <gmock/gmock.h>
@@ -485,6 +486,23 @@ TEST_F(ClientTest, BearerTokenIsSent) {
   auto with_token = makeClient();
   EXPECT_EQ(with_token->config().bearer_token, "s3cret");
   EXPECT_TRUE(with_token->get({"v1", "Namespace", "", "apps"}).ok());
+}
+
+TEST_F(ClientTest, ARotatedTokenFileIsReadAgain) {
+  const std::string path = std::string(std::getenv("TEST_TMPDIR")) + "/token";
+  std::ofstream(path) << "first\n";
+  ClusterConfig config = api.clusterConfig();
+  config.bearer_token = "first";
+  config.token_file = path;
+  ClientOptions options = fastOptions();
+  options.token_reread_interval = std::chrono::milliseconds(0);
+  auto rotating = Client::create(config, options);
+  ASSERT_TRUE(rotating.ok());
+  api.requireToken("first");
+  EXPECT_TRUE((*rotating)->get({"v1", "Namespace", "", "apps"}).ok());
+  std::ofstream(path) << "second\n";
+  api.requireToken("second");
+  EXPECT_TRUE((*rotating)->get({"v1", "Namespace", "", "apps"}).ok());
 }
 
 }  // namespace
