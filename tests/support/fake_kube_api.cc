@@ -92,8 +92,9 @@ std::string reasonFor(int code) {
 bool isAlnumLower(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
 bool isDns1123Label(const std::string& s) {
-  if (s.empty() || s.size() > 63 || !isAlnumLower(s.front()) || !isAlnumLower(s.back()))
+  if (s.empty() || s.size() > 63 || !isAlnumLower(s.front()) || !isAlnumLower(s.back())) {
     return false;
+  }
   return std::all_of(s.begin(), s.end(), [](char c) { return isAlnumLower(c) || c == '-'; });
 }
 
@@ -102,8 +103,9 @@ bool isDns1123Subdomain(const std::string& s) {
   size_t start = 0;
   for (;;) {
     const size_t dot = s.find('.', start);
-    if (!isDns1123Label(s.substr(start, dot == std::string::npos ? dot : dot - start)))
+    if (!isDns1123Label(s.substr(start, dot == std::string::npos ? dot : dot - start))) {
       return false;
+    }
     if (dot == std::string::npos) return true;
     start = dot + 1;
   }
@@ -111,8 +113,9 @@ bool isDns1123Subdomain(const std::string& s) {
 
 bool isLabelName(const std::string& s) {
   if (s.empty() || s.size() > 63 || !std::isalnum(static_cast<unsigned char>(s.front())) ||
-      !std::isalnum(static_cast<unsigned char>(s.back())))
+      !std::isalnum(static_cast<unsigned char>(s.back()))) {
     return false;
+  }
   return std::all_of(s.begin(), s.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
   });
@@ -146,20 +149,22 @@ std::vector<std::string> validate(const ResourceType& type, const Json& obj) {
       causes.push_back("metadata.labels: Invalid value: must be a map of strings");
     } else {
       for (const auto& [key, value] : labels->items()) {
-        if (!isLabelKey(key))
+        if (!isLabelKey(key)) {
           causes.push_back(strCat("metadata.labels: Invalid value: \"", key,
                                   "\": name part must consist of alphanumeric characters, '-', "
                                   "'_' or '.', and must start and end with an alphanumeric "
                                   "character"));
-        if (!value.is_string() || !isLabelValue(value.get<std::string>()))
+        }
+        if (!value.is_string() || !isLabelValue(value.get<std::string>())) {
           causes.push_back(strCat("metadata.labels: Invalid value: \"", value.dump(),
                                   "\": a valid label must be an empty string or consist of "
                                   "alphanumeric characters, '-', '_' or '.'"));
+        }
       }
     }
   }
   const Json spec = obj.value("spec", Json::object());
-  auto checkPodSpec = [&causes](const Json& pod_spec, const std::string& path) {
+  auto check_pod_spec = [&causes](const Json& pod_spec, const std::string& path) {
     const Json containers = pod_spec.value("containers", Json::array());
     if (!containers.is_array() || containers.empty()) {
       causes.push_back(strCat(path, ".containers: Required value"));
@@ -168,12 +173,14 @@ std::vector<std::string> validate(const ResourceType& type, const Json& obj) {
     for (size_t i = 0; i < containers.size(); ++i) {
       const std::string cpath = strCat(path, ".containers[", i, "]");
       const std::string cname = containers[i].value("name", "");
-      if (cname.empty())
+      if (cname.empty()) {
         causes.push_back(strCat(cpath, ".name: Required value"));
-      else if (!isDns1123Label(cname))
+      } else if (!isDns1123Label(cname)) {
         causes.push_back(strCat(cpath, ".name: Invalid value: \"", cname, "\""));
-      if (containers[i].value("image", "").empty())
+      }
+      if (containers[i].value("image", "").empty()) {
         causes.push_back(strCat(cpath, ".image: Required value"));
+      }
     }
   };
   if (type.kind == "Deployment" || type.kind == "ReplicaSet") {
@@ -196,19 +203,21 @@ std::vector<std::string> validate(const ResourceType& type, const Json& obj) {
       }
     }
     if (auto replicas = spec.find("replicas");
-        replicas != spec.end() && (!replicas->is_number_integer() || *replicas < 0))
+        replicas != spec.end() && (!replicas->is_number_integer() || *replicas < 0)) {
       causes.push_back("spec.replicas: Invalid value: must be greater than or equal to 0");
-    checkPodSpec(spec.value("template", Json::object()).value("spec", Json::object()),
-                 "spec.template.spec");
+    }
+    check_pod_spec(spec.value("template", Json::object()).value("spec", Json::object()),
+                   "spec.template.spec");
   } else if (type.kind == "Pod") {
-    checkPodSpec(spec, "spec");
+    check_pod_spec(spec, "spec");
   } else if (type.kind == "Service") {
     const Json ports = spec.value("ports", Json::array());
     for (size_t i = 0; ports.is_array() && i < ports.size(); ++i) {
       const Json port = ports[i].value("port", Json());
-      if (!port.is_number_integer() || port < 1 || port > 65535)
+      if (!port.is_number_integer() || port < 1 || port > 65535) {
         causes.push_back(strCat("spec.ports[", i, "].port: Invalid value: ", port.dump(),
                                 ": must be between 1 and 65535, inclusive"));
+      }
     }
   }
   return causes;
@@ -254,12 +263,13 @@ absl::StatusOr<std::vector<Requirement>> parseSelector(const std::string& text) 
     const std::string term = trim(raw);
     if (term.empty()) return bad("empty requirement");
     Requirement r;
-    auto setBased = [&](size_t at, size_t op_len, Requirement::Op op) -> absl::Status {
+    auto set_based = [&](size_t at, size_t op_len, Requirement::Op op) -> absl::Status {
       r.key = trim(term.substr(0, at));
       r.op = op;
       const std::string rest = trim(term.substr(at + op_len));
-      if (rest.size() < 2 || rest.front() != '(' || rest.back() != ')')
+      if (rest.size() < 2 || rest.front() != '(' || rest.back() != ')') {
         return bad(strCat("expected a parenthesised value list in \"", term, "\""));
+      }
       std::string values = rest.substr(1, rest.size() - 2);
       size_t start = 0;
       for (;;) {
@@ -274,9 +284,9 @@ absl::StatusOr<std::vector<Requirement>> parseSelector(const std::string& text) 
       r.key = trim(term.substr(1));
       r.op = Requirement::Op::kNotExists;
     } else if (size_t at = term.find(" notin "); at != std::string::npos) {
-      if (auto st = setBased(at, 7, Requirement::Op::kNotIn); !st.ok()) return st;
+      if (auto st = set_based(at, 7, Requirement::Op::kNotIn); !st.ok()) return st;
     } else if (size_t at2 = term.find(" in "); at2 != std::string::npos) {
-      if (auto st = setBased(at2, 4, Requirement::Op::kIn); !st.ok()) return st;
+      if (auto st = set_based(at2, 4, Requirement::Op::kIn); !st.ok()) return st;
     } else if (size_t ne = term.find("!="); ne != std::string::npos) {
       r.key = trim(term.substr(0, ne));
       r.op = Requirement::Op::kNotEq;
@@ -291,8 +301,9 @@ absl::StatusOr<std::vector<Requirement>> parseSelector(const std::string& text) 
       r.op = Requirement::Op::kExists;
     }
     if (!isLabelKey(r.key)) return bad(strCat("invalid label key \"", r.key, "\""));
-    for (const auto& v : r.values)
+    for (const auto& v : r.values) {
       if (!isLabelValue(v)) return bad(strCat("invalid label value \"", v, "\""));
+    }
     out.push_back(std::move(r));
   }
   return out;
@@ -444,7 +455,7 @@ X509* certificate(EVP_PKEY* key, const std::string& cn, X509* issuer, EVP_PKEY* 
   X509_set_version(cert, 2);
   ASN1_INTEGER_set(X509_get_serialNumber(cert), serial);
   X509_gmtime_adj(X509_getm_notBefore(cert), -3600);
-  X509_gmtime_adj(X509_getm_notAfter(cert), 7 * 24 * 3600);
+  X509_gmtime_adj(X509_getm_notAfter(cert), 7L * 24 * 3600);
   X509_set_pubkey(cert, key);
   X509_NAME* name = X509_get_subject_name(cert);
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC,
@@ -714,8 +725,9 @@ void FakeKubeApi::erase(const std::string& key, const std::string& type_key, boo
 
 void FakeKubeApi::serve(const httplib::Request& req, httplib::Response& res) {
   Request entry{req.method, req.path, "", req.get_header_value("Content-Type"), req.body, 0};
-  if (const size_t q = req.target.find('?'); q != std::string::npos)
+  if (const size_t q = req.target.find('?'); q != std::string::npos) {
     entry.query = req.target.substr(q + 1);
+  }
   size_t index = 0;
   {
     std::lock_guard lock(mutex_);
@@ -737,8 +749,9 @@ void FakeKubeApi::serve(const httplib::Request& req, httplib::Response& res) {
       --injected_.count;
       const Injected failure = injected_;
       lock.unlock();
-      if (failure.retry_after >= 0)
+      if (failure.retry_after >= 0) {
         res.set_header("Retry-After", std::to_string(failure.retry_after));
+      }
       fail(res, failure.code, reasonFor(failure.code),
            failure.code == 429 ? "Too many requests, please try again later."
                                : "injected failure of the fake API server");
@@ -754,7 +767,7 @@ void FakeKubeApi::serve(const httplib::Request& req, httplib::Response& res) {
     if (end > start) parts.push_back(req.path.substr(start, end - start));
     start = end + 1;
   }
-  auto notFound = [&] {
+  auto not_found = [&] {
     fail(res, 404, "NotFound", "the server could not find the requested resource");
     finish();
   };
@@ -769,9 +782,9 @@ void FakeKubeApi::serve(const httplib::Request& req, httplib::Response& res) {
     version = parts[2];
     at = 3;
   } else {
-    return notFound();
+    return not_found();
   }
-  std::vector<std::string> rest(parts.begin() + at, parts.end());
+  std::vector<std::string> rest(parts.begin() + static_cast<std::ptrdiff_t>(at), parts.end());
   Route route;
   std::string plural;
   if (rest.size() >= 3 && rest[0] == "namespaces" && rest[2] != "status") {
@@ -782,17 +795,18 @@ void FakeKubeApi::serve(const httplib::Request& req, httplib::Response& res) {
     plural = rest[0];
     rest.erase(rest.begin());
   } else {
-    return notFound();
+    return not_found();
   }
   if (!rest.empty()) route.name = rest[0];
-  if (rest.size() == 2 && rest[1] == "status")
+  if (rest.size() == 2 && rest[1] == "status") {
     route.status = true;
-  else if (rest.size() > 1)
-    return notFound();
+  } else if (rest.size() > 1) {
+    return not_found();
+  }
   auto type = kube::resourceForPlural(group, version, plural);
-  if (!type.ok()) return notFound();
+  if (!type.ok()) return not_found();
   route.type = *type;
-  if (!route.type.namespaced && !route.ns.empty()) return notFound();
+  if (!route.type.namespaced && !route.ns.empty()) return not_found();
 
   if (req.method == "GET" && route.name.empty() &&
       (param(req, "watch") == "true" || param(req, "watch") == "1")) {
@@ -879,12 +893,12 @@ void FakeKubeApi::handle(const httplib::Request& req, httplib::Response& res, co
                 "version and try again"),
          details);
   };
-  auto preconditionFails = [&]() {
+  auto precondition_fails = [&]() {
     const std::string wanted = body["metadata"].value("resourceVersion", "");
     return exists && !wanted.empty() &&
            wanted != existing->second["metadata"].value("resourceVersion", "");
   };
-  auto notFound = [&]() {
+  auto not_found = [&]() {
     lock.unlock();
     fail(res, 404, "NotFound", strCat(what, " not found"), details);
   };
@@ -946,14 +960,14 @@ void FakeKubeApi::handle(const httplib::Request& req, httplib::Response& res, co
   }
 
   if (req.method == "GET") {
-    if (!exists) return notFound();
+    if (!exists) return not_found();
     Json object = existing->second;
     lock.unlock();
     return answer(res, 200, object);
   }
 
   if (req.method == "DELETE") {
-    if (!exists) return notFound();
+    if (!exists) return not_found();
     const std::string uid = existing->second["metadata"].value("uid", "");
     erase(key, typeKey(type), param(req, "propagationPolicy") == "Orphan");
     lock.unlock();
@@ -988,8 +1002,8 @@ void FakeKubeApi::handle(const httplib::Request& req, httplib::Response& res, co
   }
 
   if (req.method == "PUT") {
-    if (!exists) return notFound();
-    if (preconditionFails()) return conflict();
+    if (!exists) return not_found();
+    if (precondition_fails()) return conflict();
     Json object;
     if (route.status) {
       object = existing->second;
@@ -1014,17 +1028,18 @@ void FakeKubeApi::handle(const httplib::Request& req, httplib::Response& res, co
                   "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is "
                   "required for apply patch");
     }
-    if (preconditionFails()) return conflict();
+    if (precondition_fails()) return conflict();
     const Json part = userPart(body, route.status);
     const std::string applied_key = strCat(key, "|", manager, route.status ? "|status" : "");
     Json object;
     if (exists) {
       object = existing->second;
       mergeInto(object, part);
-      if (auto before = applied_.find(applied_key); before != applied_.end())
+      if (auto before = applied_.find(applied_key); before != applied_.end()) {
         removeDropped(object, before->second, part);
+      }
     } else {
-      if (route.status) return notFound();
+      if (route.status) return not_found();
       object = part;
     }
     if (invalid(object)) return;
@@ -1039,16 +1054,17 @@ void FakeKubeApi::handle(const httplib::Request& req, httplib::Response& res, co
   }
   if (content_type.rfind("application/merge-patch+json", 0) == 0 ||
       content_type.rfind("application/strategic-merge-patch+json", 0) == 0) {
-    if (!exists) return notFound();
-    if (preconditionFails()) return conflict();
+    if (!exists) return not_found();
+    if (precondition_fails()) return conflict();
     Json object = existing->second;
     Json patch = userPart(body, route.status);
     if (!route.status) patch.erase("metadata");
     if (!route.status && body["metadata"].is_object()) {
       Json meta_patch = body["metadata"];
       for (const char* k : {"resourceVersion", "uid", "creationTimestamp", "generation", "name",
-                            "namespace", "managedFields"})
+                            "namespace", "managedFields"}) {
         meta_patch.erase(k);
+      }
       patch["metadata"] = meta_patch;
     }
     mergeInto(object, patch);
@@ -1102,8 +1118,9 @@ void FakeKubeApi::watch(const httplib::Request& req, httplib::Response& res, con
           strCat(state->type_key, "/", state->ns.empty() ? "" : state->ns + "/");
       for (auto it = objects_.lower_bound(prefix);
            it != objects_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
-        if (matches(state->selector, it->second))
+        if (matches(state->selector, it->second)) {
           strAppend(&state->pending, Json{{"type", "ADDED"}, {"object", it->second}}.dump(), "\n");
+        }
       }
       state->last_rv = rv_;
     } else {
@@ -1183,8 +1200,9 @@ absl::Status FakeKubeApi::podsHook(const std::string& ns, const std::string& dep
   std::lock_guard lock(mutex_);
   const std::string dkey = objectKey(deployments, ns, deployment);
   auto found = objects_.find(dkey);
-  if (found == objects_.end())
+  if (found == objects_.end()) {
     return absl::NotFoundError(strCat("deployment ", ns, "/", deployment, " not found"));
+  }
   Json deploy = found->second;
   const Json spec = deploy.value("spec", Json::object());
   const int64_t replicas = spec.value("replicas", int64_t{1});
@@ -1198,8 +1216,9 @@ absl::Status FakeKubeApi::podsHook(const std::string& ns, const std::string& dep
   std::vector<std::string> old;
   for (const auto& [k, v] : objects_) {
     if (k.rfind(typeKey(replicasets) + "/" + ns + "/", 0) != 0) continue;
-    for (const auto& ref : v["metadata"].value("ownerReferences", Json::array()))
+    for (const auto& ref : v["metadata"].value("ownerReferences", Json::array())) {
       if (ref.value("uid", "") == deploy_uid) old.push_back(k);
+    }
   }
   for (const auto& k : old) erase(k, typeKey(replicasets), false);
 

@@ -1,6 +1,7 @@
 #include "tests/support/k8s_schema.h"
 
 #include <charconv>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -98,29 +99,32 @@ class Validator {
       return error(at, "must not be null");
     }
     if (schema.value("x-kubernetes-int-or-string", false)) {
-      if (!value.is_number_integer() && !value.is_string())
+      if (!value.is_number_integer() && !value.is_string()) {
         return error(at, strCat("must be an integer or a string, got ", typeName(value)));
+      }
     } else if (auto t = schema.find("type"); t != schema.end() && t->is_string()) {
       const std::string type = *t;
       bool ok = true;
-      if (type == "object")
+      if (type == "object") {
         ok = value.is_object();
-      else if (type == "array")
+      } else if (type == "array") {
         ok = value.is_array();
-      else if (type == "string")
+      } else if (type == "string") {
         ok = value.is_string();
-      else if (type == "boolean")
+      } else if (type == "boolean") {
         ok = value.is_boolean();
-      else if (type == "number")
+      } else if (type == "number") {
         ok = value.is_number();
-      else if (type == "integer")
+      } else if (type == "integer") {
         ok = value.is_number_integer() ||
-             (value.is_number_float() && value.get<double>() == static_cast<int64_t>(value));
+             (value.is_number_float() && std::trunc(value.get<double>()) == value.get<double>());
+      }
       if (!ok) return error(at, strCat("must be of type ", type, ", got ", typeName(value)));
     }
     if (auto e = schema.find("enum"); e != schema.end() && e->is_array()) {
-      if (std::find(e->begin(), e->end(), value) == e->end())
+      if (std::find(e->begin(), e->end(), value) == e->end()) {
         error(at, strCat("must be one of ", e->dump(), ", got ", value.dump()));
+      }
     }
     if (value.is_string()) checkString(schema, value.get<std::string>(), at);
     if (value.is_number()) checkNumber(schema, value.get<double>(), at);
@@ -152,52 +156,63 @@ class Validator {
 
   void checkString(const Json& schema, const std::string& s, const std::string& at) {
     if (auto p = schema.find("pattern"); p != schema.end() && p->is_string()) {
-      if (const std::regex* re = compiled(*p); re && !std::regex_search(s, *re))
+      if (const std::regex* re = compiled(*p); re && !std::regex_search(s, *re)) {
         error(at, strCat("\"", s, "\" must match pattern ", p->get<std::string>()));
+      }
     }
-    if (auto m = schema.find("maxLength"); m != schema.end() && s.size() > m->get<size_t>())
+    if (auto m = schema.find("maxLength"); m != schema.end() && s.size() > m->get<size_t>()) {
       error(at, strCat("must be at most ", m->get<size_t>(), " characters, got ", s.size()));
-    if (auto m = schema.find("minLength"); m != schema.end() && s.size() < m->get<size_t>())
+    }
+    if (auto m = schema.find("minLength"); m != schema.end() && s.size() < m->get<size_t>()) {
       error(at, strCat("must be at least ", m->get<size_t>(), " characters, got ", s.size()));
+    }
   }
 
   void checkNumber(const Json& schema, double v, const std::string& at) {
     if (auto m = schema.find("minimum"); m != schema.end() && m->is_number()) {
       const bool exclusive = schema.value("exclusiveMinimum", false);
-      if (v < m->get<double>() || (exclusive && v == m->get<double>()))
+      if (v < m->get<double>() || (exclusive && v == m->get<double>())) {
         error(at, strCat("must be ", exclusive ? "greater than " : "at least ", m->dump()));
+      }
     }
     if (auto m = schema.find("maximum"); m != schema.end() && m->is_number()) {
       const bool exclusive = schema.value("exclusiveMaximum", false);
-      if (v > m->get<double>() || (exclusive && v == m->get<double>()))
+      if (v > m->get<double>() || (exclusive && v == m->get<double>())) {
         error(at, strCat("must be ", exclusive ? "less than " : "at most ", m->dump()));
+      }
     }
   }
 
   void checkArray(const Json& schema, const Json& value, const std::string& path,
                   const std::string& at, bool structural) {
-    if (auto m = schema.find("maxItems"); m != schema.end() && value.size() > m->get<size_t>())
+    if (auto m = schema.find("maxItems"); m != schema.end() && value.size() > m->get<size_t>()) {
       error(at, strCat("must have at most ", m->get<size_t>(), " items, got ", value.size()));
-    if (auto m = schema.find("minItems"); m != schema.end() && value.size() < m->get<size_t>())
+    }
+    if (auto m = schema.find("minItems"); m != schema.end() && value.size() < m->get<size_t>()) {
       error(at, strCat("must have at least ", m->get<size_t>(), " items, got ", value.size()));
+    }
     if (auto items = schema.find("items"); items != schema.end()) {
-      for (size_t i = 0; i < value.size(); ++i)
+      for (size_t i = 0; i < value.size(); ++i) {
         check(*items, value[i], strCat(path, "[", i, "]"), structural);
+      }
     }
     const std::string list_type = schema.value("x-kubernetes-list-type", "");
     if (list_type == "set") {
       std::set<std::string> seen;
-      for (const auto& item : value)
+      for (const auto& item : value) {
         if (!seen.insert(item.dump()).second) error(at, strCat("duplicate entry ", item.dump()));
+      }
     } else if (list_type == "map") {
       const Json keys = schema.value("x-kubernetes-list-map-keys", Json::array());
       std::set<std::string> seen;
       for (const auto& item : value) {
         Json key = Json::array();
-        for (const auto& k : keys)
+        for (const auto& k : keys) {
           key.push_back(item.is_object() ? item.value(k.get<std::string>(), Json()) : Json());
-        if (!seen.insert(key.dump()).second)
+        }
+        if (!seen.insert(key.dump()).second) {
           error(at, strCat("duplicate entry with keys ", keys.dump(), " = ", key.dump()));
+        }
       }
     }
   }
@@ -205,14 +220,20 @@ class Validator {
   void checkObject(const Json& schema, const Json& value, const std::string& path,
                    const std::string& at, bool structural) {
     if (auto r = schema.find("required"); r != schema.end() && r->is_array()) {
-      for (const auto& key : *r)
-        if (!value.contains(key.get<std::string>()))
+      for (const auto& key : *r) {
+        if (!value.contains(key.get<std::string>())) {
           error(child(path, key.get<std::string>()), "required field missing");
+        }
+      }
     }
-    if (auto m = schema.find("maxProperties"); m != schema.end() && value.size() > m->get<size_t>())
+    if (auto m = schema.find("maxProperties");
+        m != schema.end() && value.size() > m->get<size_t>()) {
       error(at, strCat("must have at most ", m->get<size_t>(), " fields"));
-    if (auto m = schema.find("minProperties"); m != schema.end() && value.size() < m->get<size_t>())
+    }
+    if (auto m = schema.find("minProperties");
+        m != schema.end() && value.size() < m->get<size_t>()) {
       error(at, strCat("must have at least ", m->get<size_t>(), " fields"));
+    }
     const auto props = schema.find("properties");
     const bool has_props = props != schema.end() && props->is_object();
     const auto additional = schema.find("additionalProperties");
@@ -254,28 +275,32 @@ class Validator {
         }
         if (first.empty()) first = errors.front();
       }
-      if (!matched)
+      if (!matched) {
         error(at, strCat("matches none of the ", any->size(),
                          " anyOf alternatives (the first: ", first, ")"));
+      }
     }
     if (auto one = schema.find("oneOf"); one != schema.end() && one->is_array()) {
       size_t matches = 0;
       std::string first;
       for (const auto& branch : *one) {
         const auto errors = alone(branch, value, path);
-        if (errors.empty())
+        if (errors.empty()) {
           ++matches;
-        else if (first.empty())
+        } else if (first.empty()) {
           first = errors.front();
+        }
       }
-      if (matches == 0)
+      if (matches == 0) {
         error(at, strCat("matches none of the ", one->size(),
                          " oneOf alternatives (the first: ", first, ")"));
-      else if (matches > 1)
+      } else if (matches > 1) {
         error(at, strCat("matches ", matches, " of the oneOf alternatives; exactly one allowed"));
+      }
     }
-    if (auto n = schema.find("not"); n != schema.end() && alone(*n, value, path).empty())
+    if (auto n = schema.find("not"); n != schema.end() && alone(*n, value, path).empty()) {
       error(at, strCat("must not match ", n->dump()));
+    }
   }
 
   const Json* document_;
@@ -310,11 +335,13 @@ absl::StatusOr<K8sSchemas> K8sSchemas::load(const std::string& dir) {
   for (auto it = std::filesystem::recursive_directory_iterator(dir, ec);
        !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     const std::string ext = it->path().extension().string();
-    if (it->is_regular_file() && (ext == ".yaml" || ext == ".yml" || ext == ".json"))
+    if (it->is_regular_file() && (ext == ".yaml" || ext == ".yml" || ext == ".json")) {
       files.push_back(it->path());
+    }
   }
-  if (ec)
+  if (ec) {
     return absl::NotFoundError(strCat("cannot read schema directory ", dir, ": ", ec.message()));
+  }
   std::sort(files.begin(), files.end());
   for (const auto& file : files) {
     std::vector<Json> documents;
@@ -323,8 +350,9 @@ absl::StatusOr<K8sSchemas> K8sSchemas::load(const std::string& dir) {
         std::ifstream in(file);
         documents.push_back(Json::parse(in));
       } else {
-        for (const auto& node : YAML::LoadAllFromFile(file.string()))
+        for (const auto& node : YAML::LoadAllFromFile(file.string())) {
           documents.push_back(toJson(node));
+        }
       }
     } catch (const std::exception& e) {
       return absl::InvalidArgumentError(strCat(file.string(), ": cannot parse: ", e.what()));

@@ -84,11 +84,13 @@ absl::StatusOr<Target> targetOf(const Json& object) {
   if (kind.empty()) return absl::InvalidArgumentError("object: kind missing");
   KRANE_ASSIGN_OR_RETURN(ResourceType type, resourceFor(api_version, kind));
   const auto meta = object.find("metadata");
-  if (meta == object.end() || !meta->is_object())
+  if (meta == object.end() || !meta->is_object()) {
     return absl::InvalidArgumentError(strCat(kind, ": metadata missing"));
+  }
   Target target{type, stringField(*meta, "namespace"), stringField(*meta, "name")};
-  if (target.name.empty())
+  if (target.name.empty()) {
     return absl::InvalidArgumentError(strCat(kind, ": metadata.name missing"));
+  }
   if (type.namespaced && target.ns.empty()) {
     return absl::InvalidArgumentError(
         strCat(kind, " ", target.name, ": metadata.namespace missing (", kind, " is namespaced)"));
@@ -100,8 +102,9 @@ absl::StatusOr<Target> targetOf(const Json& object) {
 absl::StatusOr<Target> targetOf(const ObjectRef& ref) {
   KRANE_ASSIGN_OR_RETURN(ResourceType type, resourceFor(ref.api_version, ref.kind));
   if (ref.name.empty()) return absl::InvalidArgumentError(strCat(ref.kind, ": name missing"));
-  if (type.namespaced && ref.ns.empty())
+  if (type.namespaced && ref.ns.empty()) {
     return absl::InvalidArgumentError(strCat(ref.kind, " ", ref.name, ": namespace missing"));
+  }
   return Target{type, type.namespaced ? ref.ns : "", ref.name};
 }
 
@@ -165,8 +168,9 @@ size_t collectHeader(char* data, size_t size, size_t count, void* user) {
 absl::StatusOr<std::unique_ptr<Client>> Client::create(ClusterConfig config,
                                                        ClientOptions options) {
   globalInit();
-  if (config.server.empty())
+  if (config.server.empty()) {
     return absl::InvalidArgumentError(strCat(config.source, ": no API server address"));
+  }
   if (config.server.rfind("https://", 0) != 0 && config.server.rfind("http://", 0) != 0) {
     return absl::InvalidArgumentError(
         strCat(config.source, ": server \"", config.server, "\" must start with https://"));
@@ -237,10 +241,12 @@ void prepare(CURL* curl, const ClusterConfig& config, const ClientOptions& optio
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
   }
   *headers = curl_slist_append(*headers, "Accept: application/json");
-  if (!token.empty())
+  if (!token.empty()) {
     *headers = curl_slist_append(*headers, strCat("Authorization: Bearer ", token).c_str());
-  if (!content_type.empty())
+  }
+  if (!content_type.empty()) {
     *headers = curl_slist_append(*headers, strCat("Content-Type: ", content_type).c_str());
+  }
   *headers = curl_slist_append(*headers, "Expect:");
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, *headers);
   if (!config.ca_pem.empty()) {
@@ -328,8 +334,9 @@ absl::StatusOr<Client::Response> Client::send(const std::string& method,
 absl::StatusOr<Json> Client::call(const std::string& method, const std::string& path_and_query,
                                   const std::string& content_type, const std::string& body) {
   KRANE_ASSIGN_OR_RETURN(Response response, send(method, path_and_query, content_type, body));
-  if (response.code < 200 || response.code >= 300)
+  if (response.code < 200 || response.code >= 300) {
     return apiError(response.code, response.body, strCat(method, " ", path_and_query));
+  }
   auto parsed = Json::parse(response.body, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) {
     return absl::InternalError(
@@ -529,8 +536,9 @@ absl::Status Client::watch(const WatchRequest& request,
   curl_slist_free_all(headers);
   if (state.code == 0) curl_easy_getinfo(handle.get(), CURLINFO_RESPONSE_CODE, &state.code);
   if (!state.stream_error.ok()) return state.stream_error;
-  if (state.code != 0 && state.code != 200)
+  if (state.code != 0 && state.code != 200) {
     return apiError(state.code, state.error_body, state.request);
+  }
   if (rc == CURLE_OK || state.stopped || rc == CURLE_ABORTED_BY_CALLBACK) return absl::OkStatus();
   return absl::UnavailableError(strCat(state.request, ": watch interrupted: ",
                                        error_buffer[0] ? error_buffer : curl_easy_strerror(rc)));

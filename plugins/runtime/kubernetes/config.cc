@@ -67,8 +67,9 @@ class KubeconfigReader {
     KRANE_ASSIGN_OR_RETURN(std::string data, text(node, key + "-data", path));
     if (!data.empty()) {
       std::string decoded;
-      if (!absl::Base64Unescape(data, &decoded) || decoded.empty())
+      if (!absl::Base64Unescape(data, &decoded) || decoded.empty()) {
         return bad(strCat(path, ".", key, "-data"), "not valid base64");
+      }
       return decoded;
     }
     KRANE_ASSIGN_OR_RETURN(std::string file, text(node, key, path));
@@ -76,8 +77,9 @@ class KubeconfigReader {
     std::filesystem::path p(file);
     if (p.is_relative() && !base_dir_.empty()) p = std::filesystem::path(base_dir_) / p;
     auto contents = readFile(p.string(), key);
-    if (!contents.ok())
+    if (!contents.ok()) {
       return bad(strCat(path, ".", key), std::string(contents.status().message()));
+    }
     return *contents;
   }
 
@@ -108,18 +110,22 @@ absl::StatusOr<ClusterConfig> inClusterConfig(const InClusterSources& sources) {
   const std::string dir = sources.service_account_dir;
   config.token_file = dir + "/token";
   auto token = readFile(config.token_file, "service-account token");
-  if (!token.ok())
+  if (!token.ok()) {
     return absl::FailedPreconditionError(strCat("in-cluster config: ", token.status().message()));
+  }
   config.bearer_token = trimmed(*token);
-  if (config.bearer_token.empty())
+  if (config.bearer_token.empty()) {
     return absl::FailedPreconditionError(
         strCat("in-cluster config: service-account token ", config.token_file, " is empty"));
+  }
   auto ca = readFile(dir + "/ca.crt", "service-account CA");
-  if (!ca.ok())
+  if (!ca.ok()) {
     return absl::FailedPreconditionError(strCat("in-cluster config: ", ca.status().message()));
+  }
   config.ca_pem = *ca;
-  if (auto ns = readFile(dir + "/namespace", "namespace"); ns.ok() && !trimmed(*ns).empty())
+  if (auto ns = readFile(dir + "/namespace", "namespace"); ns.ok() && !trimmed(*ns).empty()) {
     config.default_namespace = trimmed(*ns);
+  }
   return config;
 }
 
@@ -156,14 +162,16 @@ absl::StatusOr<ClusterConfig> kubeconfigFromYaml(const std::string& yaml, const 
   const auto& [cl_node, cl_path] = cl;
   KRANE_ASSIGN_OR_RETURN(config.server, r.text(cl_node, "server", cl_path));
   if (config.server.empty()) return r.bad(cl_path + ".server", "missing");
-  if (config.server.rfind("https://", 0) != 0 && config.server.rfind("http://", 0) != 0)
+  if (config.server.rfind("https://", 0) != 0 && config.server.rfind("http://", 0) != 0) {
     return r.bad(cl_path + ".server",
                  strCat("must be an https:// URL, got \"", config.server, "\""));
+  }
   while (!config.server.empty() && config.server.back() == '/') config.server.pop_back();
   KRANE_ASSIGN_OR_RETURN(config.ca_pem, r.dataOrFile(cl_node, "certificate-authority", cl_path));
   if (const YAML::Node skip = cl_node["insecure-skip-tls-verify"]; skip) {
-    if (!skip.IsScalar() || !YAML::convert<bool>::decode(skip, config.insecure_skip_tls_verify))
+    if (!skip.IsScalar() || !YAML::convert<bool>::decode(skip, config.insecure_skip_tls_verify)) {
       return r.bad(cl_path + ".insecure-skip-tls-verify", "must be true or false");
+    }
   }
 
   if (!user_name.empty()) {
@@ -175,8 +183,9 @@ absl::StatusOr<ClusterConfig> kubeconfigFromYaml(const std::string& yaml, const 
       std::filesystem::path p(token_file);
       if (p.is_relative() && !base_dir.empty()) p = std::filesystem::path(base_dir) / p;
       auto token = readFile(p.string(), "token file");
-      if (!token.ok())
+      if (!token.ok()) {
         return r.bad(user_path + ".tokenFile", std::string(token.status().message()));
+      }
       config.token_file = p.string();
       config.bearer_token = trimmed(*token);
     }
@@ -189,9 +198,10 @@ absl::StatusOr<ClusterConfig> kubeconfigFromYaml(const std::string& yaml, const 
                    "missing (a client certificate needs both the certificate and its key)");
     }
     if (user_node["exec"] || user_node["auth-provider"]) {
-      if (config.bearer_token.empty() && config.client_cert_pem.empty())
+      if (config.bearer_token.empty() && config.client_cert_pem.empty()) {
         return r.bad(user_path + (user_node["exec"] ? ".exec" : ".auth-provider"),
                      "credential plugins are not supported; use a token or a client certificate");
+      }
     }
     if (const YAML::Node username = user_node["username"];
         username && config.bearer_token.empty() && config.client_cert_pem.empty()) {

@@ -47,8 +47,9 @@ absl::Status fromStatusObject(long http, const nlohmann::json& status, const std
   if (status.is_object()) {
     if (auto it = status.find("reason"); it != status.end() && it->is_string()) reason = *it;
     if (auto it = status.find("message"); it != status.end() && it->is_string()) message = *it;
-    if (auto it = status.find("code"); http == 0 && it != status.end() && it->is_number_integer())
+    if (auto it = status.find("code"); http == 0 && it != status.end() && it->is_number_integer()) {
       http = it->get<long>();
+    }
   } else {
     message = body.substr(0, 512);
   }

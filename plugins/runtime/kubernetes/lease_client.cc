@@ -43,8 +43,9 @@ absl::StatusOr<std::chrono::system_clock::time_point> parseMicroTime(const std::
   if (pos < text.size() && (text[pos] == '+' || text[pos] == '-')) {
     int hours = 0;
     int minutes = 0;
-    if (std::sscanf(text.c_str() + pos + 1, "%2d:%2d", &hours, &minutes) != 2)
+    if (std::sscanf(text.c_str() + pos + 1, "%2d:%2d", &hours, &minutes) != 2) {
       return absl::InvalidArgumentError(strCat("not an RFC 3339 time: \"", text, "\""));
+    }
     const int64_t offset = (hours * 3600 + minutes * 60) * int64_t{1000000};
     micros += text[pos] == '+' ? -offset : offset;
   } else if (pos >= text.size() || (text[pos] != 'Z' && text[pos] != 'z')) {

@@ -59,7 +59,7 @@ ObjectRef deploymentRef(const std::string& ns, const std::string& name) {
 
 class ClientTest : public ::testing::Test {
  protected:
-  std::unique_ptr<Client> makeClient(ClientOptions options = fastOptions()) {
+  std::unique_ptr<Client> makeClient(const ClientOptions& options = fastOptions()) {
     auto client = Client::create(api.clusterConfig(), options);
     EXPECT_TRUE(client.ok()) << client.status();
     return std::move(*client);
@@ -224,8 +224,9 @@ TEST_F(ClientTest, ListWithLabelSelectors) {
 }
 
 TEST_F(ClientTest, PaginationFollowsContinueTokens) {
-  for (int i = 0; i < 25; ++i)
+  for (int i = 0; i < 25; ++i) {
     ASSERT_TRUE(client->apply(service("apps", fmt::format("s{:02}", i), {{"page", "yes"}})).ok());
+  }
   ASSERT_TRUE(client->apply(service("apps", "unlabelled")).ok());
 
   std::vector<std::string> seen;

@@ -31,7 +31,7 @@ class TempDir {
   ~TempDir() { std::filesystem::remove_all(path_); }
   const std::string& path() const { return path_; }
   std::string write(const std::string& name, const std::string& text) const {
-    const std::string p = path_ + "/" + name;
+    std::string p = path_ + "/" + name;
     std::ofstream(p) << text;
     return p;
   }

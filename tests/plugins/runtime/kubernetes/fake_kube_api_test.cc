@@ -69,8 +69,9 @@ TEST_F(FakeKubeApiTest, ReadyPodsHaveAddressesAndTheDeploymentStatusSaysSo) {
     EXPECT_EQ(pod["spec"]["containers"][0]["ports"][0]["containerPort"], 8080);
     EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
     bool ready_condition = false;
-    for (const auto& c : pod["status"]["conditions"])
+    for (const auto& c : pod["status"]["conditions"]) {
       ready_condition |= c["type"] == "Ready" && c["status"] == "True";
+    }
     EXPECT_TRUE(ready_condition);
   }
   EXPECT_EQ(ips.size(), 3u) << "one address per pod";

@@ -18,7 +18,7 @@ namespace {
 using krane::testing::FakeKubeApi;
 using ::testing::HasSubstr;
 
-const ObjectRef kDefault{"v1", "Namespace", "", "default"};
+ObjectRef defaultNamespace() { return {"v1", "Namespace", "", "default"}; }
 
 ClientOptions quick() {
   ClientOptions options;
@@ -30,7 +30,7 @@ ClientOptions quick() {
 absl::StatusOr<Json> getWith(const ClusterConfig& config) {
   auto client = Client::create(config, quick());
   if (!client.ok()) return client.status();
-  return (*client)->get(kDefault);
+  return (*client)->get(defaultNamespace());
 }
 
 TEST(Tls, TheServerIsTrustedThroughTheConfiguredCaOnly) {
