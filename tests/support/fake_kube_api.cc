@@ -309,6 +309,92 @@ absl::StatusOr<std::vector<Requirement>> parseSelector(const std::string& text) 
   return out;
 }
 
+struct Selector {
+  std::vector<Requirement> labels;
+  std::vector<Requirement> fields;
+};
+
+// The value at a dotted path ("status.phase"); "" when absent.
+std::string fieldValue(const Json& object, const std::string& path) {
+  const Json* at = &object;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = path.find('.', start);
+    const std::string key = path.substr(start, dot == std::string::npos ? dot : dot - start);
+    if (!at->is_object() || !at->contains(key)) return "";
+    at = &(*at)[key];
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  if (at->is_string()) return at->get<std::string>();
+  return at->is_null() ? "" : at->dump();
+}
+
+// Field selectors support = / == / != on the fields the API server indexes for the kind.
+absl::StatusOr<std::vector<Requirement>> parseFieldSelector(const std::string& text,
+                                                            const ResourceType& type) {
+  std::vector<Requirement> out;
+  if (trim(text).empty()) return out;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    const std::string term =
+        trim(text.substr(start, comma == std::string::npos ? comma : comma - start));
+    Requirement r;
+    if (const size_t ne = term.find("!="); ne != std::string::npos) {
+      r.key = trim(term.substr(0, ne));
+      r.op = Requirement::Op::kNotEq;
+      r.values = {trim(term.substr(ne + 2))};
+    } else if (const size_t eq = term.find('='); eq != std::string::npos) {
+      const size_t len = term.compare(eq, 2, "==") == 0 ? 2 : 1;
+      r.key = trim(term.substr(0, eq));
+      r.op = Requirement::Op::kEq;
+      r.values = {trim(term.substr(eq + len))};
+    } else {
+      return absl::InvalidArgumentError(
+          strCat("invalid field selector: \"", term, "\": expected field=value or field!=value"));
+    }
+    static const std::vector<std::string> kPodFields = {
+        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName",      "spec.serviceAccountName",
+        "status.phase",  "status.podIP",       "status.nominatedNodeName"};
+    const bool known = r.key == "metadata.name" || r.key == "metadata.namespace" ||
+                       (type.kind == "Pod" &&
+                        std::find(kPodFields.begin(), kPodFields.end(), r.key) != kPodFields.end());
+    if (!known) {
+      return absl::InvalidArgumentError(
+          strCat("\"", r.key,
+                 "\" is not a known field selector: only \"metadata.name\", \"metadata.namespace\"",
+                 type.kind == "Pod" ? " and the pod fields" : ""));
+    }
+    out.push_back(std::move(r));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+absl::StatusOr<Selector> parseSelectors(const std::string& labels, const std::string& fields,
+                                        const ResourceType& type) {
+  Selector out;
+  auto l = parseSelector(labels);
+  if (!l.ok()) return l.status();
+  out.labels = std::move(*l);
+  auto f = parseFieldSelector(fields, type);
+  if (!f.ok()) return f.status();
+  out.fields = std::move(*f);
+  return out;
+}
+
+bool matches(const std::vector<Requirement>& selector, const Json& object);
+
+bool matches(const Selector& selector, const Json& object) {
+  if (!matches(selector.labels, object)) return false;
+  for (const auto& r : selector.fields) {
+    const bool equal = fieldValue(object, r.key) == r.values[0];
+    if (equal != (r.op == Requirement::Op::kEq)) return false;
+  }
+  return true;
+}
+
 bool matches(const std::vector<Requirement>& selector, const Json& object) {
   const Json labels = object.value("metadata", Json::object()).value("labels", Json::object());
   for (const auto& r : selector) {
@@ -665,6 +751,7 @@ void FakeKubeApi::record(const Event& event) {
 
 nlohmann::json FakeKubeApi::store(const std::string& key, Json object, const std::string& type_key,
                                   const std::string& ns, bool created) {
+  Json previous;
   Json& meta = object["metadata"];
   if (created) {
     meta["uid"] = strCat("00000000-0000-4000-8000-", fmt::format("{:012x}", ++uid_counter_));
@@ -672,6 +759,7 @@ nlohmann::json FakeKubeApi::store(const std::string& key, Json object, const std
     meta["generation"] = 1;
   } else {
     const Json& old = objects_.at(key);
+    previous = old;
     const Json& old_meta = old["metadata"];
     meta["uid"] = old_meta["uid"];
     meta["creationTimestamp"] = old_meta["creationTimestamp"];
@@ -682,7 +770,8 @@ nlohmann::json FakeKubeApi::store(const std::string& key, Json object, const std
   meta.erase("managedFields");
   meta["resourceVersion"] = std::to_string(++rv_);
   objects_[key] = object;
-  record({rv_, created ? "ADDED" : "MODIFIED", type_key, ns, object});
+  record({rv_, created ? "ADDED" : "MODIFIED", type_key, ns, object,
+          created ? Json() : std::move(previous)});
   return object;
 }
 
@@ -697,7 +786,7 @@ void FakeKubeApi::erase(const std::string& key, const std::string& type_key, boo
   }
   object["metadata"]["resourceVersion"] = std::to_string(++rv_);
   const std::string ns = object["metadata"].value("namespace", "");
-  record({rv_, "DELETED", type_key, ns, object});
+  record({rv_, "DELETED", type_key, ns, object, Json()});
 
   std::vector<std::string> dependents;
   const std::string uid = object["metadata"].value("uid", "");
@@ -904,7 +993,7 @@ void FakeKubeApi::handle(const httplib::Request& req, httplib::Response& res, co
   };
 
   if (req.method == "GET" && route.name.empty()) {
-    auto selector = parseSelector(param(req, "labelSelector"));
+    auto selector = parseSelectors(param(req, "labelSelector"), param(req, "fieldSelector"), type);
     if (!selector.ok()) {
       lock.unlock();
       return fail(res, 400, "BadRequest", std::string(selector.status().message()));
@@ -1086,10 +1175,11 @@ void FakeKubeApi::handle(const httplib::Request& req, httplib::Response& res, co
 }
 
 void FakeKubeApi::watch(const httplib::Request& req, httplib::Response& res, const Route& route) {
-  auto selector = parseSelector(param(req, "labelSelector"));
+  auto selector =
+      parseSelectors(param(req, "labelSelector"), param(req, "fieldSelector"), route.type);
   if (!selector.ok()) return fail(res, 400, "BadRequest", std::string(selector.status().message()));
   struct State {
-    std::vector<Requirement> selector;
+    Selector selector;
     std::string type_key;
     std::string ns;
     uint64_t last_rv = 0;
@@ -1153,8 +1243,16 @@ void FakeKubeApi::watch(const httplib::Request& req, httplib::Response& res, con
           for (; it != history_.end(); ++it) {
             if (it->type_key != state->type_key) continue;
             if (!state->ns.empty() && it->ns != state->ns) continue;
-            if (!matches(state->selector, it->object)) continue;
-            strAppend(&out, Json{{"type", it->type}, {"object", it->object}}.dump(), "\n");
+            const bool now_matches = matches(state->selector, it->object);
+            const bool matched_before =
+                it->type == "MODIFIED" && matches(state->selector, it->previous);
+            std::string type = it->type;
+            if (type == "MODIFIED" && now_matches != matched_before) {
+              type = now_matches ? "ADDED" : "DELETED";
+            } else if (!now_matches) {
+              continue;
+            }
+            strAppend(&out, Json{{"type", type}, {"object", it->object}}.dump(), "\n");
           }
           state->last_rv = rv_;
           if (!out.empty()) break;

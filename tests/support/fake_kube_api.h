@@ -19,12 +19,16 @@
 // - server-managed metadata: uid, creationTimestamp, resourceVersion from one global counter
 //   (an unchanged apply does not bump it), generation bumped when anything but metadata and
 //   status changes;
-// - list with label selectors (=, ==, !=, in, notin, exists, !exists) and pagination (limit /
+// - list with label selectors (=, ==, !=, in, notin, exists, !exists), field selectors (=, !=
+//   on metadata.name and metadata.namespace, and for pods the fields the real server allows,
+//   status.phase among them; others are refused with 400 as upstream) and pagination (limit /
 //   continue; pages follow the live data, not a snapshot; a continue token older than the
 //   retained history is answered 410 Expired);
 // - watch (?watch=true) streaming one JSON {type, object} per line from a resourceVersion, or
-//   the current objects as ADDED first when none is given; a version older than the retained
-//   history window gets an ERROR event carrying a 410 Expired Status, as the real server does;
+//   the current objects as ADDED first when none is given; an object that starts or stops
+//   matching the watch's selectors arrives as ADDED or DELETED, as from the real watch cache;
+//   bookmarks when asked for (every idle second); a version older than the retained history
+//   window gets an ERROR event carrying a 410 Expired Status, as the real server does;
 // - errors as real Status objects: 400, 401, 404, 409 (AlreadyExists / Conflict), 410, 422
 //   (names, labels, Deployment selector vs template labels, container names and images,
 //   Service ports), 429 and 500 on demand.
@@ -134,6 +138,7 @@ class FakeKubeApi {
     std::string type_key;  // group/plural
     std::string ns;
     Json object;
+    Json previous;  // the object before a MODIFIED, for watches whose selector it left
   };
   struct Injected {
     int count = 0;

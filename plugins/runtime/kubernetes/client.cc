@@ -406,6 +406,7 @@ absl::StatusOr<ListPage> Client::list(const ListRequest& request) {
   const std::string path =
       withQuery(type.collectionPath(type.namespaced ? request.ns : ""),
                 {{"labelSelector", request.label_selector},
+                 {"fieldSelector", request.field_selector},
                  {"limit", request.limit > 0 ? std::to_string(request.limit) : ""},
                  {"continue", request.continue_token}});
   KRANE_ASSIGN_OR_RETURN(Json answer, call("GET", path, "", ""));
@@ -505,6 +506,7 @@ absl::Status Client::watch(const WatchRequest& request,
                 {{"watch", "true"},
                  {"resourceVersion", request.resource_version},
                  {"labelSelector", request.label_selector},
+                 {"fieldSelector", request.field_selector},
                  {"allowWatchBookmarks", "true"},
                  {"timeoutSeconds",
                   request.timeout_seconds > 0 ? std::to_string(request.timeout_seconds) : ""}});

@@ -62,6 +62,7 @@ struct ListRequest {
   std::string label_selector;  // "a=b,c!=d,e in (f,g),!h"
   int64_t limit = 0;           // page size; 0 for everything at once
   std::string continue_token;
+  std::string field_selector;  // "status.phase!=Failed,metadata.name=x"
 };
 
 struct ListPage {
@@ -77,10 +78,12 @@ struct WatchRequest {
   std::string label_selector;
   std::string resource_version;  // events after this version; empty: current state, then changes
   int timeout_seconds = 300;     // the server ends the watch after this long
+  std::string field_selector;
 };
 
+// With a selector, an object that starts or stops matching arrives as ADDED or DELETED.
 struct WatchEvent {
-  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK
+  std::string type;  // ADDED, MODIFIED, DELETED, BOOKMARK (object carries only a resourceVersion)
   Json object;
 };
 

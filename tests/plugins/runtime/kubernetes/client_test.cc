@@ -12,6 +12,7 @@
 
 #include "common/strings.h"
 #include "plugins/runtime/kubernetes/errors.h"
+#include "tests/plugins/runtime/kubernetes/requests.h"
 #include "tests/support/fake_kube_api.h"
 #include "tests/support/wait.h"
 
@@ -190,7 +191,7 @@ TEST_F(ClientTest, ListWithLabelSelectors) {
   ASSERT_TRUE(client->apply(service("other", "a3", {{"app", "a"}})).ok());
 
   auto names = [&](const std::string& selector, const std::string& in_ns = "apps") {
-    auto page = client->list({"v1", "Service", in_ns, selector, 0, ""});
+    auto page = client->list(listReq("v1", "Service", in_ns, selector, 0, ""));
     EXPECT_TRUE(page.ok()) << selector << ": " << page.status();
     std::vector<std::string> out;
     if (!page.ok()) return out;
@@ -213,11 +214,11 @@ TEST_F(ClientTest, ListWithLabelSelectors) {
   EXPECT_EQ(names("tier!=web"), (V{"a2", "c1"})) << "!= also matches objects without the key";
   EXPECT_EQ(names("app=a", ""), (V{"a1", "a2", "a3"})) << "every namespace";
 
-  auto bad = client->list({"v1", "Service", "apps", "app in a", 0, ""});
+  auto bad = client->list(listReq("v1", "Service", "apps", "app in a", 0, ""));
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_THAT(msg(bad.status()), HasSubstr("unable to parse requirement"));
 
-  auto namespaces = client->list({"v1", "Namespace", "", "", 0, ""});
+  auto namespaces = client->list(listReq("v1", "Namespace", "", "", 0, ""));
   ASSERT_TRUE(namespaces.ok());
   EXPECT_EQ(namespaces->items.size(), 4u) << "default, kube-system, apps, other";
   EXPECT_EQ(api.requests().back().path, "/api/v1/namespaces");
@@ -230,7 +231,7 @@ TEST_F(ClientTest, PaginationFollowsContinueTokens) {
   ASSERT_TRUE(client->apply(service("apps", "unlabelled")).ok());
 
   std::vector<std::string> seen;
-  ListRequest request{"v1", "Service", "apps", "page=yes", 10, ""};
+  ListRequest request = listReq("v1", "Service", "apps", "page=yes", 10, "");
   int pages = 0;
   for (;;) {
     auto page = client->list(request);
@@ -246,17 +247,17 @@ TEST_F(ClientTest, PaginationFollowsContinueTokens) {
   EXPECT_EQ(std::set<std::string>(seen.begin(), seen.end()).size(), 25u) << "no duplicates";
   EXPECT_GE(api.countRequests("GET", "/services"), 3u);
 
-  auto all = client->listAll({"v1", "Service", "apps", "page=yes", 7, ""});
+  auto all = client->listAll(listReq("v1", "Service", "apps", "page=yes", 7, ""));
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->items.size(), 25u);
   EXPECT_FALSE(all->resource_version.empty());
 
   // A continue token older than the server keeps is 410: list again from scratch.
-  auto first = client->list({"v1", "Service", "apps", "", 5, ""});
+  auto first = client->list(listReq("v1", "Service", "apps", "", 5, ""));
   ASSERT_TRUE(first.ok());
   ASSERT_TRUE(client->apply(service("apps", "later")).ok());
   api.compactHistory();
-  auto expired = client->list({"v1", "Service", "apps", "", 5, first->continue_token});
+  auto expired = client->list(listReq("v1", "Service", "apps", "", 5, first->continue_token));
   EXPECT_TRUE(isGone(expired.status())) << expired.status();
   EXPECT_TRUE(absl::IsOutOfRange(expired.status()));
   EXPECT_EQ(reason(expired.status()), "Expired");
@@ -317,7 +318,7 @@ TEST_F(ClientTest, StatusSubresource) {
 }
 
 TEST_F(ClientTest, WatchStreamsChangesFromAVersionAndStopsOnRequest) {
-  auto start = client->list({"v1", "Service", "apps", "", 0, ""});
+  auto start = client->list(listReq("v1", "Service", "apps", "", 0, ""));
   ASSERT_TRUE(start.ok());
   std::mutex mutex;
   std::vector<std::pair<std::string, std::string>> events;
@@ -325,7 +326,7 @@ TEST_F(ClientTest, WatchStreamsChangesFromAVersionAndStopsOnRequest) {
   absl::Status result;
   std::thread watcher([&] {
     result = client->watch(
-        {"v1", "Service", "apps", "watched=yes", start->resource_version, 60},
+        watchReq("v1", "Service", "apps", "watched=yes", start->resource_version, 60),
         [&](const WatchEvent& e) {
           if (e.type == "BOOKMARK") return true;
           std::lock_guard lock(mutex);
@@ -353,10 +354,11 @@ TEST_F(ClientTest, WatchWithoutAVersionStartsWithTheCurrentObjects) {
   ASSERT_TRUE(client->apply(service("apps", "a")).ok());
   ASSERT_TRUE(client->apply(service("apps", "b")).ok());
   std::vector<std::string> added;
-  auto status = client->watch({"v1", "Service", "apps", "", "", 30}, [&](const WatchEvent& e) {
-    if (e.type == "ADDED") added.push_back(e.object["metadata"]["name"]);
-    return added.size() < 2;  // stop once both are in
-  });
+  auto status =
+      client->watch(watchReq("v1", "Service", "apps", "", "", 30), [&](const WatchEvent& e) {
+        if (e.type == "ADDED") added.push_back(e.object["metadata"]["name"]);
+        return added.size() < 2;  // stop once both are in
+      });
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(added, (std::vector<std::string>{"a", "b"}));
 }
@@ -367,12 +369,12 @@ TEST_F(ClientTest, WatchFromAVersionTooOldIsGoneThenRelistAndWatchAgain) {
   ASSERT_TRUE(client->apply(service("apps", "b")).ok());
   api.compactHistory();
 
-  auto gone =
-      client->watch({"v1", "Service", "apps", "", old, 30}, [](const WatchEvent&) { return true; });
+  auto gone = client->watch(watchReq("v1", "Service", "apps", "", old, 30),
+                            [](const WatchEvent&) { return true; });
   EXPECT_TRUE(isGone(gone)) << gone;
   EXPECT_THAT(msg(gone), HasSubstr("too old resource version"));
 
-  auto relist = client->list({"v1", "Service", "apps", "", 0, ""});
+  auto relist = client->list(listReq("v1", "Service", "apps", "", 0, ""));
   ASSERT_TRUE(relist.ok());
   EXPECT_EQ(relist->items.size(), 2u);
   std::thread writer([&] {
@@ -380,7 +382,7 @@ TEST_F(ClientTest, WatchFromAVersionTooOldIsGoneThenRelistAndWatchAgain) {
     ASSERT_TRUE(client->apply(service("apps", "c")).ok());
   });
   std::string seen;
-  auto resumed = client->watch({"v1", "Service", "apps", "", relist->resource_version, 30},
+  auto resumed = client->watch(watchReq("v1", "Service", "apps", "", relist->resource_version, 30),
                                [&](const WatchEvent& e) {
                                  if (e.type == "BOOKMARK") return true;
                                  seen = strCat(e.type, " ", e.object["metadata"].value("name", ""));
@@ -487,6 +489,51 @@ TEST_F(ClientTest, BearerTokenIsSent) {
   auto with_token = makeClient();
   EXPECT_EQ(with_token->config().bearer_token, "s3cret");
   EXPECT_TRUE(with_token->get({"v1", "Namespace", "", "apps"}).ok());
+}
+
+TEST_F(ClientTest, FieldSelectorsOnTheFieldsTheServerIndexes) {
+  ASSERT_TRUE(client->apply(deployment("apps", "web", "web:1", 3)).ok());
+  ASSERT_TRUE(api.makePodsReady("apps", "web").ok());
+  ASSERT_TRUE(client->apply(deployment("apps", "db", "db:1", 1)).ok());
+  ASSERT_TRUE(api.makePodsFailImagePull("apps", "db").ok());
+  ListRequest running = listReq("v1", "Pod", "apps", "", 0, "", "status.phase=Running");
+  auto pods = client->list(running);
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  EXPECT_EQ(pods->items.size(), 3u);
+  running.field_selector = "status.phase!=Running,status.phase!=Succeeded";
+  pods = client->list(running);
+  ASSERT_TRUE(pods.ok());
+  ASSERT_EQ(pods->items.size(), 1u);
+  EXPECT_EQ(pods->items[0]["status"]["phase"], "Pending");
+
+  auto by_name = client->list(listReq("v1", "Service", "", "", 0, "", "metadata.name=nope"));
+  ASSERT_TRUE(by_name.ok());
+  EXPECT_TRUE(by_name->items.empty());
+  auto unknown = client->list(listReq("v1", "Service", "apps", "", 0, "", "spec.type=ClusterIP"));
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown.status()));
+  EXPECT_THAT(msg(unknown.status()), HasSubstr("not a known field selector"));
+}
+
+TEST_F(ClientTest, AnObjectLeavingAWatchedSelectorArrivesAsDeleted) {
+  ASSERT_TRUE(client->apply(service("apps", "s", {{"tier", "web"}})).ok());
+  const std::string from = std::to_string(api.resourceVersion());
+  ASSERT_TRUE(client->apply(service("apps", "s", {{"tier", "db"}})).ok());
+  ASSERT_TRUE(client->apply(service("apps", "s", {{"tier", "web"}})).ok());
+  std::vector<std::string> types;
+  auto status = client->watch(watchReq("v1", "Service", "apps", "tier=web", from, 10),
+                              [&](const WatchEvent& e) {
+                                if (e.type != "BOOKMARK") types.push_back(e.type);
+                                return types.size() < 2;
+                              });
+  EXPECT_TRUE(status.ok()) << status;
+  EXPECT_EQ(types, (std::vector<std::string>{"DELETED", "ADDED"}));
+}
+
+TEST_F(ClientTest, AWatchAnsweredWithHttp410IsGoneToo) {
+  api.failNext(1, 410, -1, "GET");
+  auto gone = client->watch(watchReq("v1", "Service", "apps", "", "1", 10),
+                            [](const WatchEvent&) { return true; });
+  EXPECT_TRUE(isGone(gone)) << gone;
 }
 
 TEST_F(ClientTest, ARotatedTokenFileIsReadAgain) {

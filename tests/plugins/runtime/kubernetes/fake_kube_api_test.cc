@@ -8,6 +8,7 @@
 
 #include "plugins/runtime/kubernetes/client.h"
 #include "plugins/runtime/kubernetes/errors.h"
+#include "tests/plugins/runtime/kubernetes/requests.h"
 
 namespace krane::testing {
 namespace {
@@ -42,7 +43,7 @@ class FakeKubeApiTest : public ::testing::Test {
                                  {"ports", Json::array({{{"containerPort", 8080}}})}}})}}}}}}}};
   }
   std::vector<Json> pods() {
-    auto list = client->list({"v1", "Pod", "ws", "app=web", 0, ""});
+    auto list = client->list(kube::listReq("v1", "Pod", "ws", "app=web", 0, ""));
     EXPECT_TRUE(list.ok()) << list.status();
     return list.ok() ? list->items : std::vector<Json>{};
   }
@@ -125,10 +126,11 @@ TEST_F(FakeKubeApiTest, HooksProduceWatchEvents) {
   const std::string from = std::to_string(api.resourceVersion());
   ASSERT_TRUE(api.makePodsReady("ws", "web").ok());
   std::vector<std::string> types;
-  auto status = client->watch({"v1", "Pod", "ws", "", from, 10}, [&](const kube::WatchEvent& e) {
-    types.push_back(e.type);
-    return types.size() < 3;
-  });
+  auto status = client->watch(kube::watchReq("v1", "Pod", "ws", "", from, 10),
+                              [&](const kube::WatchEvent& e) {
+                                types.push_back(e.type);
+                                return types.size() < 3;
+                              });
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_EQ(types, (std::vector<std::string>{"ADDED", "ADDED", "ADDED"}));
 }
