@@ -624,6 +624,9 @@ FakeKubeApi::FakeKubeApi(Options options) : options_(options) {
   }
   server_->new_task_queue = [] { return new httplib::ThreadPool(64); };
   server_->set_keep_alive_timeout(2);
+  // Headers and body go out in separate writes; without this, Nagle's algorithm and delayed
+  // acknowledgements hold every answer back by tens of milliseconds.
+  server_->set_tcp_nodelay(true);
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { serve(req, res); };
   server_->Get(".*", handler);
   server_->Post(".*", handler);
