@@ -64,8 +64,10 @@ class StoreLedger final : public ResourceLedger {
 
 }  // namespace
 
-Agent::Agent(AgentConfig config, std::string host_binary)
-    : config_(std::move(config)), host_binary_(std::move(host_binary)) {}
+Agent::Agent(AgentConfig config, std::string host_binary, LeaseClientFactory lease_clients)
+    : config_(std::move(config)),
+      host_binary_(std::move(host_binary)),
+      lease_clients_(std::move(lease_clients)) {}
 
 Agent::~Agent() { stop(); }
 
@@ -295,12 +297,25 @@ absl::Status Agent::startDispatcher() {
 }
 
 absl::Status Agent::startLeaderElection() {
-  if (config_.leader.mode == "lease") {
-    return absl::UnimplementedError(
-        "leader.mode: lease needs the Kubernetes runtime; use lockfile or none");
-  }
   if (config_.leader.mode == "none") return absl::OkStatus();
-  leader_ = std::make_unique<FileLockElector>(config_.state_dir, config_.agent_id);
+  std::string who_leads;
+  if (config_.leader.mode == "lease") {
+    if (!lease_clients_) {
+      return absl::FailedPreconditionError(
+          "leader.mode: lease needs a Kubernetes API server, and this build of the agent has no "
+          "Kubernetes client; use lockfile or none");
+    }
+    auto client = lease_clients_(config_);
+    if (!client.ok()) {
+      return absl::Status(client.status().code(),
+                          strCat("leader.mode lease: ", toStd(client.status().message())));
+    }
+    leader_ = std::make_unique<LeaseElector>(*std::move(client), config_.agent_id,
+                                             config_.leader.lease_duration);
+    who_leads = "the agent holding the region's Lease";
+  } else {
+    leader_ = std::make_unique<FileLockElector>(config_.state_dir, config_.agent_id);
+  }
   leader_->start([this](bool leader) {
     if (!leader) onLeadership(false);  // gaining it is what start-up waits for
   });
@@ -308,8 +323,8 @@ absl::Status Agent::startLeaderElection() {
   while (!leader_->isLeader()) {
     if (stopping_) return absl::CancelledError("stopped while standing by");
     if (!announced) {
-      spdlog::info("agent: standing by; {} leads region {}",
-                   FileLockElector::holder(config_.state_dir), config_.region);
+      if (who_leads.empty()) who_leads = FileLockElector::holder(config_.state_dir);
+      spdlog::info("agent: standing by; {} leads region {}", who_leads, config_.region);
       announced = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

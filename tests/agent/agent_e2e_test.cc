@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
+#include "tests/support/fake_kube_api.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
@@ -158,6 +159,54 @@ TEST(Agent, TwoAgentsOneRegionOnlyTheLeaderAppliesAndTheStandbyTakesOver) {
   for (int i = 10; i < 20; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
   ASSERT_TRUE(eventually([&] { return watermark(s) == 20; })) << slurp(s.dir + "/b.log");
   EXPECT_THAT(slurp(s.dir + "/b.log"), ::testing::HasSubstr("agent: running"));
+  second.signal(SIGTERM);
+  EXPECT_EQ(second.wait(), 0);
+}
+
+// leader.mode lease: two agents with their own state directories (two nodes of a DaemonSet)
+// share a coordination.k8s.io Lease on the (fake) API server.
+TEST(Agent, LeaseModeOneLeaderAndTheStandbyTakesOverWhenItIsKilled) {
+  krane::testing::FakeKubeApi api;
+  api.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "krane-system"}}}});
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  AgentSetup a = setUp(cp);
+  AgentSetup b = setUp(cp);
+  for (AgentSetup* s : {&a, &b}) {
+    const std::string id = s == &a ? "agent-a" : "agent-b";
+    std::ofstream(s->dir + "/kubeconfig")
+        << strCat("apiVersion: v1\nkind: Config\ncurrent-context: test\n",
+                  "clusters:\n- name: fake\n  cluster:\n    server: ", api.url(), "\n",
+                  "users:\n- name: agent\n  user: {}\n",
+                  "contexts:\n- name: test\n  context:\n    cluster: fake\n    user: agent\n");
+    std::ofstream(s->config, std::ios::app) << strCat(
+        "agent_id: ", id,
+        "\nleader:\n  mode: lease\n  lease_duration_s: 3\n  lease_namespace: krane-system\n",
+        "  kubeconfig: ", s->dir, "/kubeconfig\n");
+  }
+  auto first = std::make_unique<ChildProcess>(agentArgs(a), a.dir + "/a.log", a.env);
+  ASSERT_TRUE(eventually([&] {
+    return slurp(a.dir + "/a.log").find("agent: running") != std::string::npos;
+  })) << slurp(a.dir + "/a.log");
+  ChildProcess second(agentArgs(b), b.dir + "/b.log", b.env);
+  ASSERT_TRUE(eventually([&] {
+    return slurp(b.dir + "/b.log").find("standing by") != std::string::npos;
+  })) << slurp(b.dir + "/b.log");
+  auto lease = api.object("coordination.k8s.io/v1", "Lease", "krane-system", "krane-agent-eu-1");
+  ASSERT_TRUE(lease.has_value());
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "agent-a") << lease->dump();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
+  ASSERT_TRUE(eventually([&] { return watermark(a) == 10; }));
+  EXPECT_EQ(watermark(b), 0u) << "the standby applies nothing";
+
+  first->signal(SIGKILL);
+  first->wait();
+  first.reset();
+  for (int i = 10; i < 20; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
+  ASSERT_TRUE(eventually([&] { return watermark(b) == 20; }, std::chrono::seconds(30)))
+      << slurp(b.dir + "/b.log");
+  lease = api.object("coordination.k8s.io/v1", "Lease", "krane-system", "krane-agent-eu-1");
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "agent-b") << lease->dump();
   second.signal(SIGTERM);
   EXPECT_EQ(second.wait(), 0);
 }
