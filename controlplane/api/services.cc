@@ -1,6 +1,11 @@
 #include "controlplane/api/services.h"
 
 #include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "common/grpc_status.h"
 #include "common/status.h"
@@ -186,6 +191,142 @@ grpc::Status ResourceServiceImpl::Delete(grpc::ServerContext* context,
                       request->expected_version());
   if (!result.ok()) return toGrpc(result.status());
   response->set_version(result->version);
+  return grpc::Status::OK;
+}
+
+grpc::Status ResourceServiceImpl::GetStatus(grpc::ServerContext* context,
+                                            const v1::GetResourceStatusRequest* request,
+                                            v1::GetResourceStatusResponse* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  const feed::ResourceKey key{request->type(), request->id(), request->region()};
+  if (auto st = feed::checkResourceKey("request", key); !st.ok()) return toGrpc(st);
+  auto conn = pool_->acquire();
+  if (!conn.ok()) return toGrpc(conn.status());
+  db::Connection& c = **conn;
+  auto stored = writer_->tables().forType(key.type).load(c, key);
+  if (!stored.ok()) return toGrpc(stored.status());
+  if (!*stored || (*stored)->deleted) {
+    return toGrpc(absl::NotFoundError(
+        strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\"")));
+  }
+  const cluster::v1::Resource& resource = (*stored)->resource;
+  response->set_version(resource.version());
+
+  auto status = c.query(
+      "SELECT applied_version, phase, message, detail, apply_error, updated_at FROM resource_status"
+      " WHERE region_id = ? AND resource_type = ? AND resource_id = ?",
+      {key.region, key.type, key.id});
+  if (!status.ok()) return toGrpc(status.status());
+  if (!status->empty()) {
+    const db::Row& row = status->rows.front();
+    response->set_applied_version(row.u64("applied_version"));
+    response->set_phase(row.str("phase"));
+    response->set_message(row.optStr("message").value_or(""));
+    response->set_apply_error(row.optStr("apply_error").value_or(""));
+    response->set_reported_ms(row.i64("updated_at"));
+    if (key.type == "deployment_topology") {
+      const auto detail = nlohmann::json::parse(row.optStr("detail").value_or(""), nullptr, false);
+      if (detail.is_object()) response->set_current_instances(detail.value("current", 0U));
+    }
+  }
+  if (resource.has_deployment_topology()) {
+    response->set_desired_replicas(resource.deployment_topology().replicas());
+    auto rows = c.query(
+        "SELECT id, address, status, failure_reason FROM instances"
+        " WHERE deployment_id = ? AND region_id = ? ORDER BY id",
+        {key.id, key.region});
+    if (!rows.ok()) return toGrpc(rows.status());
+    for (const auto& row : rows->rows) {
+      auto* in = response->add_instances();
+      in->set_id(row.str(0));
+      in->set_address(row.str(1));
+      const std::string& st = row.str(2);
+      in->set_status(st == "running"  ? cluster::v1::INSTANCE_STATUS_RUNNING
+                     : st == "failed" ? cluster::v1::INSTANCE_STATUS_FAILED
+                                      : cluster::v1::INSTANCE_STATUS_PENDING);
+      in->set_failure_reason(row.optStr(3).value_or(""));
+    }
+  }
+  if (resource.has_sentinel()) {
+    auto rows = c.query(
+        "SELECT replicas, available_replicas, updated_replicas, ready_replicas, running_image,"
+        " health, status_reported_at FROM sentinels WHERE id = ? AND region_id = ?",
+        {key.id, key.region});
+    if (!rows.ok()) return toGrpc(rows.status());
+    if (!rows->empty()) {
+      const db::Row& row = rows->rows.front();
+      auto* s = response->mutable_sentinel();
+      s->set_replicas(static_cast<uint32_t>(row.u64(0)));
+      s->set_available_replicas(static_cast<uint32_t>(row.u64(1)));
+      s->set_updated_replicas(static_cast<uint32_t>(row.u64(2)));
+      s->set_ready_replicas(static_cast<uint32_t>(row.u64(3)));
+      s->set_running_image(row.optStr(4).value_or(""));
+      s->set_health(row.str(5));
+      if (!row.isNull(6)) response->set_reported_ms(std::max(response->reported_ms(), row.i64(6)));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ResourceServiceImpl::Watch(grpc::ServerContext* context,
+                                        const v1::WatchResourcesRequest* request,
+                                        grpc::ServerWriter<v1::ResourceChange>* writer) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (!request->region().empty()) {
+    if (auto st = feed::checkId("region", request->region()); !st.ok()) return toGrpc(st);
+  }
+  if (!request->type().empty()) {
+    if (auto st = feed::checkType("type", request->type()); !st.ok()) return toGrpc(st);
+  }
+  // Where each region is now; regions registered later start from their beginning.
+  std::map<std::string, uint64_t> cursors;
+  bool first = true;
+  while (!context->IsCancelled()) {
+    {
+      auto conn = pool_->acquire();
+      if (!conn.ok()) return toGrpc(conn.status());
+      auto regions =
+          request->region().empty()
+              ? (*conn)->query("SELECT region_id, version FROM region_versions")
+              : (*conn)->query("SELECT region_id, version FROM region_versions WHERE region_id = ?",
+                               {request->region()});
+      if (!regions.ok()) return toGrpc(regions.status());
+      for (const auto& row : regions->rows) {
+        if (!cursors.count(row.str(0))) cursors[row.str(0)] = first ? row.u64(1) : 0;
+      }
+      if (first) {
+        v1::ResourceChange hello;
+        hello.set_op("watching");
+        if (!writer->Write(hello)) return grpc::Status::OK;
+        first = false;
+      }
+      for (auto& [region, cursor] : cursors) {
+        std::string sql =
+            "SELECT resource_type, resource_id, op, version, created_at FROM resource_changes"
+            " WHERE region_id = ? AND version > ?";
+        db::Params params{region, cursor};
+        if (!request->type().empty()) {
+          sql += " AND resource_type = ?";
+          params.emplace_back(request->type());
+        }
+        sql += " ORDER BY version LIMIT 1000";
+        auto changes = (*conn)->query(sql, params);
+        if (!changes.ok()) return toGrpc(changes.status());
+        for (const auto& row : changes->rows) {
+          v1::ResourceChange change;
+          change.set_region(region);
+          change.set_type(row.str(0));
+          change.set_id(row.str(1));
+          change.set_op(row.str(2));
+          change.set_version(row.u64(3));
+          change.set_committed_ms(row.i64(4));
+          cursor = change.version();
+          if (!writer->Write(change)) return grpc::Status::OK;
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
   return grpc::Status::OK;
 }
 

@@ -54,6 +54,12 @@ class ResourceServiceImpl final : public krane::api::v1::ResourceService::Servic
                     v1::ListResourcesResponse* response) override;
   grpc::Status Delete(grpc::ServerContext* context, const v1::DeleteResourceRequest* request,
                       v1::DeleteResourceResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetResourceStatusRequest* request,
+                         v1::GetResourceStatusResponse* response) override;
+  // Polls the change table (every 200 ms) and holds a server thread while it runs: meant for the
+  // few operators watching, not for agents.
+  grpc::Status Watch(grpc::ServerContext* context, const v1::WatchResourcesRequest* request,
+                     grpc::ServerWriter<v1::ResourceChange>* writer) override;
 
  private:
   std::shared_ptr<feed::Writer> writer_;

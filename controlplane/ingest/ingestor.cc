@@ -381,10 +381,13 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
 
   const std::string& deployment = request.deployment_id();
   std::vector<const Instance*> reported;
-  uint32_t running = 0, pending = 0, failed = 0;
+  uint32_t running = 0, pending = 0, failed = 0, current = 0;
+  bool knows_current = false;
   if (request.has_instances()) {
     for (const Instance& in : request.instances().instances()) {
       reported.push_back(&in);
+      if (in.has_current()) knows_current = true;
+      if (in.current() && in.status() == cluster::v1::INSTANCE_STATUS_RUNNING) ++current;
       switch (in.status()) {
         case cluster::v1::INSTANCE_STATUS_RUNNING:
           ++running;
@@ -451,7 +454,33 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
           sql += ")";
           KRANE_RETURN_IF_ERROR(conn.exec(sql, params).status());
         }
-        return absl::OkStatus();
+        if (request.has_deleted()) {
+          return conn
+              .exec("DELETE FROM resource_status WHERE region_id = ? AND resource_type ="
+                    " 'deployment_topology' AND resource_id = ?",
+                    {region, deployment})
+              .status();
+        }
+        // The deployment's phase for operators (`kranectl status`): ready when every instance
+        // runs; the counts go in the message and, as JSON, in the detail.
+        const char* phase = failed > 0 ? "degraded" : (pending > 0 || running == 0) ? "progressing"
+                                                                                   : "ready";
+        if (!knows_current) current = running;
+        const std::string message = strCat(running, " running, ", pending, " pending, ", failed,
+                                           " failed, ", current, " on the applied spec");
+        const std::string detail = strCat("{\"running\":", running, ",\"pending\":", pending,
+                                          ",\"failed\":", failed, ",\"current\":", current, "}");
+        return conn
+            .exec(
+                "INSERT INTO resource_status (region_id, resource_type, resource_id,"
+                " applied_version, phase, message, detail, apply_error, apply_attempts, agent_id,"
+                " updated_at) VALUES (?, 'deployment_topology', ?, ?, ?, ?, ?, NULL, 0, '', ?)"
+                " ON DUPLICATE KEY UPDATE applied_version = VALUES(applied_version),"
+                " phase = VALUES(phase), message = VALUES(message), detail = VALUES(detail),"
+                " apply_error = NULL, apply_attempts = 0, updated_at = VALUES(updated_at)",
+                {region, deployment, request.applied_version(), phase, message,
+                 db::Value(db::Blob{detail}), now})
+            .status();
       });
   if (!status.ok()) {
     spdlog::error("ingest: deployment status not stored region={} deployment={} error=\"{}\"",

@@ -24,6 +24,7 @@ cluster::v1::ReportDeploymentStatusRequest toReport(const runtime::WorkloadStatu
     auto* out = set->add_instances();
     out->set_id(i.name);
     out->set_address(i.address);
+    out->set_current(i.revision == s.revision);
     if (i.phase == runtime::InstancePhase::kFailed) {
       out->set_status(cluster::v1::INSTANCE_STATUS_FAILED);
     } else if (i.phase == runtime::InstancePhase::kRunning && i.ready) {

@@ -36,7 +36,8 @@ absl::StatusOr<int> intAt(const json& object, const std::string& key, const std:
 absl::StatusOr<ProcessRuntimeOptions> processOptionsFromJson(const json& config,
                                                              const std::string& at) {
   KRANE_RETURN_IF_ERROR(
-      onlyKeys(config, "process", {"state_dir", "ports", "images", "restart_backoff_ms"}));
+      onlyKeys(config, "process",
+               {"state_dir", "ports", "images", "restart_backoff_ms", "stop_instances_on_shutdown"}));
   ProcessRuntimeOptions o;
   if (!config.contains("state_dir") || !config["state_dir"].is_string() ||
       config["state_dir"].get<std::string>().empty()) {
@@ -83,6 +84,13 @@ absl::StatusOr<ProcessRuntimeOptions> processOptionsFromJson(const json& config,
                            intAt(b, "max", strCat(at, ".restart_backoff_ms"), 60000, 10, 3600000));
     o.restart.initial = std::chrono::milliseconds(min);
     o.restart.max = std::chrono::milliseconds(std::max(min, max));
+  }
+  if (config.contains("stop_instances_on_shutdown")) {
+    if (!config["stop_instances_on_shutdown"].is_boolean()) {
+      return absl::InvalidArgumentError(
+          strCat(at, ".stop_instances_on_shutdown: must be true or false"));
+    }
+    o.stop_instances_on_shutdown = config["stop_instances_on_shutdown"].get<bool>();
   }
   return o;
 }

@@ -5,6 +5,7 @@
 //   images:                                  # image name -> argv, "{tag}" replaced
 //     krane.dev/demo-app: [/usr/lib/krane/krane-demo-app, --version, "{tag}"]
 //   restart_backoff_ms: {min: 1000, max: 60000}
+//   stop_instances_on_shutdown: false        # true: a stopping agent stops its instances
 //
 // Errors name the key's path, starting with `at` (e.g. "process.ports.from: ...").
 #pragma once

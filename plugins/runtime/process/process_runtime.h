@@ -111,6 +111,9 @@ struct ProcessRuntimeOptions {
   int port_from = 20000;
   int port_to = 20999;
   std::map<std::string, std::vector<std::string>> images;
+  // Whether the plugin stops its instances when it shuts down (a local stack that must leave
+  // nothing behind); by default they keep running and the next plugin host adopts them.
+  bool stop_instances_on_shutdown = false;
   BackoffPolicy restart{std::chrono::milliseconds(1000), 2.0, std::chrono::milliseconds(60000),
                         0.2};
   int crash_loop_restarts = 3;

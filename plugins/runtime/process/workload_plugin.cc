@@ -30,6 +30,7 @@ absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view confi
   auto options = processOptionsFromJson(config.value("process", json::object()), "process");
   if (!options.ok()) return prefixed(options.status());
   options->on_change = [this](const WorkloadStatus& s) { report(s); };
+  stop_on_shutdown_ = options->stop_instances_on_shutdown;
   auto started = ProcessRuntime::start(*std::move(options));
   if (!started.ok()) return prefixed(started.status());
   runtime_ = *std::move(started);
@@ -111,8 +112,8 @@ absl::Status ProcessWorkloadPlugin::observe() {
 }
 
 void ProcessWorkloadPlugin::shutdown() {
-  // Instances keep running: the next host adopts them.
-  if (runtime_) runtime_->shutdown(/*stop_instances=*/false);
+  // By default instances keep running: the next host adopts them.
+  if (runtime_) runtime_->shutdown(stop_on_shutdown_);
 }
 
 void ProcessWorkloadPlugin::report(const WorkloadStatus& status) {

@@ -61,6 +61,7 @@ class ProcessWorkloadPlugin : public sdk::Plugin {
   const std::string prefix_;  // "<prefix>/"
   sdk::Host* host_ = nullptr;
   std::unique_ptr<ProcessRuntime> runtime_;
+  bool stop_on_shutdown_ = false;
   std::mutex mutex_;
   std::map<std::string, Applied> applied_;  // by resource id
 };

@@ -1,0 +1,574 @@
+// kranectl: the operator's command line for krane-ctrl's public API.
+//
+//   kranectl apply -f app.yaml          create or replace the resources of a file
+//   kranectl get deployments            list (table, json or yaml)
+//   kranectl status deployment demo --region local-1 --wait
+//   kranectl watch                      changes as they are committed
+//   kranectl agents                     each agent: region, leader, version, lag, heartbeat
+//   kranectl delete deployment demo --region local-1   (or delete -f app.yaml)
+//
+// Exit codes (stable, for scripts): 0 success; 1 the server refused the request; 2 bad usage or
+// an invalid file; 3 the server cannot be reached; 4 the token was refused; 5 not found;
+// 6 `status --wait` saw the resource fail; 7 `status --wait` timed out.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include "CLI/CLI.hpp"
+#include "cli/manifest.h"
+#include "common/strings.h"
+#include "common/version.h"
+#include "krane/api/v1/agents.grpc.pb.h"
+#include "krane/api/v1/resources.grpc.pb.h"
+
+namespace krane::cli {
+namespace {
+
+using Json = nlohmann::json;
+namespace v1 = krane::api::v1;
+
+enum Exit : int {
+  kOk = 0,
+  kRefused = 1,
+  kUsage = 2,
+  kUnreachable = 3,
+  kUnauthenticated = 4,
+  kNotFound = 5,
+  kFailed = 6,
+  kTimedOut = 7,
+};
+
+struct Globals {
+  std::string server;
+  std::string token;
+  std::string token_file;
+  std::string ca_file;
+  std::string output = "table";
+  double timeout_s = 10;
+};
+
+int fail(int code, const std::string& message) {
+  std::fprintf(stderr, "kranectl: error: %s\n", message.c_str());
+  return code;
+}
+
+// An RPC error as a message and an exit code.
+int rpcFail(const Globals& g, const std::string& what, const grpc::Status& s) {
+  switch (s.error_code()) {
+    case grpc::StatusCode::UNAVAILABLE:
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return fail(kUnreachable, strCat(what, ": cannot reach krane-ctrl at ", g.server, " (",
+                                       s.error_message(), ")"));
+    case grpc::StatusCode::UNAUTHENTICATED:
+    case grpc::StatusCode::PERMISSION_DENIED:
+      return fail(kUnauthenticated,
+                  strCat(what, ": the server refused the token: ", s.error_message(),
+                         " (set --token, --token-file or $KRANE_TOKEN to an operator token)"));
+    case grpc::StatusCode::NOT_FOUND:
+      return fail(kNotFound, strCat(what, ": ", s.error_message()));
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+    case grpc::StatusCode::ABORTED:
+      return fail(kRefused, strCat(what, ": refused: ", s.error_message()));
+    default:
+      return fail(kRefused, strCat(what, ": ", s.error_message()));
+  }
+}
+
+class Api {
+ public:
+  explicit Api(const Globals& g) : g_(g) {
+    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
+    if (!g.ca_file.empty()) {
+      std::ifstream in(g.ca_file);
+      std::stringstream pem;
+      pem << in.rdbuf();
+      grpc::SslCredentialsOptions tls;
+      tls.pem_root_certs = pem.str();
+      creds = grpc::SslCredentials(tls);
+    }
+    channel_ = grpc::CreateChannel(g.server, creds);
+    resources_ = v1::ResourceService::NewStub(channel_);
+    agents_ = v1::AgentService::NewStub(channel_);
+  }
+
+  std::unique_ptr<grpc::ClientContext> context(bool deadline = true) const {
+    auto c = std::make_unique<grpc::ClientContext>();
+    if (!g_.token.empty()) c->AddMetadata("authorization", strCat("Bearer ", g_.token));
+    if (deadline) {
+      c->set_deadline(std::chrono::system_clock::now() +
+                      std::chrono::milliseconds(static_cast<int64_t>(g_.timeout_s * 1000)));
+    }
+    return c;
+  }
+  v1::ResourceService::Stub& resources() { return *resources_; }
+  v1::AgentService::Stub& agents() { return *agents_; }
+
+ private:
+  const Globals& g_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::ResourceService::Stub> resources_;
+  std::unique_ptr<v1::AgentService::Stub> agents_;
+};
+
+// --- output ------------------------------------------------------------------------------------
+
+Json protoJson(const google::protobuf::Message& m) {
+  std::string text;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(m, &text, o);
+  return Json::parse(text, nullptr, false);
+}
+
+void emitYaml(YAML::Emitter& out, const Json& j) {
+  if (j.is_object()) {
+    out << YAML::BeginMap;
+    for (const auto& [k, v] : j.items()) {
+      out << YAML::Key << k << YAML::Value;
+      emitYaml(out, v);
+    }
+    out << YAML::EndMap;
+  } else if (j.is_array()) {
+    out << YAML::BeginSeq;
+    for (const auto& v : j) emitYaml(out, v);
+    out << YAML::EndSeq;
+  } else if (j.is_string()) {
+    out << j.get<std::string>();
+  } else if (j.is_null()) {
+    out << YAML::Null;
+  } else {
+    out << j.dump();
+  }
+}
+
+void printStructured(const Globals& g, const Json& j) {
+  if (g.output == "json") {
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    YAML::Emitter out;
+    emitYaml(out, j);
+    std::printf("%s\n", out.c_str());
+  }
+}
+
+// Columns padded to their widest cell.
+void printTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& r : rows) {
+    width.resize(std::max(width.size(), r.size()));
+    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
+  }
+  for (const auto& r : rows) {
+    std::string line;
+    for (size_t i = 0; i < r.size(); ++i) {
+      line += r[i];
+      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 3, ' ');
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+std::string ago(int64_t unix_ms) {
+  if (unix_ms <= 0) return "never";
+  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  const int64_t s = std::max<int64_t>(0, (now - unix_ms) / 1000);
+  if (s < 120) return strCat(s, "s ago");
+  if (s < 7200) return strCat(s / 60, "m ago");
+  return strCat(s / 3600, "h ago");
+}
+
+std::string summary(const cluster::v1::Resource& r) {
+  if (r.has_deployment_topology()) {
+    const auto& d = r.deployment_topology();
+    return strCat(d.image(), " x", d.replicas());
+  }
+  if (r.has_sentinel()) return strCat(r.sentinel().image(), " x", r.sentinel().replicas());
+  if (r.has_cilium_network_policy()) return strCat(r.cilium_network_policy().policy_json().size(), " bytes of policy");
+  if (r.has_generic()) return r.generic().content_type();
+  return "";
+}
+
+// --- commands ----------------------------------------------------------------------------------
+
+int apply(const Globals& g, const std::string& file, bool dry_run) {
+  auto entries = loadManifests(file);
+  if (!entries.ok()) return fail(kUsage, std::string(toStd(entries.status().message())));
+  if (dry_run) {
+    for (const auto& e : *entries)
+      std::printf("%s/%s (%s): valid\n", e.resource.type().c_str(), e.resource.id().c_str(),
+                  e.resource.region().c_str());
+    return kOk;
+  }
+  Api api(g);
+  for (const auto& e : *entries) {
+    v1::PutResourceRequest request;
+    *request.mutable_resource() = e.resource;
+    v1::PutResourceResponse response;
+    const auto s = api.resources().Put(api.context().get(), request, &response);
+    if (!s.ok()) return rpcFail(g, e.origin, s);
+    std::printf("%s/%s (%s) %s, version %llu\n", e.resource.type().c_str(),
+                e.resource.id().c_str(), e.resource.region().c_str(),
+                response.created() ? "created" : "configured",
+                static_cast<unsigned long long>(response.version()));
+  }
+  return kOk;
+}
+
+int get(const Globals& g, const std::string& type_name, const std::string& id,
+        const std::string& region) {
+  Api api(g);
+  const std::string type = type_name.empty() ? "" : resourceType(type_name);
+  std::vector<cluster::v1::Resource> found;
+  std::string token;
+  do {
+    v1::ListResourcesRequest request;
+    request.set_region(region);
+    request.set_type(type);
+    request.set_page_token(token);
+    v1::ListResourcesResponse response;
+    const auto s = api.resources().List(api.context().get(), request, &response);
+    if (!s.ok()) return rpcFail(g, "get", s);
+    for (const auto& r : response.resources())
+      if (id.empty() || r.id() == id) found.push_back(r);
+    token = response.next_page_token();
+  } while (!token.empty());
+  if (!id.empty() && found.empty()) {
+    return fail(kNotFound, strCat(type, " \"", id, "\" does not exist",
+                                  region.empty() ? "" : strCat(" in region \"", region, "\"")));
+  }
+  if (g.output != "table") {
+    Json all = Json::array();
+    for (const auto& r : found) all.push_back(protoJson(r));
+    printStructured(g, id.empty() ? all : (found.size() == 1 ? all[0] : all));
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows{{"TYPE", "ID", "REGION", "VERSION", "SPEC"}};
+  for (const auto& r : found)
+    rows.push_back({r.type(), r.id(), r.region(), strCat(r.version()), summary(r)});
+  if (found.empty()) {
+    std::printf("no resources\n");
+  } else {
+    printTable(rows);
+  }
+  return kOk;
+}
+
+int remove(const Globals& g, const std::string& type_name, const std::string& id,
+           const std::string& region, const std::string& file, bool ignore_not_found) {
+  std::vector<cluster::v1::Resource> targets;
+  if (!file.empty()) {
+    auto entries = loadManifests(file);
+    if (!entries.ok()) return fail(kUsage, std::string(toStd(entries.status().message())));
+    for (const auto& e : *entries) targets.push_back(e.resource);
+  } else {
+    if (type_name.empty() || id.empty() || region.empty())
+      return fail(kUsage, "delete: give TYPE ID --region REGION, or -f FILE");
+    cluster::v1::Resource r;
+    r.set_type(resourceType(type_name));
+    r.set_id(id);
+    r.set_region(region);
+    targets.push_back(r);
+  }
+  Api api(g);
+  int code = kOk;
+  for (const auto& r : targets) {
+    v1::DeleteResourceRequest request;
+    request.set_type(r.type());
+    request.set_id(r.id());
+    request.set_region(r.region());
+    v1::DeleteResourceResponse response;
+    const auto s = api.resources().Delete(api.context().get(), request, &response);
+    const std::string name = strCat(r.type(), "/", r.id(), " (", r.region(), ")");
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND && ignore_not_found) {
+      std::printf("%s: not found\n", name.c_str());
+      continue;
+    }
+    if (!s.ok()) {
+      code = rpcFail(g, strCat("delete ", name), s);
+      if (code != kNotFound) return code;
+      continue;
+    }
+    std::printf("%s deleted, version %llu\n", name.c_str(),
+                static_cast<unsigned long long>(response.version()));
+  }
+  return code;
+}
+
+// Whether the status shows the resource converged, failed, or neither; `line` says where it is.
+enum class Verdict { kWaiting, kConverged, kFailed };
+
+Verdict judge(const std::string& type, const v1::GetResourceStatusResponse& s, std::string* line) {
+  const bool applied = s.applied_version() >= s.version() && s.reported_ms() > 0;
+  if (type == "deployment_topology") {
+    uint32_t running = 0, pending = 0, failed = 0;
+    std::string failure;
+    for (const auto& in : s.instances()) {
+      if (in.status() == cluster::v1::INSTANCE_STATUS_RUNNING) ++running;
+      if (in.status() == cluster::v1::INSTANCE_STATUS_PENDING) ++pending;
+      if (in.status() == cluster::v1::INSTANCE_STATUS_FAILED) {
+        ++failed;
+        if (failure.empty()) failure = strCat(in.id(), ": ", in.failure_reason());
+      }
+    }
+    *line = strCat(s.current_instances(), "/", s.desired_replicas(), " updated and running, ",
+                   running, " running, ", pending, " pending, ", failed, " failed",
+                   applied ? "" : strCat(" (agent at version ", s.applied_version(), " of ", s.version(), ")"));
+    if (s.phase() == "failed") {
+      *line = strCat("the apply failed: ", s.apply_error());
+      return Verdict::kFailed;
+    }
+    if (applied && failed > 0) {
+      *line = strCat(*line, "; ", failure);
+      return Verdict::kFailed;
+    }
+    if (applied && s.current_instances() == s.desired_replicas() &&
+        static_cast<int>(running) == s.instances_size() && running == s.desired_replicas())
+      return Verdict::kConverged;
+    return Verdict::kWaiting;
+  }
+  if (type == "sentinel" && s.has_sentinel()) {
+    const auto& r = s.sentinel();
+    *line = strCat(r.available_replicas(), "/", r.replicas(), " available, health ", r.health(),
+                   r.running_image().empty() ? "" : strCat(", running ", r.running_image()));
+    if (s.phase() == "failed") {
+      *line = strCat("the apply failed: ", s.apply_error());
+      return Verdict::kFailed;
+    }
+    if (r.replicas() == 0 && r.health() == "paused") return Verdict::kConverged;
+    if (r.replicas() > 0 && r.available_replicas() >= r.replicas() && r.health() == "healthy" &&
+        !r.running_image().empty())
+      return Verdict::kConverged;
+    return Verdict::kWaiting;
+  }
+  *line = s.phase().empty() ? "no report yet" : strCat(s.phase(), s.message().empty() ? "" : ": ", s.message());
+  if (s.phase() == "failed") {
+    *line = strCat("the apply failed: ", s.apply_error());
+    return Verdict::kFailed;
+  }
+  return applied && s.phase() == "ready" ? Verdict::kConverged : Verdict::kWaiting;
+}
+
+int status(const Globals& g, const std::string& type_name, const std::string& id,
+           const std::string& region, bool wait, double wait_timeout_s) {
+  const std::string type = resourceType(type_name);
+  Api api(g);
+  const bool tty = ::isatty(STDOUT_FILENO) != 0;
+  const auto started = std::chrono::steady_clock::now();
+  const auto deadline = started + std::chrono::milliseconds(static_cast<int64_t>(wait_timeout_s * 1000));
+  std::string shown;
+  const std::string name = strCat(type, "/", id, " (", region, ")");
+  for (int tick = 0;; ++tick) {
+    v1::GetResourceStatusRequest request;
+    request.set_type(type);
+    request.set_id(id);
+    request.set_region(region);
+    v1::GetResourceStatusResponse response;
+    const auto s = api.resources().GetStatus(api.context().get(), request, &response);
+    if (!s.ok()) {
+      if (tty && !shown.empty()) std::printf("\n");
+      return rpcFail(g, strCat("status ", name), s);
+    }
+    std::string line;
+    const Verdict verdict = judge(type, response, &line);
+    if (!wait) {
+      if (g.output != "table") {
+        printStructured(g, protoJson(response));
+      } else {
+        std::printf("%s: %s\n", name.c_str(), line.c_str());
+        std::vector<std::vector<std::string>> rows{{"INSTANCE", "ADDRESS", "STATUS", "REASON"}};
+        for (const auto& in : response.instances()) {
+          std::string st = cluster::v1::InstanceStatus_Name(in.status()).substr(16);
+          std::transform(st.begin(), st.end(), st.begin(), ::tolower);
+          rows.push_back({in.id(), in.address(), st, in.failure_reason()});
+        }
+        if (response.instances_size() > 0) printTable(rows);
+      }
+      return verdict == Verdict::kFailed ? kFailed : kOk;
+    }
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    if (tty) {
+      static const char* kSpin = "|/-\\";
+      std::printf("\r\033[K%c %s: %s (%.0fs)", verdict == Verdict::kWaiting ? kSpin[tick % 4] : ' ',
+                  name.c_str(), line.c_str(), elapsed);
+      std::fflush(stdout);
+    } else if (line != shown) {
+      std::printf("%s: %s\n", name.c_str(), line.c_str());
+      std::fflush(stdout);
+    }
+    shown = line;
+    if (verdict == Verdict::kConverged) {
+      std::printf(tty ? "\n%s: converged in %.1fs\n" : "%s: converged in %.1fs\n", name.c_str(), elapsed);
+      return kOk;
+    }
+    if (verdict == Verdict::kFailed) {
+      if (tty) std::printf("\n");
+      return fail(kFailed, strCat(name, ": failed: ", line));
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      if (tty) std::printf("\n");
+      return fail(kTimedOut, strCat(name, ": not converged after ", wait_timeout_s, "s: ", line));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+}
+
+int watch(const Globals& g, const std::string& type_name, const std::string& region) {
+  Api api(g);
+  v1::WatchResourcesRequest request;
+  request.set_region(region);
+  request.set_type(type_name.empty() ? "" : resourceType(type_name));
+  auto context = api.context(false);
+  auto reader = api.resources().Watch(context.get(), request);
+  v1::ResourceChange change;
+  while (reader->Read(&change)) {
+    if (change.op() == "watching") {
+      std::fprintf(stderr, "watching %s (Ctrl-C stops)\n", region.empty() ? "every region" : region.c_str());
+      continue;
+    }
+    if (g.output == "json") {
+      std::printf("%s\n", protoJson(change).dump().c_str());
+    } else {
+      const std::time_t t = static_cast<std::time_t>(change.committed_ms() / 1000);
+      char when[32];
+      std::strftime(when, sizeof(when), "%H:%M:%S", std::localtime(&t));
+      std::printf("%s  %-10s %-7s %s/%s  version %llu\n", when, change.region().c_str(),
+                  change.op().c_str(), change.type().c_str(), change.id().c_str(),
+                  static_cast<unsigned long long>(change.version()));
+    }
+    std::fflush(stdout);
+  }
+  const auto s = reader->Finish();
+  return s.ok() ? kOk : rpcFail(g, "watch", s);
+}
+
+int agents(const Globals& g, const std::string& region) {
+  Api api(g);
+  v1::ListAgentsRequest request;
+  request.set_region(region);
+  v1::ListAgentsResponse response;
+  const auto s = api.agents().ListAgents(api.context().get(), request, &response);
+  if (!s.ok()) return rpcFail(g, "agents", s);
+  if (g.output != "table") {
+    Json all = Json::array();
+    for (const auto& a : response.agents()) all.push_back(protoJson(a));
+    printStructured(g, all);
+    return kOk;
+  }
+  if (response.agents_size() == 0) {
+    std::printf("no agents have reported\n");
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows{
+      {"AGENT", "REGION", "LEADER", "BUILD", "APPLIED", "LATEST", "LAG", "LAST HEARTBEAT"}};
+  for (const auto& a : response.agents()) {
+    rows.push_back({a.agent_id(), a.region(), a.is_leader() ? "yes" : "no", a.build_version(),
+                    strCat(a.applied_version()), strCat(a.latest_version()), strCat(a.lag()),
+                    ago(a.last_seen_ms())});
+  }
+  printTable(rows);
+  return kOk;
+}
+
+std::string readToken(const std::string& path) {
+  std::ifstream in(path);
+  std::string token;
+  std::getline(in, token);
+  while (!token.empty() && std::isspace(static_cast<unsigned char>(token.back()))) token.pop_back();
+  return token;
+}
+
+}  // namespace
+}  // namespace krane::cli
+
+int main(int argc, char** argv) {
+  using namespace krane::cli;
+  Globals g;
+  if (const char* s = std::getenv("KRANE_SERVER")) g.server = s;
+  if (g.server.empty()) g.server = "127.0.0.1:7070";
+  if (const char* t = std::getenv("KRANE_TOKEN")) g.token = t;
+
+  CLI::App app{"kranectl: operate Krane through krane-ctrl's public API.\n"
+               "Exit codes: 0 ok, 1 refused by the server, 2 bad usage or invalid file, 3 server\n"
+               "unreachable, 4 token refused, 5 not found, 6 failed (status --wait), 7 timed out.",
+               "kranectl"};
+  app.set_version_flag("--version", krane::kVersion);
+  app.require_subcommand(1);
+  app.fallthrough();  // global options may follow the command
+  app.option_defaults()->always_capture_default();
+  app.add_option("--server", g.server, "krane-ctrl's gRPC address ($KRANE_SERVER)");
+  app.add_option("--token", g.token, "operator token ($KRANE_TOKEN)");
+  app.add_option("--token-file", g.token_file, "read the operator token from this file");
+  app.add_option("--ca-file", g.ca_file, "use TLS, trusting this CA (PEM)");
+  app.add_option("-o,--output", g.output, "table, json or yaml")
+      ->check(CLI::IsMember({"table", "json", "yaml"}));
+  app.add_option("--request-timeout", g.timeout_s, "seconds per request");
+
+  int code = 0;
+  std::string file, type, id, region;
+  bool dry_run = false, ignore_not_found = false, wait = false;
+  double wait_timeout = 300;
+
+  auto* apply_cmd = app.add_subcommand("apply", "Create or replace the resources of a YAML file.");
+  apply_cmd->add_option("-f,--filename", file, "YAML file (- for standard input)")->required();
+  apply_cmd->add_flag("--dry-run", dry_run, "only check the file");
+  apply_cmd->callback([&] { code = apply(g, file, dry_run); });
+
+  auto* get_cmd = app.add_subcommand("get", "List resources, or show one.");
+  get_cmd->add_option("type", type, "deployment, sentinel, cnp or a plugin's type");
+  get_cmd->add_option("id", id, "one resource");
+  get_cmd->add_option("--region", region, "only this region");
+  get_cmd->callback([&] { code = get(g, type, id, region); });
+
+  auto* delete_cmd = app.add_subcommand("delete", "Delete resources (agents remove what they run).");
+  delete_cmd->add_option("type", type, "deployment, sentinel, cnp or a plugin's type");
+  delete_cmd->add_option("id", id, "resource id");
+  delete_cmd->add_option("--region", region, "the resource's region");
+  delete_cmd->add_option("-f,--filename", file, "delete every resource of this YAML file");
+  delete_cmd->add_flag("--ignore-not-found", ignore_not_found, "a missing resource is not an error");
+  delete_cmd->callback([&] { code = remove(g, type, id, region, file, ignore_not_found); });
+
+  auto* status_cmd = app.add_subcommand(
+      "status", "What the region's agent reports for a resource; --wait until it converged.");
+  status_cmd->add_option("type", type, "deployment, sentinel, cnp or a plugin's type")->required();
+  status_cmd->add_option("id", id, "resource id")->required();
+  status_cmd->add_option("--region", region, "the resource's region")->required();
+  status_cmd->add_flag("--wait", wait, "show progress until converged (exit 6 failed, 7 timeout)");
+  status_cmd->add_option("--timeout", wait_timeout, "seconds --wait waits");
+  status_cmd->callback([&] { code = status(g, type, id, region, wait, wait_timeout); });
+
+  auto* watch_cmd = app.add_subcommand("watch", "Print changes as they are committed.");
+  watch_cmd->add_option("type", type, "only this type");
+  watch_cmd->add_option("--region", region, "only this region");
+  watch_cmd->callback([&] { code = watch(g, type, region); });
+
+  auto* agents_cmd = app.add_subcommand(
+      "agents", "Each agent: region, leader, build version, applied version and lag, heartbeat.");
+  agents_cmd->add_option("--region", region, "only this region");
+  agents_cmd->callback([&] { code = agents(g, region); });
+
+  app.parse_complete_callback([&] {
+    if (!g.token_file.empty()) g.token = readToken(g.token_file);
+  });
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int r = app.exit(e);
+    return r == 0 ? 0 : kUsage;
+  }
+  return code;
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# ./dev demo: bring the local stack up, deploy the example app (examples/demo-app.yaml: the demo
+# app with 3 replicas in each of two regions, plus a sentinel per region), wait until healthy,
+# request every instance, scale it, roll it to a new version, delete it, print each agent's lag,
+# and stop the stack. Exits 0 only if every step converged.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BIN="${BIN:-$ROOT/.bazel/bin}"
+LOCAL="${KRANE_LOCAL_DIR:-$ROOT/.krane-local}"
+REGIONS=(local-1 local-2)
+EXAMPLE="$ROOT/examples/demo-app.yaml"
+WAIT_S="${KRANE_DEMO_WAIT_S:-120}"
+
+STARTED=$SECONDS
+step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+die() { printf 'demo: FAILED: %s\n' "$*" >&2; exit 1; }
+
+# --- the stack ---------------------------------------------------------------------------------
+mkdir -p "$LOCAL/logs"
+step "Starting the stack: MariaDB, krane-ctrl, an agent for each of ${REGIONS[*]}"
+STACK_PID=""
+stop_stack() {
+  if [ -n "$STACK_PID" ] && kill -0 "$STACK_PID" 2>/dev/null; then
+    step "Stopping the stack"
+    kill -INT "$STACK_PID" 2>/dev/null || true
+    wait "$STACK_PID" 2>/dev/null || true
+  fi
+}
+trap stop_stack EXIT
+"$ROOT/tools/local-stack.sh" >"$LOCAL/logs/stack.log" 2>&1 &
+STACK_PID=$!
+for _ in $(seq 1 600); do
+  [ -f "$LOCAL/env" ] && break
+  kill -0 "$STACK_PID" 2>/dev/null || { cat "$LOCAL/logs/stack.log" >&2; die "the stack did not start"; }
+  sleep 0.2
+done
+[ -f "$LOCAL/env" ] || die "the stack was not ready within 120s (see $LOCAL/logs)"
+# shellcheck disable=SC1091
+source "$LOCAL/env"
+KRANECTL="$BIN/cli/kranectl"
+kranectl() { "$KRANECTL" "$@"; }
+kranectl agents
+
+# Waits for every resource of the app to converge in every region.
+wait_converged() {
+  local region
+  for region in "${REGIONS[@]}"; do
+    kranectl status deployment demo --region "$region" --wait --timeout "$WAIT_S" ||
+      die "deployment demo did not converge in $region"
+    kranectl status sentinel "sentinel-demo-$region" --region "$region" --wait --timeout "$WAIT_S" ||
+      die "sentinel sentinel-demo-$region did not converge in $region"
+  done
+}
+
+# Prints what every instance answers on / and checks it names `version` ($1) and the count ($2).
+request_all() {
+  local version="$1" expected="$2" region addresses address answer count=0
+  for region in "${REGIONS[@]}"; do
+    addresses="$(kranectl status deployment demo --region "$region" -o json |
+      sed -n 's/.*"address": *"\([^"]*\)".*/\1/p')"
+    for address in $addresses; do
+      answer="$(curl -fsS --max-time 2 "http://$address/")" || die "$address did not answer"
+      printf '  %-8s %-16s %s\n' "$region" "$address" "$answer"
+      case "$answer" in *" $version "*) ;; *) die "$address answers \"$answer\", expected $version" ;; esac
+      count=$((count + 1))
+    done
+  done
+  [ "$count" -eq "$expected" ] || die "$count instances answered, expected $expected"
+}
+
+# --- the app -----------------------------------------------------------------------------------
+step "Applying $(realpath --relative-to="$ROOT" "$EXAMPLE"): demo x3 and a sentinel, in each region"
+kranectl apply -f "$EXAMPLE"
+step "Waiting until every instance is healthy"
+wait_converged
+step "Requesting every instance"
+request_all v1 6
+
+step "Scaling to 5 replicas per region"
+sed -e 's/^  replicas: 3$/  replicas: 5/' "$EXAMPLE" >"$LOCAL/demo-app-scaled.yaml"
+kranectl apply -f "$LOCAL/demo-app-scaled.yaml"
+wait_converged
+request_all v1 10
+
+step "Rolling to version v2 (one new instance at a time, never below 5 ready)"
+sed -e 's/^  replicas: 3$/  replicas: 5/' -e 's|krane.dev/demo-app:v1|krane.dev/demo-app:v2|' \
+  "$EXAMPLE" >"$LOCAL/demo-app-v2.yaml"
+kranectl apply -f "$LOCAL/demo-app-v2.yaml"
+wait_converged
+request_all v2 10
+
+step "Deleting the app"
+OLD_ADDRESSES=""
+for region in "${REGIONS[@]}"; do
+  OLD_ADDRESSES+=" $(kranectl status deployment demo --region "$region" -o json |
+    sed -n 's/.*"address": *"\([^"]*\)".*/\1/p' | tr '\n' ' ')"
+done
+kranectl delete -f "$EXAMPLE"
+for address in $OLD_ADDRESSES; do
+  for _ in $(seq 1 $((WAIT_S * 5))); do
+    curl -fsS --max-time 1 "http://$address/" >/dev/null 2>&1 || continue 2
+    sleep 0.2
+  done
+  die "$address still answers after the delete"
+done
+echo "every instance stopped"
+kranectl get
+
+step "Agents and their lag"
+for _ in $(seq 1 50); do
+  lagging="$(kranectl agents -o json | grep -c '"lag": "[1-9]' || true)"
+  [ "$lagging" -eq 0 ] && break
+  sleep 0.2
+done
+kranectl agents
+[ "$lagging" -eq 0 ] || die "an agent still lags behind its region"
+
+stop_stack
+STACK_PID=""
+printf '\n\033[1mdemo: every step converged in %ds\033[0m\n' "$((SECONDS - STARTED))"
