@@ -215,6 +215,72 @@ absl::StatusOr<std::string> ContextImpl::run(
   return result;
 }
 
+absl::StatusOr<std::string> ContextImpl::runTx(
+    std::string_view name,
+    const std::function<absl::StatusOr<std::string>(db::Connection& conn)>& fn) {
+  if (const JournalEntry* e = replay("run", name, true)) return outcomeOf(*e);
+  if (cancelPending()) {
+    append(JournalEntry{0, "run", std::string(name), false, std::nullopt, cancelledError()});
+    return cancelledError();
+  }
+  flush();
+  const auto started = std::chrono::steady_clock::now();
+  bool fenced = false;
+  absl::StatusOr<std::string> result;
+  absl::Status status = engine_.pool_->transact(
+      "workflow step",
+      [&](db::Connection& conn) -> absl::Status {
+        fenced = false;
+        absl::Status fence = fenceCheck(conn, nullptr);
+        if (absl::IsAborted(fence) && fence.message() == "fenced") {
+          fenced = true;
+          return fence;
+        }
+        KRANE_RETURN_IF_ERROR(fence);
+        KRANE_RETURN_IF_ERROR(conn.execText("SAVEPOINT workflow_step"));
+        try {
+          result = fn(conn);
+        } catch (const std::exception& ex) {
+          result = absl::InternalError(strCat("run '", name, "' threw: ", ex.what()));
+        }
+        if (!result.ok() && !isTerminal(result.status())) return result.status();
+        if (result.ok() && result->size() > engine_.options_.max_payload_bytes) {
+          result = terminalError(absl::StatusCode::kInvalidArgument,
+                                 strCat("run '", name, "' result: ", result->size(),
+                                        " bytes, more than the limit of ",
+                                        engine_.options_.max_payload_bytes));
+        }
+        if (!result.ok()) KRANE_RETURN_IF_ERROR(conn.execText("ROLLBACK TO SAVEPOINT workflow_step"));
+        const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::steady_clock::now() - started)
+                               .count();
+        JournalEntry e{next_seq_, "run", std::string(name), result.ok()};
+        if (result.ok()) {
+          e.payload = *result;
+        } else {
+          e.error = result.status();
+        }
+        e.duration_ms = ms;
+        buffer_.clear();
+        buffer_.push_back(Pending{std::move(e), {}});
+        return writeBuffer(conn, unixMillis());
+      },
+      db::TxOptions{db::Isolation::kReadCommitted});
+  engine_.recordStep(std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::steady_clock::now() - started)
+                         .count());
+  if (fenced) throw FencedSignal{};
+  if (!status.ok()) {
+    buffer_.clear();
+    throw AttemptFailedSignal{
+        absl::Status(status.code(), strCat("run '", name, "': ", status.message()))};
+  }
+  ++next_seq_;
+  for (Pending& p : buffer_) journal_.push_back(std::move(p.entry));
+  buffer_.clear();
+  return result;
+}
+
 std::optional<std::string> ContextImpl::get(std::string_view name) {
   if (!keyed_) {
     throw TerminalSignal{terminalError(absl::StatusCode::kFailedPrecondition,

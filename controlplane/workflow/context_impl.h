@@ -69,6 +69,9 @@ class ContextImpl : public Context {
 
   absl::StatusOr<std::string> run(std::string_view name,
                                   const std::function<absl::StatusOr<std::string>()>& fn) override;
+  absl::StatusOr<std::string> runTx(
+      std::string_view name,
+      const std::function<absl::StatusOr<std::string>(db::Connection& conn)>& fn) override;
   std::optional<std::string> get(std::string_view name) override;
   void set(std::string_view name, std::string value) override;
   void clear(std::string_view name) override;

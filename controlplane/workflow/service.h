@@ -20,6 +20,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+namespace krane::db {
+class Connection;
+}
+
 namespace krane::workflow {
 
 class Context;
@@ -131,6 +135,13 @@ class Context {
   virtual absl::StatusOr<std::string> run(std::string_view name,
                                           const std::function<absl::StatusOr<std::string>()>& fn) = 0;
   absl::Status runVoid(std::string_view name, const std::function<absl::Status()>& fn);
+  // A side effect on the engine's own database, done in the transaction that journals its
+  // result: exactly once, even across crashes. `fn` must only use `conn` (no other connection,
+  // nothing outside the database). A terminal error rolls back what `fn` wrote and is journaled;
+  // a retryable one rolls back and fails the attempt.
+  virtual absl::StatusOr<std::string> runTx(
+      std::string_view name,
+      const std::function<absl::StatusOr<std::string>(db::Connection& conn)>& fn) = 0;
 
   // Per-object state of a virtual object. set/clear in a shared handler end the invocation with
   // a terminal FAILED_PRECONDITION.
