@@ -111,8 +111,48 @@ void ContextImpl::flush() {
       db::TxOptions{db::Isolation::kReadCommitted});
   if (fenced) throw FencedSignal{};
   if (!status.ok()) throw AttemptFailedSignal{status};
+  notifyIfNeeded();
   for (Pending& p : buffer_) journal_.push_back(std::move(p.entry));
   buffer_.clear();
+}
+
+void ContextImpl::notifyIfNeeded() {
+  for (const Pending& p : buffer_) {
+    if (!p.actions.empty()) {
+      engine_.notify();
+      return;
+    }
+  }
+}
+
+void ContextImpl::settle(std::string_view id, absl::StatusOr<std::string> outcome) {
+  const std::string kind = outcome.ok() ? "resolve" : "reject";
+  if (replay(kind, id, true)) return;
+  if (outcome.ok()) checkPayload(strCat(kind, " '", id, "'"), outcome->size());
+  std::string promise(id);
+  JournalEntry e{0, kind, promise, outcome.ok()};
+  if (outcome.ok()) {
+    e.payload = *outcome;
+  } else {
+    e.error = outcome.status();
+  }
+  append(std::move(e), {[this, promise, outcome](db::Connection& conn, int64_t now) -> absl::Status {
+           auto settled = store::settlePromise(conn, promise, outcome, now);
+           if (absl::IsNotFound(settled.status())) {
+             spdlog::warn("workflow: invocation={} settles unknown awakeable {}", claim_.id,
+                          promise);
+             return absl::OkStatus();
+           }
+           return settled.status();
+         }});
+}
+
+void ContextImpl::resolveAwakeable(std::string_view id, std::string payload) {
+  settle(id, std::move(payload));
+}
+
+void ContextImpl::rejectAwakeable(std::string_view id, std::string_view message) {
+  settle(id, terminalError(absl::StatusCode::kAborted, message));
 }
 
 absl::StatusOr<bool> ContextImpl::commit(const CommitRequest& request) {
@@ -168,6 +208,7 @@ absl::StatusOr<bool> ContextImpl::commit(const CommitRequest& request) {
       db::TxOptions{db::Isolation::kReadCommitted});
   if (fenced) throw FencedSignal{};
   KRANE_RETURN_IF_ERROR(status);
+  notifyIfNeeded();
   for (Pending& p : buffer_) journal_.push_back(std::move(p.entry));
   buffer_.clear();
   return !(request.what == Commit::kSuspend && woken);

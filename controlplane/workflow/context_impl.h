@@ -81,6 +81,8 @@ class ContextImpl : public Context {
               std::string input) override;
   void send(std::string_view service, std::string_view handler, std::string_view key,
             std::string input, std::chrono::milliseconds delay) override;
+  void resolveAwakeable(std::string_view id, std::string payload) override;
+  void rejectAwakeable(std::string_view id, std::string_view message) override;
   absl::StatusOr<std::string> await(const Future& future) override;
   Selected select(const std::vector<Future>& futures) override;
   void compensate(std::string_view name, std::function<absl::Status()> fn) override;
@@ -124,6 +126,9 @@ class ContextImpl : public Context {
   void append(JournalEntry entry, std::vector<Action> actions = {});
   // Commits the buffer (if not empty). Throws FencedSignal / AttemptFailedSignal.
   void flush();
+  void settle(std::string_view id, absl::StatusOr<std::string> outcome);
+  // After a commit that may have made other invocations runnable.
+  void notifyIfNeeded();
   absl::Status fenceCheck(db::Connection& conn, bool* woken);
   absl::Status writeBuffer(db::Connection& conn, int64_t now);
   bool cancelPending() const { return claim_.cancel_requested && !compensating_; }

@@ -44,13 +44,13 @@ struct EngineOptions {
 };
 
 struct InvokeRequest {
-  std::string service;
-  std::string handler;
+  std::string service = {};
+  std::string handler = {};
   // Required for virtual objects, empty for unkeyed services.
-  std::string key;
-  std::string input;
+  std::string key = {};
+  std::string input = {};
   // Invocations with the same service, handler, key and idempotency key are one invocation.
-  std::string idempotency_key;
+  std::string idempotency_key = {};
   std::chrono::milliseconds delay{0};
 };
 

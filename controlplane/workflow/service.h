@@ -160,6 +160,11 @@ class Context {
                     std::string input,
                     std::chrono::milliseconds delay = std::chrono::milliseconds(0)) = 0;
 
+  // Settles someone's awakeable, journaled (committed with this handler's next commit). An
+  // unknown id is logged and ignored; the first settle of an awakeable wins.
+  virtual void resolveAwakeable(std::string_view id, std::string payload) = 0;
+  virtual void rejectAwakeable(std::string_view id, std::string_view message) = 0;
+
   // Waits for one future. Returns CANCELLED when the invocation is cancelled.
   virtual absl::StatusOr<std::string> await(const Future& future) = 0;
   // Waits for the first of several futures to settle.
