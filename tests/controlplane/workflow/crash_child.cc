@@ -6,6 +6,8 @@
 //
 // Crashy.run (unkeyed): step1, a durable sleep, step2, step3 (slow before its effect), step4
 // (its effect in the journal's transaction, slow after it), step5.
+// Undo.run (unkeyed): does a, b, c, each with a compensation, then fails: the compensations run
+// c, b (slow), a.
 #include <unistd.h>
 
 #include <chrono>
@@ -84,6 +86,22 @@ int serve(const std::string& dsn_text, const std::string& worker, int lease_ms) 
         if (!s4.ok()) return s4.status();
         if (auto s = step(ctx, "step5"); !s.ok()) return s;
         return std::string("done");
+      }));
+  if (!registered.ok()) return 2;
+  registered = engine.registerService(ServiceDefinition::service("Undo").handler(
+      "run", [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+        const std::string id = ctx.invocationId();
+        for (std::string name : {"a", "b", "c"}) {
+          if (auto s = step(ctx, "do " + name); !s.ok()) return s;
+          ctx.compensateRun(name, [p, id, name] {
+            if (name == "b") {
+              if (auto m = mark(*p, id, "undoing b"); !m.ok()) return m;
+              std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+            }
+            return plainEffect(*p, id, "undo " + name);
+          });
+        }
+        return workflow::terminalError(absl::StatusCode::kFailedPrecondition, "the deploy failed");
       }));
   if (!registered.ok()) return 2;
   engine.start();

@@ -124,6 +124,32 @@ TEST_F(CrashTest, KilledBetweenAndInsideStepsTheWorkflowCompletesWithEachEffectO
   EXPECT_EQ(runs, 5);
 }
 
+TEST_F(CrashTest, KilledDuringCompensationTheCompensationsResume) {
+  Engine submitter(pool_, fastOptions());
+  ASSERT_TRUE(submitter
+                  .registerService(ServiceDefinition::service("Undo").handler(
+                      "run", [](Context&, const std::string&) {
+                        return absl::StatusOr<std::string>("");
+                      }))
+                  .ok());
+  auto id = submitter.send({"Undo", "run", "", ""});
+  auto a = child("a");
+  ASSERT_TRUE(eventually([&] { return markers(*id, "undoing b") == 1; }, 30s));
+  killHard(*a);
+  auto b = child("b");
+  auto result = submitter.awaitResult(*id, 60s);
+  EXPECT_TRUE(absl::IsFailedPrecondition(result.status())) << result.status();
+  EXPECT_THAT(messageOf(result.status()), ::testing::HasSubstr("the deploy failed"));
+  killHard(*b);
+  std::vector<std::string> order;
+  auto rows = (*pool_->acquire())
+                  ->query("SELECT step FROM effects WHERE invocation_id = ? ORDER BY n", {*id});
+  for (const auto& r : rows->rows) order.push_back(r.str(0));
+  EXPECT_THAT(order, ::testing::ElementsAre("do a", "do b", "do c", "undo c", "undo b", "undo a"));
+  EXPECT_EQ(markers(*id, "undoing b"), 2);
+  EXPECT_EQ(statusOf(*id), "failed");
+}
+
 TEST_F(CrashTest, TwoReplicasOneKilledTheOtherFinishesEverything) {
   Engine submitter(pool_, fastOptions());
   ASSERT_TRUE(submitter
