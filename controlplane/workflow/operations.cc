@@ -231,10 +231,14 @@ absl::StatusOr<CleanupResult> cleanupFinished(db::Pool& pool, std::chrono::milli
   const int64_t cutoff = unixMillis() - retention.count();
   for (;;) {
     std::vector<std::string> ids;
+    uint64_t journal_entries = 0;
+    uint64_t promises = 0;
     absl::Status status = pool.transact(
         "workflow cleanup",
         [&](db::Connection& conn) -> absl::Status {
           ids.clear();
+          journal_entries = 0;
+          promises = 0;
           KRANE_ASSIGN_OR_RETURN(
               auto rows,
               conn.query(strCat("SELECT id FROM workflow_invocations WHERE status IN (",
@@ -250,14 +254,16 @@ absl::StatusOr<CleanupResult> cleanupFinished(db::Pool& pool, std::chrono::milli
                 conn.exec("DELETE FROM workflow_promises WHERE invocation_id = ?", {id}));
             KRANE_RETURN_IF_ERROR(
                 conn.exec("DELETE FROM workflow_invocations WHERE id = ?", {id}).status());
-            result.journal_entries += j;
-            result.promises += p;
+            journal_entries += j;
+            promises += p;
           }
           return absl::OkStatus();
         },
         db::TxOptions{db::Isolation::kReadCommitted});
     KRANE_RETURN_IF_ERROR(status);
     result.invocations += ids.size();
+    result.journal_entries += journal_entries;
+    result.promises += promises;
     if (ids.size() < batch) return result;
   }
 }

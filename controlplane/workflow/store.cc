@@ -10,61 +10,83 @@
 
 namespace krane::workflow::store {
 
-absl::Status insertInvocation(db::Connection& conn, const NewInvocation& inv, int64_t now) {
-  std::string status = "ready";
-  db::Value due_at = now;
-  if (inv.delay_ms > 0) {
-    status = "scheduled";
-    due_at = now + inv.delay_ms;
-  }
-  KRANE_RETURN_IF_ERROR(
-      conn.exec("INSERT INTO workflow_invocations (id, service, handler, object_key, exclusive,"
-                " status, input, idempotency_hash, idempotency_key, parent_id, completion_promise,"
-                " due_at, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                {inv.id, inv.service, inv.handler, inv.key, inv.exclusive, status,
-                 db::Blob{inv.input}, inv.idempotency_hash, inv.idempotency_key, inv.parent_id,
-                 inv.completion_promise, due_at, now, now})
-          .status());
-  if (inv.exclusive && inv.delay_ms <= 0) {
-    KRANE_RETURN_IF_ERROR(admitToKey(conn, inv.id, inv.service, inv.key, now).status());
-  }
-  return absl::OkStatus();
-}
+namespace {
 
-absl::StatusOr<bool> admitToKey(db::Connection& conn, std::string_view id, std::string_view service,
-                                std::string_view key, int64_t now) {
-  // UPDATE first: it takes the row's exclusive lock directly, so concurrent arrivals queue on it
-  // instead of deadlocking on shared-to-exclusive upgrades.
-  const char* bump =
-      "UPDATE workflow_keys SET next_seq = next_seq + 1 WHERE service = ? AND object_key = ?";
-  KRANE_ASSIGN_OR_RETURN(uint64_t bumped, conn.exec(bump, {service, key}));
-  if (bumped == 0) {
-    KRANE_RETURN_IF_ERROR(conn.exec("INSERT IGNORE INTO workflow_keys (service, object_key,"
-                                    " next_seq) VALUES (?, ?, 0)",
-                                    {service, key})
-                              .status());
-    KRANE_RETURN_IF_ERROR(conn.exec(bump, {service, key}).status());
-  }
+struct KeyLock {
+  std::optional<std::string> holder;
+  int64_t seq = 0;  // this arrival's place in the key's queue
+};
+
+// Bumps the key's arrival counter and returns the holder. The upsert takes the row's exclusive
+// lock at once (no shared-to-exclusive upgrade), so concurrent arrivals queue on it.
+absl::StatusOr<KeyLock> lockKey(db::Connection& conn, std::string_view service,
+                                std::string_view key) {
+  KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO workflow_keys (service, object_key, next_seq)"
+                                  " VALUES (?, ?, 1) ON DUPLICATE KEY UPDATE"
+                                  " next_seq = next_seq + 1",
+                                  {service, key})
+                            .status());
   KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT holder, next_seq FROM workflow_keys"
                                                 " WHERE service = ? AND object_key = ?",
                                                 {service, key}));
   const db::Row& row = rows.rows.at(0);
-  const int64_t seq = row.i64("next_seq");
-  if (row.isNull("holder")) {
-    KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_keys SET holder = ?, held_since = ?"
-                                    " WHERE service = ? AND object_key = ?",
-                                    {id, now, service, key})
-                              .status());
+  return KeyLock{row.optStr("holder"), row.i64("next_seq")};
+}
+
+absl::Status takeKey(db::Connection& conn, std::string_view service, std::string_view key,
+                     std::string_view id, int64_t now) {
+  return conn
+      .exec("UPDATE workflow_keys SET holder = ?, held_since = ? WHERE service = ? AND"
+            " object_key = ?",
+            {id, now, service, key})
+      .status();
+}
+
+}  // namespace
+
+absl::Status insertInvocation(db::Connection& conn, const NewInvocation& inv, int64_t now) {
+  std::string status = "ready";
+  db::Value due_at = now;
+  db::Value key_seq;
+  if (inv.delay_ms > 0) {
+    status = "scheduled";
+    due_at = now + inv.delay_ms;
+  } else if (inv.exclusive) {
+    // The key row first, like every other transaction that touches both.
+    KRANE_ASSIGN_OR_RETURN(KeyLock lock, lockKey(conn, inv.service, inv.key));
+    key_seq = lock.seq;
+    if (!lock.holder) {
+      KRANE_RETURN_IF_ERROR(takeKey(conn, inv.service, inv.key, inv.id, now));
+    } else {
+      status = "queued";
+      due_at = db::Value();
+    }
+  }
+  return conn
+      .exec("INSERT INTO workflow_invocations (id, service, handler, object_key, exclusive,"
+            " status, input, idempotency_hash, idempotency_key, parent_id, completion_promise,"
+            " key_seq, due_at, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            {inv.id, inv.service, inv.handler, inv.key, inv.exclusive, status,
+             db::Blob{inv.input}, inv.idempotency_hash, inv.idempotency_key, inv.parent_id,
+             inv.completion_promise, key_seq, due_at, now, now})
+      .status();
+}
+
+absl::StatusOr<bool> admitToKey(db::Connection& conn, std::string_view id, std::string_view service,
+                                std::string_view key, int64_t now) {
+  KRANE_ASSIGN_OR_RETURN(KeyLock lock, lockKey(conn, service, key));
+  if (lock.holder && *lock.holder == id) return true;
+  if (!lock.holder) {
+    KRANE_RETURN_IF_ERROR(takeKey(conn, service, key, id, now));
     KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET status = 'ready', key_seq = ?,"
                                     " due_at = ?, updated_at = ? WHERE id = ?",
-                                    {seq, now, now, id})
+                                    {lock.seq, now, now, id})
                               .status());
     return true;
   }
-  if (row.str("holder") == id) return true;
   KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET status = 'queued', key_seq = ?,"
                                   " due_at = NULL, updated_at = ? WHERE id = ?",
-                                  {seq, now, id})
+                                  {lock.seq, now, id})
                             .status());
   return false;
 }

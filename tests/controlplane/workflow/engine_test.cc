@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "common/clock.h"
+#include "controlplane/workflow/maintenance.h"
 #include "controlplane/workflow/operations.h"
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/wait.h"
@@ -758,6 +759,60 @@ TEST_F(WorkflowTest, KillFencesOutARunningWorker) {
   EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ?", {*id}), 0);
   EXPECT_TRUE(absl::IsFailedPrecondition(e.kill(*id)));
   EXPECT_TRUE(absl::IsNotFound(e.kill("inv_nope")));
+}
+
+TEST_F(WorkflowTest, WatchdogReportsKeysHeldTooLongAndRetentionDeletesFinishedWork) {
+  Engine& e = engine([&](Engine& e) {
+    ASSERT_TRUE(e.registerService(
+                     ServiceDefinition::virtualObject("Stuck")
+                         .exclusive("wait",
+                                    [](Context& ctx, const std::string&) {
+                                      return ctx.await(ctx.awakeable().future);
+                                    })
+                         .exclusive("quick", [](Context&, const std::string&) {
+                           return absl::StatusOr<std::string>("ok");
+                         }))
+                    .ok());
+  });
+  auto stuck = e.send({"Stuck", "wait", "k", ""});
+  ASSERT_TRUE(eventually([&] { return statusOf(*stuck) == "suspended"; }));
+  auto queued = e.send({"Stuck", "quick", "k", ""});
+  auto done = e.call({"Stuck", "quick", "other", ""}, 20s);
+  ASSERT_TRUE(done.ok());
+  std::this_thread::sleep_for(150ms);
+
+  std::vector<HeldKey> reported;
+  MaintenanceOptions options;
+  options.watchdog_threshold = 100ms;
+  options.retention = 50ms;
+  options.on_stuck_key = [&](const HeldKey& k) { reported.push_back(k); };
+  Maintenance maintenance(pool_, options);
+  auto report = maintenance.runOnce();
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->stuck.size(), 1u);
+  EXPECT_EQ(report->stuck[0].service, "Stuck");
+  EXPECT_EQ(report->stuck[0].key, "k");
+  EXPECT_EQ(report->stuck[0].holder, *stuck);
+  EXPECT_EQ(report->stuck[0].holder_handler, "wait");
+  EXPECT_EQ(report->stuck[0].holder_status, "suspended");
+  EXPECT_EQ(report->stuck[0].queued, 1);
+  EXPECT_GE(report->stuck[0].held_ms, 100);
+  EXPECT_EQ(reported.size(), 1u);
+  EXPECT_EQ(report->cleaned.invocations, 1u) << "only the finished invocation";
+  EXPECT_EQ(statusOf(*stuck), "suspended");
+  bool saw = false;
+  for (const auto& f : maintenance.metrics()) {
+    if (f.name == "krane_workflow_keys_held_too_long") {
+      EXPECT_EQ(f.metric[0].gauge.value, 1);
+      saw = true;
+    }
+  }
+  EXPECT_TRUE(saw);
+  // The operator acts on the report: killing the holder hands the key on.
+  ASSERT_TRUE(e.kill(*stuck).ok());
+  EXPECT_EQ(*e.awaitResult(*queued, 20s), "ok");
+  report = maintenance.runOnce();
+  EXPECT_TRUE(report->stuck.empty());
 }
 
 TEST(RetryPolicyTest, DeployPresetMatchesTheSeed) {
