@@ -1,11 +1,10 @@
-#include "controlplane/workflow/context_impl.h"
-
 #include <algorithm>
 #include <exception>
 
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/workflow/context_impl.h"
 #include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/store.h"
 #include "spdlog/spdlog.h"
@@ -35,10 +34,10 @@ const JournalEntry* ContextImpl::replay(std::string_view kind, std::string_view 
   if (e.kind == "abort" && !compensating_) throw AbortSignal{};
   if (e.kind != kind || (match_name && e.name != name)) {
     throw AttemptFailedSignal{
-        absl::FailedPreconditionError(strCat(
-            "journal mismatch at entry ", e.seq, ": the journal has ", e.kind, " '", e.name,
-            "' but the handler asked for ", kind, " '", name,
-            "' (handler code changed, or it is not deterministic outside run())")),
+        absl::FailedPreconditionError(
+            strCat("journal mismatch at entry ", e.seq, ": the journal has ", e.kind, " '", e.name,
+                   "' but the handler asked for ", kind, " '", name,
+                   "' (handler code changed, or it is not deterministic outside run())")),
         true};
   }
   ++next_seq_;
@@ -52,18 +51,17 @@ void ContextImpl::append(JournalEntry entry, std::vector<Action> actions) {
 
 void ContextImpl::checkPayload(std::string_view what, size_t bytes) {
   if (bytes > engine_.options_.max_payload_bytes) {
-    throw TerminalSignal{terminalError(
-        absl::StatusCode::kInvalidArgument,
-        strCat(what, ": ", bytes, " bytes, more than the limit of ",
-               engine_.options_.max_payload_bytes))};
+    throw TerminalSignal{terminalError(absl::StatusCode::kInvalidArgument,
+                                       strCat(what, ": ", bytes, " bytes, more than the limit of ",
+                                              engine_.options_.max_payload_bytes))};
   }
 }
 
 absl::Status ContextImpl::fenceCheck(db::Connection& conn, bool* woken) {
   KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT lease_token, wake_seq, cancel_requested"
-                                                " FROM workflow_invocations WHERE id = ?"
-                                                " FOR UPDATE",
-                                                {claim_.id}));
+                                               " FROM workflow_invocations WHERE id = ?"
+                                               " FOR UPDATE",
+                                               {claim_.id}));
   if (rows.empty() || rows.rows[0].i64("lease_token") != claim_.token) {
     return absl::AbortedError("fenced");
   }
@@ -136,15 +134,15 @@ void ContextImpl::settle(std::string_view id, absl::StatusOr<std::string> outcom
   } else {
     e.error = outcome.status();
   }
-  append(std::move(e), {[this, promise, outcome](db::Connection& conn, int64_t now) -> absl::Status {
-           auto settled = store::settlePromise(conn, promise, outcome, now);
-           if (absl::IsNotFound(settled.status())) {
-             spdlog::warn("workflow: invocation={} settles unknown awakeable {}", claim_.id,
-                          promise);
-             return absl::OkStatus();
-           }
-           return settled.status();
-         }});
+  append(
+      std::move(e), {[this, promise, outcome](db::Connection& conn, int64_t now) -> absl::Status {
+        auto settled = store::settlePromise(conn, promise, outcome, now);
+        if (absl::IsNotFound(settled.status())) {
+          spdlog::warn("workflow: invocation={} settles unknown awakeable {}", claim_.id, promise);
+          return absl::OkStatus();
+        }
+        return settled.status();
+      }});
 }
 
 void ContextImpl::resolveAwakeable(std::string_view id, std::string payload) {
@@ -175,32 +173,35 @@ absl::StatusOr<bool> ContextImpl::commit(const CommitRequest& request) {
           case Commit::kSuspend:
             if (woken) return absl::OkStatus();
             return conn
-                .exec("UPDATE workflow_invocations SET status = 'suspended', due_at = ?,"
-                      " lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?",
-                      {request.wake_at, now, claim_.id})
+                .exec(
+                    "UPDATE workflow_invocations SET status = 'suspended', due_at = ?,"
+                    " lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?",
+                    {request.wake_at, now, claim_.id})
                 .status();
           case Commit::kRetry:
             return conn
-                .exec("UPDATE workflow_invocations SET status = 'ready', due_at = ?,"
-                      " attempts = ?, last_error = ?, lease_owner = NULL,"
-                      " lease_expires_at = NULL, updated_at = ? WHERE id = ?",
-                      {request.retry_at, request.attempts,
-                       std::string(toStd(request.last_error.message())), now, claim_.id})
+                .exec(
+                    "UPDATE workflow_invocations SET status = 'ready', due_at = ?,"
+                    " attempts = ?, last_error = ?, lease_owner = NULL,"
+                    " lease_expires_at = NULL, updated_at = ? WHERE id = ?",
+                    {request.retry_at, request.attempts,
+                     std::string(toStd(request.last_error.message())), now, claim_.id})
                 .status();
           case Commit::kPause:
             return conn
-                .exec("UPDATE workflow_invocations SET status = 'paused', due_at = NULL,"
-                      " attempts = ?, last_error = ?, lease_owner = NULL,"
-                      " lease_expires_at = NULL, updated_at = ? WHERE id = ?",
-                      {request.attempts, std::string(toStd(request.last_error.message())), now,
-                       claim_.id})
+                .exec(
+                    "UPDATE workflow_invocations SET status = 'paused', due_at = NULL,"
+                    " attempts = ?, last_error = ?, lease_owner = NULL,"
+                    " lease_expires_at = NULL, updated_at = ? WHERE id = ?",
+                    {request.attempts, std::string(toStd(request.last_error.message())), now,
+                     claim_.id})
                 .status();
           case Commit::kFinish:
-            KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET attempts = ?"
-                                            " WHERE id = ?",
-                                            {std::max(request.attempts, claim_.attempts),
-                                             claim_.id})
-                                      .status());
+            KRANE_RETURN_IF_ERROR(
+                conn.exec("UPDATE workflow_invocations SET attempts = ?"
+                          " WHERE id = ?",
+                          {std::max(request.attempts, claim_.attempts), claim_.id})
+                    .status());
             return store::finish(conn, claim_.id, request.final_status, request.outcome, now);
         }
         return absl::InternalError("unknown commit");
@@ -238,10 +239,10 @@ absl::StatusOr<std::string> ContextImpl::run(
         result.status().code(), strCat("run '", name, "': ", result.status().message()))};
   }
   if (result.ok() && result->size() > engine_.options_.max_payload_bytes) {
-    result = terminalError(absl::StatusCode::kInvalidArgument,
-                           strCat("run '", name, "' result: ", result->size(),
-                                  " bytes, more than the limit of ",
-                                  engine_.options_.max_payload_bytes));
+    result = terminalError(
+        absl::StatusCode::kInvalidArgument,
+        strCat("run '", name, "' result: ", result->size(), " bytes, more than the limit of ",
+               engine_.options_.max_payload_bytes));
   }
   JournalEntry e{0, "run", std::string(name), result.ok()};
   if (result.ok()) {
@@ -286,12 +287,14 @@ absl::StatusOr<std::string> ContextImpl::runTx(
         }
         if (!result.ok() && !isTerminal(result.status())) return result.status();
         if (result.ok() && result->size() > engine_.options_.max_payload_bytes) {
-          result = terminalError(absl::StatusCode::kInvalidArgument,
-                                 strCat("run '", name, "' result: ", result->size(),
-                                        " bytes, more than the limit of ",
-                                        engine_.options_.max_payload_bytes));
+          result = terminalError(
+              absl::StatusCode::kInvalidArgument,
+              strCat("run '", name, "' result: ", result->size(), " bytes, more than the limit of ",
+                     engine_.options_.max_payload_bytes));
         }
-        if (!result.ok()) KRANE_RETURN_IF_ERROR(conn.execText("ROLLBACK TO SAVEPOINT workflow_step"));
+        if (!result.ok()) {
+          KRANE_RETURN_IF_ERROR(conn.execText("ROLLBACK TO SAVEPOINT workflow_step"));
+        }
         const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::steady_clock::now() - started)
                                .count();
@@ -324,16 +327,16 @@ absl::StatusOr<std::string> ContextImpl::runTx(
 
 std::optional<std::string> ContextImpl::get(std::string_view name) {
   if (!keyed_) {
-    throw TerminalSignal{terminalError(absl::StatusCode::kFailedPrecondition,
-                                       strCat("state '", name, "': service ", claim_.service,
-                                              " is not a virtual object"))};
+    throw TerminalSignal{terminalError(
+        absl::StatusCode::kFailedPrecondition,
+        strCat("state '", name, "': service ", claim_.service, " is not a virtual object"))};
   }
   if (const JournalEntry* e = replay("get", name, true)) return e->payload;
   std::optional<std::string> value;
   bool found_in_buffer = false;
   for (auto it = buffer_.rbegin(); it != buffer_.rend(); ++it) {
-    if (it->entry.name == name && (it->entry.kind == "set" || it->entry.kind == "clear" ||
-                                   it->entry.kind == "get")) {
+    if (it->entry.name == name &&
+        (it->entry.kind == "set" || it->entry.kind == "clear" || it->entry.kind == "get")) {
       value = it->entry.payload;
       found_in_buffer = true;
       break;
@@ -343,9 +346,10 @@ std::optional<std::string> ContextImpl::get(std::string_view name) {
     auto rows = [&]() {
       auto conn = engine_.pool_->acquire();
       if (!conn.ok()) return absl::StatusOr<db::ResultSet>(conn.status());
-      return (*conn)->query("SELECT value FROM workflow_state WHERE service = ? AND"
-                            " object_key = ? AND name = ?",
-                            {claim_.service, claim_.key, name});
+      return (*conn)->query(
+          "SELECT value FROM workflow_state WHERE service = ? AND"
+          " object_key = ? AND name = ?",
+          {claim_.service, claim_.key, name});
     }();
     if (!rows.ok()) throw AttemptFailedSignal{rows.status()};
     if (!rows->empty()) value = rows->rows[0].str("value");
@@ -356,10 +360,10 @@ std::optional<std::string> ContextImpl::get(std::string_view name) {
 
 void ContextImpl::set(std::string_view name, std::string value) {
   if (kind_ != HandlerKind::kExclusive || !keyed_) {
-    throw TerminalSignal{terminalError(
-        absl::StatusCode::kFailedPrecondition,
-        strCat("state '", name, "' can only be written by an exclusive handler; ",
-               claim_.service, ".", claim_.handler, " is not one"))};
+    throw TerminalSignal{
+        terminalError(absl::StatusCode::kFailedPrecondition,
+                      strCat("state '", name, "' can only be written by an exclusive handler; ",
+                             claim_.service, ".", claim_.handler, " is not one"))};
   }
   if (replay("set", name, true)) return;
   checkPayload(strCat("state '", name, "'"), value.size());
@@ -367,29 +371,31 @@ void ContextImpl::set(std::string_view name, std::string value) {
   append(JournalEntry{0, "set", n, true, value},
          {[this, n, value](db::Connection& conn, int64_t now) {
            return conn
-               .exec("INSERT INTO workflow_state (service, object_key, name, value, updated_at)"
-                     " VALUES (?,?,?,?,?) ON DUPLICATE KEY UPDATE value = VALUES(value),"
-                     " updated_at = VALUES(updated_at)",
-                     {claim_.service, claim_.key, n, db::Blob{value}, now})
+               .exec(
+                   "INSERT INTO workflow_state (service, object_key, name, value, updated_at)"
+                   " VALUES (?,?,?,?,?) ON DUPLICATE KEY UPDATE value = VALUES(value),"
+                   " updated_at = VALUES(updated_at)",
+                   {claim_.service, claim_.key, n, db::Blob{value}, now})
                .status();
          }});
 }
 
 void ContextImpl::clear(std::string_view name) {
   if (kind_ != HandlerKind::kExclusive || !keyed_) {
-    throw TerminalSignal{terminalError(
-        absl::StatusCode::kFailedPrecondition,
-        strCat("state '", name, "' can only be cleared by an exclusive handler; ",
-               claim_.service, ".", claim_.handler, " is not one"))};
+    throw TerminalSignal{
+        terminalError(absl::StatusCode::kFailedPrecondition,
+                      strCat("state '", name, "' can only be cleared by an exclusive handler; ",
+                             claim_.service, ".", claim_.handler, " is not one"))};
   }
   if (replay("clear", name, true)) return;
   std::string n(name);
   append(JournalEntry{0, "clear", n, true, std::nullopt},
          {[this, n](db::Connection& conn, int64_t) {
            return conn
-               .exec("DELETE FROM workflow_state WHERE service = ? AND object_key = ? AND"
-                     " name = ?",
-                     {claim_.service, claim_.key, n})
+               .exec(
+                   "DELETE FROM workflow_state WHERE service = ? AND object_key = ? AND"
+                   " name = ?",
+                   {claim_.service, claim_.key, n})
                .status();
          }});
 }
@@ -402,9 +408,10 @@ Awakeable ContextImpl::awakeable() {
   append(JournalEntry{0, "awakeable", "", true, id},
          {[this, id](db::Connection& conn, int64_t now) {
            return conn
-               .exec("INSERT INTO workflow_promises (id, invocation_id, kind, created_at)"
-                     " VALUES (?, ?, 'awakeable', ?)",
-                     {id, claim_.id, now})
+               .exec(
+                   "INSERT INTO workflow_promises (id, invocation_id, kind, created_at)"
+                   " VALUES (?, ?, 'awakeable', ?)",
+                   {id, claim_.id, now})
                .status();
          }});
   return Awakeable{id, Future{id}};
@@ -417,9 +424,10 @@ Future ContextImpl::timer(std::chrono::milliseconds delay) {
   append(JournalEntry{0, "timer", "", true, std::to_string(fire_at)},
          {[this, id, fire_at](db::Connection& conn, int64_t now) {
            return conn
-               .exec("INSERT INTO workflow_promises (id, invocation_id, kind, fire_at, created_at)"
-                     " VALUES (?, ?, 'timer', ?, ?)",
-                     {id, claim_.id, fire_at, now})
+               .exec(
+                   "INSERT INTO workflow_promises (id, invocation_id, kind, fire_at, created_at)"
+                   " VALUES (?, ?, 'timer', ?, ?)",
+                   {id, claim_.id, fire_at, now})
                .status();
          }});
   return Future{id};
@@ -431,19 +439,21 @@ Future ContextImpl::call(std::string_view service, std::string_view handler, std
   if (const JournalEntry* e = replay("call", target, true)) return Future{promiseId(e->seq)};
   const int seq = next_seq_;
   const std::string promise = promiseId(seq);
-  const std::string child = strCat("inv_", store::sha256Hex(strCat(claim_.id, "/", seq)).substr(0, 32));
+  const std::string child =
+      strCat("inv_", store::sha256Hex(strCat(claim_.id, "/", seq)).substr(0, 32));
   const ServiceDefinition::Entry* entry = nullptr;
   absl::Status valid = engine_.validate(service, handler, key, input.size(), &entry);
   std::vector<Action> actions;
   if (!valid.ok()) {
-    absl::Status error = terminalError(valid.code(), strCat("call ", target, ": ", valid.message()));
+    absl::Status error =
+        terminalError(valid.code(), strCat("call ", target, ": ", valid.message()));
     actions.push_back([this, promise, error](db::Connection& conn, int64_t now) {
       return conn
-          .exec("INSERT INTO workflow_promises (id, invocation_id, kind, state, error_code,"
-                " error_message, created_at, settled_at) VALUES (?, ?, 'call', 'rejected', ?, ?,"
-                " ?, ?)",
-                {promise, claim_.id, store::errorCode(error), store::errorMessage(error), now,
-                 now})
+          .exec(
+              "INSERT INTO workflow_promises (id, invocation_id, kind, state, error_code,"
+              " error_message, created_at, settled_at) VALUES (?, ?, 'call', 'rejected', ?, ?,"
+              " ?, ?)",
+              {promise, claim_.id, store::errorCode(error), store::errorMessage(error), now, now})
           .status();
     });
   } else {
@@ -489,8 +499,7 @@ void ContextImpl::send(std::string_view service, std::string_view handler, std::
   inv.parent_id = claim_.id;
   inv.delay_ms = delay.count();
   const std::string child = inv.id;
-  append(JournalEntry{0, "send", target, true, child},
-         {[inv](db::Connection& conn, int64_t now) {
+  append(JournalEntry{0, "send", target, true, child}, {[inv](db::Connection& conn, int64_t now) {
            return store::insertInvocation(conn, inv, now);
          }});
 }

@@ -101,11 +101,11 @@ class ContextImpl : public Context {
   enum class Commit { kSuspend, kRetry, kPause, kFinish };
   struct CommitRequest {
     Commit what = Commit::kFinish;
-    std::optional<int64_t> wake_at;              // kSuspend
-    int64_t retry_at = 0;                        // kRetry
-    int attempts = 0;                            // kRetry, kPause
-    absl::Status last_error;                     // kRetry, kPause
-    std::string final_status;                    // kFinish
+    std::optional<int64_t> wake_at;                       // kSuspend
+    int64_t retry_at = 0;                                 // kRetry
+    int attempts = 0;                                     // kRetry, kPause
+    absl::Status last_error;                              // kRetry, kPause
+    std::string final_status;                             // kFinish
     absl::StatusOr<std::string> outcome = std::string();  // kFinish
   };
   // Commits the buffered entries together with a status change. Throws FencedSignal when the

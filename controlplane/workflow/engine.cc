@@ -31,11 +31,10 @@ bool validName(std::string_view name) {
 
 absl::StatusOr<std::vector<JournalEntry>> loadJournal(db::Pool& pool, const std::string& id) {
   KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
-  KRANE_ASSIGN_OR_RETURN(auto rows,
-                         conn->query("SELECT seq, kind, name, ok, payload, error_code,"
-                                     " error_message, duration_ms FROM workflow_journal"
-                                     " WHERE invocation_id = ? ORDER BY seq",
-                                     {id}));
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT seq, kind, name, ok, payload, error_code,"
+                                                " error_message, duration_ms FROM workflow_journal"
+                                                " WHERE invocation_id = ? ORDER BY seq",
+                                                {id}));
   std::vector<JournalEntry> out;
   for (const db::Row& r : rows.rows) {
     JournalEntry e;
@@ -66,8 +65,8 @@ Engine::~Engine() { stop(); }
 
 absl::Status Engine::registerService(ServiceDefinition service) {
   if (!validName(service.name())) {
-    return absl::InvalidArgumentError(strCat("service name '", service.name(),
-                                             "': use 1-64 letters, digits, '_' or '-'"));
+    return absl::InvalidArgumentError(
+        strCat("service name '", service.name(), "': use 1-64 letters, digits, '_' or '-'"));
   }
   for (const auto& [name, entry] : service.handlers()) {
     if (!validName(name)) {
@@ -94,7 +93,9 @@ absl::Status Engine::validate(std::string_view service, std::string_view handler
                               std::string_view key, size_t input_bytes,
                               const ServiceDefinition::Entry** entry) const {
   const ServiceDefinition* def = findService(service);
-  if (def == nullptr) return absl::NotFoundError(strCat("service: unknown service '", service, "'"));
+  if (def == nullptr) {
+    return absl::NotFoundError(strCat("service: unknown service '", service, "'"));
+  }
   *entry = def->find(handler);
   if (*entry == nullptr) {
     return absl::NotFoundError(
@@ -112,9 +113,8 @@ absl::Status Engine::validate(std::string_view service, std::string_view handler
     return absl::InvalidArgumentError(strCat("key: ", key.size(), " bytes, at most 255"));
   }
   if (input_bytes > options_.max_payload_bytes) {
-    return absl::InvalidArgumentError(strCat("input: ", input_bytes,
-                                             " bytes, more than the limit of ",
-                                             options_.max_payload_bytes));
+    return absl::InvalidArgumentError(strCat(
+        "input: ", input_bytes, " bytes, more than the limit of ", options_.max_payload_bytes));
   }
   return absl::OkStatus();
 }
@@ -179,8 +179,8 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
   if (absl::IsAlreadyExists(status) && inv.idempotency_hash) {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
     KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT id FROM workflow_invocations"
-                                                   " WHERE idempotency_hash = ?",
-                                                   {*inv.idempotency_hash}));
+                                                  " WHERE idempotency_hash = ?",
+                                                  {*inv.idempotency_hash}));
     if (!rows.empty()) return rows.rows[0].str("id");
   }
   KRANE_RETURN_IF_ERROR(status);
@@ -214,8 +214,8 @@ absl::StatusOr<std::string> Engine::awaitResult(const std::string& invocation_id
       }
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      return absl::DeadlineExceededError(
-          strCat("invocation '", invocation_id, "' did not finish within ", timeout.count(), " ms"));
+      return absl::DeadlineExceededError(strCat(
+          "invocation '", invocation_id, "' did not finish within ", timeout.count(), " ms"));
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(50));
@@ -270,28 +270,39 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
                                  " FROM workflow_invocations WHERE due_at <= ? ORDER BY due_at"
                                  " LIMIT ? FOR UPDATE SKIP LOCKED",
                                  {now, static_cast<uint64_t>(max)}));
+        std::vector<std::string> ids;
         for (const db::Row& r : due.rows) {
           const std::string& id = r.str("id");
           if (r.str("status") == "scheduled" && r.i64("exclusive") != 0) {
-            KRANE_ASSIGN_OR_RETURN(bool admitted,
-                                   store::admitToKey(conn, id, r.str("service"),
-                                                     r.str("object_key"), now));
+            KRANE_ASSIGN_OR_RETURN(bool admitted, store::admitToKey(conn, id, r.str("service"),
+                                                                    r.str("object_key"), now));
             if (!admitted) continue;
           }
-          KRANE_RETURN_IF_ERROR(
-              conn.exec("UPDATE workflow_invocations SET status = 'running', lease_owner = ?,"
-                        " lease_token = lease_token + 1, lease_expires_at = ?, due_at = ?,"
-                        " claims = claims + 1, started_at = COALESCE(started_at, ?),"
-                        " updated_at = ? WHERE id = ?",
-                        {options_.worker_id, now + options_.lease.count(),
-                         now + options_.lease.count(), now, now, id})
-                  .status());
-          KRANE_ASSIGN_OR_RETURN(
-              auto rows, conn.query("SELECT id, service, handler, object_key, exclusive, input,"
-                                    " lease_token, wake_seq, cancel_requested, attempts"
-                                    " FROM workflow_invocations WHERE id = ?",
-                                    {id}));
-          const db::Row& c = rows.rows.at(0);
+          ids.push_back(id);
+        }
+        if (ids.empty()) return absl::OkStatus();
+        std::string in = "?";
+        for (size_t i = 1; i < ids.size(); ++i) in += ",?";
+        db::Params params = {options_.worker_id, now + options_.lease.count(),
+                             now + options_.lease.count(), now, now};
+        for (const std::string& id : ids) params.push_back(id);
+        KRANE_RETURN_IF_ERROR(
+            conn.exec(strCat("UPDATE workflow_invocations SET status = 'running', lease_owner = ?,"
+                             " lease_token = lease_token + 1, lease_expires_at = ?, due_at = ?,"
+                             " claims = claims + 1, started_at = COALESCE(started_at, ?),"
+                             " updated_at = ? WHERE id IN (",
+                             in, ")"),
+                      params)
+                .status());
+        db::Params id_params(ids.begin(), ids.end());
+        KRANE_ASSIGN_OR_RETURN(
+            auto rows,
+            conn.query(strCat("SELECT id, service, handler, object_key, exclusive, input,"
+                              " lease_token, wake_seq, cancel_requested, attempts"
+                              " FROM workflow_invocations WHERE id IN (",
+                              in, ")"),
+                       id_params));
+        for (const db::Row& c : rows.rows) {
           Claim claim;
           claim.id = c.str("id");
           claim.service = c.str("service");
@@ -331,7 +342,9 @@ void Engine::claimLoop() {
         }
         logged_error = true;
       } else {
-        if (logged_error) spdlog::info("workflow: claiming works again worker={}", options_.worker_id);
+        if (logged_error) {
+          spdlog::info("workflow: claiming works again worker={}", options_.worker_id);
+        }
         logged_error = false;
         got = claimed->size();
         std::lock_guard lock(mutex_);
@@ -343,9 +356,8 @@ void Engine::claimLoop() {
     }
     std::unique_lock lock(mutex_);
     if (got > 0 && got == free) continue;  // there may be more
-    wake_.wait_for(lock, options_.poll_interval, [&] {
-      return stopping_ || (notified_ && active_.size() < options_.threads);
-    });
+    wake_.wait_for(lock, options_.poll_interval,
+                   [&] { return stopping_ || (notified_ && active_.size() < options_.threads); });
     notified_ = false;
   }
 }
@@ -369,9 +381,10 @@ void Engine::renewLoop() {
     if (!conn.ok()) continue;
     const int64_t until = unixMillis() + options_.lease.count();
     for (const auto& [id, token] : active) {
-      auto r = (*conn)->exec("UPDATE workflow_invocations SET lease_expires_at = ?, due_at = ?"
-                             " WHERE id = ? AND lease_token = ? AND status = 'running'",
-                             {until, until, id, token});
+      auto r = (*conn)->exec(
+          "UPDATE workflow_invocations SET lease_expires_at = ?, due_at = ?"
+          " WHERE id = ? AND lease_token = ? AND status = 'running'",
+          {until, until, id, token});
       if (!r.ok()) break;
     }
   }
@@ -386,13 +399,14 @@ void Engine::recordStep(int64_t ms) {
 }
 
 void Engine::finishUnknown(const Claim& claim, const absl::Status& error) {
-  absl::Status status = pool_->transact("workflow finish", [&](db::Connection& conn) -> absl::Status {
-    KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT lease_token FROM workflow_invocations"
-                                                  " WHERE id = ? FOR UPDATE",
-                                                  {claim.id}));
-    if (rows.empty() || rows.rows[0].i64("lease_token") != claim.token) return absl::OkStatus();
-    return store::finish(conn, claim.id, "failed", error, unixMillis());
-  });
+  absl::Status status =
+      pool_->transact("workflow finish", [&](db::Connection& conn) -> absl::Status {
+        KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT lease_token FROM workflow_invocations"
+                                                     " WHERE id = ? FOR UPDATE",
+                                                     {claim.id}));
+        if (rows.empty() || rows.rows[0].i64("lease_token") != claim.token) return absl::OkStatus();
+        return store::finish(conn, claim.id, "failed", error, unixMillis());
+      });
   if (!status.ok()) {
     spdlog::warn("workflow: recording failure invocation={} error=\"{}\"", claim.id,
                  status.message());
@@ -418,12 +432,12 @@ void Engine::execute(Claim claim) {
   const ServiceDefinition* service = findService(claim.service);
   const ServiceDefinition::Entry* entry = service ? service->find(claim.handler) : nullptr;
   if (entry == nullptr) {
-    finishUnknown(claim, terminalError(absl::StatusCode::kNotFound,
-                                       service == nullptr
-                                           ? strCat("service: unknown service '", claim.service,
-                                                    "'")
-                                           : strCat("handler: service '", claim.service,
-                                                    "' has no handler '", claim.handler, "'")));
+    finishUnknown(
+        claim,
+        terminalError(absl::StatusCode::kNotFound,
+                      service == nullptr ? strCat("service: unknown service '", claim.service, "'")
+                                         : strCat("handler: service '", claim.service,
+                                                  "' has no handler '", claim.handler, "'")));
     return;
   }
   const RetryPolicy& policy = service->retryPolicy();
@@ -441,11 +455,12 @@ void Engine::execute(Claim claim) {
     ContextImpl::CommitRequest req;
 
     // Records a failed attempt: a retry later, a pause, or (attempts exhausted) failure.
-    auto attemptFailed = [&](const absl::Status& error, bool pause_now) -> bool {
+    auto attempt_failed = [&](const absl::Status& error, bool pause_now) -> bool {
       const int attempts = claim.attempts + 1;
-      spdlog::info("workflow: attempt failed invocation={} service={} handler={} attempt={} "
-                   "error=\"{}\"",
-                   claim.id, claim.service, claim.handler, attempts, error.message());
+      spdlog::info(
+          "workflow: attempt failed invocation={} service={} handler={} attempt={} "
+          "error=\"{}\"",
+          claim.id, claim.service, claim.handler, attempts, error.message());
       stats_.retries.fetch_add(1, std::memory_order_relaxed);
       claim.attempts = attempts;
       req = {};
@@ -474,10 +489,10 @@ void Engine::execute(Claim claim) {
           compensate = true;
         } else if (result.ok()) {
           if (result->size() > options_.max_payload_bytes) {
-            failure = terminalError(absl::StatusCode::kInvalidArgument,
-                                    strCat("output: ", result->size(),
-                                           " bytes, more than the limit of ",
-                                           options_.max_payload_bytes));
+            failure =
+                terminalError(absl::StatusCode::kInvalidArgument,
+                              strCat("output: ", result->size(), " bytes, more than the limit of ",
+                                     options_.max_payload_bytes));
             compensate = true;
           } else {
             req.what = Commit::kFinish;
@@ -488,15 +503,15 @@ void Engine::execute(Claim claim) {
           failure = result.status();
           compensate = true;
         } else {
-          compensate = attemptFailed(result.status(), false);
+          compensate = attempt_failed(result.status(), false);
           if (compensate) {
-            failure = terminalError(result.status().code(),
-                                    strCat("gave up after ", claim.attempts,
-                                           " attempts: ", result.status().message()));
+            failure = terminalError(
+                result.status().code(),
+                strCat("gave up after ", claim.attempts, " attempts: ", result.status().message()));
           }
         }
       } catch (const AttemptFailedSignal& f) {
-        compensate = attemptFailed(f.error, f.pause_now);
+        compensate = attempt_failed(f.error, f.pause_now);
         if (compensate) {
           failure = terminalError(f.error.code(), strCat("gave up after ", claim.attempts,
                                                          " attempts: ", f.error.message()));
@@ -509,7 +524,7 @@ void Engine::execute(Claim claim) {
         compensate = true;
       } catch (const std::exception& ex) {
         absl::Status error = absl::InternalError(strCat("handler threw: ", ex.what()));
-        compensate = attemptFailed(error, false);
+        compensate = attempt_failed(error, false);
         if (compensate) {
           failure = terminalError(error.code(), strCat("gave up after ", claim.attempts,
                                                        " attempts: ", error.message()));
@@ -523,17 +538,18 @@ void Engine::execute(Claim claim) {
           ctx.runCompensations().IgnoreError();
           req = {};
           req.what = Commit::kFinish;
-          req.final_status = failure.code() == absl::StatusCode::kCancelled ? "cancelled" : "failed";
+          req.final_status =
+              failure.code() == absl::StatusCode::kCancelled ? "cancelled" : "failed";
           req.outcome = failure;
           req.attempts = claim.attempts;
         } catch (const AttemptFailedSignal& f) {
-          attemptFailed(f.error, f.pause_now);
+          attempt_failed(f.error, f.pause_now);
         } catch (const TerminalSignal& t) {
-          attemptFailed(t.error, true);
+          attempt_failed(t.error, true);
         } catch (const AbortSignal&) {
-          attemptFailed(absl::InternalError("abort entry reached while compensating"), true);
+          attempt_failed(absl::InternalError("abort entry reached while compensating"), true);
         } catch (const std::exception& ex) {
-          attemptFailed(absl::InternalError(strCat("compensation threw: ", ex.what())), false);
+          attempt_failed(absl::InternalError(strCat("compensation threw: ", ex.what())), false);
         }
       }
     } catch (const SuspendSignal& s) {
@@ -555,9 +571,10 @@ void Engine::execute(Claim claim) {
       return;
     }
     if (!committed.ok()) {
-      spdlog::warn("workflow: commit failed invocation={} error=\"{}\" (claimed again after the "
-                   "lease expires)",
-                   claim.id, committed.status().message());
+      spdlog::warn(
+          "workflow: commit failed invocation={} error=\"{}\" (claimed again after the "
+          "lease expires)",
+          claim.id, committed.status().message());
       return;
     }
     switch (req.what) {
@@ -630,8 +647,8 @@ std::vector<prometheus::MetricFamily> Engine::metrics() const {
       cumulative += stats_.step_buckets[i].load();
       prometheus::ClientMetric::Bucket b;
       b.cumulative_count = cumulative;
-      b.upper_bound = i < 8 ? EngineStats::kBucketsMs[i] / 1000.0
-                            : std::numeric_limits<double>::infinity();
+      b.upper_bound =
+          i < 8 ? EngineStats::kBucketsMs[i] / 1000.0 : std::numeric_limits<double>::infinity();
       m.histogram.bucket.push_back(b);
     }
     m.histogram.sample_count = cumulative;

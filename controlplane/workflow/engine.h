@@ -55,15 +55,15 @@ struct InvokeRequest {
 };
 
 struct EngineStats {
-  std::atomic<uint64_t> attempts{0};        // handler executions started (incl. replays)
+  std::atomic<uint64_t> attempts{0};  // handler executions started (incl. replays)
   std::atomic<uint64_t> suspensions{0};
-  std::atomic<uint64_t> retries{0};         // attempts that failed with a retryable error
+  std::atomic<uint64_t> retries{0};  // attempts that failed with a retryable error
   std::atomic<uint64_t> succeeded{0};
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> cancelled{0};
   std::atomic<uint64_t> paused{0};
-  std::atomic<uint64_t> fenced{0};          // commits refused because the lease was taken over
-  std::atomic<uint64_t> steps{0};           // run() side effects executed
+  std::atomic<uint64_t> fenced{0};  // commits refused because the lease was taken over
+  std::atomic<uint64_t> steps{0};   // run() side effects executed
   std::atomic<uint64_t> step_ms_total{0};
   // Step latency histogram, upper bounds in ms: 1, 5, 10, 50, 100, 500, 1000, 5000, +inf.
   static constexpr double kBucketsMs[] = {1, 5, 10, 50, 100, 500, 1000, 5000};

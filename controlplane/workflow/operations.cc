@@ -1,7 +1,5 @@
 #include "controlplane/workflow/operations.h"
 
-#include <set>
-
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -11,13 +9,19 @@
 namespace krane::workflow {
 namespace {
 
-const std::set<std::string, std::less<>> kStatuses = {
-    "scheduled", "queued",    "ready",     "running",   "suspended",
-    "paused",    "succeeded", "failed",    "cancelled", "killed"};
+constexpr std::string_view kStatuses[] = {"scheduled", "queued", "ready",     "running",
+                                          "suspended", "paused", "succeeded", "failed",
+                                          "cancelled", "killed"};
+
+bool knownStatus(std::string_view status) {
+  for (std::string_view s : kStatuses) {
+    if (s == status) return true;
+  }
+  return false;
+}
 
 bool isFinal(std::string_view status) {
-  return status == "succeeded" || status == "failed" || status == "cancelled" ||
-         status == "killed";
+  return status == "succeeded" || status == "failed" || status == "cancelled" || status == "killed";
 }
 
 InvocationSummary summaryOf(const db::Row& r) {
@@ -40,8 +44,8 @@ constexpr char kSummaryColumns[] =
 // Locks the invocation row and returns its status; NOT_FOUND when it does not exist.
 absl::StatusOr<std::string> lockedStatus(db::Connection& conn, const std::string& id) {
   KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT status FROM workflow_invocations"
-                                                " WHERE id = ? FOR UPDATE",
-                                                {id}));
+                                               " WHERE id = ? FOR UPDATE",
+                                               {id}));
   if (rows.empty()) return absl::NotFoundError(strCat("no invocation '", id, "'"));
   return rows.rows[0].str("status");
 }
@@ -50,7 +54,7 @@ absl::StatusOr<std::string> lockedStatus(db::Connection& conn, const std::string
 
 absl::StatusOr<std::vector<InvocationSummary>> listInvocations(db::Pool& pool,
                                                                const InvocationFilter& filter) {
-  if (!filter.status.empty() && kStatuses.count(filter.status) == 0) {
+  if (!filter.status.empty() && !knownStatus(filter.status)) {
     return absl::InvalidArgumentError(
         strCat("status: unknown invocation status '", filter.status,
                "' (scheduled, queued, ready, running, suspended, paused, succeeded, failed,"
@@ -175,15 +179,16 @@ absl::Status resumeInvocation(db::Pool& pool, const std::string& id) {
   return pool.transact("workflow resume", [&](db::Connection& conn) -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
     if (status != "paused") {
-      return absl::FailedPreconditionError(
-          strCat("invocation '", id, "' is ", status, ", not paused: only a paused invocation"
-                                                       " can be resumed"));
+      return absl::FailedPreconditionError(strCat("invocation '", id, "' is ", status,
+                                                  ", not paused: only a paused invocation"
+                                                  " can be resumed"));
     }
     const int64_t now = unixMillis();
     return conn
-        .exec("UPDATE workflow_invocations SET status = 'ready', due_at = ?, attempts = 0,"
-              " lease_token = lease_token + 1, updated_at = ? WHERE id = ?",
-              {now, now, id})
+        .exec(
+            "UPDATE workflow_invocations SET status = 'ready', due_at = ?, attempts = 0,"
+            " lease_token = lease_token + 1, updated_at = ? WHERE id = ?",
+            {now, now, id})
         .status();
   });
 }
@@ -248,7 +253,8 @@ absl::StatusOr<CleanupResult> cleanupFinished(db::Pool& pool, std::chrono::milli
           for (const db::Row& r : rows.rows) ids.push_back(r.str("id"));
           for (const std::string& id : ids) {
             KRANE_ASSIGN_OR_RETURN(
-                uint64_t j, conn.exec("DELETE FROM workflow_journal WHERE invocation_id = ?", {id}));
+                uint64_t j,
+                conn.exec("DELETE FROM workflow_journal WHERE invocation_id = ?", {id}));
             KRANE_ASSIGN_OR_RETURN(
                 uint64_t p,
                 conn.exec("DELETE FROM workflow_promises WHERE invocation_id = ?", {id}));

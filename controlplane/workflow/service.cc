@@ -45,7 +45,8 @@ ServiceDefinition ServiceDefinition::virtualObject(std::string name) {
 
 ServiceDefinition& ServiceDefinition::exclusive(std::string handler, Handler fn) {
   if (!keyed_) {
-    std::fprintf(stderr, "workflow: service %s is unkeyed; exclusive handler %s needs a virtual object\n",
+    std::fprintf(stderr,
+                 "workflow: service %s is unkeyed; exclusive handler %s needs a virtual object\n",
                  name_.c_str(), handler.c_str());
     std::abort();
   }
@@ -86,11 +87,12 @@ bool isTerminal(const absl::Status& status) {
 }
 
 absl::Status Context::runVoid(std::string_view name, const std::function<absl::Status()>& fn) {
-  return run(name, [&]() -> absl::StatusOr<std::string> {
-           absl::Status s = fn();
-           if (!s.ok()) return s;
-           return std::string();
-         })
+  return run(name,
+             [&]() -> absl::StatusOr<std::string> {
+               absl::Status s = fn();
+               if (!s.ok()) return s;
+               return std::string();
+             })
       .status();
 }
 

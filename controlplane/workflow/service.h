@@ -132,8 +132,8 @@ class Context {
   // A journaled side effect: `fn` runs until it returns a value or a terminal error, which is
   // recorded; replays return the record without running `fn`. A retryable error fails the
   // attempt (retried by the service's policy), so the handler only ever sees terminal errors.
-  virtual absl::StatusOr<std::string> run(std::string_view name,
-                                          const std::function<absl::StatusOr<std::string>()>& fn) = 0;
+  virtual absl::StatusOr<std::string> run(
+      std::string_view name, const std::function<absl::StatusOr<std::string>()>& fn) = 0;
   absl::Status runVoid(std::string_view name, const std::function<absl::Status()>& fn);
   // A side effect on the engine's own database, done in the transaction that journals its
   // result: exactly once, even across crashes. `fn` must only use `conn` (no other connection,

@@ -1,8 +1,8 @@
 #include "controlplane/workflow/store.h"
 
-#include <openssl/sha.h>
-
 #include <random>
+
+#include <openssl/sha.h>
 
 #include "common/status.h"
 #include "common/strings.h"
@@ -27,8 +27,8 @@ absl::StatusOr<KeyLock> lockKey(db::Connection& conn, std::string_view service,
                                   {service, key})
                             .status());
   KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT holder, next_seq FROM workflow_keys"
-                                                " WHERE service = ? AND object_key = ?",
-                                                {service, key}));
+                                               " WHERE service = ? AND object_key = ?",
+                                               {service, key}));
   const db::Row& row = rows.rows.at(0);
   return KeyLock{row.optStr("holder"), row.i64("next_seq")};
 }
@@ -36,9 +36,10 @@ absl::StatusOr<KeyLock> lockKey(db::Connection& conn, std::string_view service,
 absl::Status takeKey(db::Connection& conn, std::string_view service, std::string_view key,
                      std::string_view id, int64_t now) {
   return conn
-      .exec("UPDATE workflow_keys SET holder = ?, held_since = ? WHERE service = ? AND"
-            " object_key = ?",
-            {id, now, service, key})
+      .exec(
+          "UPDATE workflow_keys SET holder = ?, held_since = ? WHERE service = ? AND"
+          " object_key = ?",
+          {id, now, service, key})
       .status();
 }
 
@@ -63,12 +64,13 @@ absl::Status insertInvocation(db::Connection& conn, const NewInvocation& inv, in
     }
   }
   return conn
-      .exec("INSERT INTO workflow_invocations (id, service, handler, object_key, exclusive,"
-            " status, input, idempotency_hash, idempotency_key, parent_id, completion_promise,"
-            " key_seq, due_at, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            {inv.id, inv.service, inv.handler, inv.key, inv.exclusive, status,
-             db::Blob{inv.input}, inv.idempotency_hash, inv.idempotency_key, inv.parent_id,
-             inv.completion_promise, key_seq, due_at, now, now})
+      .exec(
+          "INSERT INTO workflow_invocations (id, service, handler, object_key, exclusive,"
+          " status, input, idempotency_hash, idempotency_key, parent_id, completion_promise,"
+          " key_seq, due_at, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+          {inv.id, inv.service, inv.handler, inv.key, inv.exclusive, status, db::Blob{inv.input},
+           inv.idempotency_hash, inv.idempotency_key, inv.parent_id, inv.completion_promise,
+           key_seq, due_at, now, now})
       .status();
 }
 
@@ -96,16 +98,16 @@ absl::StatusOr<std::optional<std::string>> releaseKey(db::Connection& conn,
                                                       std::string_view key, std::string_view id,
                                                       int64_t now) {
   KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT holder FROM workflow_keys"
-                                                " WHERE service = ? AND object_key = ? FOR UPDATE",
-                                                {service, key}));
+                                               " WHERE service = ? AND object_key = ? FOR UPDATE",
+                                               {service, key}));
   if (rows.empty() || rows.rows[0].isNull("holder") || rows.rows[0].str("holder") != id) {
     return std::optional<std::string>();
   }
-  KRANE_ASSIGN_OR_RETURN(
-      auto next, conn.query("SELECT id FROM workflow_invocations WHERE service = ? AND"
-                            " object_key = ? AND status = 'queued' ORDER BY key_seq LIMIT 1"
-                            " FOR UPDATE",
-                            {service, key}));
+  KRANE_ASSIGN_OR_RETURN(auto next,
+                         conn.query("SELECT id FROM workflow_invocations WHERE service = ? AND"
+                                    " object_key = ? AND status = 'queued' ORDER BY key_seq LIMIT 1"
+                                    " FOR UPDATE",
+                                    {service, key}));
   if (next.empty()) {
     KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_keys SET holder = NULL, held_since = NULL"
                                     " WHERE service = ? AND object_key = ?",
@@ -136,8 +138,8 @@ absl::StatusOr<bool> settlePromise(db::Connection& conn, std::string_view promis
                 {outcome.ok() ? "resolved" : "rejected", payload, errorCode(outcome.status()),
                  errorMessage(outcome.status()), now, promise_id}));
   KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT invocation_id FROM workflow_promises"
-                                                " WHERE id = ?",
-                                                {promise_id}));
+                                               " WHERE id = ?",
+                                               {promise_id}));
   if (rows.empty()) {
     return absl::NotFoundError(strCat("no awakeable or promise with id '", promise_id, "'"));
   }
@@ -149,10 +151,11 @@ absl::StatusOr<bool> settlePromise(db::Connection& conn, std::string_view promis
 absl::Status wake(db::Connection& conn, std::string_view invocation_id, int64_t now) {
   // Assignments apply left to right: due_at must read the old status.
   return conn
-      .exec("UPDATE workflow_invocations SET due_at = IF(status = 'suspended', ?, due_at),"
-            " status = IF(status = 'suspended', 'ready', status), wake_seq = wake_seq + 1,"
-            " updated_at = ? WHERE id = ?",
-            {now, now, invocation_id})
+      .exec(
+          "UPDATE workflow_invocations SET due_at = IF(status = 'suspended', ?, due_at),"
+          " status = IF(status = 'suspended', 'ready', status), wake_seq = wake_seq + 1,"
+          " updated_at = ? WHERE id = ?",
+          {now, now, invocation_id})
       .status();
 }
 
@@ -171,11 +174,12 @@ absl::Status finish(db::Connection& conn, std::string_view invocation_id,
       conn.exec("UPDATE workflow_invocations SET status = ?, output = ?, error_code = ?,"
                 " error_message = ?, due_at = NULL, lease_owner = NULL, lease_expires_at = NULL,"
                 " lease_token = lease_token + 1, finished_at = ?, updated_at = ? WHERE id = ?",
-                {final_status, output, errorCode(outcome.status()),
-                 errorMessage(outcome.status()), now, now, invocation_id})
+                {final_status, output, errorCode(outcome.status()), errorMessage(outcome.status()),
+                 now, now, invocation_id})
           .status());
   if (!row.isNull("completion_promise")) {
-    KRANE_RETURN_IF_ERROR(settlePromise(conn, row.str("completion_promise"), outcome, now).status());
+    KRANE_RETURN_IF_ERROR(
+        settlePromise(conn, row.str("completion_promise"), outcome, now).status());
   }
   if (row.i64("exclusive") != 0) {
     KRANE_RETURN_IF_ERROR(

@@ -75,8 +75,8 @@ absl::StatusOr<int> maxConcurrentBuilds(Context& ctx, db::Pool& pool) {
   auto limit = ctx.run("read quota", [&]() -> absl::StatusOr<std::string> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
     KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT max_concurrent_builds FROM quotas"
-                                                   " WHERE workspace_id = ?",
-                                                   {ctx.key()}));
+                                                  " WHERE workspace_id = ?",
+                                                  {ctx.key()}));
     if (rows.empty()) return std::to_string(kDefaultMaxConcurrentBuilds);
     return std::to_string(rows.rows[0].i64(0));
   });
@@ -195,16 +195,14 @@ absl::StatusOr<Slots> decodeSlots(const std::string& text) {
   return s;
 }
 
-workflow::ServiceDefinition buildSlotService(std::shared_ptr<db::Pool> pool) {
+workflow::ServiceDefinition buildSlotService(const std::shared_ptr<db::Pool>& pool) {
   return workflow::ServiceDefinition::virtualObject(kServiceName)
       .exclusive("AcquireOrWait",
                  [pool](Context& ctx, const std::string& input) {
                    return acquireOrWait(ctx, *pool, input);
                  })
-      .exclusive("Release",
-                 [pool](Context& ctx, const std::string& input) {
-                   return release(ctx, *pool, input);
-                 })
+      .exclusive("Release", [pool](Context& ctx,
+                                   const std::string& input) { return release(ctx, *pool, input); })
       .shared("Slots",
               [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
                 return slotsToJson(load(ctx)).dump();

@@ -46,9 +46,10 @@ absl::StatusOr<Slots> decodeSlots(const std::string& json);
 
 // Handlers:
 //   AcquireOrWait(AcquireRequest) -> {"acquired": bool}   exclusive
-//   Release({"deployment_id"})    -> {"released": bool, "promoted": id|null, "removed_waiter": bool}
+//   Release({"deployment_id"})    -> {"released": bool, "promoted": id|null, "removed_waiter":
+//   bool}
 //                                                          exclusive
 //   Slots({})                     -> Slots as JSON        shared (reads state)
-workflow::ServiceDefinition buildSlotService(std::shared_ptr<db::Pool> pool);
+workflow::ServiceDefinition buildSlotService(const std::shared_ptr<db::Pool>& pool);
 
 }  // namespace krane::services::buildslot

@@ -41,17 +41,18 @@ class CrashTest : public WorkflowTest {
     return std::make_unique<ChildProcess>(
         std::vector<std::string>{runfile("tests/controlplane/workflow/crash_child"), "--dsn",
                                  dsn_text_, "--worker", worker, "--lease-ms", "1000"},
-        strCat(getenv("TEST_UNDECLARED_OUTPUTS_DIR") ? getenv("TEST_UNDECLARED_OUTPUTS_DIR")
-                                                     : "/tmp",
-               "/", worker, ".log"));
+        strCat(
+            getenv("TEST_UNDECLARED_OUTPUTS_DIR") ? getenv("TEST_UNDECLARED_OUTPUTS_DIR") : "/tmp",
+            "/", worker, ".log"));
   }
 
   std::map<std::string, int64_t> effects(const std::string& id) {
     std::map<std::string, int64_t> out;
     auto rows = (*pool_->acquire())
-                    ->query("SELECT step, COUNT(*) FROM effects WHERE invocation_id = ?"
-                            " GROUP BY step",
-                            {id});
+                    ->query(
+                        "SELECT step, COUNT(*) FROM effects WHERE invocation_id = ?"
+                        " GROUP BY step",
+                        {id});
     for (const auto& r : rows->rows) out[r.str(0)] = r.i64(1);
     return out;
   }
@@ -59,9 +60,10 @@ class CrashTest : public WorkflowTest {
     return scalar("SELECT COUNT(*) FROM markers WHERE invocation_id = ? AND what = ?", {id, what});
   }
   bool journaled(const std::string& id, const std::string& kind, const std::string& name) {
-    return scalar("SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ? AND kind = ?"
-                  " AND name = ?",
-                  {id, kind, name}) > 0;
+    return scalar(
+               "SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ? AND kind = ?"
+               " AND name = ?",
+               {id, kind, name}) > 0;
   }
   static void killHard(ChildProcess& c) {
     c.signal(SIGKILL);
@@ -74,12 +76,11 @@ class CrashTest : public WorkflowTest {
 TEST_F(CrashTest, KilledBetweenAndInsideStepsTheWorkflowCompletesWithEachEffectOnce) {
   // Submitted by a short-lived engine without workers (an API replica, say).
   Engine submitter(pool_, fastOptions());
-  ASSERT_TRUE(submitter
-                  .registerService(ServiceDefinition::service("Crashy").handler(
-                      "run", [](Context&, const std::string&) {
-                        return absl::StatusOr<std::string>("");
-                      }))
-                  .ok());
+  ASSERT_TRUE(
+      submitter
+          .registerService(ServiceDefinition::service("Crashy").handler(
+              "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); }))
+          .ok());
   auto id = submitter.send({"Crashy", "run", "", ""});
   ASSERT_TRUE(id.ok()) << id.status();
 
@@ -126,12 +127,11 @@ TEST_F(CrashTest, KilledBetweenAndInsideStepsTheWorkflowCompletesWithEachEffectO
 
 TEST_F(CrashTest, KilledDuringCompensationTheCompensationsResume) {
   Engine submitter(pool_, fastOptions());
-  ASSERT_TRUE(submitter
-                  .registerService(ServiceDefinition::service("Undo").handler(
-                      "run", [](Context&, const std::string&) {
-                        return absl::StatusOr<std::string>("");
-                      }))
-                  .ok());
+  ASSERT_TRUE(
+      submitter
+          .registerService(ServiceDefinition::service("Undo").handler(
+              "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); }))
+          .ok());
   auto id = submitter.send({"Undo", "run", "", ""});
   auto a = child("a");
   ASSERT_TRUE(eventually([&] { return markers(*id, "undoing b") == 1; }, 30s));
@@ -152,19 +152,20 @@ TEST_F(CrashTest, KilledDuringCompensationTheCompensationsResume) {
 
 TEST_F(CrashTest, TwoReplicasOneKilledTheOtherFinishesEverything) {
   Engine submitter(pool_, fastOptions());
-  ASSERT_TRUE(submitter
-                  .registerService(ServiceDefinition::service("Crashy").handler(
-                      "run", [](Context&, const std::string&) {
-                        return absl::StatusOr<std::string>("");
-                      }))
-                  .ok());
+  ASSERT_TRUE(
+      submitter
+          .registerService(ServiceDefinition::service("Crashy").handler(
+              "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); }))
+          .ok());
   auto a = child("a");
   auto b = child("b");
   std::vector<std::string> ids;
   for (int i = 0; i < 6; ++i) ids.push_back(*submitter.send({"Crashy", "run", "", ""}));
   // Kill one replica once both are busy with step3.
   ASSERT_TRUE(eventually(
-      [&] { return scalar("SELECT COUNT(DISTINCT pid) FROM markers WHERE what = 'enter step3'") >= 2; },
+      [&] {
+        return scalar("SELECT COUNT(DISTINCT pid) FROM markers WHERE what = 'enter step3'") >= 2;
+      },
       60s));
   killHard(*a);
   for (const auto& id : ids) {

@@ -19,9 +19,9 @@
 namespace krane::workflow {
 namespace {
 
+using krane::testing::eventually;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using krane::testing::eventually;
 using namespace std::chrono_literals;
 
 TEST_F(WorkflowTest, RunStepsAreJournaledAndNotRepeatedAfterASuspension) {
@@ -29,27 +29,31 @@ TEST_F(WorkflowTest, RunStepsAreJournaledAndNotRepeatedAfterASuspension) {
   std::mutex mu;
   std::string awakeable_id;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Steps").handler(
-                    "go", [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
-                      auto a = ctx.run("one", [&]() -> absl::StatusOr<std::string> {
-                        ++step1;
-                        return "A" + input;
-                      });
-                      if (!a.ok()) return a.status();
-                      Awakeable w = ctx.awakeable();
-                      ctx.runVoid("publish", [&] {
-                        std::lock_guard lock(mu);
-                        awakeable_id = w.id;
-                        return absl::OkStatus();
-                      }).IgnoreError();
-                      auto got = ctx.await(w.future);
-                      if (!got.ok()) return got.status();
-                      auto b = ctx.run("two", [&]() -> absl::StatusOr<std::string> {
-                        ++step2;
-                        return *a + *got;
-                      });
-                      return b;
-                    }))
+    ASSERT_TRUE(e
+                    .registerService(ServiceDefinition::service("Steps").handler(
+                        "go",
+                        [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
+                          auto a = ctx.run("one", [&]() -> absl::StatusOr<std::string> {
+                            ++step1;
+                            return "A" + input;
+                          });
+                          if (!a.ok()) return a.status();
+                          Awakeable w = ctx.awakeable();
+                          ctx.runVoid("publish",
+                                      [&] {
+                                        std::lock_guard lock(mu);
+                                        awakeable_id = w.id;
+                                        return absl::OkStatus();
+                                      })
+                              .IgnoreError();
+                          auto got = ctx.await(w.future);
+                          if (!got.ok()) return got.status();
+                          auto b = ctx.run("two", [&]() -> absl::StatusOr<std::string> {
+                            ++step2;
+                            return *a + *got;
+                          });
+                          return b;
+                        }))
                     .ok());
   });
   auto id = e.send({"Steps", "go", "", "x"});
@@ -80,17 +84,17 @@ TEST_F(WorkflowTest, RunStepsAreJournaledAndNotRepeatedAfterASuspension) {
 
 TEST_F(WorkflowTest, BadInputIsRefusedNamingTheField) {
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Obj").exclusive(
-                                      "h", [](Context&, const std::string&) {
-                                        return absl::StatusOr<std::string>("ok");
-                                      }))
+    ASSERT_TRUE(e
+                    .registerService(ServiceDefinition::virtualObject("Obj").exclusive(
+                        "h", [](Context&,
+                                const std::string&) { return absl::StatusOr<std::string>("ok"); }))
                     .ok());
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Plain").handler(
-                                      "h", [](Context& ctx, const std::string&) {
-                                        // Calls a service nobody registered.
-                                        return ctx.await(ctx.call("Nope", "h", "", ""));
-                                      }))
-                    .ok());
+    ASSERT_TRUE(
+        e.registerService(ServiceDefinition::service("Plain").handler("h", [](Context& ctx,
+                                                                              const std::string&) {
+           // Calls a service nobody registered.
+           return ctx.await(ctx.call("Nope", "h", "", ""));
+         })).ok());
     EXPECT_TRUE(absl::IsAlreadyExists(e.registerService(ServiceDefinition::service("Plain"))));
     EXPECT_TRUE(absl::IsInvalidArgument(e.registerService(ServiceDefinition::service("bad name"))));
   });
@@ -121,27 +125,29 @@ TEST_F(WorkflowTest, HundredConcurrentCallsOnOneKeyRunOneAtATimeInArrivalOrder) 
   std::mutex mu;
   std::vector<std::string> order;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(
-                     ServiceDefinition::virtualObject("Counter")
-                         .exclusive("add",
-                                    [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                      const int now = ++inside;
-                                      int prev = max_inside.load();
-                                      while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
-                                      }
-                                      auto v = ctx.get("count");
-                                      const int n = v ? std::stoi(*v) + 1 : 1;
-                                      ctx.set("count", std::to_string(n));
-                                      ctx.runVoid("record", [&] {
-                                        std::lock_guard lock(mu);
-                                        order.push_back(ctx.invocationId());
-                                        std::this_thread::sleep_for(1ms);
-                                        return absl::OkStatus();
-                                      }).IgnoreError();
-                                      --inside;
-                                      return std::to_string(n);
-                                    }))
-                    .ok());
+    ASSERT_TRUE(
+        e.registerService(ServiceDefinition::virtualObject("Counter").exclusive(
+                              "add",
+                              [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                                const int now = ++inside;
+                                int prev = max_inside.load();
+                                while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
+                                }
+                                auto v = ctx.get("count");
+                                const int n = v ? std::stoi(*v) + 1 : 1;
+                                ctx.set("count", std::to_string(n));
+                                ctx.runVoid("record",
+                                            [&] {
+                                              std::lock_guard lock(mu);
+                                              order.push_back(ctx.invocationId());
+                                              std::this_thread::sleep_for(1ms);
+                                              return absl::OkStatus();
+                                            })
+                                    .IgnoreError();
+                                --inside;
+                                return std::to_string(n);
+                              }))
+            .ok());
   });
   std::vector<std::thread> callers;
   std::vector<absl::StatusOr<std::string>> results(100, std::string());
@@ -159,8 +165,9 @@ TEST_F(WorkflowTest, HundredConcurrentCallsOnOneKeyRunOneAtATimeInArrivalOrder) 
   // Arrival order is the key queue's order (key_seq): execution followed it.
   std::vector<std::string> arrival;
   auto rows = (*pool_->acquire())
-                  ->query("SELECT id FROM workflow_invocations WHERE service = 'Counter'"
-                          " ORDER BY key_seq");
+                  ->query(
+                      "SELECT id FROM workflow_invocations WHERE service = 'Counter'"
+                      " ORDER BY key_seq");
   for (const auto& r : rows->rows) arrival.push_back(r.str(0));
   EXPECT_EQ(order, arrival);
   EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_keys WHERE holder IS NOT NULL"), 0);
@@ -171,12 +178,15 @@ TEST_F(WorkflowTest, SequentialSendsOnOneKeyRunInSendOrderAndOtherKeysRunInParal
   std::vector<std::string> order;
   Engine& e = engine([&](Engine& e) {
     ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Log").exclusive(
-                                      "append", [&](Context& ctx, const std::string& input) {
-                                        ctx.runVoid("append", [&] {
-                                          std::lock_guard lock(mu);
-                                          order.push_back(ctx.key() + ":" + input);
-                                          return absl::OkStatus();
-                                        }).IgnoreError();
+                                      "append",
+                                      [&](Context& ctx, const std::string& input) {
+                                        ctx.runVoid("append",
+                                                    [&] {
+                                                      std::lock_guard lock(mu);
+                                                      order.push_back(ctx.key() + ":" + input);
+                                                      return absl::OkStatus();
+                                                    })
+                                            .IgnoreError();
                                         return absl::StatusOr<std::string>(input);
                                       }))
                     .ok());
@@ -220,13 +230,16 @@ TEST_F(WorkflowTest, SharedHandlerRunsWhileAnExclusiveOneIsSuspended) {
                  .shared("notify",
                          [](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
                            auto id = ctx.get("awakeable");
-                           if (!id) return terminalError(absl::StatusCode::kFailedPrecondition, "no waiter");
+                           if (!id)
+                             return terminalError(absl::StatusCode::kFailedPrecondition,
+                                                  "no waiter");
                            return ctx.get("phase").value_or("") + "|" + *id;
                          })
-                 .shared("write", [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                   ctx.set("phase", "x");
-                   return std::string("unreachable");
-                 }))
+                 .shared("write",
+                         [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                           ctx.set("phase", "x");
+                           return std::string("unreachable");
+                         }))
             .ok());
   });
   auto deploy = e.send({"Deploy", "deploy", "d1", ""});
@@ -253,22 +266,29 @@ TEST_F(WorkflowTest, AwakeableResolvedBeforeTheHandlerWaits) {
   std::mutex mu;
   std::string id_seen;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Early").handler(
-                                      "h", [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                        Awakeable w = ctx.awakeable();
-                                        ctx.runVoid("hand out", [&] {
-                                          std::lock_guard lock(mu);
-                                          id_seen = w.id;
-                                          return absl::OkStatus();
-                                        }).IgnoreError();
-                                        // Still running (not suspended) when it is resolved.
-                                        ctx.runVoid("wait", [&] {
-                                          while (!release.load()) std::this_thread::sleep_for(2ms);
-                                          return absl::OkStatus();
-                                        }).IgnoreError();
-                                        return ctx.await(w.future);
-                                      }))
-                    .ok());
+    ASSERT_TRUE(
+        e.registerService(ServiceDefinition::service("Early").handler(
+                              "h",
+                              [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                                Awakeable w = ctx.awakeable();
+                                ctx.runVoid("hand out",
+                                            [&] {
+                                              std::lock_guard lock(mu);
+                                              id_seen = w.id;
+                                              return absl::OkStatus();
+                                            })
+                                    .IgnoreError();
+                                // Still running (not suspended) when it is resolved.
+                                ctx.runVoid("wait",
+                                            [&] {
+                                              while (!release.load())
+                                                std::this_thread::sleep_for(2ms);
+                                              return absl::OkStatus();
+                                            })
+                                    .IgnoreError();
+                                return ctx.await(w.future);
+                              }))
+            .ok());
   });
   auto id = e.send({"Early", "h", "", ""});
   ASSERT_TRUE(eventually([&] {
@@ -292,20 +312,25 @@ class SelectTest : public WorkflowTest {
  protected:
   Engine& start() {
     return engine([&](Engine& e) {
-      ASSERT_TRUE(e.registerService(ServiceDefinition::service("Race").handler(
-                                        "h", [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
-                                          Awakeable w = ctx.awakeable();
-                                          ctx.runVoid("hand out", [&] {
-                                            std::lock_guard lock(mu_);
-                                            awakeable_ = w.id;
-                                            return absl::OkStatus();
-                                          }).IgnoreError();
-                                          Future t = ctx.timer(std::chrono::milliseconds(std::stoi(input)));
-                                          Selected s = ctx.select({w.future, t});
-                                          if (!s.result.ok()) return s.result.status();
-                                          return s.index == 0 ? "awakeable:" + *s.result : std::string("timeout");
-                                        }))
-                      .ok());
+      ASSERT_TRUE(
+          e
+              .registerService(ServiceDefinition::service("Race").handler(
+                  "h",
+                  [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
+                    Awakeable w = ctx.awakeable();
+                    ctx.runVoid("hand out",
+                                [&] {
+                                  std::lock_guard lock(mu_);
+                                  awakeable_ = w.id;
+                                  return absl::OkStatus();
+                                })
+                        .IgnoreError();
+                    Future t = ctx.timer(std::chrono::milliseconds(std::stoi(input)));
+                    Selected s = ctx.select({w.future, t});
+                    if (!s.result.ok()) return s.result.status();
+                    return s.index == 0 ? "awakeable:" + *s.result : std::string("timeout");
+                  }))
+              .ok());
     });
   }
   std::string awakeable() {
@@ -340,13 +365,15 @@ TEST_F(SelectTest, AwakeableFirst) {
 
 TEST_F(WorkflowTest, DurableSleepSuspendsWithoutAThread) {
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Sleeper").handler(
-                                      "h", [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                        auto s = ctx.sleep(400ms);
-                                        if (!s.ok()) return s;
-                                        return std::string("woke");
-                                      }))
-                    .ok());
+    ASSERT_TRUE(
+        e.registerService(ServiceDefinition::service("Sleeper").handler(
+                              "h",
+                              [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                                auto s = ctx.sleep(400ms);
+                                if (!s.ok()) return s;
+                                return std::string("woke");
+                              }))
+            .ok());
   });
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> ids;
@@ -365,33 +392,36 @@ TEST_F(WorkflowTest, CallsSendsDelayedSendsAndFanOut) {
   std::atomic<int64_t> delayed_ran_at{0};
   Engine& e = engine([&](Engine& e) {
     ASSERT_TRUE(e.registerService(ServiceDefinition::service("Math").handler(
-                                      "square", [](Context&, const std::string& in) {
+                                      "square",
+                                      [](Context&, const std::string& in) {
                                         const int n = std::stoi(in);
                                         return absl::StatusOr<std::string>(std::to_string(n * n));
                                       }))
                     .ok());
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Later").handler(
-                                      "h", [&](Context& ctx, const std::string&) {
-                                        delayed_ran_at = unixMillis();
-                                        return absl::StatusOr<std::string>("");
-                                      }))
-                    .ok());
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Sum").handler(
-                                      "h", [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                        std::vector<Future> fs;
-                                        for (int i = 1; i <= 5; ++i) {
-                                          fs.push_back(ctx.call("Math", "square", "", std::to_string(i)));
-                                        }
-                                        ctx.send("Later", "h", "", "", 500ms);
-                                        int sum = 0;
-                                        for (const Future& f : fs) {
-                                          auto r = ctx.await(f);
-                                          if (!r.ok()) return r.status();
-                                          sum += std::stoi(*r);
-                                        }
-                                        return std::to_string(sum);
-                                      }))
-                    .ok());
+    ASSERT_TRUE(
+        e.registerService(ServiceDefinition::service("Later").handler("h", [&](Context& ctx,
+                                                                               const std::string&) {
+           delayed_ran_at = unixMillis();
+           return absl::StatusOr<std::string>("");
+         })).ok());
+    ASSERT_TRUE(
+        e.registerService(ServiceDefinition::service("Sum").handler(
+                              "h",
+                              [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                                std::vector<Future> fs;
+                                for (int i = 1; i <= 5; ++i) {
+                                  fs.push_back(ctx.call("Math", "square", "", std::to_string(i)));
+                                }
+                                ctx.send("Later", "h", "", "", 500ms);
+                                int sum = 0;
+                                for (const Future& f : fs) {
+                                  auto r = ctx.await(f);
+                                  if (!r.ok()) return r.status();
+                                  sum += std::stoi(*r);
+                                }
+                                return std::to_string(sum);
+                              }))
+            .ok());
   });
   const int64_t started = unixMillis();
   auto r = e.call({"Sum", "h", "", ""}, 20s);
@@ -406,11 +436,13 @@ TEST_F(WorkflowTest, IdempotencyKeysMakeOneInvocation) {
   std::atomic<int> runs{0};
   Engine& e = engine([&](Engine& e) {
     ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Pay").exclusive(
-                                      "charge", [&](Context& ctx, const std::string& in) {
-                                        return ctx.run("charge", [&]() -> absl::StatusOr<std::string> {
-                                          ++runs;
-                                          return "charged " + in;
-                                        });
+                                      "charge",
+                                      [&](Context& ctx, const std::string& in) {
+                                        return ctx.run("charge",
+                                                       [&]() -> absl::StatusOr<std::string> {
+                                                         ++runs;
+                                                         return "charged " + in;
+                                                       });
                                       }))
                     .ok());
   });
@@ -449,31 +481,32 @@ TEST_F(WorkflowTest, RetriesEndInFailureWithCompensationsInReverseOrder) {
     p.factor = 2.0;
     p.max_interval = 300ms;
     p.max_attempts = 4;
-    ASSERT_TRUE(e.registerService(
-                     ServiceDefinition::service("Flaky")
-                         .handler("h",
-                                  [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                    for (const char* step : {"a", "b", "c"}) {
-                                      auto s = ctx.runVoid(step, [&, step] {
-                                        std::lock_guard lock(mu);
-                                        log.push_back(std::string("do ") + step);
-                                        return absl::OkStatus();
-                                      });
-                                      if (!s.ok()) return s;
-                                      ctx.compensateRun(step, [&, step] {
-                                        std::lock_guard lock(mu);
-                                        log.push_back(std::string("undo ") + step);
-                                        return absl::OkStatus();
-                                      });
-                                    }
-                                    return ctx.run("d", [&]() -> absl::StatusOr<std::string> {
-                                      std::lock_guard lock(mu);
-                                      attempt_times.push_back(unixMillis());
-                                      return absl::UnavailableError("depot is down");
-                                    });
-                                  })
-                         .retry(p))
-                    .ok());
+    ASSERT_TRUE(
+        e.registerService(
+             ServiceDefinition::service("Flaky")
+                 .handler("h",
+                          [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                            for (const char* step : {"a", "b", "c"}) {
+                              auto s = ctx.runVoid(step, [&, step] {
+                                std::lock_guard lock(mu);
+                                log.push_back(std::string("do ") + step);
+                                return absl::OkStatus();
+                              });
+                              if (!s.ok()) return s;
+                              ctx.compensateRun(step, [&, step] {
+                                std::lock_guard lock(mu);
+                                log.push_back(std::string("undo ") + step);
+                                return absl::OkStatus();
+                              });
+                            }
+                            return ctx.run("d", [&]() -> absl::StatusOr<std::string> {
+                              std::lock_guard lock(mu);
+                              attempt_times.push_back(unixMillis());
+                              return absl::UnavailableError("depot is down");
+                            });
+                          })
+                 .retry(p))
+            .ok());
   });
   auto id = e.send({"Flaky", "h", "", ""});
   auto r = e.awaitResult(*id, 30s);
@@ -519,9 +552,10 @@ TEST_F(WorkflowTest, TerminalErrorsAreNotRetriedAndPausedInvocationsResume) {
                                         return std::string("fine");
                                       });
                                     })
-                         .exclusive("next", [](Context&, const std::string&) {
-                           return absl::StatusOr<std::string>("next ran");
-                         })
+                         .exclusive("next",
+                                    [](Context&, const std::string&) {
+                                      return absl::StatusOr<std::string>("next ran");
+                                    })
                          .retry(p))
                     .ok());
   });
@@ -553,31 +587,33 @@ TEST_F(WorkflowTest, CancelWhileSuspendedRunsCompensationsAndKillDoesNot) {
   std::mutex mu;
   std::vector<std::string> log;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(
-                     ServiceDefinition::virtualObject("Job").exclusive(
-                         "h", [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                           auto s = ctx.runVoid("reserve", [&] {
-                             std::lock_guard lock(mu);
-                             log.push_back("reserve " + ctx.key());
-                             return absl::OkStatus();
-                           });
-                           if (!s.ok()) return s;
-                           ctx.compensateRun("release", [&] {
-                             std::lock_guard lock(mu);
-                             log.push_back("release " + ctx.key());
-                             return absl::OkStatus();
-                           });
-                           Awakeable w = ctx.awakeable();
-                           auto r = ctx.await(w.future);
-                           if (!r.ok()) return r.status();
-                           return std::string("finished");
-                         }))
-                    .ok());
+    ASSERT_TRUE(
+        e.registerService(ServiceDefinition::virtualObject("Job").exclusive(
+                              "h",
+                              [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                                auto s = ctx.runVoid("reserve", [&] {
+                                  std::lock_guard lock(mu);
+                                  log.push_back("reserve " + ctx.key());
+                                  return absl::OkStatus();
+                                });
+                                if (!s.ok()) return s;
+                                ctx.compensateRun("release", [&] {
+                                  std::lock_guard lock(mu);
+                                  log.push_back("release " + ctx.key());
+                                  return absl::OkStatus();
+                                });
+                                Awakeable w = ctx.awakeable();
+                                auto r = ctx.await(w.future);
+                                if (!r.ok()) return r.status();
+                                return std::string("finished");
+                              }))
+            .ok());
   });
   auto a = e.send({"Job", "h", "a", ""});
   auto b = e.send({"Job", "h", "b", ""});
   auto queued = e.send({"Job", "h", "a", ""});
-  ASSERT_TRUE(eventually([&] { return statusOf(*a) == "suspended" && statusOf(*b) == "suspended"; }));
+  ASSERT_TRUE(
+      eventually([&] { return statusOf(*a) == "suspended" && statusOf(*b) == "suspended"; }));
   ASSERT_TRUE(e.cancel(*queued).ok());
   EXPECT_EQ(statusOf(*queued), "cancelled");
   ASSERT_TRUE(e.cancel(*a).ok());
@@ -605,12 +641,15 @@ TEST_F(WorkflowTest, AFencedWorkerCannotCommit) {
   auto define = [&](std::atomic<int>& counter, bool block) {
     return [&, block](Engine& e) {
       ASSERT_TRUE(e.registerService(ServiceDefinition::service("Slow").handler(
-                                        "h", [&, block](Context& ctx, const std::string&) {
-                                          return ctx.run("work", [&, block]() -> absl::StatusOr<std::string> {
-                                            ++counter;
-                                            while (block && !release_a) std::this_thread::sleep_for(5ms);
-                                            return std::string(block ? "from a" : "from b");
-                                          });
+                                        "h",
+                                        [&, block](Context& ctx, const std::string&) {
+                                          return ctx.run(
+                                              "work", [&, block]() -> absl::StatusOr<std::string> {
+                                                ++counter;
+                                                while (block && !release_a)
+                                                  std::this_thread::sleep_for(5ms);
+                                                return std::string(block ? "from a" : "from b");
+                                              });
                                         }))
                       .ok());
     };
@@ -641,10 +680,11 @@ TEST_F(WorkflowTest, AFencedWorkerCannotCommit) {
 TEST_F(WorkflowTest, OperationsListShowCleanupAndMetrics) {
   Engine& e = engine([&](Engine& e) {
     ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Ops2").exclusive(
-                                      "h", [](Context& ctx, const std::string& in) {
-                                        return ctx.run("echo", [&]() -> absl::StatusOr<std::string> {
-                                          return in;
-                                        });
+                                      "h",
+                                      [](Context& ctx, const std::string& in) {
+                                        return ctx.run(
+                                            "echo",
+                                            [&]() -> absl::StatusOr<std::string> { return in; });
                                       }))
                     .ok());
   });
@@ -697,19 +737,24 @@ TEST_F(WorkflowTest, AJournalThatNoLongerMatchesTheCodePausesTheInvocation) {
   std::mutex mu;
   std::string awk;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Versioned").handler(
-                                      "h", [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                        auto s = ctx.runVoid(changed ? "renamed" : "original",
-                                                             [] { return absl::OkStatus(); });
-                                        Awakeable w = ctx.awakeable();
-                                        ctx.runVoid("hand out", [&] {
+    ASSERT_TRUE(
+        e.registerService(
+             ServiceDefinition::service("Versioned")
+                 .handler("h",
+                          [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                            auto s = ctx.runVoid(changed ? "renamed" : "original",
+                                                 [] { return absl::OkStatus(); });
+                            Awakeable w = ctx.awakeable();
+                            ctx.runVoid("hand out",
+                                        [&] {
                                           std::lock_guard lock(mu);
                                           awk = w.id;
                                           return absl::OkStatus();
-                                        }).IgnoreError();
-                                        return ctx.await(w.future);
-                                      }))
-                    .ok());
+                                        })
+                                .IgnoreError();
+                            return ctx.await(w.future);
+                          }))
+            .ok());
   });
   auto id = e.send({"Versioned", "h", "", ""});
   ASSERT_TRUE(eventually([&] { return statusOf(*id) == "suspended"; }));
@@ -734,20 +779,24 @@ TEST_F(WorkflowTest, KillFencesOutARunningWorker) {
   std::atomic<bool> go{false};
   std::atomic<int> second_step{0};
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Busy").handler(
-                                      "h", [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                        auto s = ctx.runVoid("long", [&] {
-                                          while (!go) std::this_thread::sleep_for(2ms);
-                                          return absl::OkStatus();
-                                        });
-                                        if (!s.ok()) return s;
-                                        ctx.runVoid("after", [&] {
-                                          ++second_step;
-                                          return absl::OkStatus();
-                                        }).IgnoreError();
-                                        return std::string("done");
-                                      }))
-                    .ok());
+    ASSERT_TRUE(
+        e.registerService(ServiceDefinition::service("Busy").handler(
+                              "h",
+                              [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                                auto s = ctx.runVoid("long", [&] {
+                                  while (!go) std::this_thread::sleep_for(2ms);
+                                  return absl::OkStatus();
+                                });
+                                if (!s.ok()) return s;
+                                ctx.runVoid("after",
+                                            [&] {
+                                              ++second_step;
+                                              return absl::OkStatus();
+                                            })
+                                    .IgnoreError();
+                                return std::string("done");
+                              }))
+            .ok());
   });
   auto id = e.send({"Busy", "h", "", ""});
   ASSERT_TRUE(eventually([&] { return statusOf(*id) == "running"; }));
@@ -763,15 +812,15 @@ TEST_F(WorkflowTest, KillFencesOutARunningWorker) {
 
 TEST_F(WorkflowTest, WatchdogReportsKeysHeldTooLongAndRetentionDeletesFinishedWork) {
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(
-                     ServiceDefinition::virtualObject("Stuck")
-                         .exclusive("wait",
-                                    [](Context& ctx, const std::string&) {
-                                      return ctx.await(ctx.awakeable().future);
-                                    })
-                         .exclusive("quick", [](Context&, const std::string&) {
-                           return absl::StatusOr<std::string>("ok");
-                         }))
+    ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Stuck")
+                                      .exclusive("wait",
+                                                 [](Context& ctx, const std::string&) {
+                                                   return ctx.await(ctx.awakeable().future);
+                                                 })
+                                      .exclusive("quick",
+                                                 [](Context&, const std::string&) {
+                                                   return absl::StatusOr<std::string>("ok");
+                                                 }))
                     .ok());
   });
   auto stuck = e.send({"Stuck", "wait", "k", ""});

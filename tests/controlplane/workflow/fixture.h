@@ -41,7 +41,8 @@ class WorkflowTest : public krane::testing::MariaDbTest {
   }
 
   // An engine with `define` registering its services; started.
-  Engine& engine(const std::function<void(Engine&)>& define, EngineOptions options = fastOptions()) {
+  Engine& engine(const std::function<void(Engine&)>& define,
+                 EngineOptions options = fastOptions()) {
     engines_.push_back(std::make_unique<Engine>(pool_, options));
     Engine& e = *engines_.back();
     define(e);
@@ -50,8 +51,8 @@ class WorkflowTest : public krane::testing::MariaDbTest {
   }
 
   std::string statusOf(const std::string& id) {
-    auto rows = (*pool_->acquire())
-                    ->query("SELECT status FROM workflow_invocations WHERE id = ?", {id});
+    auto rows =
+        (*pool_->acquire())->query("SELECT status FROM workflow_invocations WHERE id = ?", {id});
     if (!rows.ok() || rows->empty()) return "<none>";
     return rows->rows[0].str(0);
   }

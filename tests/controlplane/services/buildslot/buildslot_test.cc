@@ -20,9 +20,9 @@
 namespace krane::services::buildslot {
 namespace {
 
+using krane::testing::eventually;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using krane::testing::eventually;
 using workflow::Awakeable;
 using workflow::Context;
 using workflow::Engine;
@@ -53,53 +53,54 @@ class BuildSlotTest : public workflow::WorkflowTest {
     return engine([&](Engine& e) {
       ASSERT_TRUE(e.registerService(buildSlotService(pool_)).ok());
       ASSERT_TRUE(
-          e.registerService(
-               ServiceDefinition::virtualObject("Build").exclusive(
-                   "run", [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
-                     const auto in = nlohmann::json::parse(input);
-                     const std::string ws = in["workspace"];
-                     const std::string me = ctx.key();
-                     Awakeable slot = ctx.awakeable();
-                     ctx.compensate("release slot", [&ctx, ws, me] {
-                       ctx.send(kServiceName, "Release", ws, encodeRelease(me));
-                       return absl::OkStatus();
-                     });
-                     auto acquired = ctx.await(ctx.call(
-                         kServiceName, "AcquireOrWait", ws,
-                         encodeAcquire({me, slot.id, in["production"].get<bool>()})));
-                     if (!acquired.ok()) return acquired.status();
-                     if (auto got = ctx.await(slot.future); !got.ok()) return got.status();
-                     auto built = ctx.runVoid("build", [&] {
-                       {
-                         std::lock_guard lock(mu_);
-                         order_.push_back(me);
-                       }
-                       const int now = ++building_;
-                       int prev = max_building_.load();
-                       while (now > prev && !max_building_.compare_exchange_weak(prev, now)) {
-                       }
-                       while (true) {
-                         {
-                           std::lock_guard lock(mu_);
-                           if (!closed_.count(me)) break;
-                         }
-                         std::this_thread::sleep_for(5ms);
-                       }
-                       std::this_thread::sleep_for(20ms);
-                       --building_;
-                       return absl::OkStatus();
-                     });
-                     if (!built.ok()) return built;
-                     ctx.send(kServiceName, "Release", ws, encodeRelease(me));
-                     return std::string("built");
-                   }))
+          e
+              .registerService(ServiceDefinition::virtualObject("Build").exclusive(
+                  "run",
+                  [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
+                    const auto in = nlohmann::json::parse(input);
+                    const std::string ws = in["workspace"];
+                    const std::string me = ctx.key();
+                    Awakeable slot = ctx.awakeable();
+                    ctx.compensate("release slot", [&ctx, ws, me] {
+                      ctx.send(kServiceName, "Release", ws, encodeRelease(me));
+                      return absl::OkStatus();
+                    });
+                    auto acquired = ctx.await(
+                        ctx.call(kServiceName, "AcquireOrWait", ws,
+                                 encodeAcquire({me, slot.id, in["production"].get<bool>()})));
+                    if (!acquired.ok()) return acquired.status();
+                    if (auto got = ctx.await(slot.future); !got.ok()) return got.status();
+                    auto built = ctx.runVoid("build", [&] {
+                      {
+                        std::lock_guard lock(mu_);
+                        order_.push_back(me);
+                      }
+                      const int now = ++building_;
+                      int prev = max_building_.load();
+                      while (now > prev && !max_building_.compare_exchange_weak(prev, now)) {
+                      }
+                      while (true) {
+                        {
+                          std::lock_guard lock(mu_);
+                          if (!closed_.count(me)) break;
+                        }
+                        std::this_thread::sleep_for(5ms);
+                      }
+                      std::this_thread::sleep_for(20ms);
+                      --building_;
+                      return absl::OkStatus();
+                    });
+                    if (!built.ok()) return built;
+                    ctx.send(kServiceName, "Release", ws, encodeRelease(me));
+                    return std::string("built");
+                  }))
               .ok());
     });
   }
 
   std::string deploy(Engine& e, const std::string& id, const std::string& ws, bool production) {
-    auto r = e.send({"Build", "run", id,
-                     nlohmann::json{{"workspace", ws}, {"production", production}}.dump()});
+    auto r = e.send(
+        {"Build", "run", id, nlohmann::json{{"workspace", ws}, {"production", production}}.dump()});
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : "";
   }
@@ -127,9 +128,8 @@ TEST_F(BuildSlotTest, CapIsRespectedUnderFiftyConcurrentAcquirers) {
   std::vector<std::thread> ts;
   std::vector<std::string> invocations(50);
   for (int i = 0; i < 50; ++i) {
-    ts.emplace_back([&, i] {
-      invocations[i] = deploy(e, "d" + std::to_string(i), "ws1", i % 2 == 0);
-    });
+    ts.emplace_back(
+        [&, i] { invocations[i] = deploy(e, "d" + std::to_string(i), "ws1", i % 2 == 0); });
   }
   for (auto& t : ts) t.join();
   for (const auto& id : invocations) {
@@ -204,8 +204,8 @@ TEST_F(BuildSlotTest, HandlersAreIdempotentAndRefuseBadInput) {
   // ws2 has no quota row: the default cap of 1 applies.
   Engine& e = start();
   auto acquire = [&](const std::string& d) {
-    return e.call({kServiceName, "AcquireOrWait", "ws2", encodeAcquire({d, "prm_unknown_" + d, true})},
-                  10s);
+    return e.call(
+        {kServiceName, "AcquireOrWait", "ws2", encodeAcquire({d, "prm_unknown_" + d, true})}, 10s);
   };
   EXPECT_EQ(*acquire("d1"), R"({"acquired":true})");
   EXPECT_EQ(*acquire("d1"), R"({"acquired":true})");
