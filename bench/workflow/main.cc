@@ -211,7 +211,8 @@ int run(bool json, bool quick) {
             })),
         "register Timed");
   check(engine.registerService(ServiceDefinition::service("Zero").handler(
-            "run", [](Context&, const std::string&) -> absl::StatusOr<std::string> {
+            "run",
+            [](Context&, const std::string&) -> absl::StatusOr<std::string> {
               return std::string("0");
             })),
         "register Zero");
@@ -219,12 +220,13 @@ int run(bool json, bool quick) {
             "run",
             [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
               workflow::Awakeable a = ctx.awakeable();
-              auto published = ctx.runTx("publish", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
-                auto r = conn.exec("INSERT INTO bench_awakeables VALUES (?, ?)",
-                                   {ctx.invocationId(), a.id});
-                if (!r.ok()) return r.status();
-                return std::string();
-              });
+              auto published =
+                  ctx.runTx("publish", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                    auto r = conn.exec("INSERT INTO bench_awakeables VALUES (?, ?)",
+                                       {ctx.invocationId(), a.id});
+                    if (!r.ok()) return r.status();
+                    return std::string();
+                  });
               if (!published.ok()) return published.status();
               return ctx.await(a.future);
             })),
@@ -309,8 +311,8 @@ int run(bool json, bool quick) {
                                             (after0.commits - before0.commits)) /
                         (5.0 * batch));
     wf_commit_r.push_back(static_cast<double>(after5.commits - before5.commits) / five_s / raw);
-    say("  {} five-step workflows: {:.1f}/s ({:.2f} s; {} zero-step: {:.2f} s)", batch,
-        wf_r.back(), five_s, batch, zero_s);
+    say("  {} five-step workflows: {:.1f}/s ({:.2f} s; {} zero-step: {:.2f} s)", batch, wf_r.back(),
+        five_s, batch, zero_s);
 
     {
       std::lock_guard lock(timed_mutex);
@@ -321,7 +323,8 @@ int run(bool json, bool quick) {
       std::lock_guard lock(timed_mutex);
       step_ms_r.push_back(median(timed_ms) / 5.0);
     }
-    say("  step overhead: {:.3f} ms (median of {} sequential five-step calls, timed in the handler)",
+    say("  step overhead: {:.3f} ms (median of {} sequential five-step calls, timed in the "
+        "handler)",
         step_ms_r.back(), sequential);
 
     malloc_trim(0);
@@ -354,12 +357,12 @@ int run(bool json, bool quick) {
   extra.push_back({"commit_rate_vs_raw_ratio", median(wf_commit_r), "", "", -1});
 
   std::FILE* table = json ? stderr : stdout;
-  std::fprintf(table, "\nworkflow engine, %u cores, median of %d round%s%s\n",
-               std::thread::hardware_concurrency(), rounds, rounds == 1 ? "" : "s",
-               quick ? strCat(" (--quick: ", suspended_n,
-                              " suspended invocations, not 10,000; a smoke run)")
-                           .c_str()
-                     : "");
+  std::fprintf(
+      table, "\nworkflow engine, %u cores, median of %d round%s%s\n",
+      std::thread::hardware_concurrency(), rounds, rounds == 1 ? "" : "s",
+      quick ? strCat(" (--quick: ", suspended_n, " suspended invocations, not 10,000; a smoke run)")
+                  .c_str()
+            : "");
   auto print = [&](const Figure& f) {
     std::fprintf(table, "  %-38s %12.3f %-8s %s\n", f.name.c_str(), f.value, f.unit.c_str(),
                  f.target.empty()
