@@ -29,6 +29,21 @@ class StoreLedger final : public ResourceLedger {
                     version);
     }
   }
+  void recordSynced(const std::string& type, const std::string& id, uint64_t version) override {
+    if (auto st = store_.replaceApplied(type, id, version); !st.ok()) {
+      spdlog::error("agent: cursor store: {} (type={} id={} version={})", st.message(), type, id,
+                    version);
+    }
+  }
+  void retainOnly(const std::map<std::string, std::set<std::string>>& ids) override {
+    std::vector<ipc::layout::ResourceKey> keep;
+    for (const auto& [type, set] : ids) {
+      for (const auto& id : set) keep.push_back(ipc::layout::resourceKey(type, id));
+    }
+    if (const uint64_t n = store_.retainOnly(std::move(keep)); n > 0) {
+      spdlog::info("agent: the full sync did not contain {} tracked resources; forgotten", n);
+    }
+  }
   void forget(const std::string& type, const std::string& id) override { store_.forget(type, id); }
   void park(const std::string& type, const std::string& id, uint64_t version, int attempts,
             const std::string& error) override {
@@ -49,8 +64,10 @@ class StoreLedger final : public ResourceLedger {
 
 }  // namespace
 
-Agent::Agent(AgentConfig config, std::string host_binary)
-    : config_(std::move(config)), host_binary_(std::move(host_binary)) {}
+Agent::Agent(AgentConfig config, std::string host_binary, LeaseClientFactory lease_clients)
+    : config_(std::move(config)),
+      host_binary_(std::move(host_binary)),
+      lease_clients_(std::move(lease_clients)) {}
 
 Agent::~Agent() { stop(); }
 
@@ -103,6 +120,11 @@ absl::Status Agent::openCursorStore() {
     while (!stopping_) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       persistWatermark();
+      // An in-process plugin lives as long as the agent does: its heartbeat is the agent's.
+      {
+        std::lock_guard lock(persist_mutex_);
+        for (int slot : in_process_slots_) store_->heartbeat(slot);
+      }
       if (std::chrono::steady_clock::now() - last_flush > std::chrono::seconds(5)) {
         (void)store_->flush();
         last_flush = std::chrono::steady_clock::now();
@@ -113,6 +135,7 @@ absl::Status Agent::openCursorStore() {
 }
 
 void Agent::persistWatermark() {
+  std::lock_guard lock(persist_mutex_);
   if (store_ && tracker_) store_->advanceWatermark(tracker_->watermark());
 }
 
@@ -121,15 +144,25 @@ absl::Status Agent::startPlugins() {
   auto report = [this](const plugin::v1::StatusReport& r) {
     if (!reporter_) return;
     switch (r.report_case()) {
-      case plugin::v1::StatusReport::kDeployment:
-        reporter_->report(r.deployment());
+      // A plugin may not know the region (it serves this agent's only): fill it in.
+      case plugin::v1::StatusReport::kDeployment: {
+        auto d = r.deployment();
+        if (d.region().empty()) d.set_region(config_.region);
+        reporter_->report(d);
         break;
-      case plugin::v1::StatusReport::kSentinel:
-        reporter_->report(r.sentinel());
+      }
+      case plugin::v1::StatusReport::kSentinel: {
+        auto s = r.sentinel();
+        if (s.region().empty()) s.set_region(config_.region);
+        reporter_->report(s);
         break;
-      case plugin::v1::StatusReport::kResource:
-        reporter_->report(r.resource());
+      }
+      case plugin::v1::StatusReport::kResource: {
+        auto res = r.resource();
+        if (res.region().empty()) res.set_region(config_.region);
+        reporter_->report(res);
         break;
+      }
       default:
         break;
     }
@@ -140,10 +173,22 @@ absl::Status Agent::startPlugins() {
       HostCallbacks callbacks;
       callbacks.report_status = report;
       KRANE_ASSIGN_OR_RETURN(auto loaded, loadPlugin(p.path, p.config_json, callbacks));
-      endpoint = std::make_shared<InProcessEndpoint>(std::move(loaded));
       KRANE_ASSIGN_OR_RETURN(int slot, store_->registerPlugin(p.name));
+      endpoint = std::make_shared<InProcessEndpoint>(
+          std::move(loaded), [this, slot](const cluster::v1::Change& c, const absl::Status& st) {
+            if (st.ok()) {
+              store_->countApplied(slot);
+              store_->ackPlugin(slot, c.version());
+            } else {
+              store_->countFailed(slot);
+            }
+          });
       store_->setPluginPid(slot, ::getpid());
       store_->heartbeat(slot);
+      {
+        std::lock_guard lock(persist_mutex_);
+        in_process_slots_.push_back(slot);
+      }
     } else {
       HostOptions options;
       options.name = p.name;
@@ -157,11 +202,14 @@ absl::Status Agent::startPlugins() {
       options.store_slot = slot;
       auto host = std::make_shared<HostEndpoint>(options, report);
       host->onRestart([this, slot] { store_->recordRestart(slot); });
+      host->onRedeliver([this, slot](uint64_t n) { store_->countRedelivered(slot, n); });
       KRANE_RETURN_IF_ERROR(host->start());
       hosts_.push_back(host);
       endpoint = host;
     }
+    KRANE_ASSIGN_OR_RETURN(const int slot, store_->findPlugin(p.name));
     for (const auto& type : endpoint->resourceTypes()) {
+      slot_by_type_[type] = slot;
       auto [it, inserted] = owner.emplace(type, p.name);
       if (!inserted) {
         return absl::FailedPreconditionError(strCat("plugins ", it->second, " and ", p.name,
@@ -216,10 +264,20 @@ absl::Status Agent::startReporter() {
 absl::Status Agent::startDispatcher() {
   DispatcherOptions options;
   options.max_attempts = config_.dispatch.max_attempts;
-  options.on_sync_end = [this](uint64_t version) { store_->recordFullSync(version, unixMillis()); };
+  options.batch = static_cast<size_t>(config_.dispatch.batch);
+  for (size_t i = 0; i < plugins_.size() && i < config_.plugins.size(); ++i)
+    options.workers_by_plugin[plugins_[i]->name()] = config_.plugins[i].workers;
+  options.on_sync_end = [this](uint64_t version) {
+    // The sync's version replaces the persisted one, even when lower (a restored database).
+    std::lock_guard lock(persist_mutex_);
+    store_->setWatermark(version);
+    store_->recordFullSync(version, unixMillis());
+  };
   dispatcher_ = std::make_unique<Dispatcher>(
       plugins_, *ledger_, *tracker_,
       [this](const cluster::v1::Change& change, const absl::Status& error, int attempts) {
+        if (auto it = slot_by_type_.find(change.resource().type()); it != slot_by_type_.end())
+          store_->countParked(it->second);
         cluster::v1::ReportResourceStatusRequest failed;
         failed.set_type(change.resource().type());
         failed.set_id(change.resource().id());
@@ -239,12 +297,25 @@ absl::Status Agent::startDispatcher() {
 }
 
 absl::Status Agent::startLeaderElection() {
-  if (config_.leader.mode == "lease") {
-    return absl::UnimplementedError(
-        "leader.mode: lease needs the Kubernetes runtime; use lockfile or none");
-  }
   if (config_.leader.mode == "none") return absl::OkStatus();
-  leader_ = std::make_unique<FileLockElector>(config_.state_dir, config_.agent_id);
+  std::string who_leads;
+  if (config_.leader.mode == "lease") {
+    if (!lease_clients_) {
+      return absl::FailedPreconditionError(
+          "leader.mode: lease needs a Kubernetes API server, and this build of the agent has no "
+          "Kubernetes client; use lockfile or none");
+    }
+    auto client = lease_clients_(config_);
+    if (!client.ok()) {
+      return absl::Status(client.status().code(),
+                          strCat("leader.mode lease: ", toStd(client.status().message())));
+    }
+    leader_ = std::make_unique<LeaseElector>(*std::move(client), config_.agent_id,
+                                             config_.leader.lease_duration);
+    who_leads = "the agent holding the region's Lease";
+  } else {
+    leader_ = std::make_unique<FileLockElector>(config_.state_dir, config_.agent_id);
+  }
   leader_->start([this](bool leader) {
     if (!leader) onLeadership(false);  // gaining it is what start-up waits for
   });
@@ -252,8 +323,8 @@ absl::Status Agent::startLeaderElection() {
   while (!leader_->isLeader()) {
     if (stopping_) return absl::CancelledError("stopped while standing by");
     if (!announced) {
-      spdlog::info("agent: standing by; {} leads region {}",
-                   FileLockElector::holder(config_.state_dir), config_.region);
+      if (who_leads.empty()) who_leads = FileLockElector::holder(config_.state_dir);
+      spdlog::info("agent: standing by; {} leads region {}", who_leads, config_.region);
       announced = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -28,8 +30,13 @@ namespace krane::agent {
 
 class Agent {
  public:
+  // Makes the Lease client of `leader.mode: lease`. The agent core has no Kubernetes dependency:
+  // the binary that links the Kubernetes client provides this.
+  using LeaseClientFactory =
+      std::function<absl::StatusOr<std::shared_ptr<LeaseClient>>(const AgentConfig&)>;
+
   // `host_binary`: the krane-plugin-host to run for plugins with process isolation.
-  Agent(AgentConfig config, std::string host_binary);
+  Agent(AgentConfig config, std::string host_binary, LeaseClientFactory lease_clients = {});
   ~Agent();
 
   // Runs the start-up steps; on failure stops what was started and names the failed step.
@@ -53,6 +60,7 @@ class Agent {
 
   AgentConfig config_;
   std::string host_binary_;
+  LeaseClientFactory lease_clients_;
   std::unique_ptr<ipc::CursorStore> store_;
   std::unique_ptr<WatermarkTracker> tracker_;
   std::unique_ptr<ResourceLedger> ledger_;
@@ -63,6 +71,10 @@ class Agent {
   std::unique_ptr<Dispatcher> dispatcher_;
   std::unique_ptr<LeaderElector> leader_;
   std::mutex watcher_mutex_;
+  std::mutex persist_mutex_;
+  std::vector<int> in_process_slots_;        // cursor store slots the agent heartbeats for
+  std::map<std::string, int> slot_by_type_;  // resource type -> its plugin's slot  // orders
+                                             // watermark writes: persister and full-sync end
   std::unique_ptr<Watcher> watcher_;
   std::atomic<bool> stopping_{false};
   std::thread persister_;

@@ -78,7 +78,10 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
            [&](const YAML::Node& n, const std::string& p) {
              return walk(n, s, p,
                          {{"mode", oneOf(c.leader.mode, s, {"lockfile", "lease", "none"})},
-                          {"lease_duration_s", number(c.leader.lease_duration, s, 3, 600)}});
+                          {"lease_duration_s", number(c.leader.lease_duration, s, 3, 600)},
+                          {"lease_namespace", text(c.leader.lease_namespace, s)},
+                          {"lease_name", text(c.leader.lease_name, s)},
+                          {"kubeconfig", text(c.leader.kubeconfig, s)}});
            }},
           {"reporter",
            [&](const YAML::Node& n, const std::string& p) {
@@ -89,7 +92,9 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
            }},
           {"dispatch",
            [&](const YAML::Node& n, const std::string& p) {
-             return walk(n, s, p, {{"max_attempts", number(c.dispatch.max_attempts, s, 1, 1000)}});
+             return walk(n, s, p,
+                         {{"max_attempts", number(c.dispatch.max_attempts, s, 1, 1000)},
+                          {"batch", number(c.dispatch.batch, s, 1, 1024)}});
            }},
           {"plugins",
            [&](const YAML::Node& n, const std::string& p) -> absl::Status {

@@ -41,6 +41,12 @@ struct AgentConfig {
   struct Leader {
     std::string mode = "lockfile";  // "lockfile", "lease" (Kubernetes) or "none"
     std::chrono::seconds lease_duration{15};
+    // mode lease: the coordination.k8s.io Lease <lease_namespace>/<lease_name>, reached through
+    // `kubeconfig` (empty: the pod's service account). Empty namespace: the kubeconfig's or the
+    // pod's namespace; empty name: krane-agent-<region>.
+    std::string lease_namespace;
+    std::string lease_name;
+    std::string kubeconfig;
   } leader;
 
   struct Reporter {
@@ -50,6 +56,7 @@ struct AgentConfig {
 
   struct Dispatch {
     int max_attempts = 5;
+    int batch = 32;  // ready resources one worker hands to a plugin at once
   } dispatch;
 
   std::vector<PluginConfig> plugins;

@@ -13,6 +13,7 @@ struct Dispatcher::Lane {
   std::deque<std::string> ready;                   // resources with work and no worker on them
   std::set<std::string> busy;                      // resources a worker is applying now
   size_t queued = 0;
+  size_t idle = 0;  // workers waiting for work (notify only when someone listens)
   std::condition_variable has_work;
   std::condition_variable has_room;
   std::vector<std::thread> workers;
@@ -29,7 +30,10 @@ Dispatcher::Dispatcher(std::vector<std::shared_ptr<PluginEndpoint>> plugins, Res
     lanes_.push_back(std::move(lane));
   }
   for (auto& lane : lanes_) {
-    for (size_t i = 0; i < std::max<size_t>(1, options_.workers_per_plugin); ++i) {
+    auto it = options_.workers_by_plugin.find(lane->plugin->name());
+    const size_t workers =
+        it != options_.workers_by_plugin.end() ? it->second : options_.workers_per_plugin;
+    for (size_t i = 0; i < std::max<size_t>(1, workers); ++i) {
       lane->workers.emplace_back([this, l = lane.get()] { work(*l); });
     }
   }
@@ -100,7 +104,7 @@ void Dispatcher::change(const cluster::v1::Change& change, bool in_sync) {
   ++in_flight_;
   if (was_idle) {
     lane.ready.push_back(key);
-    lane.has_work.notify_one();
+    if (lane.idle > 0) lane.has_work.notify_one();
   }
 }
 
@@ -121,6 +125,7 @@ void Dispatcher::syncEnd(uint64_t version) {
                    lane->plugin->name(), st.message());
     }
   }
+  ledger_.retainOnly(ids);
   watermark_.syncEnd(version);
   if (options_.on_sync_end) options_.on_sync_end(version);
 }
@@ -128,89 +133,169 @@ void Dispatcher::syncEnd(uint64_t version) {
 void Dispatcher::bookmark(uint64_t version) { watermark_.bookmark(version); }
 
 void Dispatcher::work(Lane& lane) {
+  const size_t max_batch = std::max<size_t>(1, options_.batch);
+  std::vector<std::string> keys;
+  std::vector<Work> items;
+  std::vector<Work*> batch;
   for (;;) {
-    std::string key;
-    Work item;
+    keys.clear();
+    items.clear();
     {
       std::unique_lock lock(mutex_);
+      ++lane.idle;
       lane.has_work.wait(lock, [&] { return stopping_ || !lane.ready.empty(); });
+      --lane.idle;
       if (stopping_) return;
-      key = lane.ready.front();
-      lane.ready.pop_front();
-      auto& queue = lane.queues[key];
-      item = std::move(queue.front());
-      queue.pop_front();
-      lane.busy.insert(key);
-    }
-    applyOne(lane, item);
-    {
-      std::lock_guard lock(mutex_);
-      lane.busy.erase(key);
-      --lane.queued;
-      auto it = lane.queues.find(key);
-      if (!it->second.empty()) {
-        lane.ready.push_back(key);
-        lane.has_work.notify_one();
-      } else {
-        lane.queues.erase(it);
+      // Share the ready resources with the other workers rather than taking them all.
+      const size_t take = std::min(
+          max_batch, std::max<size_t>(1, lane.ready.size() / std::max<size_t>(1, lane.idle + 1)));
+      while (keys.size() < take && !lane.ready.empty()) {
+        std::string key = std::move(lane.ready.front());
+        lane.ready.pop_front();
+        auto& queue = lane.queues[key];
+        items.push_back(std::move(queue.front()));
+        queue.pop_front();
+        lane.busy.insert(key);
+        keys.push_back(std::move(key));
       }
-      lane.has_room.notify_one();
+      if (!lane.ready.empty() && lane.idle > 0) lane.has_work.notify_one();
     }
-    finish(item);
-    {
-      std::lock_guard lock(mutex_);
-      --in_flight_;
-      if (in_flight_ == 0) idle_.notify_all();
+    batch.clear();
+    for (auto& item : items) batch.push_back(&item);
+    // Successes are released at once; a failure is retried alone, so that its backoff holds
+    // back only its own resource.
+    const std::vector<std::pair<size_t, absl::Status>> failed = applyBatch(lane, batch);
+    std::vector<size_t> done;
+    for (size_t i = 0, f = 0; i < items.size(); ++i) {
+      if (f < failed.size() && failed[f].first == i) {
+        ++f;
+      } else {
+        done.push_back(i);
+      }
+    }
+    release(lane, keys, items, done);
+    for (const auto& [i, status] : failed) {
+      // Not acknowledged when the dispatcher stops first: the watermark must stay below it.
+      if (!retry(lane, items[i], status)) return;
+      release(lane, keys, items, {i});
     }
   }
 }
 
-void Dispatcher::applyOne(Lane& lane, const Work& work) {
-  const auto& c = work.change;
-  const auto& r = c.resource();
+void Dispatcher::release(Lane& lane, const std::vector<std::string>& keys,
+                         const std::vector<Work>& items, const std::vector<size_t>& which) {
+  if (which.empty()) return;
+  {
+    std::lock_guard lock(mutex_);
+    for (size_t i : which) {
+      lane.busy.erase(keys[i]);
+      auto it = lane.queues.find(keys[i]);
+      if (!it->second.empty()) {
+        lane.ready.push_back(keys[i]);
+      } else {
+        lane.queues.erase(it);
+      }
+    }
+    lane.queued -= which.size();
+    if (!lane.ready.empty() && lane.idle > 0) lane.has_work.notify_one();
+    lane.has_room.notify_one();
+  }
+  for (size_t i : which) finish(items[i]);
+  std::lock_guard lock(mutex_);
+  in_flight_ -= which.size();
+  if (in_flight_ == 0) idle_.notify_all();
+}
+
+uint64_t Dispatcher::orderingVersion(const cluster::v1::Change& c) {
   // Ordering by resource state: an APPLY carries the resource's own version; a DELETE is
   // ordered by the change's version.
-  const uint64_t version =
-      c.op() == cluster::v1::CHANGE_OP_APPLY ? std::max(r.version(), c.version()) : c.version();
-  if (!work.in_sync && !ledger_.shouldApply(r.type(), r.id(), version)) {
-    std::lock_guard lock(mutex_);
-    ++stats_.skipped_stale;
-    return;
+  return c.op() == cluster::v1::CHANGE_OP_APPLY ? std::max(c.resource().version(), c.version())
+                                                : c.version();
+}
+
+std::vector<std::pair<size_t, absl::Status>> Dispatcher::applyBatch(
+    Lane& lane, const std::vector<Work*>& batch) {
+  std::vector<size_t> todo;  // indices into `batch`
+  std::vector<const cluster::v1::Change*> changes;
+  std::vector<std::pair<size_t, absl::Status>> failed;
+  uint64_t stale = 0;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Work* w = batch[i];
+    const auto& r = w->change.resource();
+    if (!w->in_sync && !ledger_.shouldApply(r.type(), r.id(), orderingVersion(w->change))) {
+      ++stale;
+      continue;
+    }
+    todo.push_back(i);
+    changes.push_back(&w->change);
   }
+  if (stale > 0) {
+    std::lock_guard lock(mutex_);
+    stats_.skipped_stale += stale;
+  }
+  if (todo.empty()) return failed;
+  const std::vector<absl::Status> results = lane.plugin->handleBatch(changes);
+  uint64_t applied = 0;
+  for (size_t i = 0; i < todo.size(); ++i) {
+    absl::Status status =
+        i < results.size() ? results[i] : absl::InternalError("plugin endpoint lost the answer");
+    if (status.ok()) {
+      recordSuccess(*batch[todo[i]]);
+      ++applied;
+    } else {
+      failed.emplace_back(todo[i], std::move(status));
+    }
+  }
+  std::lock_guard lock(mutex_);
+  stats_.applied += applied;
+  return failed;
+}
+
+void Dispatcher::recordSuccess(const Work& work) {
+  const auto& c = work.change;
+  const auto& r = c.resource();
+  if (c.op() == cluster::v1::CHANGE_OP_DELETE) {
+    ledger_.forget(r.type(), r.id());
+  } else if (work.in_sync) {
+    ledger_.recordSynced(r.type(), r.id(), orderingVersion(c));
+  } else {
+    ledger_.recordApplied(r.type(), r.id(), orderingVersion(c));
+  }
+  ledger_.unpark(r.type(), r.id());
+}
+
+bool Dispatcher::retry(Lane& lane, const Work& work, absl::Status status) {
+  const auto& c = work.change;
+  const auto& r = c.resource();
   Backoff backoff(options_.retry);
-  absl::Status status;
-  int attempt = 0;
-  for (attempt = 1; attempt <= options_.max_attempts; ++attempt) {
-    status = lane.plugin->handle(c);
-    if (status.ok()) break;
+  int attempt = 1;
+  for (;;) {
     {
       std::lock_guard lock(mutex_);
-      if (stopping_) return;
+      if (stopping_) return false;
       ++stats_.retried;
     }
     spdlog::warn("agent: plugin={} type={} id={} version={} attempt={} failed: {}",
                  lane.plugin->name(), r.type(), r.id(), c.version(), attempt, status.message());
-    if (attempt < options_.max_attempts) std::this_thread::sleep_for(backoff.next());
-  }
-  if (status.ok()) {
-    if (c.op() == cluster::v1::CHANGE_OP_DELETE) {
-      ledger_.forget(r.type(), r.id());
-    } else {
-      ledger_.recordApplied(r.type(), r.id(), version);
+    if (attempt >= options_.max_attempts) break;
+    std::this_thread::sleep_for(backoff.next());
+    ++attempt;
+    status = lane.plugin->handle(c);
+    if (status.ok()) {
+      recordSuccess(work);
+      std::lock_guard lock(mutex_);
+      ++stats_.applied;
+      return true;
     }
-    ledger_.unpark(r.type(), r.id());
-    std::lock_guard lock(mutex_);
-    ++stats_.applied;
-    return;
   }
   // Poison: park it, say so, and let everything else flow. The next full sync tries again.
-  const int attempts = std::min(attempt, options_.max_attempts);
-  ledger_.park(r.type(), r.id(), c.version(), attempts, std::string(toStd(status.message())));
-  report_(c, status, attempts);
+  ledger_.park(r.type(), r.id(), c.version(), attempt, std::string(toStd(status.message())));
+  report_(c, status, attempt);
   spdlog::error("agent: parked type={} id={} version={} after {} attempts: {}", r.type(), r.id(),
-                c.version(), attempts, status.message());
+                c.version(), attempt, status.message());
   std::lock_guard lock(mutex_);
   ++stats_.parked;
+  return true;
 }
 
 void Dispatcher::finish(const Work& work) {

@@ -3,7 +3,8 @@
 // - Changes of one resource are applied in order; different resources in parallel, with a fixed
 //   number of workers per plugin.
 // - A change older than what was already applied for its resource is skipped (the ledger keeps
-//   the last applied version of every resource, durably).
+//   the last applied version of every resource, durably). A full sync replaces the ledger: its
+//   versions are recorded as they are, and resources it did not contain are forgotten.
 // - A failing change is retried with backoff; after `max_attempts` it is parked: recorded in
 //   the ledger, reported as a failed apply, and acknowledged so that it does not hold back the
 //   watermark or other resources. It is applied again by the next full sync.
@@ -42,6 +43,16 @@ class PluginEndpoint {
   // APPLY or DELETE; UNAVAILABLE/ABORTED/DEADLINE_EXCEEDED are retried, others count as failures
   // that are retried too, up to max_attempts (a plugin cannot know whether the cluster recovers).
   virtual absl::Status handle(const cluster::v1::Change& change) = 0;
+  // Several changes of different resources at once (the dispatcher hands a worker a batch of
+  // ready resources); one status each, in order. The default calls handle() for each; a host
+  // endpoint sends them together and waits once.
+  virtual std::vector<absl::Status> handleBatch(
+      const std::vector<const cluster::v1::Change*>& changes) {
+    std::vector<absl::Status> out;
+    out.reserve(changes.size());
+    for (const auto* c : changes) out.push_back(handle(*c));
+    return out;
+  }
   virtual absl::Status syncBegin(uint64_t snapshot_version) = 0;
   // `ids` by type: every resource of this plugin's types that the sync contained.
   virtual absl::Status syncEnd(uint64_t version,
@@ -55,6 +66,11 @@ class ResourceLedger {
   // False when `version` is not newer than what was applied for the resource.
   virtual bool shouldApply(const std::string& type, const std::string& id, uint64_t version) = 0;
   virtual void recordApplied(const std::string& type, const std::string& id, uint64_t version) = 0;
+  // A full sync applied the resource at `version`: recorded even if a higher version was (after
+  // a database restore the region's versions go backwards; the snapshot is the truth).
+  virtual void recordSynced(const std::string& type, const std::string& id, uint64_t version) = 0;
+  // After a full sync: forget every resource the sync did not contain (`ids` by type).
+  virtual void retainOnly(const std::map<std::string, std::set<std::string>>& ids) = 0;
   virtual void forget(const std::string& type, const std::string& id) = 0;
   virtual void park(const std::string& type, const std::string& id, uint64_t version, int attempts,
                     const std::string& error) = 0;
@@ -67,10 +83,14 @@ using FailureReporter =
 
 struct DispatcherOptions {
   size_t workers_per_plugin = 4;
+  // Overrides workers_per_plugin for the plugins named here.
+  std::map<std::string, size_t> workers_by_plugin;
   int max_attempts = 5;
   BackoffPolicy retry{std::chrono::milliseconds(100), 2.0, std::chrono::milliseconds(5000), 0.5};
   // Changes queued per plugin before the watcher is made to wait.
   size_t max_queued = 10000;
+  // Ready resources a worker takes at once (one change each); they go to the plugin together.
+  size_t batch = 32;
   // Called after a full sync was applied and garbage collected, with its version.
   std::function<void(uint64_t version)> on_sync_end;
 };
@@ -107,7 +127,18 @@ class Dispatcher final : public ChangeSink {
   struct Lane;  // one plugin: its queue per resource and its workers
 
   void work(Lane& lane);
-  void applyOne(Lane& lane, const Work& work);
+  // Applies a batch: stale changes skipped, the rest handed over together; a failed one is
+  // retried alone with backoff and parked after max_attempts.
+  // Returns the failures (index in `batch`, first error).
+  std::vector<std::pair<size_t, absl::Status>> applyBatch(Lane& lane,
+                                                          const std::vector<Work*>& batch);
+  // Lets the resources `which` of a batch take their next change, and acknowledges them.
+  void release(Lane& lane, const std::vector<std::string>& keys, const std::vector<Work>& items,
+               const std::vector<size_t>& which);
+  // Returns false when the dispatcher stopped before the change was applied or parked.
+  bool retry(Lane& lane, const Work& work, absl::Status status);
+  void recordSuccess(const Work& work);
+  static uint64_t orderingVersion(const cluster::v1::Change& change);
   void finish(const Work& work);
 
   std::vector<std::unique_ptr<Lane>> lanes_;

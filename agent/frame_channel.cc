@@ -48,9 +48,22 @@ void FrameChannel::stop() {
 }
 
 void FrameChannel::send(const plugin::v1::Frame& frame) {
+  std::string bytes = frame.SerializeAsString();
   {
     std::lock_guard lock(mutex_);
-    outgoing_.push_back(frame.SerializeAsString());
+    outgoing_.push_back(std::move(bytes));
+  }
+  const uint64_t one = 1;
+  (void)::write(wake_fd_, &one, sizeof(one));
+}
+
+void FrameChannel::sendMany(const std::vector<plugin::v1::Frame>& frames) {
+  std::vector<std::string> bytes;
+  bytes.reserve(frames.size());
+  for (const auto& f : frames) bytes.push_back(f.SerializeAsString());
+  {
+    std::lock_guard lock(mutex_);
+    for (auto& b : bytes) outgoing_.push_back(std::move(b));
   }
   const uint64_t one = 1;
   (void)::write(wake_fd_, &one, sizeof(one));

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "krane/plugin/v1/plugin.pb.h"
@@ -30,6 +31,8 @@ class FrameChannel {
   absl::Status start();
   void stop();
   void send(const plugin::v1::Frame& frame);
+  // Queues several frames with one wake-up of the I/O thread.
+  void sendMany(const std::vector<plugin::v1::Frame>& frames);
   const std::string& endpoint() const { return endpoint_; }
 
  private:

@@ -20,9 +20,9 @@ FileLockElector::~FileLockElector() { stop(); }
 
 std::string FileLockElector::holder(const std::string& state_dir) {
   std::ifstream in(state_dir + "/leader.lock");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  std::string line;
+  std::getline(in, line);  // "<agent id> <pid>"
+  return line;
 }
 
 bool FileLockElector::tryAcquire() {

@@ -13,6 +13,9 @@
 #include "common/version.h"
 #include "ipc/cursor_store.h"
 #include "ipc/inspect.h"
+#include "plugins/runtime/kubernetes/client.h"
+#include "plugins/runtime/kubernetes/config.h"
+#include "plugins/runtime/kubernetes/lease_client.h"
 #include "spdlog/spdlog.h"
 
 namespace {
@@ -31,6 +34,25 @@ std::string defaultHostBinary() {
   return krane::strCat(::dirname(self), "/krane-plugin-host");
 }
 
+// The Lease of `leader.mode: lease`, through the kubeconfig of the configuration or the pod's
+// service account.
+absl::StatusOr<std::shared_ptr<krane::agent::LeaseClient>> leaseClient(
+    const krane::agent::AgentConfig& config) {
+  auto cluster = config.leader.kubeconfig.empty()
+                     ? krane::kube::inClusterConfig()
+                     : krane::kube::kubeconfigFromFile(config.leader.kubeconfig);
+  if (!cluster.ok()) return cluster.status();
+  const std::string ns = config.leader.lease_namespace.empty() ? cluster->default_namespace
+                                                               : config.leader.lease_namespace;
+  const std::string name = config.leader.lease_name.empty()
+                               ? krane::strCat("krane-agent-", config.region)
+                               : config.leader.lease_name;
+  auto client = krane::kube::Client::create(*std::move(cluster));
+  if (!client.ok()) return client.status();
+  std::shared_ptr<krane::kube::Client> shared = *std::move(client);
+  return std::make_shared<krane::kube::KubernetesLeaseClient>(shared, ns, name);
+}
+
 int run(const std::string& config_path, const std::string& host_binary,
         const std::string& log_level) {
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ %v");
@@ -43,7 +65,8 @@ int run(const std::string& config_path, const std::string& host_binary,
   sigaddset(&signals, SIGINT);
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  krane::agent::Agent agent(*config, host_binary.empty() ? defaultHostBinary() : host_binary);
+  krane::agent::Agent agent(*config, host_binary.empty() ? defaultHostBinary() : host_binary,
+                            leaseClient);
   if (auto st = agent.start(); !st.ok()) return fail("run", st);
   int signal = 0;
   sigwait(&signals, &signal);

@@ -15,6 +15,10 @@
 namespace krane::agent {
 namespace {
 
+absl::Status nackStatus(const plugin::v1::Nack& nack) {
+  return absl::Status(static_cast<absl::StatusCode>(nack.code()), nack.message());
+}
+
 plugin::v1::SyncEnd syncEndFrame(uint64_t version,
                                  const std::map<std::string, std::set<std::string>>& ids) {
   plugin::v1::SyncEnd end;
@@ -40,8 +44,10 @@ std::string lastLine(const std::string& path) {
 }  // namespace
 
 absl::Status InProcessEndpoint::handle(const cluster::v1::Change& change) {
-  return change.op() == cluster::v1::CHANGE_OP_DELETE ? plugin_->remove(change)
-                                                      : plugin_->apply(change);
+  absl::Status status = change.op() == cluster::v1::CHANGE_OP_DELETE ? plugin_->remove(change)
+                                                                     : plugin_->apply(change);
+  if (on_outcome_) on_outcome_(change, status);
+  return status;
 }
 
 absl::Status InProcessEndpoint::syncEnd(uint64_t version,
@@ -149,25 +155,17 @@ void HostEndpoint::onFrame(plugin::v1::Frame&& frame) {
     case plugin::v1::Frame::kHeartbeat:
       last_heartbeat_ = std::chrono::steady_clock::now();
       break;
-    case plugin::v1::Frame::kAck: {
-      auto it = pending_.find(frame.ack().sequence());
-      if (it != pending_.end()) {
-        it->second.set_value(absl::OkStatus());
-        pending_.erase(it);
-      }
-      last_heartbeat_ = std::chrono::steady_clock::now();
+    case plugin::v1::Frame::kAck:
+      answerLocked(frame.ack().sequence(), absl::OkStatus());
       break;
-    }
-    case plugin::v1::Frame::kNack: {
-      auto it = pending_.find(frame.nack().sequence());
-      if (it != pending_.end()) {
-        it->second.set_value(absl::Status(static_cast<absl::StatusCode>(frame.nack().code()),
-                                          frame.nack().message()));
-        pending_.erase(it);
-      }
-      last_heartbeat_ = std::chrono::steady_clock::now();
+    case plugin::v1::Frame::kNack:
+      answerLocked(frame.nack().sequence(), nackStatus(frame.nack()));
       break;
-    }
+    case plugin::v1::Frame::kAnswers:
+      for (const auto& ack : frame.answers().acks()) answerLocked(ack.sequence(), absl::OkStatus());
+      for (const auto& nack : frame.answers().nacks())
+        answerLocked(nack.sequence(), nackStatus(nack));
+      break;
     case plugin::v1::Frame::kStatusReport:
       if (on_status_) on_status_(frame.status_report());
       break;
@@ -175,6 +173,15 @@ void HostEndpoint::onFrame(plugin::v1::Frame&& frame) {
       spdlog::warn("agent: unexpected frame {} from plugin host {}",
                    static_cast<int>(frame.body_case()), name_);
   }
+}
+
+void HostEndpoint::answerLocked(uint64_t sequence, absl::Status status) {
+  auto it = pending_.find(sequence);
+  if (it != pending_.end()) {
+    it->second.set_value(std::move(status));
+    pending_.erase(it);
+  }
+  last_heartbeat_ = std::chrono::steady_clock::now();
 }
 
 absl::Status HostEndpoint::call(plugin::v1::Frame frame, uint64_t sequence) {
@@ -207,6 +214,45 @@ absl::Status HostEndpoint::handle(const cluster::v1::Change& change) {
   return call(std::move(frame), sequence);
 }
 
+std::vector<absl::Status> HostEndpoint::handleBatch(
+    const std::vector<const cluster::v1::Change*>& changes) {
+  if (changes.size() == 1) return {handle(*changes[0])};
+  plugin::v1::Frame frame;
+  auto* events = frame.mutable_events();
+  std::vector<uint64_t> sequences(changes.size());
+  std::vector<std::future<absl::Status>> results(changes.size());
+  for (const auto* c : changes) *events->add_events()->mutable_change() = *c;
+  {
+    std::lock_guard lock(mutex_);
+    if (stopping_ || !hello_) {
+      const absl::Status why =
+          stopping_ ? absl::CancelledError("agent is stopping")
+                    : absl::UnavailableError(strCat("plugin host ", name_, " is restarting"));
+      return std::vector<absl::Status>(changes.size(), why);
+    }
+    for (size_t i = 0; i < changes.size(); ++i) {
+      sequences[i] = next_sequence_++;
+      events->mutable_events(static_cast<int>(i))->set_sequence(sequences[i]);
+      results[i] = pending_[sequences[i]].get_future();
+    }
+    channel_->send(frame);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + options_.call_timeout;
+  std::vector<absl::Status> out;
+  out.reserve(changes.size());
+  for (size_t i = 0; i < changes.size(); ++i) {
+    if (results[i].wait_until(deadline) == std::future_status::ready) {
+      out.push_back(results[i].get());
+      continue;
+    }
+    std::lock_guard lock(mutex_);
+    pending_.erase(sequences[i]);
+    out.push_back(absl::DeadlineExceededError(
+        strCat("plugin ", name_, " did not answer within ", options_.call_timeout.count(), " ms")));
+  }
+  return out;
+}
+
 absl::Status HostEndpoint::syncBegin(uint64_t snapshot_version) {
   plugin::v1::Frame frame;
   uint64_t sequence;
@@ -232,12 +278,14 @@ absl::Status HostEndpoint::syncEnd(uint64_t version,
   return call(std::move(frame), sequence);
 }
 
-void HostEndpoint::failPending(const std::string& why) {
-  for (auto& [sequence, promise] : pending_) {
-    promise.set_value(absl::UnavailableError(why));
-    ++stats_.redelivered;
-  }
+void HostEndpoint::failPending(const std::string& why, bool redeliver) {
+  const uint64_t n = pending_.size();
+  for (auto& [sequence, promise] : pending_) promise.set_value(absl::UnavailableError(why));
   pending_.clear();
+  if (redeliver && n > 0) {
+    stats_.redelivered += n;
+    if (on_redeliver_) on_redeliver_(n);
+  }
 }
 
 void HostEndpoint::killHost() {
@@ -279,7 +327,8 @@ void HostEndpoint::supervise() {
       }
       if (why.empty()) continue;
       hello_ = false;
-      failPending(strCat("plugin host ", name_, " ", why, "; it is being restarted"));
+      failPending(strCat("plugin host ", name_, " ", why, "; it is being restarted"),
+                  /*redeliver=*/true);
     }
     spdlog::warn("agent: plugin host {} {}; restarting", name_, why);
     killHost();
@@ -311,7 +360,7 @@ void HostEndpoint::stop() {
       bye.mutable_shutdown()->set_reason("agent stopping");
       channel_->send(bye);
     }
-    failPending("agent is stopping");
+    failPending("agent is stopping", /*redeliver=*/false);
   }
   // Give the host a moment to shut its plugin down, then make sure it is gone.
   for (int i = 0; i < 20; ++i) {

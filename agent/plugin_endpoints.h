@@ -27,7 +27,11 @@ using StatusSink = std::function<void(const plugin::v1::StatusReport&)>;
 
 class InProcessEndpoint final : public PluginEndpoint {
  public:
-  explicit InProcessEndpoint(std::unique_ptr<LoadedPlugin> plugin) : plugin_(std::move(plugin)) {}
+  // `on_outcome` sees every apply or delete and its result (the agent counts them in the
+  // plugin's cursor store slot, as a host process does for its own).
+  using Outcome = std::function<void(const cluster::v1::Change&, const absl::Status&)>;
+  explicit InProcessEndpoint(std::unique_ptr<LoadedPlugin> plugin, Outcome on_outcome = {})
+      : plugin_(std::move(plugin)), on_outcome_(std::move(on_outcome)) {}
   std::string name() const override { return plugin_->name(); }
   std::vector<std::string> resourceTypes() const override { return plugin_->resourceTypes(); }
   absl::Status handle(const cluster::v1::Change& change) override;
@@ -39,6 +43,7 @@ class InProcessEndpoint final : public PluginEndpoint {
 
  private:
   std::unique_ptr<LoadedPlugin> plugin_;
+  Outcome on_outcome_;
 };
 
 struct HostOptions {
@@ -70,6 +75,9 @@ class HostEndpoint final : public PluginEndpoint {
 
   // Called with each restart (the agent records it in the plugin's cursor store slot).
   void onRestart(std::function<void()> callback) { on_restart_ = std::move(callback); }
+  // Called with the number of calls a host death left unanswered (the dispatcher retries them,
+  // so they are redelivered to the next host).
+  void onRedeliver(std::function<void(uint64_t)> callback) { on_redeliver_ = std::move(callback); }
   // Starts the host and waits for its hello; fails with the host's own reason (for example the
   // loader's refusal of the plugin) when it does not come up.
   absl::Status start();
@@ -78,6 +86,9 @@ class HostEndpoint final : public PluginEndpoint {
   std::string name() const override { return name_; }
   std::vector<std::string> resourceTypes() const override { return types_; }
   absl::Status handle(const cluster::v1::Change& change) override;
+  // Sends the changes together and waits for every answer (one round trip for the batch).
+  std::vector<absl::Status> handleBatch(
+      const std::vector<const cluster::v1::Change*>& changes) override;
   absl::Status syncBegin(uint64_t snapshot_version) override;
   absl::Status syncEnd(uint64_t version,
                        const std::map<std::string, std::set<std::string>>& ids) override;
@@ -87,13 +98,16 @@ class HostEndpoint final : public PluginEndpoint {
   absl::Status launch();  // one incarnation: spawn, connect, hello
   void supervise();
   void onFrame(plugin::v1::Frame&& frame);
+  void answerLocked(uint64_t sequence, absl::Status status);
   absl::Status call(plugin::v1::Frame frame, uint64_t sequence);
-  void failPending(const std::string& why);
+  // Fails every unanswered call; `redeliver`: they are lost to a host death (not a stop).
+  void failPending(const std::string& why, bool redeliver);
   void killHost();
 
   HostOptions options_;
   StatusSink on_status_;
   std::function<void()> on_restart_;
+  std::function<void(uint64_t)> on_redeliver_;
   std::string name_;
   std::vector<std::string> types_;
 

@@ -25,6 +25,38 @@ namespace {
 
 using krane::plugin::v1::Frame;
 
+// An Events frame being applied by several workers.
+struct EventBatch {
+  krane::plugin::v1::Events events;
+  std::mutex mutex;
+  krane::plugin::v1::Answers answers;
+  int remaining = 0;
+};
+
+void addAnswer(krane::plugin::v1::Answers& answers, uint64_t sequence, const absl::Status& status,
+               const krane::cluster::v1::Change* change) {
+  if (status.ok()) {
+    auto* ack = answers.add_acks();
+    ack->set_sequence(sequence);
+    if (change) {
+      ack->set_resource_type(change->resource().type());
+      ack->set_resource_id(change->resource().id());
+      ack->set_version(change->version());
+    }
+    return;
+  }
+  auto* nack = answers.add_nacks();
+  nack->set_sequence(sequence);
+  nack->set_code(static_cast<int>(status.code()));
+  nack->set_message(std::string(status.message()));
+  nack->set_retryable(!absl::IsInvalidArgument(status));
+  if (change) {
+    nack->set_resource_type(change->resource().type());
+    nack->set_resource_id(change->resource().id());
+    nack->set_version(change->version());
+  }
+}
+
 struct Flags {
   std::string plugin;
   std::string endpoint;
@@ -85,48 +117,64 @@ int serve(const Flags& flags) {
   }
   krane::agent::LoadedPlugin& plugin = **loaded;
   // Our slot in the agent's cursor store: heartbeats and counters for `krane inspect`.
-  std::unique_ptr<krane::ipc::CursorStore> store;
-  if (!flags.store_dir.empty() && flags.store_slot >= 0) {
+  // Opens the store; called again when the agent replaced the file (it grew or was compacted).
+  auto openStore = [&flags]() -> std::shared_ptr<krane::ipc::CursorStore> {
+    if (flags.store_dir.empty() || flags.store_slot < 0) return nullptr;
     krane::ipc::CursorStoreOptions options;
     options.mode = krane::ipc::OpenMode::kHost;
     auto opened = krane::ipc::CursorStore::open(flags.store_dir, options);
-    if (opened.ok()) {
-      store = *std::move(opened);
-      store->setPluginPid(flags.store_slot, ::getpid());
-      store->heartbeat(flags.store_slot);
-    } else {
+    if (!opened.ok()) {
       spdlog::warn("cannot open the cursor store, no heartbeats there: {}",
                    opened.status().message());
+      return nullptr;
     }
-  }
+    std::shared_ptr<krane::ipc::CursorStore> store = *std::move(opened);
+    store->setPluginPid(flags.store_slot, ::getpid());
+    store->heartbeat(flags.store_slot);
+    return store;
+  };
+  std::shared_ptr<krane::ipc::CursorStore> store_holder = openStore();
+  std::mutex store_mutex;
+  // Workers take their own reference, so a reopen never pulls the mapping from under them.
+  auto currentStore = [&] {
+    std::lock_guard lock(store_mutex);
+    return store_holder;
+  };
   krane::ThreadPool pool(flags.workers);
   std::atomic<uint32_t> in_flight{0};
 
-  // Answers one request; used from the I/O thread and from the workers, so it lives here.
-  auto answer = [&channel](uint64_t sequence, const absl::Status& status,
-                           const krane::cluster::v1::Change* change) {
-    Frame reply;
-    if (status.ok()) {
-      auto* ack = reply.mutable_ack();
-      ack->set_sequence(sequence);
-      if (change) {
-        ack->set_resource_type(change->resource().type());
-        ack->set_resource_id(change->resource().id());
-        ack->set_version(change->version());
-      }
-    } else {
-      auto* nack = reply.mutable_nack();
-      nack->set_sequence(sequence);
-      nack->set_code(static_cast<int>(status.code()));
-      nack->set_message(std::string(status.message()));
-      nack->set_retryable(!absl::IsInvalidArgument(status));
-      if (change) {
-        nack->set_resource_type(change->resource().type());
-        nack->set_resource_id(change->resource().id());
-        nack->set_version(change->version());
+  // Applies one event and writes its answer into `answers`.
+  auto applyEvent = [&](const krane::plugin::v1::Event& event,
+                        krane::plugin::v1::Answers& answers) {
+    const auto& change = event.change();
+    const absl::Status status = change.op() == krane::cluster::v1::CHANGE_OP_DELETE
+                                    ? plugin.remove(change)
+                                    : plugin.apply(change);
+    addAnswer(answers, event.sequence(), status, &change);
+    if (auto store = currentStore()) {
+      if (status.ok()) {
+        store->countApplied(flags.store_slot);
+        store->ackPlugin(flags.store_slot, change.version());
+      } else {
+        store->countFailed(flags.store_slot);
       }
     }
+  };
+  // Sends the one answer in `answers` as an Ack or Nack frame.
+  auto sendSingle = [&channel](const krane::plugin::v1::Answers& answers) {
+    Frame reply;
+    if (answers.acks_size() > 0) {
+      *reply.mutable_ack() = answers.acks(0);
+    } else {
+      *reply.mutable_nack() = answers.nacks(0);
+    }
     channel->send(reply);
+  };
+  auto answer = [&](uint64_t sequence, const absl::Status& status,
+                    const krane::cluster::v1::Change* change) {
+    krane::plugin::v1::Answers answers;
+    addAnswer(answers, sequence, status, change);
+    sendSingle(answers);
   };
   channel = std::make_unique<krane::agent::FrameChannel>(
       flags.endpoint, krane::agent::FrameChannel::Mode::kConnect, [&](Frame&& frame) {
@@ -134,21 +182,35 @@ int serve(const Flags& flags) {
           case Frame::kEvent: {
             ++in_flight;
             pool.post([&, event = std::move(*frame.mutable_event())] {
-              const auto& change = event.change();
-              const absl::Status status = change.op() == krane::cluster::v1::CHANGE_OP_DELETE
-                                              ? plugin.remove(change)
-                                              : plugin.apply(change);
-              answer(event.sequence(), status, &change);
-              if (store) {
-                if (status.ok()) {
-                  store->countApplied(flags.store_slot);
-                  store->ackPlugin(flags.store_slot, change.version());
-                } else {
-                  store->countFailed(flags.store_slot);
-                }
-              }
+              krane::plugin::v1::Answers answers;
+              applyEvent(event, answers);
+              sendSingle(answers);
               --in_flight;
             });
+            break;
+          }
+          case Frame::kEvents: {
+            // Different resources: split over the workers, one Answers frame when all are done.
+            auto batch = std::make_shared<EventBatch>();
+            batch->events = std::move(*frame.mutable_events());
+            const int n = batch->events.events_size();
+            in_flight += static_cast<uint32_t>(n);
+            const int chunks = std::max(1, std::min(n, static_cast<int>(flags.workers)));
+            batch->remaining = chunks;
+            for (int c = 0; c < chunks; ++c) {
+              pool.post([&, batch, c, chunks, n] {
+                krane::plugin::v1::Answers mine;
+                for (int i = c; i < n; i += chunks) applyEvent(batch->events.events(i), mine);
+                std::lock_guard lock(batch->mutex);
+                batch->answers.MergeFrom(mine);
+                if (--batch->remaining == 0) {
+                  Frame reply;
+                  *reply.mutable_answers() = std::move(batch->answers);
+                  channel->send(reply);
+                }
+                in_flight -= static_cast<uint32_t>((n - c + chunks - 1) / chunks);
+              });
+            }
             break;
           }
           case Frame::kSyncBegin:
@@ -194,7 +256,16 @@ int serve(const Flags& flags) {
             .count());
     beat.mutable_heartbeat()->set_in_flight(in_flight.load());
     channel->send(beat);
-    if (store) store->heartbeat(flags.store_slot);
+    if (auto store = currentStore()) {
+      if (store->superseded()) {
+        spdlog::info("the agent replaced the cursor store; reopening it");
+        auto reopened = openStore();
+        std::lock_guard store_lock(store_mutex);
+        store_holder = reopened;
+      } else {
+        store->heartbeat(flags.store_slot);
+      }
+    }
   }
   lock.unlock();
   plugin.shutdown();

@@ -701,6 +701,13 @@ bool CursorStore::advanceWatermark(uint64_t version) {
   return true;
 }
 
+void CursorStore::setWatermark(uint64_t version) {
+  requireAgent("setWatermark");
+  std::lock_guard lock(write_mutex_);
+  header_->watermark_unix_ms.store(nowUnixMs(), kRelaxed);
+  header_->watermark.store(version, kRelease);
+}
+
 void CursorStore::recordFullSync(uint64_t version, int64_t unix_ms) {
   requireAgent("recordFullSync");
   std::lock_guard lock(write_mutex_);
@@ -757,6 +764,17 @@ bool CursorStore::shouldApply(std::string_view type, std::string_view id, uint64
 absl::Status CursorStore::recordApplied(std::string_view type, std::string_view id,
                                         uint64_t version) {
   requireAgent("recordApplied");
+  return storeApplied(type, id, version, /*replace=*/false);
+}
+
+absl::Status CursorStore::replaceApplied(std::string_view type, std::string_view id,
+                                         uint64_t version) {
+  requireAgent("replaceApplied");
+  return storeApplied(type, id, version, /*replace=*/true);
+}
+
+absl::Status CursorStore::storeApplied(std::string_view type, std::string_view id, uint64_t version,
+                                       bool replace) {
   const ResourceKey key = layout::resourceKey(type, id);
   const uint64_t tag = layout::entryTag(key.hi, key.lo);
   const uint64_t n = layout_.table_entries;
@@ -771,7 +789,7 @@ absl::Status CursorStore::recordApplied(std::string_view type, std::string_view 
     if (t == layout::kTombstoneTag) {
       if (reuse == n) reuse = i;
     } else if (t == tag && e.key_hi.load(kRelaxed) == key.hi && e.key_lo.load(kRelaxed) == key.lo) {
-      if (version > e.version.load(kRelaxed)) e.version.store(version, kRelease);
+      if (replace || version > e.version.load(kRelaxed)) e.version.store(version, kRelease);
       return absl::OkStatus();
     }
     i = i + 1 == n ? 0 : i + 1;
@@ -826,6 +844,35 @@ bool CursorStore::forget(std::string_view type, std::string_view id) {
     i = i + 1 == n ? 0 : i + 1;
   }
   return false;
+}
+
+uint64_t CursorStore::retainOnly(std::vector<ResourceKey> keep) {
+  requireAgent("retainOnly");
+  const auto less = [](const ResourceKey& a, const ResourceKey& b) {
+    return a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo;
+  };
+  std::sort(keep.begin(), keep.end(), less);
+  const uint64_t n = layout_.table_entries;
+  uint64_t forgotten = 0;
+  std::lock_guard lock(write_mutex_);
+  for (uint64_t i = 0; i < n; ++i) {
+    TableEntry& e = table_[i];
+    const uint64_t t = e.tag.load(kRelaxed);
+    if (!layout::isLiveTag(t)) continue;
+    const ResourceKey key{e.key_hi.load(kRelaxed), e.key_lo.load(kRelaxed)};
+    if (std::binary_search(keep.begin(), keep.end(), key, less)) continue;
+    e.tag.store(layout::kTombstoneTag, kRelease);
+    header_->tracked.fetch_sub(1, kRelaxed);
+    header_->tombstones.fetch_add(1, kRelaxed);
+    ++forgotten;
+  }
+  // Tombstones followed by an empty bucket are not needed by any probe: clear them in one pass.
+  if (forgotten > 0) {
+    for (uint64_t i = 0; i < n; ++i) {
+      if (table_[i].tag.load(kRelaxed) == layout::kTombstoneTag) cleanCluster(i);
+    }
+  }
+  return forgotten;
 }
 
 uint64_t CursorStore::trackedResources() const { return header_->tracked.load(kRelaxed); }

@@ -43,8 +43,8 @@
 // DURABILITY
 // Stores land in the page cache, which outlives a killed process: after a crash of the agent or a
 // host, everything it stored is there. Only a machine crash needs flush() (msync of the mapping;
-// its cost grows with the dirty pages), which the agent calls after advancing the watermark, at
-// most every few hundred milliseconds. Pages reach the disk in any order, so after a machine crash
+// its cost grows with the dirty pages), which the agent calls every 5 seconds while it runs and
+// when it stops. Pages reach the disk in any order, so after a machine crash
 // the table may be older than the watermark; that is harmless: events below the watermark are not
 // redelivered, and a newer event (or a full sync) always wins over an older stored version.
 //
@@ -213,6 +213,9 @@ class CursorStore {
   uint64_t watermark() const;
   // Raises the watermark; returns false (and changes nothing) if `version` is below it.
   bool advanceWatermark(uint64_t version);
+  // Sets the watermark, lower or higher: a completed full sync replaces what was known (after a
+  // database restore the region's versions can go backwards).
+  void setWatermark(uint64_t version);
   void recordFullSync(uint64_t version, int64_t unix_ms);
   uint64_t fullSyncVersion() const;
   int64_t fullSyncUnixMs() const;
@@ -230,6 +233,12 @@ class CursorStore {
   // bench/agent measures `cursor_updates_per_s` with this call.
   [[nodiscard]] absl::Status recordApplied(std::string_view type, std::string_view id,
                                            uint64_t version);
+  // Records `version` as applied even if a higher one was (a full sync's snapshot is the truth).
+  [[nodiscard]] absl::Status replaceApplied(std::string_view type, std::string_view id,
+                                            uint64_t version);
+  // Forgets every tracked resource whose key is not in `keep` (after a full sync: what the
+  // snapshot did not contain no longer exists). Returns how many were forgotten.
+  uint64_t retainOnly(std::vector<layout::ResourceKey> keep);
   // Forgets the resource (it was deleted). Returns whether it was tracked.
   bool forget(std::string_view type, std::string_view id);
   uint64_t trackedResources() const;
@@ -281,6 +290,8 @@ class CursorStore {
   std::optional<uint64_t> findVersion(const layout::ResourceKey& key) const;
   int findPluginSlot(std::string_view name) const;
   void clearEntry(layout::TableEntry& entry);
+  absl::Status storeApplied(std::string_view type, std::string_view id, uint64_t version,
+                            bool replace);
   uint64_t cleanCluster(uint64_t bucket);
 
   std::string path_;

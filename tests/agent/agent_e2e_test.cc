@@ -11,7 +11,10 @@
 #include <gtest/gtest.h>
 
 #include "common/strings.h"
+#include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
+#include "tests/support/fake_kube_api.h"
+#include "tests/support/mariadb.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -23,14 +26,8 @@ using krane::testing::eventually;
 using krane::testing::ChildProcess;
 using krane::testing::runCommand;
 using krane::testing::runfile;
+using krane::testing::slurp;
 using krane::testing::TestControlPlane;
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 cluster::v1::Resource bucket(const std::string& id, const std::string& spec) {
   cluster::v1::Resource r;
@@ -164,6 +161,155 @@ TEST(Agent, TwoAgentsOneRegionOnlyTheLeaderAppliesAndTheStandbyTakesOver) {
   EXPECT_THAT(slurp(s.dir + "/b.log"), ::testing::HasSubstr("agent: running"));
   second.signal(SIGTERM);
   EXPECT_EQ(second.wait(), 0);
+}
+
+// leader.mode lease: two agents with their own state directories (two nodes of a DaemonSet)
+// share a coordination.k8s.io Lease on the (fake) API server.
+TEST(Agent, LeaseModeOneLeaderAndTheStandbyTakesOverWhenItIsKilled) {
+  krane::testing::FakeKubeApi api;
+  api.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "krane-system"}}}});
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  AgentSetup a = setUp(cp);
+  AgentSetup b = setUp(cp);
+  for (AgentSetup* s : {&a, &b}) {
+    const std::string id = s == &a ? "agent-a" : "agent-b";
+    std::ofstream(s->dir + "/kubeconfig")
+        << strCat("apiVersion: v1\nkind: Config\ncurrent-context: test\n",
+                  "clusters:\n- name: fake\n  cluster:\n    server: ", api.url(), "\n",
+                  "users:\n- name: agent\n  user: {}\n",
+                  "contexts:\n- name: test\n  context:\n    cluster: fake\n    user: agent\n");
+    std::ofstream(s->config, std::ios::app) << strCat(
+        "agent_id: ", id,
+        "\nleader:\n  mode: lease\n  lease_duration_s: 3\n  lease_namespace: krane-system\n",
+        "  kubeconfig: ", s->dir, "/kubeconfig\n");
+  }
+  auto first = std::make_unique<ChildProcess>(agentArgs(a), a.dir + "/a.log", a.env);
+  ASSERT_TRUE(eventually([&] {
+    return slurp(a.dir + "/a.log").find("agent: running") != std::string::npos;
+  })) << slurp(a.dir + "/a.log");
+  ChildProcess second(agentArgs(b), b.dir + "/b.log", b.env);
+  ASSERT_TRUE(eventually([&] {
+    return slurp(b.dir + "/b.log").find("standing by") != std::string::npos;
+  })) << slurp(b.dir + "/b.log");
+  auto lease = api.object("coordination.k8s.io/v1", "Lease", "krane-system", "krane-agent-eu-1");
+  ASSERT_TRUE(lease.has_value());
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "agent-a") << lease->dump();
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
+  ASSERT_TRUE(eventually([&] { return watermark(a) == 10; }));
+  EXPECT_EQ(watermark(b), 0u) << "the standby applies nothing";
+
+  first->signal(SIGKILL);
+  first->wait();
+  first.reset();
+  for (int i = 10; i < 20; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
+  ASSERT_TRUE(eventually([&] { return watermark(b) == 20; }, std::chrono::seconds(30)))
+      << slurp(b.dir + "/b.log");
+  lease = api.object("coordination.k8s.io/v1", "Lease", "krane-system", "krane-agent-eu-1");
+  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "agent-b") << lease->dump();
+  second.signal(SIGTERM);
+  EXPECT_EQ(second.wait(), 0);
+}
+
+std::string hexOf(const std::string& bytes) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned char c : bytes) {
+    out.push_back(kDigits[c >> 4]);
+    out.push_back(kDigits[c & 15]);
+  }
+  return out;
+}
+
+// The control plane's database is restored from a backup while the agent runs: the region's
+// versions go back. The agent resyncs, and changes written after the restore (with versions it
+// has seen before) are applied, not skipped as stale.
+TEST(Agent, ADatabaseRestoredFromABackupIsFollowedWithNothingSkipped) {
+  TestControlPlane cp;
+  cp.startReplica([](ctrl::CtrlConfig& c) { c.listen = "127.0.0.1:0"; });
+  const int port = cp.replica(0).grpcPort();
+  const AgentSetup s = setUp(cp);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(cp.replica(0).writer().put(bucket(strCat("b", i), "before-backup")).ok());
+  const std::string backup = cp.dsn().database + "_backup";
+  krane::testing::ScratchMariaDb::instance().copyDatabase(cp.dsn().database, backup);
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(cp.replica(0).writer().put(bucket(strCat("b", i), "lost")).ok());
+  ASSERT_TRUE(cp.replica(0).writer().put(bucket("made-after-backup", "lost")).ok());
+
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  ASSERT_TRUE(eventually([&] { return watermark(s) == 11; })) << slurp(s.dir + "/agent.log");
+
+  cp.stopReplica(0);
+  krane::testing::ScratchMariaDb::instance().copyDatabase(backup, cp.dsn().database);
+  auto& restored =
+      cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
+  // The agent asks for version 11; the restored database is at 5: a full sync at 5.
+  ASSERT_TRUE(eventually([&] { return watermark(s) == 5; })) << slurp(s.dir + "/agent.log");
+  // New writes reuse versions 6 and 7, which the agent applied before with other contents.
+  ASSERT_TRUE(restored.writer().put(bucket("b0", "after-restore")).ok());
+  ASSERT_TRUE(restored.writer().put(bucket("made-after-backup", "after-restore-too")).ok());
+  ASSERT_TRUE(eventually([&] { return watermark(s) == 7; })) << slurp(s.dir + "/agent.log");
+  const std::string calls = slurp(s.dir + "/calls.log");
+  EXPECT_THAT(calls, ::testing::HasSubstr(hexOf("after-restore")));
+  EXPECT_THAT(calls, ::testing::HasSubstr(hexOf("after-restore-too")));
+  const std::string log = slurp(s.dir + "/agent.log");
+  EXPECT_THAT(log, ::testing::HasSubstr("cursor expired"));
+  EXPECT_THAT(log, ::testing::HasSubstr("did not contain 1 tracked resources"));
+  agent.signal(SIGTERM);
+  EXPECT_EQ(agent.wait(), 0);
+}
+
+// An in-process plugin's slot is kept by the agent: heartbeats, applied and failed counts, and
+// the poison event it parked, all visible in `krane inspect`.
+TEST(Agent, AnInProcessPluginsCountersAndParkedEventsShowInInspect) {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  AgentSetup s = setUp(cp);
+  std::ofstream(s.config) << strCat(
+      "region: eu-1\nstate_dir: ", s.dir,
+      "/state\n"
+      "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
+      "dispatch:\n  max_attempts: 2\n"
+      "control_plane:\n  address: 127.0.0.1:",
+      cp.replica(0).grpcPort(),
+      "\n"
+      "plugins:\n"
+      "  - name: failing\n    isolation: in_process\n    path: ",
+      runfile("tests/support/plugins/libfailing.so"),
+      "\n    config_text: |\n      invalid_prefix=poison\n      types=example.krane.dev/bucket\n");
+  ASSERT_TRUE(server.writer().put(bucket("b1", "x")).ok());
+  ASSERT_TRUE(server.writer().put(bucket("poison-1", "x")).ok());
+  ASSERT_TRUE(server.writer().put(bucket("b2", "x")).ok());
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  ASSERT_TRUE(eventually([&] { return watermark(s) == 3; })) << slurp(s.dir + "/agent.log");
+  nlohmann::json plugin;
+  nlohmann::json state;
+  ASSERT_TRUE(eventually([&] {
+    auto r =
+        runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
+    if (r.exit_code != 0) return false;
+    state = nlohmann::json::parse(r.out);
+    plugin = state["plugins"][0];
+    return plugin["parked"] == 1;
+  })) << plugin.dump();
+  EXPECT_EQ(plugin["name"], "failing");
+  EXPECT_EQ(plugin["pid"], agent.pid()) << "the agent itself runs it";
+  EXPECT_EQ(plugin["applied"], 2);
+  EXPECT_EQ(plugin["failed"], 2) << "two attempts of the poison event";
+  ASSERT_EQ(state["parked"].size(), 1u);
+  EXPECT_EQ(state["parked"][0]["id"], "poison-1");
+  EXPECT_EQ(state["parked"][0]["attempts"], 2);
+  // The heartbeat moves while the agent runs.
+  const auto first = plugin["heartbeat_mono_ns"].get<uint64_t>();
+  EXPECT_TRUE(eventually([&] {
+    auto r =
+        runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
+    return r.exit_code == 0 &&
+           nlohmann::json::parse(r.out)["plugins"][0]["heartbeat_mono_ns"].get<uint64_t>() > first;
+  }));
+  agent.signal(SIGTERM);
+  EXPECT_EQ(agent.wait(), 0);
 }
 
 TEST(Agent, StartUpFailuresNameTheStep) {

@@ -46,6 +46,8 @@ plugins:
             R"({"ports":{"from":20000,"to":20999},"runtime":"process"})");
   EXPECT_EQ(c->plugins[1].isolation, "in_process");
   EXPECT_EQ(c->plugins[1].config_json, "{}");
+  EXPECT_EQ(c->dispatch.max_attempts, 5);
+  EXPECT_EQ(c->dispatch.batch, 32);
 }
 
 TEST(AgentConfig, RefusesBadInputNamingTheKey) {
@@ -65,6 +67,8 @@ TEST(AgentConfig, RefusesBadInputNamingTheKey) {
               HasSubstr("control_plane.address"));
   EXPECT_THAT(errorOf("region: eu-1\nleader:\n  mode: vote\n"), HasSubstr("leader.mode"));
   EXPECT_THAT(errorOf("region: [\n"), HasSubstr("not valid YAML"));
+  EXPECT_THAT(errorOf("region: eu-1\ndispatch:\n  batch: 0\n"),
+              HasSubstr("dispatch.batch: must be between 1 and 1024, got 0"));
 }
 
 TEST(AgentConfig, NeedsAToken) {

@@ -1,10 +1,12 @@
 #include "agent/dispatcher.h"
 
 #include <random>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "agent/memory_ledger.h"
 #include "common/strings.h"
 
 namespace krane::agent {
@@ -22,36 +24,6 @@ cluster::v1::Change change(const std::string& type, const std::string& id, uint6
   r->set_version(version);
   return c;
 }
-
-class MemoryLedger : public ResourceLedger {
- public:
-  bool shouldApply(const std::string& type, const std::string& id, uint64_t version) override {
-    std::lock_guard lock(mutex);
-    auto it = applied.find(type + "/" + id);
-    return it == applied.end() || version > it->second;
-  }
-  void recordApplied(const std::string& type, const std::string& id, uint64_t version) override {
-    std::lock_guard lock(mutex);
-    auto& v = applied[type + "/" + id];
-    v = std::max(v, version);
-  }
-  void forget(const std::string& type, const std::string& id) override {
-    std::lock_guard lock(mutex);
-    applied.erase(type + "/" + id);
-  }
-  void park(const std::string& type, const std::string& id, uint64_t version, int,
-            const std::string& error) override {
-    std::lock_guard lock(mutex);
-    parked[type + "/" + id] = strCat(version, ": ", error);
-  }
-  void unpark(const std::string& type, const std::string& id) override {
-    std::lock_guard lock(mutex);
-    parked.erase(type + "/" + id);
-  }
-  std::mutex mutex;
-  std::map<std::string, uint64_t> applied;
-  std::map<std::string, std::string> parked;
-};
 
 class FakePlugin : public PluginEndpoint {
  public:
@@ -151,10 +123,34 @@ TEST(Dispatcher, APoisonEventIsParkedAndReportedWhileOthersFlow) {
   EXPECT_EQ(f.plugin->order.size(), 2u);
   ASSERT_EQ(f.reports.size(), 1u);
   EXPECT_THAT(f.reports[0], ::testing::HasSubstr("poison-1 attempts=3 the cluster refuses it"));
-  EXPECT_THAT(f.ledger.parked["bucket/poison-1"],
+  EXPECT_THAT(f.ledger.parked()[MemoryLedger::key("bucket", "poison-1")],
               ::testing::HasSubstr("2: the cluster refuses it"));
   EXPECT_EQ(f.watermark.watermark(), 3u);  // parked, so it does not hold the cursor back
   EXPECT_EQ(f.dispatcher->stats().parked, 1u);
+}
+
+TEST(Dispatcher, ARetryingChangeHoldsBackOnlyItselfAndIsNotAcknowledgedOnStop) {
+  Fixture f({.workers_per_plugin = 2, .max_attempts = 1000000});
+  f.dispatcher->change(change("bucket", "good-1", 1), false);
+  f.dispatcher->change(change("bucket", "poison-1", 2), false);
+  f.dispatcher->change(change("bucket", "good-2", 3), false);
+  f.dispatcher->change(change("bucket", "good-1", 4), false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    {
+      std::lock_guard lock(f.plugin->mutex);
+      if (f.plugin->order["good-1"].size() == 2 && f.plugin->order["good-2"].size() == 1 &&
+          f.plugin->poison_attempts > 3)
+        break;
+    }
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "others did not flow";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(f.watermark.watermark(), 1u) << "held at the change still being retried";
+  // Stopping while it is retried must not count it as done.
+  f.dispatcher.reset();
+  EXPECT_EQ(f.watermark.watermark(), 1u);
+  EXPECT_TRUE(f.reports.empty());
 }
 
 TEST(Dispatcher, AChangeNoPluginOwnsIsParkedAndReportedNotSkipped) {
@@ -164,7 +160,7 @@ TEST(Dispatcher, AChangeNoPluginOwnsIsParkedAndReportedNotSkipped) {
   ASSERT_EQ(f.reports.size(), 1u);
   EXPECT_THAT(f.reports[0], ::testing::HasSubstr(
                                 "no loaded plugin owns resource type \"unknown.example/thing\""));
-  EXPECT_EQ(f.ledger.parked.count("unknown.example/thing/x"), 1u);
+  EXPECT_EQ(f.ledger.parked().count(MemoryLedger::key("unknown.example/thing", "x")), 1u);
   EXPECT_EQ(f.dispatcher->stats().unowned, 1u);
 }
 
@@ -183,10 +179,32 @@ TEST(Dispatcher, ADeleteForgetsTheResourceSoItCanComeBack) {
   f.dispatcher->change(change("bucket", "a", 1), false);
   f.dispatcher->change(change("bucket", "a", 2, cluster::v1::CHANGE_OP_DELETE), false);
   f.dispatcher->drain();
-  EXPECT_EQ(f.ledger.applied.count("bucket/a"), 0u);
+  EXPECT_EQ(f.ledger.applied().count(MemoryLedger::key("bucket", "a")), 0u);
   f.dispatcher->change(change("bucket", "a", 3), false);
   f.dispatcher->drain();
   EXPECT_THAT(f.plugin->order["a"], ::testing::ElementsAre(1, 2, 3));
+}
+
+TEST(Dispatcher, AFullSyncReplacesTheLedgerEvenWithLowerVersions) {
+  // The control plane's database was restored from a backup: the region's versions went back.
+  // The full sync that follows must be the truth, or later changes would be skipped as stale.
+  Fixture f;
+  f.dispatcher->change(change("bucket", "a", 40), false);
+  f.dispatcher->change(change("bucket", "gone", 41), false);
+  f.dispatcher->drain();
+  f.dispatcher->syncBegin(12);
+  f.dispatcher->change(change("bucket", "a", 10), true);
+  f.dispatcher->syncEnd(12);
+  EXPECT_EQ(f.ledger.appliedVersion("bucket", "a"), 10u);
+  EXPECT_EQ(f.ledger.appliedVersion("bucket", "gone"), std::nullopt) << "not in the snapshot";
+  EXPECT_EQ(f.watermark.watermark(), 12u);
+  // Versions 13.. are new writes after the restore: applied, not skipped as older than 40.
+  f.dispatcher->change(change("bucket", "a", 13), false);
+  f.dispatcher->change(change("bucket", "gone", 14), false);
+  f.dispatcher->drain();
+  EXPECT_THAT(f.plugin->order["a"], ::testing::ElementsAre(40, 10, 13));
+  EXPECT_THAT(f.plugin->order["gone"], ::testing::ElementsAre(41, 14));
+  EXPECT_EQ(f.dispatcher->stats().skipped_stale, 0u);
 }
 
 }  // namespace

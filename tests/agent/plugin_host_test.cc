@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "agent/dispatcher.h"
+#include "agent/memory_ledger.h"
 #include "agent/plugin_endpoints.h"
 #include "common/strings.h"
 #include "tests/support/process.h"
@@ -109,18 +110,6 @@ TEST(PluginHost, AStartRefusalCarriesTheLoadersReason) {
   EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("ABI"));
 }
 
-class MemoryLedger : public ResourceLedger {
- public:
-  bool shouldApply(const std::string&, const std::string&, uint64_t) override { return true; }
-  void recordApplied(const std::string&, const std::string&, uint64_t) override {}
-  void forget(const std::string&, const std::string&) override {}
-  void park(const std::string&, const std::string& id, uint64_t, int, const std::string&) override {
-    parked.insert(id);
-  }
-  void unpark(const std::string&, const std::string&) override {}
-  std::set<std::string> parked;
-};
-
 TEST(PluginHost, KilledMidStreamNothingIsLost) {
   const std::string dir = stateDir();
   const std::string log = dir + "/calls.log";
@@ -148,7 +137,7 @@ TEST(PluginHost, KilledMidStreamNothingIsLost) {
   feeder.join();
   dispatcher.drain();
   EXPECT_GE(host->stats().restarts, 1u);
-  EXPECT_TRUE(ledger.parked.empty());
+  EXPECT_TRUE(ledger.parked().empty());
   EXPECT_EQ(watermark.watermark(), kChanges);
   host->stop();  // the plugin's log is complete once it shut down
   // Every version reached the plugin at least once (some twice: redelivered after the kill).

@@ -519,6 +519,37 @@ TEST(CursorStoreTest, WatermarkOnlyRises) {
   EXPECT_GT(store->snapshot().watermark_unix_ms, 0);
 }
 
+TEST(CursorStoreTest, AFullSyncReplacesVersionsAndTheWatermark) {
+  TempDir dir;
+  auto store = openOrDie(dir.path(), agentOptions(100));
+  ASSERT_TRUE(store->recordApplied("t", "kept", 40).ok());
+  ASSERT_TRUE(store->recordApplied("t", "gone", 41).ok());
+  ASSERT_TRUE(store->recordApplied("u", "kept", 42).ok());
+  ASSERT_TRUE(store->advanceWatermark(42));
+  // A sync after a database restore: lower versions, and one resource no longer exists.
+  ASSERT_TRUE(store->replaceApplied("t", "kept", 7).ok());
+  EXPECT_EQ(store->retainOnly({layout::resourceKey("t", "kept"), layout::resourceKey("u", "kept"),
+                               layout::resourceKey("t", "never-tracked")}),
+            1u);
+  store->setWatermark(9);
+  EXPECT_EQ(store->lastApplied("t", "kept"), 7u);
+  EXPECT_EQ(store->lastApplied("u", "kept"), 42u);
+  EXPECT_EQ(store->lastApplied("t", "gone"), std::nullopt);
+  EXPECT_EQ(store->trackedResources(), 2u);
+  EXPECT_EQ(store->watermark(), 9u);
+  EXPECT_TRUE(store->shouldApply("t", "kept", 8));
+  EXPECT_TRUE(store->shouldApply("t", "gone", 1));
+  const TableStats stats = store->tableStats();
+  EXPECT_EQ(stats.live, 2u);
+  EXPECT_EQ(stats.damaged + stats.half_written, 0u);
+  // Everything survives a reopen.
+  store.reset();
+  store = openOrDie(dir.path(), agentOptions(100));
+  EXPECT_EQ(store->lastApplied("t", "kept"), 7u);
+  EXPECT_EQ(store->lastApplied("t", "gone"), std::nullopt);
+  EXPECT_EQ(store->watermark(), 9u);
+}
+
 // Leftovers a kill can leave (and damage a kill cannot) are repaired when the agent opens.
 TEST(CursorStoreTest, AgentOpenRepairsLeftovers) {
   TempDir dir;

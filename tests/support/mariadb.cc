@@ -172,4 +172,29 @@ db::Dsn ScratchMariaDb::freshDatabase() {
   return dsn;
 }
 
+void ScratchMariaDb::copyDatabase(const std::string& from, const std::string& to) {
+  auto admin = db::Connection::open(adminDsn());
+  if (!admin.ok()) die(strCat("cannot connect as admin: ", admin.status().message()));
+  auto& c = **admin;
+  const auto run = [&](const std::string& sql) {
+    if (auto st = c.execText(sql); !st.ok()) die(strCat(sql, ": ", st.message()));
+  };
+  // Identifiers cannot be bound; test database names are generated (letters, digits, '_').
+  run(strCat("CREATE DATABASE IF NOT EXISTS `", to, "` CHARACTER SET utf8mb4"));
+  run("SET FOREIGN_KEY_CHECKS = 0");
+  auto existing = c.query("SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
+                          {db::Value(to)});
+  if (!existing.ok()) die(strCat("listing tables of ", to, ": ", existing.status().message()));
+  for (const auto& row : existing->rows) run(strCat("DROP TABLE `", to, "`.`", row.str(0), "`"));
+  auto tables = c.query("SELECT table_name FROM information_schema.tables WHERE table_schema = ?",
+                        {db::Value(from)});
+  if (!tables.ok()) die(strCat("listing tables of ", from, ": ", tables.status().message()));
+  for (const auto& row : tables->rows) {
+    const std::string& t = row.str(0);
+    run(strCat("CREATE TABLE `", to, "`.`", t, "` LIKE `", from, "`.`", t, "`"));
+    run(strCat("INSERT INTO `", to, "`.`", t, "` SELECT * FROM `", from, "`.`", t, "`"));
+  }
+  run("SET FOREIGN_KEY_CHECKS = 1");
+}
+
 }  // namespace krane::testing

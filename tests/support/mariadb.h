@@ -26,6 +26,9 @@ class ScratchMariaDb {
   db::Dsn freshDatabase();
   // DSN of the server-wide `mysql` database, for administrative statements.
   db::Dsn adminDsn() const;
+  // Copies every table of database `from` (structure and rows) into database `to`, replacing
+  // what `to` held: a backup, or the restore of one. Aborts on error.
+  void copyDatabase(const std::string& from, const std::string& to);
 
   unsigned port() const { return port_; }
   bool running() const { return server_ != nullptr; }

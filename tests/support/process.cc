@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 namespace krane::testing {
@@ -130,6 +131,11 @@ std::string runfile(std::string_view path_in_workspace) {
   }
   return std::string(srcdir) + "/" + (workspace ? workspace : "krane") + "/" +
          std::string(path_in_workspace);
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 }  // namespace krane::testing

@@ -44,6 +44,9 @@ class ChildProcess {
   bool reaped_ = false;
 };
 
+// The whole file, or "" when it cannot be read (logs in failure messages).
+std::string slurp(const std::string& path);
+
 // Absolute path of a file in this test's runfiles, e.g. runfile("controlplane/krane-ctrl").
 std::string runfile(std::string_view path_in_workspace);
 

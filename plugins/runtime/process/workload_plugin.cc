@@ -1,0 +1,137 @@
+#include "plugins/runtime/process/workload_plugin.h"
+
+#include <set>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "nlohmann/json.hpp"
+#include "plugins/runtime/process/config.h"
+
+namespace krane::runtime {
+
+using nlohmann::json;
+
+ProcessWorkloadPlugin::ProcessWorkloadPlugin(std::string name, std::string type, std::string prefix)
+    : name_(std::move(name)), type_(std::move(type)), prefix_(strCat(prefix, "/")) {}
+
+absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view config_text) {
+  host_ = &host;
+  const auto prefixed = [this](const absl::Status& st) {
+    return absl::Status(st.code(), strCat(name_, " config: ", st.message()));
+  };
+  const json config = json::parse(config_text.empty() ? "{}" : config_text, nullptr, false);
+  if (config.is_discarded()) return prefixed(absl::InvalidArgumentError("not valid JSON"));
+  if (auto st = onlyKeys(config, "", {"runtime", "process"}); !st.ok()) return prefixed(st);
+  const std::string runtime = config.value("runtime", "process");
+  if (runtime != "process") {
+    return prefixed(absl::InvalidArgumentError(
+        strCat("runtime: \"", runtime, "\" is not served by this build; use process")));
+  }
+  auto options = processOptionsFromJson(config.value("process", json::object()), "process");
+  if (!options.ok()) return prefixed(options.status());
+  options->on_change = [this](const WorkloadStatus& s) { report(s); };
+  auto started = ProcessRuntime::start(*std::move(options));
+  if (!started.ok()) return prefixed(started.status());
+  runtime_ = *std::move(started);
+  host.log(sdk::LogLevel::kInfo, strCat(name_, ": process runtime started"));
+  return absl::OkStatus();
+}
+
+absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
+  const auto& r = change.resource();
+  auto spec = workloadFor(r);
+  if (!spec.ok()) {
+    return absl::Status(spec.status().code(),
+                        strCat(type_, " ", r.id(), ": ", spec.status().message()));
+  }
+  if (!spec->has_value()) return removeWorkload(r.id(), r.region(), change.version());
+  const std::string revision = revisionOf(**spec);
+  {
+    std::lock_guard lock(mutex_);
+    Applied& a = applied_[r.id()];
+    a.id = r.id();
+    a.region = r.region();
+    a.version = change.version();
+    a.image = (*spec)->image;
+    if (a.revision != revision) {
+      a.revision = revision;
+      ++a.generation;
+    }
+  }
+  if (auto st = runtime_->apply(**spec); !st.ok()) {
+    return absl::Status(st.code(), strCat(type_, " ", r.id(), ": ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProcessWorkloadPlugin::remove(const cluster::v1::Change& change) {
+  return removeWorkload(change.resource().id(), change.resource().region(), change.version());
+}
+
+absl::Status ProcessWorkloadPlugin::removeWorkload(const std::string& resource_id,
+                                                   const std::string& region, uint64_t version) {
+  KRANE_RETURN_IF_ERROR(runtime_->remove(prefix_ + resource_id));
+  Applied applied;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = applied_.find(resource_id);
+    if (it != applied_.end()) {
+      applied = it->second;
+      applied_.erase(it);
+    }
+  }
+  applied.id = resource_id;
+  if (!region.empty()) applied.region = region;
+  applied.version = version;
+  host_->reportStatus(deletedReport(applied));
+  return absl::OkStatus();
+}
+
+absl::Status ProcessWorkloadPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end) {
+  std::set<std::string> keep;
+  for (const auto& group : sync_end.resources()) {
+    if (group.resource_type() != type_) continue;
+    for (const auto& id : group.ids()) keep.insert(prefix_ + id);
+  }
+  for (const auto& workload : runtime_->workloads()) {
+    if (workload.rfind(prefix_, 0) != 0 || keep.count(workload) > 0) continue;
+    const std::string id = workload.substr(prefix_.size());
+    host_->log(sdk::LogLevel::kInfo,
+               strCat(name_, ": ", type_, " ", id, " is not in the desired state; removing it"));
+    KRANE_RETURN_IF_ERROR(removeWorkload(id, "", sync_end.snapshot_version()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProcessWorkloadPlugin::observe() {
+  for (const auto& id : runtime_->workloads()) {
+    if (auto s = runtime_->status(id)) report(*s);
+  }
+  return absl::OkStatus();
+}
+
+void ProcessWorkloadPlugin::shutdown() {
+  // Instances keep running: the next host adopts them.
+  if (runtime_) runtime_->shutdown(/*stop_instances=*/false);
+}
+
+void ProcessWorkloadPlugin::report(const WorkloadStatus& status) {
+  if (status.id.rfind(prefix_, 0) != 0) return;
+  Applied applied;
+  {
+    std::lock_guard lock(mutex_);
+    const std::string id = status.id.substr(prefix_.size());
+    Applied& a = applied_[id];
+    if (a.revision.empty()) {  // adopted from an earlier host: nothing applied here yet
+      a.id = id;
+      a.revision = status.revision;
+      a.image = status.image;
+      a.generation = 1;
+    }
+    if (status.converged && status.revision == a.revision) a.converged_image = a.image;
+    applied = a;
+  }
+  host_->reportStatus(statusReport(status, applied));
+}
+
+}  // namespace krane::runtime

@@ -1,0 +1,60 @@
+// A sentinel (the routing proxy of one environment in one region) as what a runtime runs.
+//
+// On Kubernetes, exactly five objects in namespace `sentinel`, all server-side applied:
+//   per sentinel:    Deployment, ClusterIP Service (8040), PodDisruptionBudget (one available)
+//   per environment: headless gossip Service (7946 TCP+UDP) and the gossip CiliumNetworkPolicy,
+//                    shared by the environment's sentinels and removed with the last of them.
+// Every object carries app.kubernetes.io/managed-by=krane, app.kubernetes.io/component=sentinel
+// and the ids under krane.dev/ (workspace.id, project.id, app.id, environment.id, and
+// sentinel.id on the per-sentinel ones). Liveness and readiness are separate endpoints
+// (/healthz/live: the process is alive; /healthz/ready: it can serve traffic).
+//
+// On the process runtime, a workload of the process runtime with the same probes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "krane/cluster/v1/cluster.pb.h"
+#include "krane/cluster/v1/state.pb.h"
+#include "nlohmann/json.hpp"
+#include "plugins/runtime/process/process_runtime.h"
+
+namespace krane::sentinel {
+
+inline constexpr char kNamespace[] = "sentinel";
+inline constexpr int kHttpPort = 8040;
+inline constexpr int kGossipPort = 7946;
+inline constexpr char kLivenessPath[] = "/healthz/live";
+inline constexpr char kReadinessPath[] = "/healthz/ready";
+
+// A DNS-1123 label (lowercase letters, digits, '-'; at most 63; starts with a letter) made from
+// `prefix` and `id`; ids that had to be changed get a hash suffix, so two ids never collide.
+std::string objectName(const std::string& prefix, const std::string& id);
+
+// The five objects' names.
+std::string deploymentName(const cluster::v1::Sentinel& s);
+std::string gossipName(const cluster::v1::Sentinel& s);
+
+// The per-sentinel objects: Deployment, Service, PodDisruptionBudget.
+std::vector<nlohmann::json> sentinelObjects(const cluster::v1::Sentinel& s);
+// The per-environment objects: headless gossip Service, gossip CiliumNetworkPolicy.
+std::vector<nlohmann::json> environmentObjects(const cluster::v1::Sentinel& s);
+
+// INVALID_ARGUMENT naming the field for a sentinel that cannot be run (missing ids or image).
+absl::Status validate(const cluster::v1::Sentinel& s);
+
+std::string workloadId(const std::string& sentinel_id);
+runtime::WorkloadSpec toWorkload(const cluster::v1::Sentinel& s, const std::string& sentinel_id);
+
+// What the runtime shows, as the control plane wants it. `generation` counts the spec changes
+// applied; `converged_image` is the image of the last converged rollout (running_image is only
+// set once a rollout converged).
+cluster::v1::ReportSentinelStatusRequest toReport(const runtime::WorkloadStatus& status,
+                                                  const std::string& sentinel_id,
+                                                  int64_t generation,
+                                                  const std::string& converged_image,
+                                                  uint64_t applied_version);
+
+}  // namespace krane::sentinel

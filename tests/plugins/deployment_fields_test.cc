@@ -1,0 +1,167 @@
+// Every field of DeploymentTopology reaches the process runtime's workload, or is listed in
+// kNotOnProcessRuntime with its reason. A field added to the proto and forgotten in the plugin
+// fails here, by name (the original lost the command override five times).
+#include <gmock/gmock.h>
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/reflection.h>
+#include <gtest/gtest.h>
+
+#include "common/strings.h"
+#include "plugins/deployment/workload.h"
+
+namespace krane::deployment {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+
+// A base topology every field is varied against.
+cluster::v1::DeploymentTopology base() {
+  cluster::v1::DeploymentTopology t;
+  t.set_image("krane.dev/demo-app:v1");
+  t.set_replicas(2);
+  return t;
+}
+
+// Sets `field` of `m` to a value unlike its default (recursing into messages).
+void setDistinct(Message& m, const FieldDescriptor* field) {
+  const auto* r = m.GetReflection();
+  const std::string text = strCat("x-", field->name());
+  if (field->is_map()) {
+    Message* entry = r->AddMessage(&m, field);
+    const auto* d = entry->GetDescriptor();
+    entry->GetReflection()->SetString(entry, d->FindFieldByName("key"), text);
+    entry->GetReflection()->SetString(entry, d->FindFieldByName("value"), text);
+    return;
+  }
+  if (field->is_repeated()) {
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        r->AddString(&m, field, text);
+        return;
+      case FieldDescriptor::CPPTYPE_MESSAGE: {
+        Message* item = r->AddMessage(&m, field);
+        const auto* d = item->GetDescriptor();
+        for (int i = 0; i < d->field_count(); ++i) setDistinct(*item, d->field(i));
+        return;
+      }
+      default:
+        FAIL() << "repeated " << field->full_name() << ": teach this test its type";
+    }
+  }
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+      // A shutdown signal must be a real one.
+      r->SetString(&m, field, field->name() == "shutdown_signal" ? "SIGINT" : text);
+      return;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      r->SetUInt32(&m, field, 7);
+      return;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      r->SetEnumValue(&m, field,
+                      field->enum_type()->value(field->enum_type()->value_count() - 1)->number());
+      return;
+    case FieldDescriptor::CPPTYPE_MESSAGE: {
+      Message* sub = r->MutableMessage(&m, field);
+      const auto* d = sub->GetDescriptor();
+      for (int i = 0; i < d->field_count(); ++i) setDistinct(*sub, d->field(i));
+      return;
+    }
+    default:
+      FAIL() << field->full_name() << ": teach this test its type";
+  }
+}
+
+std::string rendered(const cluster::v1::DeploymentTopology& t) {
+  auto w = toWorkload(t, "d-1");
+  EXPECT_TRUE(w.ok()) << w.status();
+  return w.ok() ? runtime::toJson(*w) : "";
+}
+
+bool exempt(const std::string& name) {
+  for (const auto& [field, reason] : kNotOnProcessRuntime) {
+    if (field == name) return true;
+  }
+  return false;
+}
+
+TEST(DeploymentFields, EveryTopologyFieldReachesTheWorkloadOrSaysWhyNot) {
+  const std::string baseline = rendered(base());
+  const auto* d = cluster::v1::DeploymentTopology::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* field = d->field(i);
+    if (exempt(field->name())) continue;
+    cluster::v1::DeploymentTopology t = base();
+    t.GetReflection()->ClearField(&t, field);
+    const std::string without = rendered(t);
+    setDistinct(t, field);
+    EXPECT_NE(rendered(t), without)
+        << "DeploymentTopology." << field->name()
+        << " does not reach the process runtime's workload: carry it in toWorkload(), or list it "
+           "in kNotOnProcessRuntime with the reason";
+  }
+}
+
+TEST(DeploymentFields, ExemptionsNameRealFields) {
+  const auto* d = cluster::v1::DeploymentTopology::descriptor();
+  for (const auto& [field, reason] : kNotOnProcessRuntime) {
+    EXPECT_NE(d->FindFieldByName(field), nullptr) << field << " is not a field any more";
+    EXPECT_FALSE(reason.empty());
+  }
+}
+
+TEST(DeploymentFields, ProbesCarryEveryTimingField) {
+  // Each numeric field of a probe changes the workload (0 keeps the default).
+  const auto* d = cluster::v1::HttpProbe::descriptor();
+  const std::vector<std::string> not_carried = {"port", "success_threshold"};
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* field = d->field(i);
+    if (std::find(not_carried.begin(), not_carried.end(), field->name()) != not_carried.end())
+      continue;
+    for (bool liveness : {true, false}) {
+      cluster::v1::DeploymentTopology t = base();
+      auto* probe = liveness ? t.mutable_healthcheck()->mutable_liveness()
+                             : t.mutable_healthcheck()->mutable_readiness();
+      probe->set_path("/p");
+      const std::string before = rendered(t);
+      setDistinct(*probe, field);
+      if (field->name() == "path") probe->set_path("/other");
+      EXPECT_NE(rendered(t), before) << (liveness ? "liveness." : "readiness.") << field->name();
+    }
+  }
+}
+
+TEST(DeploymentFields, TheCommandOverrideIsKept) {
+  auto t = base();
+  t.add_command("/opt/app/server");
+  t.add_command("--serve");
+  t.add_args("--port=8080");
+  auto w = toWorkload(t, "d-1");
+  ASSERT_TRUE(w.ok());
+  EXPECT_THAT(w->command, ::testing::ElementsAre("/opt/app/server", "--serve"));
+  EXPECT_THAT(w->args, ::testing::ElementsAre("--port=8080"));
+}
+
+TEST(DeploymentFields, StoppedMeansNoInstancesAndAutoscalingClamps) {
+  auto t = base();
+  t.set_replicas(10);
+  t.mutable_autoscaling()->set_min_replicas(1);
+  t.mutable_autoscaling()->set_max_replicas(4);
+  EXPECT_EQ(toWorkload(t, "d")->replicas, 4);
+  t.set_desired_status(cluster::v1::DESIRED_STATUS_STOPPED);
+  EXPECT_EQ(toWorkload(t, "d")->replicas, 0);
+}
+
+TEST(DeploymentFields, AnUnknownShutdownSignalIsRefusedByName) {
+  auto t = base();
+  t.set_shutdown_signal("SIGBOGUS");
+  auto w = toWorkload(t, "d");
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(toStd(w.status().message())),
+              ::testing::HasSubstr("shutdown_signal: \"SIGBOGUS\" is not one of"));
+  t.set_shutdown_signal("INT");
+  EXPECT_EQ(toWorkload(t, "d")->shutdown_signal, SIGINT);
+}
+
+}  // namespace
+}  // namespace krane::deployment

@@ -1,0 +1,242 @@
+// libdeployment.so on the process runtime, loaded as the agent loads it, with the demo app as
+// the workload: apply, status reports, crash loop, update, delete, garbage collection after a
+// sync, configuration errors. No process is left behind.
+#include <httplib.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/plugin_loader.h"
+#include "common/strings.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/process.h"
+#include "tests/support/wait.h"
+
+namespace krane {
+namespace {
+
+using krane::testing::eventually;
+using krane::testing::runfile;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string get(const std::string& address) {
+  const auto colon = address.rfind(':');
+  httplib::Client client(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
+  client.set_connection_timeout(1, 0);
+  auto res = client.Get("/");
+  return res ? res->body : "";
+}
+
+cluster::v1::Change topology(const std::string& id, uint32_t replicas, const std::string& tag,
+                             uint64_t version) {
+  cluster::v1::Change c;
+  c.set_op(cluster::v1::CHANGE_OP_APPLY);
+  c.set_version(version);
+  auto* r = c.mutable_resource();
+  r->set_type("deployment_topology");
+  r->set_id(id);
+  r->set_region("local-1");
+  r->set_version(version);
+  auto* t = r->mutable_deployment_topology();
+  t->set_deployment_id(id);
+  t->set_image("krane.dev/demo-app:" + tag);
+  t->set_replicas(replicas);
+  t->set_port(8080);
+  t->mutable_healthcheck()->mutable_readiness()->set_path("/healthz/ready");
+  t->mutable_healthcheck()->mutable_readiness()->set_period_seconds(1);
+  t->set_termination_grace_period_seconds(5);
+  return c;
+}
+
+class DeploymentPluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/krane-dp-XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+  }
+
+  void TearDown() override {
+    plugin_.reset();  // instances keep running across a plugin restart: stop them here
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir_, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->path().filename() != "instance.json") continue;
+      std::ifstream in(it->path());
+      const int64_t pid = nlohmann::json::parse(in).value("pid", 0);
+      if (pid > 0) ::kill(static_cast<pid_t>(-pid), SIGKILL);
+    }
+    fs::remove_all(dir_, ec);
+  }
+
+  std::string config(int port_from) const {
+    return nlohmann::json{
+        {"runtime", "process"},
+        {"process",
+         {{"state_dir", dir_},
+          {"ports", {{"from", port_from}, {"to", port_from + 49}}},
+          {"images",
+           {{"krane.dev/demo-app",
+             {runfile("tests/support/demo_app/krane-demo-app"), "--version", "{tag}"}}}},
+          {"restart_backoff_ms", {{"min", 50}, {"max", 200}}}}}}
+        .dump();
+  }
+
+  absl::Status load(const std::string& config_json) {
+    agent::HostCallbacks callbacks;
+    callbacks.report_status = [this](const plugin::v1::StatusReport& r) {
+      std::lock_guard lock(mutex_);
+      reports_.push_back(r);
+    };
+    auto loaded =
+        agent::loadPlugin(runfile("plugins/deployment/libdeployment.so"), config_json, callbacks);
+    if (!loaded.ok()) return loaded.status();
+    plugin_ = *std::move(loaded);
+    return absl::OkStatus();
+  }
+
+  // The latest report about `id`.
+  std::optional<cluster::v1::ReportDeploymentStatusRequest> latest(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    for (auto it = reports_.rbegin(); it != reports_.rend(); ++it) {
+      if (it->has_deployment() && it->deployment().deployment_id() == id) return it->deployment();
+    }
+    return std::nullopt;
+  }
+
+  // Whether the latest report of `id` has `n` instances, all running.
+  bool running(const std::string& id, int n) {
+    auto r = latest(id);
+    if (!r || !r->has_instances() || r->instances().instances_size() != n) return false;
+    for (const auto& i : r->instances().instances()) {
+      if (i.status() != cluster::v1::INSTANCE_STATUS_RUNNING) return false;
+    }
+    return true;
+  }
+
+  std::string dir_;
+  std::unique_ptr<agent::LoadedPlugin> plugin_;
+  std::mutex mutex_;
+  std::vector<plugin::v1::StatusReport> reports_;
+};
+
+TEST_F(DeploymentPluginTest, AppliesReportsRollsAndDeletes) {
+  ASSERT_TRUE(load(config(23000)).ok());
+  EXPECT_THAT(plugin_->resourceTypes(), ::testing::ElementsAre("deployment_topology"));
+  ASSERT_TRUE(plugin_->apply(topology("d1", 3, "v1", 5)).ok());
+  ASSERT_TRUE(eventually([&] { return running("d1", 3); }));
+  auto report = *latest("d1");
+  EXPECT_EQ(report.applied_version(), 5u);
+  EXPECT_EQ(report.region(), "local-1");
+  for (const auto& i : report.instances().instances()) {
+    EXPECT_THAT(i.address(), ::testing::StartsWith("127.0.0.1:230"));
+    EXPECT_THAT(get(i.address()), HasSubstr("krane-demo-app v1"));
+  }
+
+  // A new version rolls; the report ends with three instances of v2.
+  ASSERT_TRUE(plugin_->apply(topology("d1", 3, "v2", 9)).ok());
+  ASSERT_TRUE(eventually([&] {
+    auto r = latest("d1");
+    if (!running("d1", 3)) return false;
+    for (const auto& i : r->instances().instances()) {
+      if (get(i.address()).find("v2") == std::string::npos) return false;
+    }
+    return true;
+  }));
+  EXPECT_EQ(latest("d1")->applied_version(), 9u);
+
+  cluster::v1::Change del;
+  del.set_op(cluster::v1::CHANGE_OP_DELETE);
+  del.set_version(10);
+  del.mutable_resource()->set_type("deployment_topology");
+  del.mutable_resource()->set_id("d1");
+  const auto last = latest("d1")->instances();
+  ASSERT_TRUE(plugin_->remove(del).ok());
+  EXPECT_TRUE(latest("d1")->deleted());
+  ASSERT_TRUE(eventually([&] {
+    for (const auto& i : last.instances()) {
+      if (!get(i.address()).empty()) return false;
+    }
+    return true;
+  }));
+}
+
+TEST_F(DeploymentPluginTest, ACrashLoopIsReportedAsAFailedInstanceWithTheReason) {
+  ASSERT_TRUE(load(config(23100)).ok());
+  auto change = topology("broken", 1, "v1", 3);
+  change.mutable_resource()->mutable_deployment_topology()->add_args("--exit-on-start");
+  change.mutable_resource()->mutable_deployment_topology()->add_args("4");
+  ASSERT_TRUE(plugin_->apply(change).ok());
+  ASSERT_TRUE(eventually([&] {
+    auto r = latest("broken");
+    return r && r->has_instances() && r->instances().instances_size() == 1 &&
+           r->instances().instances(0).status() == cluster::v1::INSTANCE_STATUS_FAILED;
+  }));
+  const auto i = latest("broken")->instances().instances(0);
+  EXPECT_THAT(i.failure_reason(), HasSubstr("crash loop: exited with code 4"));
+  EXPECT_THAT(i.failure_reason(), HasSubstr("exiting at start with code 4"));
+}
+
+TEST_F(DeploymentPluginTest, AfterASyncWhatItDidNotMentionIsRemoved) {
+  ASSERT_TRUE(load(config(23200)).ok());
+  ASSERT_TRUE(plugin_->apply(topology("keep", 1, "v1", 1)).ok());
+  ASSERT_TRUE(plugin_->apply(topology("gone", 1, "v1", 2)).ok());
+  ASSERT_TRUE(eventually([&] { return running("keep", 1) && running("gone", 1); }));
+  const std::string gone_address = latest("gone")->instances().instances(0).address();
+  plugin::v1::SyncEnd end;
+  end.set_snapshot_version(7);
+  auto* ids = end.add_resources();
+  ids->set_resource_type("deployment_topology");
+  ids->add_ids("keep");
+  ASSERT_TRUE(plugin_->syncEnd(end).ok());
+  EXPECT_TRUE(latest("gone")->deleted());
+  ASSERT_TRUE(eventually([&] { return get(gone_address).empty(); }));
+  EXPECT_TRUE(running("keep", 1)) << "what the sync mentioned is untouched";
+}
+
+TEST_F(DeploymentPluginTest, ARestartedPluginAdoptsItsInstances) {
+  ASSERT_TRUE(load(config(23300)).ok());
+  ASSERT_TRUE(plugin_->apply(topology("d1", 2, "v1", 1)).ok());
+  ASSERT_TRUE(eventually([&] { return running("d1", 2); }));
+  const auto before = latest("d1")->instances();
+  plugin_.reset();  // the host went away; its instances did not
+  for (const auto& i : before.instances()) EXPECT_FALSE(get(i.address()).empty());
+  ASSERT_TRUE(load(config(23300)).ok());
+  ASSERT_TRUE(plugin_->observe().ok());
+  ASSERT_TRUE(eventually([&] { return running("d1", 2); }));
+  std::set<std::string> ids;
+  const auto after = *latest("d1");
+  for (const auto& i : after.instances().instances()) ids.insert(i.id());
+  for (const auto& i : before.instances()) EXPECT_EQ(ids.count(i.id()), 1u) << i.id();
+}
+
+TEST_F(DeploymentPluginTest, BadConfigurationAndBadTopologiesAreRefusedByName) {
+  auto st = load(R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "prots": {}}})");
+  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("process.prots: unknown key"));
+  st = load(R"({"runtime": "process", "process": {}})");
+  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("process.state_dir: required"));
+  st = load(R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "ports": {"from": 0}}})");
+  EXPECT_THAT(std::string(toStd(st.message())),
+              HasSubstr("process.ports.from: must be a whole number between 1 and 65535, got 0"));
+  st = load(R"({"runtime": "nomad"})");
+  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("runtime: \"nomad\""));
+
+  ASSERT_TRUE(load(config(23400)).ok());
+  auto bad = topology("bad", 1, "v1", 1);
+  bad.mutable_resource()->mutable_deployment_topology()->set_shutdown_signal("SIGNOPE");
+  st = plugin_->apply(bad);
+  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("shutdown_signal: \"SIGNOPE\""));
+  auto unknown = topology("unknown", 1, "v1", 2);
+  unknown.mutable_resource()->mutable_deployment_topology()->set_image("registry.example/x:1");
+  st = plugin_->apply(unknown);
+  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("image: \"registry.example/x:1\""));
+}
+
+}  // namespace
+}  // namespace krane

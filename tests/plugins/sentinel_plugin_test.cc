@@ -1,0 +1,185 @@
+// libsentinel.so on the process runtime (the demo app stands in for the sentinel image): status
+// flow, the running image only once a rollout converged, standby, archive, garbage collection.
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/plugin_loader.h"
+#include "common/strings.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/process.h"
+#include "tests/support/wait.h"
+
+namespace krane {
+namespace {
+
+using krane::testing::eventually;
+using krane::testing::runfile;
+namespace fs = std::filesystem;
+
+cluster::v1::Change sentinelChange(
+    const std::string& id, const std::string& tag, uint32_t replicas, uint64_t version,
+    cluster::v1::SentinelDesiredState state = cluster::v1::SENTINEL_DESIRED_STATE_RUNNING) {
+  cluster::v1::Change c;
+  c.set_op(cluster::v1::CHANGE_OP_APPLY);
+  c.set_version(version);
+  auto* r = c.mutable_resource();
+  r->set_type("sentinel");
+  r->set_id(id);
+  r->set_region("local-1");
+  auto* s = r->mutable_sentinel();
+  s->set_sentinel_id(id);
+  s->set_workspace_id("ws1");
+  s->set_project_id("p1");
+  s->set_app_id("a1");
+  s->set_environment_id("e1");
+  s->set_region("local-1");
+  s->set_image("krane.dev/sentinel:" + tag);
+  s->set_replicas(replicas);
+  s->set_desired_state(state);
+  return c;
+}
+
+class SentinelPluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/krane-sp-XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+    agent::HostCallbacks callbacks;
+    callbacks.report_status = [this](const plugin::v1::StatusReport& r) {
+      std::lock_guard lock(mutex_);
+      if (r.has_sentinel()) reports_.push_back(r.sentinel());
+    };
+    const std::string config = nlohmann::json{
+        {"runtime", "process"},
+        {"process",
+         {{"state_dir", dir_},
+          {"ports", {{"from", 26000}, {"to", 26049}}},
+          {"images",
+           {{"krane.dev/sentinel",
+             {runfile("tests/support/demo_app/krane-demo-app"), "--version",
+              "{tag}"}}}}}}}.dump();
+    auto loaded = agent::loadPlugin(runfile("plugins/sentinel/libsentinel.so"), config, callbacks);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    plugin_ = *std::move(loaded);
+  }
+
+  void TearDown() override {
+    plugin_.reset();
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir_, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->path().filename() != "instance.json") continue;
+      std::ifstream in(it->path());
+      const int64_t pid = nlohmann::json::parse(in).value("pid", 0);
+      if (pid > 0) ::kill(static_cast<pid_t>(-pid), SIGKILL);
+    }
+    fs::remove_all(dir_, ec);
+  }
+
+  std::optional<cluster::v1::ReportSentinelStatusRequest> latest(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    for (auto it = reports_.rbegin(); it != reports_.rend(); ++it) {
+      if (it->sentinel_id() == id) return *it;
+    }
+    return std::nullopt;
+  }
+
+  std::vector<cluster::v1::ReportSentinelStatusRequest> all(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    std::vector<cluster::v1::ReportSentinelStatusRequest> out;
+    for (const auto& r : reports_) {
+      if (r.sentinel_id() == id) out.push_back(r);
+    }
+    return out;
+  }
+
+  std::string dir_;
+  std::unique_ptr<agent::LoadedPlugin> plugin_;
+  std::mutex mutex_;
+  std::vector<cluster::v1::ReportSentinelStatusRequest> reports_;
+};
+
+TEST_F(SentinelPluginTest, ReportsTheRunningImageOnlyOnceARolloutConverged) {
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 1)).ok());
+  ASSERT_TRUE(eventually([&] {
+    auto r = latest("s1");
+    return r && r->ready_replicas() == 2 && r->running_image() == "krane.dev/sentinel:v1";
+  }));
+  auto r = *latest("s1");
+  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_HEALTHY);
+  EXPECT_EQ(r.available_replicas(), 2u);
+  EXPECT_EQ(r.updated_replicas(), 2u);
+  EXPECT_EQ(r.observed_generation(), 1);
+  EXPECT_EQ(r.region(), "local-1");
+  const size_t before = all("s1").size();
+
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v2", 2, 2)).ok());
+  ASSERT_TRUE(eventually([&] {
+    auto r = latest("s1");
+    return r && r->running_image() == "krane.dev/sentinel:v2" && r->updated_replicas() == 2;
+  }));
+  // While the rollout ran, the reports still named the old image.
+  const auto reports = all("s1");
+  bool saw_progress = false;
+  for (size_t i = before; i < reports.size(); ++i) {
+    EXPECT_EQ(reports[i].observed_generation(), 2);
+    if (reports[i].running_image() == "krane.dev/sentinel:v1") saw_progress = true;
+    if (reports[i].updated_replicas() < 2) {
+      EXPECT_EQ(reports[i].running_image(), "krane.dev/sentinel:v1") << "not converged yet";
+    }
+  }
+  EXPECT_TRUE(saw_progress);
+}
+
+TEST_F(SentinelPluginTest, StandbyPausesArchiveRemovesAndGarbageCollectionCleansUp) {
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 1)).ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s2", "v1", 1, 2)).ok());
+  ASSERT_TRUE(eventually([&] {
+    auto a = latest("s1");
+    auto b = latest("s2");
+    return a && b && a->ready_replicas() == 1 && b->ready_replicas() == 1;
+  }));
+  ASSERT_TRUE(
+      plugin_->apply(sentinelChange("s1", "v1", 1, 3, cluster::v1::SENTINEL_DESIRED_STATE_STANDBY))
+          .ok());
+  ASSERT_TRUE(eventually([&] {
+    auto r = latest("s1");
+    return r->health() == cluster::v1::SENTINEL_HEALTH_PAUSED && r->ready_replicas() == 0;
+  }));
+  ASSERT_TRUE(
+      plugin_->apply(sentinelChange("s1", "v1", 1, 4, cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED))
+          .ok());
+  EXPECT_EQ(latest("s1")->applied_version(), 4u);
+  // A sync that no longer mentions s2 removes it.
+  plugin::v1::SyncEnd end;
+  end.set_snapshot_version(10);
+  end.add_resources()->set_resource_type("sentinel");
+  ASSERT_TRUE(plugin_->syncEnd(end).ok());
+  EXPECT_EQ(latest("s2")->health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
+  ASSERT_TRUE(eventually([&] {
+    std::error_code ec;
+    for (auto it = fs::recursive_directory_iterator(dir_, ec);
+         it != fs::recursive_directory_iterator(); it.increment(ec)) {
+      if (it->path().filename() == "instance.json") return false;
+    }
+    return true;
+  }));
+}
+
+TEST_F(SentinelPluginTest, ABadSentinelIsRefusedNamingTheField) {
+  auto bad = sentinelChange("s1", "v1", 1, 1);
+  bad.mutable_resource()->mutable_sentinel()->clear_workspace_id();
+  auto st = plugin_->apply(bad);
+  EXPECT_THAT(std::string(toStd(st.message())),
+              ::testing::HasSubstr("sentinel s1: sentinel.workspace_id: required"));
+}
+
+}  // namespace
+}  // namespace krane
