@@ -691,7 +691,9 @@ TEST_F(WorkflowTest, OperationsListShowCleanupAndMetrics) {
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(*e.send({"Ops2", "h", i < 3 ? "x" : "y", "in"}));
   for (const auto& id : ids) ASSERT_TRUE(e.awaitResult(id, 20s).ok());
-  auto all = listInvocations(*pool_, {"Ops2"});
+  InvocationFilter ops2;
+  ops2.service = "Ops2";
+  auto all = listInvocations(*pool_, ops2);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->size(), 5u);
   auto x = listInvocations(*pool_, {"Ops2", "x", "succeeded"});
