@@ -62,6 +62,20 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                        {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
                        {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)}});
                 }},
+               {"workflow",
+                [&](const YAML::Node& n, const std::string& p) {
+                  return walk(
+                      n, s, p,
+                      {{"threads", number(c.workflow.threads, s, 1, 1024)},
+                       {"lease_ms", number(c.workflow.lease, s, 1000, 3600000)},
+                       {"poll_interval_ms", number(c.workflow.poll_interval, s, 1, 60000)},
+                       {"max_payload_bytes", number(c.workflow.max_payload_bytes, s, 1024, 1 << 24)},
+                       {"maintenance_interval_s",
+                        number(c.workflow.maintenance_interval, s, 1, 86400)},
+                       {"watchdog_threshold_s",
+                        number(c.workflow.watchdog_threshold, s, 1, 30LL * 24 * 3600)},
+                       {"retention_s", number(c.workflow.retention, s, 60, 365LL * 24 * 3600)}});
+                }},
            });
   if (!status.ok()) return status;
   if (!validHostPort(c.listen))

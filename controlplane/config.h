@@ -44,6 +44,16 @@ struct CtrlConfig {
     std::chrono::seconds cleanup_interval{60};
     size_t cleanup_batch = 10000;
   } feed;
+
+  struct Workflow {
+    size_t threads = 8;                             // invocations executing at once
+    std::chrono::milliseconds lease{30000};         // worker lease (renewed every lease/3)
+    std::chrono::milliseconds poll_interval{200};   // claim poll when nothing wakes the engine
+    size_t max_payload_bytes = 1 << 20;             // inputs, outputs, step results
+    std::chrono::seconds maintenance_interval{60};  // watchdog and cleanup period
+    std::chrono::seconds watchdog_threshold{3600};  // report keys held longer than this
+    std::chrono::seconds retention{7 * 24 * 3600};  // keep finished invocations this long
+  } workflow;
 };
 
 // Parses YAML text; `source` names it in errors.

@@ -5,6 +5,7 @@
 #include "common/version.h"
 #include "controlplane/commands.h"
 #include "controlplane/migrate_command.h"
+#include "controlplane/workflow/command.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"krane-ctrl: the Krane control plane (API, change feed, workflows)", "krane-ctrl"};
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   krane::ctrl::addServeCommand(app, exit_code);
   krane::ctrl::addRegionCommands(app, exit_code);
   krane::ctrl::addTokenCommands(app, exit_code);
+  krane::workflow::addWorkflowCommands(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

@@ -13,6 +13,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
+#include "controlplane/services/buildslot/buildslot.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::ctrl {
@@ -42,9 +43,8 @@ Server::~Server() { stop(); }
 
 absl::Status Server::start() {
   const std::vector<std::pair<std::string, absl::Status (Server::*)()>> steps = {
-      {"database", &Server::startDatabase},
-      {"feed", &Server::startFeed},
-      {"grpc", &Server::startGrpc},
+      {"database", &Server::startDatabase}, {"feed", &Server::startFeed},
+      {"workflow", &Server::startWorkflow}, {"grpc", &Server::startGrpc},
       {"http", &Server::startHttp},
   };
   for (const auto& [name, step] : steps) {
@@ -120,6 +120,26 @@ absl::Status Server::startFeed() {
   return absl::OkStatus();
 }
 
+// The workflow engine's workers and its housekeeping. Services written on the engine are
+// registered here, before the workers start.
+absl::Status Server::startWorkflow() {
+  workflow::EngineOptions options;
+  options.threads = config_.workflow.threads;
+  options.lease = config_.workflow.lease;
+  options.poll_interval = config_.workflow.poll_interval;
+  options.max_payload_bytes = config_.workflow.max_payload_bytes;
+  engine_ = std::make_unique<workflow::Engine>(pool_, options);
+  KRANE_RETURN_IF_ERROR(engine_->registerService(services::buildslot::buildSlotService(pool_)));
+  engine_->start();
+  workflow::MaintenanceOptions maintenance;
+  maintenance.interval = config_.workflow.maintenance_interval;
+  maintenance.watchdog_threshold = config_.workflow.watchdog_threshold;
+  maintenance.retention = config_.workflow.retention;
+  maintenance_ = std::make_unique<workflow::Maintenance>(pool_, maintenance);
+  maintenance_->start();
+  return absl::OkStatus();
+}
+
 absl::Status Server::startGrpc() {
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!config_.tls.cert_file.empty()) {
@@ -138,11 +158,13 @@ absl::Status Server::startGrpc() {
   cluster_service_ = std::make_unique<api::ClusterServiceImpl>(watch_, tokens_, ingestor_);
   resource_service_ = std::make_unique<api::ResourceServiceImpl>(writer_, pool_, operators_);
   agent_service_ = std::make_unique<api::AgentServiceImpl>(ingestor_, operators_);
+  workflow_service_ = std::make_unique<api::WorkflowServiceImpl>(pool_, operators_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.listen, credentials, &grpc_port_);
   builder.RegisterService(cluster_service_.get());
   builder.RegisterService(resource_service_.get());
   builder.RegisterService(agent_service_.get());
+  builder.RegisterService(workflow_service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
@@ -183,6 +205,8 @@ void Server::stop() {
   if (http_thread_.joinable()) http_thread_.join();
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (ticker_.joinable()) ticker_.join();
+  if (maintenance_) maintenance_->stop();
+  if (engine_) engine_->stop();
   if (cleanup_) cleanup_->stop();
   if (tailer_) tailer_->stop();
   if (watch_) watch_->setup_pool.reset();
@@ -239,6 +263,12 @@ std::string Server::metricsText() const {
       family("krane_db_connections_open", "Database sessions open", MetricType::Gauge, p.open));
   f.push_back(family("krane_db_connections_waiting", "Callers waiting for a session",
                      MetricType::Gauge, p.waiting));
+  if (engine_) {
+    for (auto& m : engine_->metrics()) f.push_back(std::move(m));
+  }
+  if (maintenance_) {
+    for (auto& m : maintenance_->metrics()) f.push_back(std::move(m));
+  }
   return prometheus::TextSerializer().Serialize(f);
 }
 

@@ -11,12 +11,15 @@
 #include "absl/status/status.h"
 #include "controlplane/api/auth.h"
 #include "controlplane/api/services.h"
+#include "controlplane/api/workflows.h"
 #include "controlplane/config.h"
 #include "controlplane/feed/cleanup.h"
 #include "controlplane/feed/tailer.h"
 #include "controlplane/feed/watch_stream.h"
 #include "controlplane/feed/writer.h"
 #include "controlplane/ingest/ingestor.h"
+#include "controlplane/workflow/engine.h"
+#include "controlplane/workflow/maintenance.h"
 
 namespace httplib {
 class Server;
@@ -41,6 +44,7 @@ class Server {
   feed::Tailer& tailer() { return *tailer_; }
   api::AgentTokens& tokens() { return *tokens_; }
   const feed::WatchContext& watch() const { return *watch_; }
+  workflow::Engine& workflowEngine() { return *engine_; }
   std::string metricsText() const;
   // OK when the database answers; the reason otherwise.
   absl::Status ready() const;
@@ -48,6 +52,7 @@ class Server {
  private:
   absl::Status startDatabase();
   absl::Status startFeed();
+  absl::Status startWorkflow();
   absl::Status startGrpc();
   absl::Status startHttp();
 
@@ -62,9 +67,12 @@ class Server {
   std::shared_ptr<api::AgentTokens> tokens_;
   std::shared_ptr<const api::OperatorTokens> operators_;
   std::shared_ptr<ingest::Ingestor> ingestor_;
+  std::unique_ptr<workflow::Engine> engine_;
+  std::unique_ptr<workflow::Maintenance> maintenance_;
   std::unique_ptr<api::ClusterServiceImpl> cluster_service_;
   std::unique_ptr<api::ResourceServiceImpl> resource_service_;
   std::unique_ptr<api::AgentServiceImpl> agent_service_;
+  std::unique_ptr<api::WorkflowServiceImpl> workflow_service_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;

@@ -93,6 +93,8 @@ TEST(ServeCommand, ConfigErrorsNameTheKey) {
   auto tls = ctrl({"serve", "--dsn", "mysql://u@h/d", "--config",
                    writeFile("g.yaml", "tls:\n  cert_file: x.pem\n")});
   EXPECT_THAT(tls.err, HasSubstr("tls: cert_file and key_file go together"));
+  auto workflow = ctrl({"serve", "--config", writeFile("h.yaml", "workflow:\n  threads: 0\n")});
+  EXPECT_THAT(workflow.err, HasSubstr("workflow.threads: must be between 1 and 1024, got 0"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
   EXPECT_THAT(missing.err, HasSubstr("cannot read config file /nonexistent/ctrl.yaml"));
 }

@@ -36,6 +36,7 @@
 
 #include "krane/api/v1/agents.pb.h"
 #include "krane/api/v1/resources.pb.h"
+#include "krane/api/v1/workflows.pb.h"
 #include "krane/cluster/v1/cluster.pb.h"
 #include "krane/cluster/v1/state.pb.h"
 #include "krane/plugin/v1/plugin.pb.h"
@@ -57,6 +58,7 @@ std::vector<const pb::FileDescriptor*> KraneFiles() {
       cluster::v1::WatchEvent::descriptor()->file(),
       api::v1::PutResourceRequest::descriptor()->file(),
       api::v1::ListAgentsRequest::descriptor()->file(),
+      api::v1::ListInvocationsRequest::descriptor()->file(),
       plugin::v1::Frame::descriptor()->file(),
   };
 }

@@ -1,0 +1,410 @@
+// The workflow engine benchmark: `./dev bench workflow [--json] [--quick]` (see bench/README.md).
+//
+// Starts its own scratch MariaDB (tests/support/mariadb.h), migrates a fresh database and runs the
+// engine in this process. Figures: five-step workflows per second, the overhead of one step (time
+// and database writes), the memory of 10,000 invocations suspended on awakeables and the time to
+// resolve them all, and the raw single-row commit rate of the same server (the physical limit).
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/strings.h"
+#include "controlplane/db/migrate.h"
+#include "controlplane/db/pool.h"
+#include "controlplane/workflow/engine.h"
+#include "tests/support/mariadb.h"
+
+namespace krane::bench {
+namespace {
+
+using namespace std::chrono_literals;
+using workflow::Context;
+using workflow::Engine;
+using workflow::ServiceDefinition;
+
+constexpr const char* kUsage = R"(usage: workflow [--json] [--quick] [--help]
+
+  --json    print one JSON object {"figures": [...]} on stdout; the table and progress go to stderr
+  --quick   a smoke run: fewer workflows and 2,000 suspended invocations instead of 10,000
+)";
+
+struct Figure {
+  std::string name;
+  double value;
+  std::string unit;
+  std::string target;
+  int passed = -1;  // -1: no target
+};
+
+std::FILE* progress = stderr;
+
+template <typename... Args>
+void say(fmt::format_string<Args...> f, Args&&... args) {
+  std::fprintf(progress, "%s\n", fmt::format(f, std::forward<Args>(args)...).c_str());
+  std::fflush(progress);
+}
+
+template <typename T>
+T check(absl::StatusOr<T> v, const char* what) {
+  if (!v.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, std::string(toStd(v.status().message())).c_str());
+    std::exit(1);
+  }
+  return *std::move(v);
+}
+void check(const absl::Status& s, const char* what) {
+  if (!s.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, std::string(toStd(s.message())).c_str());
+    std::exit(1);
+  }
+}
+
+int64_t rssKib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
+  }
+  return 0;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
+}
+
+double seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+struct ServerCounters {
+  int64_t commits = 0;
+  int64_t rows_written = 0;
+};
+
+ServerCounters counters(db::Pool& pool) {
+  ServerCounters c;
+  auto conn = check(pool.acquire(), "connection");
+  // Handler_* count row operations of every engine; the benchmark's statements use no temporary
+  // tables, so their writes are the rows the engine wrote.
+  auto rows = check(conn->query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Com_commit',"
+                                " 'Handler_write', 'Handler_update', 'Handler_delete')"),
+                    "status");
+  for (const auto& r : rows.rows) {
+    const int64_t v = std::stoll(r.str(1));
+    if (r.str(0) == "Com_commit") {
+      c.commits = v;
+    } else {
+      c.rows_written += v;
+    }
+  }
+  return c;
+}
+
+// Single-row autocommit INSERTs into a fresh table from `threads` connections for `window`.
+double rawCommitRate(db::Pool& pool, int threads, std::chrono::seconds window, int round) {
+  const std::string table = strCat("bench_raw_", round);
+  {
+    auto conn = check(pool.acquire(), "connection");
+    check(conn->execText(strCat("CREATE TABLE ", table,
+                                " (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64))"
+                                " ENGINE=InnoDB")),
+          "create raw table");
+  }
+  std::atomic<int64_t> commits{0};
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> ts;
+  for (int i = 0; i < threads; ++i) {
+    ts.emplace_back([&] {
+      auto conn = check(pool.acquire(), "connection");
+      while (!stop) {
+        check(conn->exec(strCat("INSERT INTO ", table, " (v) VALUES (?)"), {"x"}).status(),
+              "insert");
+        ++commits;
+      }
+    });
+  }
+  std::this_thread::sleep_for(window);
+  stop = true;
+  for (auto& t : ts) t.join();
+  return static_cast<double>(commits.load()) / static_cast<double>(window.count());
+}
+
+// Sends n invocations from several threads and waits for all of them; returns the seconds.
+double runBatch(Engine& engine, const std::string& service, int n) {
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::string> ids(n);
+  std::vector<std::thread> ts;
+  const int senders = 8;
+  for (int s = 0; s < senders; ++s) {
+    ts.emplace_back([&, s] {
+      for (int i = s; i < n; i += senders) ids[i] = check(engine.send({service, "run"}), "send");
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (const auto& id : ids) check(engine.awaitResult(id, 600s), "workflow");
+  return seconds(std::chrono::steady_clock::now() - start);
+}
+
+int run(bool json, bool quick) {
+  if (json) progress = stderr;
+  auto& mariadb = testing::ScratchMariaDb::instance();
+  const db::Dsn dsn = mariadb.freshDatabase();
+  auto pool = check(db::Pool::create(dsn, {.max_connections = 64}), "pool");
+  check(db::Migrator(pool, check(db::builtinMigrations(), "migrations")).migrate().status(),
+        "migrating");
+  {
+    auto conn = check(pool->acquire(), "connection");
+    check(conn->execText("CREATE TABLE bench_awakeables (invocation_id VARCHAR(64) PRIMARY KEY,"
+                         " awakeable_id VARCHAR(128)) ENGINE=InnoDB"),
+          "create bench_awakeables");
+  }
+
+  workflow::EngineOptions options;
+  options.threads = 16;
+  options.poll_interval = 50ms;
+  Engine engine(pool, options);
+  check(engine.registerService(ServiceDefinition::service("Five").handler(
+            "run",
+            [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+              std::string last;
+              for (int i = 0; i < 5; ++i) {
+                auto r = ctx.run(strCat("step", i), [i]() -> absl::StatusOr<std::string> {
+                  return std::to_string(i);
+                });
+                if (!r.ok()) return r.status();
+                last = *r;
+              }
+              return last;
+            })),
+        "register Five");
+  // Five steps run back to back, timed from before the first to after the last: what the engine
+  // adds to a step (journaling it, one commit) when the step itself costs nothing. Timing outside
+  // run() is not deterministic, which is harmless here: these handlers never replay.
+  std::mutex timed_mutex;
+  std::vector<double> timed_ms;
+  check(engine.registerService(ServiceDefinition::service("Timed").handler(
+            "run",
+            [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+              const auto start = std::chrono::steady_clock::now();
+              for (int i = 0; i < 5; ++i) {
+                auto r = ctx.run(strCat("step", i), [i]() -> absl::StatusOr<std::string> {
+                  return std::to_string(i);
+                });
+                if (!r.ok()) return r.status();
+              }
+              const double ms = seconds(std::chrono::steady_clock::now() - start) * 1000.0;
+              std::lock_guard lock(timed_mutex);
+              timed_ms.push_back(ms);
+              return std::string();
+            })),
+        "register Timed");
+  check(engine.registerService(ServiceDefinition::service("Zero").handler(
+            "run",
+            [](Context&, const std::string&) -> absl::StatusOr<std::string> {
+              return std::string("0");
+            })),
+        "register Zero");
+  check(engine.registerService(ServiceDefinition::service("Wait").handler(
+            "run",
+            [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+              workflow::Awakeable a = ctx.awakeable();
+              auto published =
+                  ctx.runTx("publish", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                    auto r = conn.exec("INSERT INTO bench_awakeables VALUES (?, ?)",
+                                       {ctx.invocationId(), a.id});
+                    if (!r.ok()) return r.status();
+                    return std::string();
+                  });
+              if (!published.ok()) return published.status();
+              return ctx.await(a.future);
+            })),
+        "register Wait");
+  engine.start();
+
+  // Suspends `n` Wait invocations from 8 sender threads and waits until all are suspended.
+  auto suspend = [&](int n) {
+    std::vector<std::thread> ts;
+    for (int s = 0; s < 8; ++s) {
+      ts.emplace_back([&, s] {
+        for (int i = s; i < n; i += 8) check(engine.send({"Wait", "run"}), "send");
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (;;) {
+      auto conn = check(pool->acquire(), "connection");
+      auto rows = check(conn->query("SELECT COUNT(*) FROM workflow_invocations WHERE service ="
+                                    " 'Wait' AND status = 'suspended'"),
+                        "count");
+      if (rows.rows[0].i64(0) == n) break;
+      std::this_thread::sleep_for(100ms);
+    }
+  };
+  auto readAwakeables = [&] {
+    std::vector<std::pair<std::string, std::string>> out;
+    auto conn = check(pool->acquire(), "connection");
+    auto rows = check(conn->query("SELECT b.invocation_id, b.awakeable_id FROM bench_awakeables b"
+                                  " JOIN workflow_invocations i ON i.id = b.invocation_id"
+                                  " WHERE i.status = 'suspended'"),
+                      "ids");
+    for (const auto& r : rows.rows) out.emplace_back(r.str(0), r.str(1));
+    return out;
+  };
+  // Resolves every awakeable from 8 threads and waits for the invocations; returns the seconds.
+  auto resolveAll = [&](const std::vector<std::pair<std::string, std::string>>& awakeables) {
+    const auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> ts;
+    for (int s = 0; s < 8; ++s) {
+      ts.emplace_back([&, s] {
+        for (size_t i = s; i < awakeables.size(); i += 8) {
+          check(engine.resolveAwakeable(awakeables[i].second, "ok"), "resolve");
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (const auto& [id, awk] : awakeables) check(engine.awaitResult(id, 600s), "resumed");
+    return seconds(std::chrono::steady_clock::now() - start);
+  };
+
+  const int rounds = quick ? 1 : 3;
+  const int batch = quick ? 300 : 2000;
+  const int suspended_n = quick ? 2000 : 10000;
+  const int sequential = quick ? 20 : 50;
+  const auto raw_window = std::chrono::seconds(quick ? 2 : 3);
+
+  say("warm-up: 100 five-step workflows, 500 invocations suspended and resumed (threads, arenas"
+      " and caches exist before anything is measured)");
+  runBatch(engine, "Five", 100);
+  suspend(500);
+  resolveAll(readAwakeables());
+
+  std::vector<double> raw_r, wf_r, step_ms_r, writes_r, commits_r, kib_r, resolve_r, wf_commit_r;
+  for (int round = 1; round <= rounds; ++round) {
+    say("round {}/{}", round, rounds);
+    const double raw = rawCommitRate(*pool, 8, raw_window, round);
+    raw_r.push_back(raw);
+    say("  raw commit rate: {:.0f} commits/s (single-row autocommit INSERTs, 8 connections, {} s)",
+        raw, raw_window.count());
+
+    auto before0 = counters(*pool);
+    const double zero_s = runBatch(engine, "Zero", batch);
+    auto after0 = counters(*pool);
+    auto before5 = counters(*pool);
+    const double five_s = runBatch(engine, "Five", batch);
+    auto after5 = counters(*pool);
+    wf_r.push_back(batch / five_s);
+    writes_r.push_back(static_cast<double>((after5.rows_written - before5.rows_written) -
+                                           (after0.rows_written - before0.rows_written)) /
+                       (5.0 * batch));
+    commits_r.push_back(static_cast<double>((after5.commits - before5.commits) -
+                                            (after0.commits - before0.commits)) /
+                        (5.0 * batch));
+    wf_commit_r.push_back(static_cast<double>(after5.commits - before5.commits) / five_s / raw);
+    say("  {} five-step workflows: {:.1f}/s ({:.2f} s; {} zero-step: {:.2f} s)", batch, wf_r.back(),
+        five_s, batch, zero_s);
+
+    {
+      std::lock_guard lock(timed_mutex);
+      timed_ms.clear();
+    }
+    for (int i = 0; i < sequential; ++i) check(engine.call({"Timed", "run"}), "timed");
+    {
+      std::lock_guard lock(timed_mutex);
+      step_ms_r.push_back(median(timed_ms) / 5.0);
+    }
+    say("  step overhead: {:.3f} ms (median of {} sequential five-step calls, timed in the "
+        "handler)",
+        step_ms_r.back(), sequential);
+
+    malloc_trim(0);
+    const int64_t rss_before = rssKib();
+    suspend(suspended_n);
+    malloc_trim(0);
+    const int64_t rss_after = rssKib();
+    kib_r.push_back(static_cast<double>(rss_after - rss_before) / suspended_n);
+    say("  {} invocations suspended: VmRSS {} KiB before, {} KiB after ({:.3f} KiB each)",
+        suspended_n, rss_before, rss_after, kib_r.back());
+    const auto awakeables = readAwakeables();
+    resolve_r.push_back(resolveAll(awakeables));
+    say("  resolved {} awakeables, every invocation finished: {:.2f} s", awakeables.size(),
+        resolve_r.back());
+  }
+  engine.stop();
+
+  std::vector<Figure> figures;
+  const double wf = median(wf_r);
+  const double kib = median(kib_r);
+  figures.push_back({"workflows_per_s_5_steps", wf, "1/s", ">= 100", wf >= 100});
+  figures.push_back({"step_overhead_ms", median(step_ms_r), "ms", "", -1});
+  figures.push_back({"db_writes_per_step", median(writes_r), "rows", "", -1});
+  figures.push_back({"suspended_memory_kib_per_invocation", kib, "KiB", "<= 2", kib <= 2.0});
+  figures.push_back({"resolve_10k_awakeables_s", median(resolve_r), "s", "", -1});
+  figures.push_back({"raw_commit_rate_per_s", median(raw_r), "1/s", "", -1});
+  // Shown in the table only: the JSON carries the figures above.
+  std::vector<Figure> extra;
+  extra.push_back({"db_commits_per_step", median(commits_r), "commits", "", -1});
+  extra.push_back({"commit_rate_vs_raw_ratio", median(wf_commit_r), "", "", -1});
+
+  std::FILE* table = json ? stderr : stdout;
+  std::fprintf(
+      table, "\nworkflow engine, %u cores, median of %d round%s%s\n",
+      std::thread::hardware_concurrency(), rounds, rounds == 1 ? "" : "s",
+      quick ? strCat(" (--quick: ", suspended_n, " suspended invocations, not 10,000; a smoke run)")
+                  .c_str()
+            : "");
+  auto print = [&](const Figure& f) {
+    std::fprintf(table, "  %-38s %12.3f %-8s %s\n", f.name.c_str(), f.value, f.unit.c_str(),
+                 f.target.empty()
+                     ? ""
+                     : strCat("target ", f.target, f.passed ? "  PASS" : "  FAIL").c_str());
+  };
+  for (const auto& f : figures) print(f);
+  for (const auto& f : extra) print(f);
+  std::fprintf(table,
+               "\ncommit_rate_vs_raw_ratio: commits per second during the five-step batch (claim,"
+               " 5 steps, completion) over raw_commit_rate_per_s.\n");
+  if (json) {
+    std::string out = "{\"figures\": [";
+    for (size_t i = 0; i < figures.size(); ++i) {
+      strAppend(&out, i ? ", " : "",
+                fmt::format(R"({{"name": "{}", "value": {:.4f}, "unit": "{}"}})", figures[i].name,
+                            figures[i].value, figures[i].unit));
+    }
+    out += "]}\n";
+    std::fputs(out.c_str(), stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace krane::bench
+
+int main(int argc, char** argv) {
+  bool json = false, quick = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::fputs(krane::bench::kUsage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "unknown argument '%s'\n%s", arg.c_str(), krane::bench::kUsage);
+      return 2;
+    }
+  }
+  return krane::bench::run(json, quick);
+}

@@ -1,0 +1,150 @@
+// The Context of one execution attempt: replays the journal, buffers new entries and commits
+// them (fenced by the lease token) before every side effect, suspension and completion.
+// Internal to the engine.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "controlplane/db/connection.h"
+#include "controlplane/workflow/service.h"
+
+namespace krane::workflow {
+
+class Engine;
+
+// Unwinding signals thrown through handler code and caught by the engine. They deliberately do
+// not derive from std::exception.
+struct SuspendSignal {
+  std::optional<int64_t> wake_at;  // earliest timer waited on
+};
+struct FencedSignal {};
+struct AttemptFailedSignal {
+  absl::Status error;
+  bool pause_now = false;  // not worth retrying (the journal does not match the code)
+};
+struct AbortSignal {};  // replay reached the recorded failure
+struct TerminalSignal {
+  absl::Status error;
+};
+
+struct JournalEntry {
+  int seq = 0;
+  std::string kind;
+  std::string name;
+  bool ok = true;
+  std::optional<std::string> payload = std::nullopt;
+  absl::Status error = absl::OkStatus();
+  int64_t duration_ms = 0;
+};
+
+// What a claim hands to an execution.
+struct Claim {
+  std::string id;
+  std::string service;
+  std::string handler;
+  std::string key;
+  bool exclusive = false;
+  std::string input;
+  int64_t token = 0;
+  int64_t wake_seq = 0;
+  bool cancel_requested = false;
+  int attempts = 0;
+};
+
+class ContextImpl : public Context {
+ public:
+  ContextImpl(Engine& engine, Claim& claim, bool keyed, HandlerKind kind,
+              std::vector<JournalEntry> journal);
+
+  const std::string& invocationId() const override { return claim_.id; }
+  const std::string& service() const override { return claim_.service; }
+  const std::string& handler() const override { return claim_.handler; }
+  const std::string& key() const override { return claim_.key; }
+  int attempt() const override { return claim_.attempts + 1; }
+
+  absl::StatusOr<std::string> run(std::string_view name,
+                                  const std::function<absl::StatusOr<std::string>()>& fn) override;
+  absl::StatusOr<std::string> runTx(
+      std::string_view name,
+      const std::function<absl::StatusOr<std::string>(db::Connection& conn)>& fn) override;
+  std::optional<std::string> get(std::string_view name) override;
+  void set(std::string_view name, std::string value) override;
+  void clear(std::string_view name) override;
+  Awakeable awakeable() override;
+  Future timer(std::chrono::milliseconds delay) override;
+  Future call(std::string_view service, std::string_view handler, std::string_view key,
+              std::string input) override;
+  void send(std::string_view service, std::string_view handler, std::string_view key,
+            std::string input, std::chrono::milliseconds delay) override;
+  void resolveAwakeable(std::string_view id, std::string payload) override;
+  void rejectAwakeable(std::string_view id, std::string_view message) override;
+  absl::StatusOr<std::string> await(const Future& future) override;
+  Selected select(const std::vector<Future>& futures) override;
+  void compensate(std::string_view name, std::function<absl::Status()> fn) override;
+
+  // --- for the engine ---
+  // The error recorded by an earlier attempt that started compensating, if any.
+  std::optional<absl::Status> recordedAbort() const;
+  // Switches to compensation: positions after the recorded abort entry or journals a new one.
+  // Returns the error the invocation fails with.
+  absl::Status beginCompensation(const absl::Status& error);
+  // Runs the compensations registered so far, newest first. Returns the first error any of
+  // them returned (each error is logged; the others still run).
+  absl::Status runCompensations();
+  bool compensating() const { return compensating_; }
+
+  enum class Commit { kSuspend, kRetry, kPause, kFinish };
+  struct CommitRequest {
+    Commit what = Commit::kFinish;
+    std::optional<int64_t> wake_at;                       // kSuspend
+    int64_t retry_at = 0;                                 // kRetry
+    int attempts = 0;                                     // kRetry, kPause
+    absl::Status last_error;                              // kRetry, kPause
+    std::string final_status;                             // kFinish
+    absl::StatusOr<std::string> outcome = std::string();  // kFinish
+  };
+  // Commits the buffered entries together with a status change. Throws FencedSignal when the
+  // lease was taken over. For kSuspend returns false (and does not suspend) when a wake-up
+  // arrived since the claim; the claim then carries the new wake_seq and cancel flag.
+  absl::StatusOr<bool> commit(const CommitRequest& request);
+
+ private:
+  using Action = std::function<absl::Status(db::Connection&, int64_t now)>;
+  struct Pending {
+    JournalEntry entry;
+    std::vector<Action> actions;
+  };
+
+  // The journaled entry at the current position if this is a replay (and advances), nullptr
+  // when the operation is new. Throws on a mismatch, or AbortSignal at the recorded failure.
+  const JournalEntry* replay(std::string_view kind, std::string_view name, bool match_name);
+  void append(JournalEntry entry, std::vector<Action> actions = {});
+  // Commits the buffer (if not empty). Throws FencedSignal / AttemptFailedSignal.
+  void flush();
+  void settle(std::string_view id, absl::StatusOr<std::string> outcome);
+  // After a commit that may have made other invocations runnable.
+  void notifyIfNeeded();
+  absl::Status fenceCheck(db::Connection& conn, bool* woken);
+  absl::Status writeBuffer(db::Connection& conn, int64_t now);
+  bool cancelPending() const { return claim_.cancel_requested && !compensating_; }
+  std::string promiseId(int seq) const;
+  absl::StatusOr<std::string> outcomeOf(const JournalEntry& e) const;
+  void checkPayload(std::string_view what, size_t bytes);
+
+  Engine& engine_;
+  Claim& claim_;
+  bool keyed_;
+  HandlerKind kind_;
+  std::vector<JournalEntry> journal_;
+  int next_seq_ = 0;
+  std::vector<Pending> buffer_;
+  std::vector<std::pair<std::string, std::function<absl::Status()>>> compensations_;
+  bool compensating_ = false;
+};
+
+}  // namespace krane::workflow

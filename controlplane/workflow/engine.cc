@@ -1,0 +1,704 @@
+#include "controlplane/workflow/engine.h"
+
+#include <unistd.h>
+
+#include <exception>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/workflow/context_impl.h"
+#include "controlplane/workflow/operations.h"
+#include "controlplane/workflow/store.h"
+#include "spdlog/spdlog.h"
+
+namespace krane::workflow {
+namespace {
+
+std::string defaultWorkerId() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return strCat(host, "-", getpid(), "-", store::randomHex(3));
+}
+
+bool validName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+absl::StatusOr<std::vector<JournalEntry>> loadJournal(db::Pool& pool, const std::string& id) {
+  KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT seq, kind, name, ok, payload, error_code,"
+                                                " error_message, duration_ms FROM workflow_journal"
+                                                " WHERE invocation_id = ? ORDER BY seq",
+                                                {id}));
+  std::vector<JournalEntry> out;
+  for (const db::Row& r : rows.rows) {
+    JournalEntry e;
+    e.seq = static_cast<int>(r.i64("seq"));
+    if (e.seq != static_cast<int>(out.size())) {
+      return absl::DataLossError(strCat("journal of ", id, " has a hole at entry ", out.size()));
+    }
+    e.kind = r.str("kind");
+    e.name = r.str("name");
+    e.ok = r.i64("ok") != 0;
+    e.payload = r.optStr("payload");
+    e.error = store::statusFrom(r, "error_code", "error_message");
+    e.duration_ms = r.i64("duration_ms");
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
+}  // namespace
+
+Engine::Engine(std::shared_ptr<db::Pool> pool, EngineOptions options)
+    : pool_(std::move(pool)), options_(std::move(options)) {
+  if (options_.worker_id.empty()) options_.worker_id = defaultWorkerId();
+  if (options_.threads == 0) options_.threads = 1;
+}
+
+Engine::~Engine() { stop(); }
+
+absl::Status Engine::registerService(ServiceDefinition service) {
+  if (!validName(service.name())) {
+    return absl::InvalidArgumentError(
+        strCat("service name '", service.name(), "': use 1-64 letters, digits, '_' or '-'"));
+  }
+  for (const auto& [name, entry] : service.handlers()) {
+    if (!validName(name)) {
+      return absl::InvalidArgumentError(strCat("handler name '", service.name(), ".", name,
+                                               "': use 1-64 letters, digits, '_' or '-'"));
+    }
+  }
+  std::lock_guard lock(mutex_);
+  if (started_) return absl::FailedPreconditionError("register services before start()");
+  if (services_.count(service.name()) != 0) {
+    return absl::AlreadyExistsError(strCat("service '", service.name(), "' is already registered"));
+  }
+  std::string name = service.name();
+  services_.emplace(std::move(name), std::move(service));
+  return absl::OkStatus();
+}
+
+const ServiceDefinition* Engine::findService(std::string_view name) const {
+  auto it = services_.find(name);
+  return it == services_.end() ? nullptr : &it->second;
+}
+
+absl::Status Engine::validate(std::string_view service, std::string_view handler,
+                              std::string_view key, size_t input_bytes,
+                              const ServiceDefinition::Entry** entry) const {
+  const ServiceDefinition* def = findService(service);
+  if (def == nullptr) {
+    return absl::NotFoundError(strCat("service: unknown service '", service, "'"));
+  }
+  *entry = def->find(handler);
+  if (*entry == nullptr) {
+    return absl::NotFoundError(
+        strCat("handler: service '", service, "' has no handler '", handler, "'"));
+  }
+  if (def->keyed() && key.empty()) {
+    return absl::InvalidArgumentError(
+        strCat("key: ", service, " is a virtual object: its handlers need an object key"));
+  }
+  if (!def->keyed() && !key.empty()) {
+    return absl::InvalidArgumentError(
+        strCat("key: ", service, " is an unkeyed service: its handlers take no key"));
+  }
+  if (key.size() > 255) {
+    return absl::InvalidArgumentError(strCat("key: ", key.size(), " bytes, at most 255"));
+  }
+  if (input_bytes > options_.max_payload_bytes) {
+    return absl::InvalidArgumentError(strCat(
+        "input: ", input_bytes, " bytes, more than the limit of ", options_.max_payload_bytes));
+  }
+  return absl::OkStatus();
+}
+
+void Engine::start() {
+  std::lock_guard lock(mutex_);
+  if (started_) return;
+  started_ = true;
+  stopping_ = false;
+  threads_ = std::make_unique<ThreadPool>(options_.threads);
+  claimer_ = std::thread([this] { claimLoop(); });
+  renewer_ = std::thread([this] { renewLoop(); });
+}
+
+void Engine::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    if (!started_) return;
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (claimer_.joinable()) claimer_.join();
+  threads_.reset();  // finishes the executions in flight
+  if (renewer_.joinable()) renewer_.join();
+  std::lock_guard lock(mutex_);
+  started_ = false;
+}
+
+void Engine::notify() {
+  {
+    std::lock_guard lock(mutex_);
+    notified_ = true;
+  }
+  wake_.notify_all();
+}
+
+absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
+  const ServiceDefinition::Entry* entry = nullptr;
+  KRANE_RETURN_IF_ERROR(
+      validate(request.service, request.handler, request.key, request.input.size(), &entry));
+  if (request.idempotency_key.size() > 255) {
+    return absl::InvalidArgumentError(
+        strCat("idempotency_key: ", request.idempotency_key.size(), " bytes, at most 255"));
+  }
+  store::NewInvocation inv;
+  inv.id = strCat("inv_", store::randomHex(16));
+  inv.service = request.service;
+  inv.handler = request.handler;
+  inv.key = request.key;
+  inv.exclusive = entry->kind == HandlerKind::kExclusive;
+  inv.input = request.input;
+  inv.delay_ms = request.delay.count();
+  if (!request.idempotency_key.empty()) {
+    inv.idempotency_key = request.idempotency_key;
+    inv.idempotency_hash = store::sha256Hex(strCat(request.service, '\0', request.handler, '\0',
+                                                   request.key, '\0', request.idempotency_key));
+  }
+  absl::Status status = pool_->transact(
+      "workflow invoke",
+      [&](db::Connection& conn) { return store::insertInvocation(conn, inv, unixMillis()); },
+      db::TxOptions{db::Isolation::kReadCommitted, 30});
+  if (absl::IsAlreadyExists(status) && inv.idempotency_hash) {
+    KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+    KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT id FROM workflow_invocations"
+                                                  " WHERE idempotency_hash = ?",
+                                                  {*inv.idempotency_hash}));
+    if (!rows.empty()) return rows.rows[0].str("id");
+  }
+  KRANE_RETURN_IF_ERROR(status);
+  notify();
+  return inv.id;
+}
+
+absl::StatusOr<std::string> Engine::call(const InvokeRequest& request,
+                                         std::chrono::milliseconds timeout) {
+  KRANE_ASSIGN_OR_RETURN(std::string id, send(request));
+  return awaitResult(id, timeout);
+}
+
+absl::StatusOr<std::string> Engine::awaitResult(const std::string& invocation_id,
+                                                std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::chrono::milliseconds pause(2);
+  for (;;) {
+    {
+      KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+      KRANE_ASSIGN_OR_RETURN(auto rows,
+                             conn->query("SELECT status, output, error_code, error_message"
+                                         " FROM workflow_invocations WHERE id = ?",
+                                         {invocation_id}));
+      if (rows.empty()) return absl::NotFoundError(strCat("no invocation '", invocation_id, "'"));
+      const db::Row& r = rows.rows[0];
+      const std::string& status = r.str("status");
+      if (status == "succeeded") return r.isNull("output") ? std::string() : r.str("output");
+      if (status == "failed" || status == "cancelled" || status == "killed") {
+        return store::statusFrom(r, "error_code", "error_message");
+      }
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::DeadlineExceededError(strCat(
+          "invocation '", invocation_id, "' did not finish within ", timeout.count(), " ms"));
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(50));
+  }
+}
+
+absl::Status Engine::resolveAwakeable(const std::string& id, const std::string& payload) {
+  if (payload.size() > options_.max_payload_bytes) {
+    return absl::InvalidArgumentError(strCat("payload: ", payload.size(),
+                                             " bytes, more than the limit of ",
+                                             options_.max_payload_bytes));
+  }
+  KRANE_RETURN_IF_ERROR(settleAwakeable(*pool_, id, payload));
+  notify();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::rejectAwakeable(const std::string& id, const std::string& message) {
+  KRANE_RETURN_IF_ERROR(
+      settleAwakeable(*pool_, id, terminalError(absl::StatusCode::kAborted, message)));
+  notify();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::cancel(const std::string& invocation_id) {
+  KRANE_RETURN_IF_ERROR(cancelInvocation(*pool_, invocation_id));
+  notify();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::kill(const std::string& invocation_id) {
+  KRANE_RETURN_IF_ERROR(killInvocation(*pool_, invocation_id));
+  notify();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::resume(const std::string& invocation_id) {
+  KRANE_RETURN_IF_ERROR(resumeInvocation(*pool_, invocation_id));
+  notify();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
+  std::vector<Claim> claimed;
+  absl::Status status = pool_->transact(
+      "workflow claim",
+      [&](db::Connection& conn) -> absl::Status {
+        claimed.clear();
+        const int64_t now = unixMillis();
+        KRANE_ASSIGN_OR_RETURN(
+            auto due, conn.query("SELECT id, status, service, object_key, exclusive"
+                                 " FROM workflow_invocations WHERE due_at <= ? ORDER BY due_at"
+                                 " LIMIT ? FOR UPDATE SKIP LOCKED",
+                                 {now, static_cast<uint64_t>(max)}));
+        std::vector<std::string> ids;
+        for (const db::Row& r : due.rows) {
+          const std::string& id = r.str("id");
+          if (r.str("status") == "scheduled" && r.i64("exclusive") != 0) {
+            KRANE_ASSIGN_OR_RETURN(bool admitted, store::admitToKey(conn, id, r.str("service"),
+                                                                    r.str("object_key"), now));
+            if (!admitted) continue;
+          }
+          ids.push_back(id);
+        }
+        if (ids.empty()) return absl::OkStatus();
+        std::string in = "?";
+        for (size_t i = 1; i < ids.size(); ++i) in += ",?";
+        db::Params params = {options_.worker_id, now + options_.lease.count(),
+                             now + options_.lease.count(), now, now};
+        for (const std::string& id : ids) params.push_back(id);
+        KRANE_RETURN_IF_ERROR(
+            conn.exec(strCat("UPDATE workflow_invocations SET status = 'running', lease_owner = ?,"
+                             " lease_token = lease_token + 1, lease_expires_at = ?, due_at = ?,"
+                             " claims = claims + 1, started_at = COALESCE(started_at, ?),"
+                             " updated_at = ? WHERE id IN (",
+                             in, ")"),
+                      params)
+                .status());
+        db::Params id_params(ids.begin(), ids.end());
+        KRANE_ASSIGN_OR_RETURN(
+            auto rows,
+            conn.query(strCat("SELECT id, service, handler, object_key, exclusive, input,"
+                              " lease_token, wake_seq, cancel_requested, attempts"
+                              " FROM workflow_invocations WHERE id IN (",
+                              in, ")"),
+                       id_params));
+        for (const db::Row& c : rows.rows) {
+          Claim claim;
+          claim.id = c.str("id");
+          claim.service = c.str("service");
+          claim.handler = c.str("handler");
+          claim.key = c.str("object_key");
+          claim.exclusive = c.i64("exclusive") != 0;
+          claim.input = c.str("input");
+          claim.token = c.i64("lease_token");
+          claim.wake_seq = c.i64("wake_seq");
+          claim.cancel_requested = c.i64("cancel_requested") != 0;
+          claim.attempts = static_cast<int>(c.i64("attempts"));
+          claimed.push_back(std::move(claim));
+        }
+        return absl::OkStatus();
+      },
+      db::TxOptions{db::Isolation::kReadCommitted, 10});
+  KRANE_RETURN_IF_ERROR(status);
+  return claimed;
+}
+
+void Engine::claimLoop() {
+  bool logged_error = false;
+  for (;;) {
+    size_t free = 0;
+    {
+      std::unique_lock lock(mutex_);
+      if (stopping_) return;
+      free = options_.threads > active_.size() ? options_.threads - active_.size() : 0;
+    }
+    size_t got = 0;
+    if (free > 0) {
+      auto claimed = claim(free);
+      if (!claimed.ok()) {
+        if (!logged_error) {
+          spdlog::warn("workflow: claiming invocations failed worker={} error=\"{}\"",
+                       options_.worker_id, claimed.status().message());
+        }
+        logged_error = true;
+      } else {
+        if (logged_error) {
+          spdlog::info("workflow: claiming works again worker={}", options_.worker_id);
+        }
+        logged_error = false;
+        got = claimed->size();
+        std::lock_guard lock(mutex_);
+        for (Claim& c : *claimed) {
+          active_.emplace(c.id, c.token);
+          threads_->post([this, c = std::move(c)]() mutable { execute(std::move(c)); });
+        }
+      }
+    }
+    std::unique_lock lock(mutex_);
+    if (got > 0 && got == free) continue;  // there may be more
+    wake_.wait_for(lock, options_.poll_interval,
+                   [&] { return stopping_ || (notified_ && active_.size() < options_.threads); });
+    notified_ = false;
+  }
+}
+
+void Engine::renewLoop() {
+  const auto period = std::max(options_.lease / 3, std::chrono::milliseconds(10));
+  for (;;) {
+    std::vector<std::pair<std::string, int64_t>> active;
+    {
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, period, [&] { return stopping_; });
+      if (stopping_ && active_.empty()) return;
+      active.assign(active_.begin(), active_.end());
+    }
+    if (!options_.renew_leases || active.empty()) {
+      std::lock_guard lock(mutex_);
+      if (stopping_) return;
+      continue;
+    }
+    auto conn = pool_->acquire();
+    if (!conn.ok()) continue;
+    const int64_t until = unixMillis() + options_.lease.count();
+    for (const auto& [id, token] : active) {
+      auto r = (*conn)->exec(
+          "UPDATE workflow_invocations SET lease_expires_at = ?, due_at = ?"
+          " WHERE id = ? AND lease_token = ? AND status = 'running'",
+          {until, until, id, token});
+      if (!r.ok()) break;
+    }
+  }
+}
+
+void Engine::recordStep(int64_t ms) {
+  stats_.steps.fetch_add(1, std::memory_order_relaxed);
+  stats_.step_ms_total.fetch_add(static_cast<uint64_t>(ms), std::memory_order_relaxed);
+  size_t i = 0;
+  while (i < 8 && static_cast<double>(ms) > EngineStats::kBucketsMs[i]) ++i;
+  stats_.step_buckets[i].fetch_add(1, std::memory_order_relaxed);
+}
+
+void Engine::finishUnknown(const Claim& claim, const absl::Status& error) {
+  absl::Status status =
+      pool_->transact("workflow finish", [&](db::Connection& conn) -> absl::Status {
+        KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT lease_token FROM workflow_invocations"
+                                                     " WHERE id = ? FOR UPDATE",
+                                                     {claim.id}));
+        if (rows.empty() || rows.rows[0].i64("lease_token") != claim.token) return absl::OkStatus();
+        return store::finish(conn, claim.id, "failed", error, unixMillis());
+      });
+  if (!status.ok()) {
+    spdlog::warn("workflow: recording failure invocation={} error=\"{}\"", claim.id,
+                 status.message());
+  }
+  stats_.failed.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Engine::execute(Claim claim) {
+  const std::pair<std::string, int64_t> me(claim.id, claim.token);
+  struct Done {
+    Engine* engine;
+    std::pair<std::string, int64_t> me;
+    ~Done() {
+      {
+        std::lock_guard lock(engine->mutex_);
+        engine->active_.erase(me);
+        engine->notified_ = true;
+      }
+      engine->wake_.notify_all();
+    }
+  } done{this, me};
+
+  const ServiceDefinition* service = findService(claim.service);
+  const ServiceDefinition::Entry* entry = service ? service->find(claim.handler) : nullptr;
+  if (entry == nullptr) {
+    finishUnknown(
+        claim,
+        terminalError(absl::StatusCode::kNotFound,
+                      service == nullptr ? strCat("service: unknown service '", claim.service, "'")
+                                         : strCat("handler: service '", claim.service,
+                                                  "' has no handler '", claim.handler, "'")));
+    return;
+  }
+  const RetryPolicy& policy = service->retryPolicy();
+
+  for (;;) {  // one iteration per execution of the handler
+    auto journal = loadJournal(*pool_, claim.id);
+    if (!journal.ok()) {
+      spdlog::warn("workflow: loading journal failed invocation={} error=\"{}\"", claim.id,
+                   journal.status().message());
+      return;  // the lease expires and the invocation is claimed again
+    }
+    stats_.attempts.fetch_add(1, std::memory_order_relaxed);
+    ContextImpl ctx(*this, claim, service->keyed(), entry->kind, *std::move(journal));
+    using Commit = ContextImpl::Commit;
+    ContextImpl::CommitRequest req;
+
+    // Records a failed attempt: a retry later, a pause, or (attempts exhausted) failure.
+    auto attempt_failed = [&](const absl::Status& error, bool pause_now) -> bool {
+      const int attempts = claim.attempts + 1;
+      spdlog::info(
+          "workflow: attempt failed invocation={} service={} handler={} attempt={} "
+          "error=\"{}\"",
+          claim.id, claim.service, claim.handler, attempts, error.message());
+      stats_.retries.fetch_add(1, std::memory_order_relaxed);
+      claim.attempts = attempts;
+      req = {};
+      req.attempts = attempts;
+      req.last_error = error;
+      if (!pause_now && attempts < policy.max_attempts) {
+        req.what = Commit::kRetry;
+        req.retry_at = unixMillis() + policy.delayAfter(attempts).count();
+        return false;
+      }
+      if (pause_now || ctx.compensating() || policy.on_exhausted == OnExhausted::kPause) {
+        req.what = Commit::kPause;
+        stats_.paused.fetch_add(1, std::memory_order_relaxed);
+        return false;
+      }
+      return true;  // fail with compensations
+    };
+
+    absl::Status failure;  // set: run the compensations, then finish with it
+    bool compensate = false;
+    try {
+      try {
+        absl::StatusOr<std::string> result = entry->fn(ctx, claim.input);
+        if (auto recorded = ctx.recordedAbort()) {
+          failure = *recorded;
+          compensate = true;
+        } else if (result.ok()) {
+          if (result->size() > options_.max_payload_bytes) {
+            failure =
+                terminalError(absl::StatusCode::kInvalidArgument,
+                              strCat("output: ", result->size(), " bytes, more than the limit of ",
+                                     options_.max_payload_bytes));
+            compensate = true;
+          } else {
+            req.what = Commit::kFinish;
+            req.final_status = "succeeded";
+            req.outcome = *std::move(result);
+          }
+        } else if (isTerminal(result.status())) {
+          failure = result.status();
+          compensate = true;
+        } else {
+          compensate = attempt_failed(result.status(), false);
+          if (compensate) {
+            failure = terminalError(
+                result.status().code(),
+                strCat("gave up after ", claim.attempts, " attempts: ", result.status().message()));
+          }
+        }
+      } catch (const AttemptFailedSignal& f) {
+        compensate = attempt_failed(f.error, f.pause_now);
+        if (compensate) {
+          failure = terminalError(f.error.code(), strCat("gave up after ", claim.attempts,
+                                                         " attempts: ", f.error.message()));
+        }
+      } catch (const AbortSignal&) {
+        failure = ctx.recordedAbort().value_or(absl::InternalError("abort without a record"));
+        compensate = true;
+      } catch (const TerminalSignal& t) {
+        failure = t.error;
+        compensate = true;
+      } catch (const std::exception& ex) {
+        absl::Status error = absl::InternalError(strCat("handler threw: ", ex.what()));
+        compensate = attempt_failed(error, false);
+        if (compensate) {
+          failure = terminalError(error.code(), strCat("gave up after ", claim.attempts,
+                                                       " attempts: ", error.message()));
+        }
+      }
+
+      if (compensate) {
+        try {
+          failure = ctx.beginCompensation(failure);
+          // Compensation errors are logged by runCompensations; the failure stays the original.
+          ctx.runCompensations().IgnoreError();
+          req = {};
+          req.what = Commit::kFinish;
+          req.final_status =
+              failure.code() == absl::StatusCode::kCancelled ? "cancelled" : "failed";
+          req.outcome = failure;
+          req.attempts = claim.attempts;
+        } catch (const AttemptFailedSignal& f) {
+          attempt_failed(f.error, f.pause_now);
+        } catch (const TerminalSignal& t) {
+          attempt_failed(t.error, true);
+        } catch (const AbortSignal&) {
+          attempt_failed(absl::InternalError("abort entry reached while compensating"), true);
+        } catch (const std::exception& ex) {
+          attempt_failed(absl::InternalError(strCat("compensation threw: ", ex.what())), false);
+        }
+      }
+    } catch (const SuspendSignal& s) {
+      req = {};
+      req.what = Commit::kSuspend;
+      req.wake_at = s.wake_at;
+    } catch (const FencedSignal&) {
+      stats_.fenced.fetch_add(1, std::memory_order_relaxed);
+      spdlog::info("workflow: fenced out invocation={} worker={}", claim.id, options_.worker_id);
+      return;
+    }
+
+    absl::StatusOr<bool> committed = false;
+    try {
+      committed = ctx.commit(req);
+    } catch (const FencedSignal&) {
+      stats_.fenced.fetch_add(1, std::memory_order_relaxed);
+      spdlog::info("workflow: fenced out invocation={} worker={}", claim.id, options_.worker_id);
+      return;
+    }
+    if (!committed.ok()) {
+      spdlog::warn(
+          "workflow: commit failed invocation={} error=\"{}\" (claimed again after the "
+          "lease expires)",
+          claim.id, committed.status().message());
+      return;
+    }
+    switch (req.what) {
+      case Commit::kSuspend:
+        if (!*committed) continue;  // woken since the claim: execute again at once
+        stats_.suspensions.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Commit::kFinish:
+        if (req.final_status == "succeeded") {
+          stats_.succeeded.fetch_add(1, std::memory_order_relaxed);
+        } else if (req.final_status == "cancelled") {
+          stats_.cancelled.fetch_add(1, std::memory_order_relaxed);
+        } else {
+          stats_.failed.fetch_add(1, std::memory_order_relaxed);
+        }
+        notify();
+        break;
+      default:
+        break;
+    }
+    return;
+  }
+}
+
+std::vector<prometheus::MetricFamily> Engine::metrics() const {
+  using prometheus::MetricType;
+  std::vector<prometheus::MetricFamily> out;
+  auto counter = [&](const std::string& name, const std::string& help, uint64_t value) {
+    prometheus::MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = MetricType::Counter;
+    prometheus::ClientMetric m;
+    m.counter.value = static_cast<double>(value);
+    f.metric.push_back(m);
+    out.push_back(std::move(f));
+  };
+  counter("krane_workflow_attempts_total", "Handler executions started, replays included",
+          stats_.attempts.load());
+  counter("krane_workflow_suspensions_total", "Invocations suspended", stats_.suspensions.load());
+  counter("krane_workflow_retries_total", "Attempts that failed with a retryable error",
+          stats_.retries.load());
+  counter("krane_workflow_fenced_total", "Commits refused because the lease was taken over",
+          stats_.fenced.load());
+  {
+    prometheus::MetricFamily f;
+    f.name = "krane_workflow_finished_total";
+    f.help = "Invocations finished by this replica, by outcome";
+    f.type = MetricType::Counter;
+    for (const auto& [label, value] :
+         std::vector<std::pair<std::string, uint64_t>>{{"succeeded", stats_.succeeded.load()},
+                                                       {"failed", stats_.failed.load()},
+                                                       {"cancelled", stats_.cancelled.load()},
+                                                       {"paused", stats_.paused.load()}}) {
+      prometheus::ClientMetric m;
+      m.label.push_back({"outcome", label});
+      m.counter.value = static_cast<double>(value);
+      f.metric.push_back(m);
+    }
+    out.push_back(std::move(f));
+  }
+  {
+    prometheus::MetricFamily f;
+    f.name = "krane_workflow_step_duration_seconds";
+    f.help = "Duration of run() side effects";
+    f.type = MetricType::Histogram;
+    prometheus::ClientMetric m;
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < 9; ++i) {
+      cumulative += stats_.step_buckets[i].load();
+      prometheus::ClientMetric::Bucket b;
+      b.cumulative_count = cumulative;
+      b.upper_bound =
+          i < 8 ? EngineStats::kBucketsMs[i] / 1000.0 : std::numeric_limits<double>::infinity();
+      m.histogram.bucket.push_back(b);
+    }
+    m.histogram.sample_count = cumulative;
+    m.histogram.sample_sum = static_cast<double>(stats_.step_ms_total.load()) / 1000.0;
+    f.metric.push_back(m);
+    out.push_back(std::move(f));
+  }
+  // From the database: what every replica sees.
+  auto conn = pool_->acquire();
+  if (conn.ok()) {
+    auto rows = (*conn)->query(
+        "SELECT service, status, COUNT(*) AS n FROM workflow_invocations GROUP BY service, status");
+    if (rows.ok()) {
+      prometheus::MetricFamily f;
+      f.name = "krane_workflow_invocations";
+      f.help = "Invocations in the database by service and status";
+      f.type = MetricType::Gauge;
+      for (const db::Row& r : rows->rows) {
+        prometheus::ClientMetric m;
+        m.label.push_back({"service", r.str("service")});
+        m.label.push_back({"status", r.str("status")});
+        m.gauge.value = static_cast<double>(r.i64("n"));
+        f.metric.push_back(m);
+      }
+      out.push_back(std::move(f));
+    }
+    auto held = (*conn)->query(
+        "SELECT COUNT(*) AS n, COALESCE(MIN(held_since), 0) AS oldest FROM workflow_keys"
+        " WHERE holder IS NOT NULL");
+    if (held.ok() && !held->empty()) {
+      prometheus::MetricFamily f;
+      f.name = "krane_workflow_keys_held";
+      f.help = "Virtual object keys held by an exclusive invocation";
+      f.type = MetricType::Gauge;
+      prometheus::ClientMetric m;
+      m.gauge.value = static_cast<double>(held->rows[0].i64("n"));
+      f.metric.push_back(m);
+      out.push_back(std::move(f));
+      prometheus::MetricFamily g;
+      g.name = "krane_workflow_oldest_key_held_seconds";
+      g.help = "How long the longest-held key has been held";
+      g.type = MetricType::Gauge;
+      prometheus::ClientMetric m2;
+      const int64_t oldest = held->rows[0].i64("oldest");
+      m2.gauge.value = oldest == 0 ? 0.0 : static_cast<double>(unixMillis() - oldest) / 1000.0;
+      g.metric.push_back(m2);
+      out.push_back(std::move(g));
+    }
+  }
+  return out;
+}
+
+}  // namespace krane::workflow

@@ -1,0 +1,151 @@
+// The durable execution engine: registered services, a worker pool that claims runnable
+// invocations from MySQL under a lease with a fencing token, and the ingress (call, send,
+// resolve awakeables, cancel, kill, resume). Several engines (replicas) may share one database.
+//
+// Thread-safety: every public method may be called from any thread. register() must happen
+// before start().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <prometheus/metric_family.h>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/thread_pool.h"
+#include "controlplane/db/pool.h"
+#include "controlplane/workflow/service.h"
+
+namespace krane::workflow {
+
+struct EngineOptions {
+  // Names this replica in leases and logs; defaults to host-pid-random.
+  std::string worker_id;
+  // Invocations executing at once (threads). Suspended invocations take none.
+  size_t threads = 4;
+  // A worker renews the lease of what it runs every lease/3; an invocation whose lease expired
+  // (its worker died or stalled) is claimed again by any replica.
+  std::chrono::milliseconds lease{30000};
+  // How often the database is polled for due work when nothing wakes the engine sooner.
+  std::chrono::milliseconds poll_interval{200};
+  // Inputs, outputs, run results and promise payloads larger than this are refused.
+  size_t max_payload_bytes = 1 << 20;
+  // Tests only: stop renewing leases, as a stalled process would.
+  bool renew_leases = true;
+};
+
+struct InvokeRequest {
+  std::string service = {};
+  std::string handler = {};
+  // Required for virtual objects, empty for unkeyed services.
+  std::string key = {};
+  std::string input = {};
+  // Invocations with the same service, handler, key and idempotency key are one invocation.
+  std::string idempotency_key = {};
+  std::chrono::milliseconds delay{0};
+};
+
+struct EngineStats {
+  std::atomic<uint64_t> attempts{0};  // handler executions started (incl. replays)
+  std::atomic<uint64_t> suspensions{0};
+  std::atomic<uint64_t> retries{0};  // attempts that failed with a retryable error
+  std::atomic<uint64_t> succeeded{0};
+  std::atomic<uint64_t> failed{0};
+  std::atomic<uint64_t> cancelled{0};
+  std::atomic<uint64_t> paused{0};
+  std::atomic<uint64_t> fenced{0};  // commits refused because the lease was taken over
+  std::atomic<uint64_t> steps{0};   // run() side effects executed
+  std::atomic<uint64_t> step_ms_total{0};
+  // Step latency histogram, upper bounds in ms: 1, 5, 10, 50, 100, 500, 1000, 5000, +inf.
+  static constexpr double kBucketsMs[] = {1, 5, 10, 50, 100, 500, 1000, 5000};
+  std::atomic<uint64_t> step_buckets[9] = {};
+};
+
+class ContextImpl;
+struct Claim;
+
+class Engine {
+ public:
+  Engine(std::shared_ptr<db::Pool> pool, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Registers a service. INVALID_ARGUMENT for a bad or duplicate name.
+  absl::Status registerService(ServiceDefinition service);
+
+  void start();
+  // Stops claiming, waits for the executions in flight to reach their next commit, and joins.
+  void stop();
+
+  // Starts an invocation and returns its id (the existing one for a repeated idempotency key).
+  // NOT_FOUND: unknown service or handler; INVALID_ARGUMENT: key missing or not allowed, payload
+  // too large.
+  absl::StatusOr<std::string> send(const InvokeRequest& request);
+  // send() and wait for the result: the handler's output, or its terminal error.
+  absl::StatusOr<std::string> call(const InvokeRequest& request,
+                                   std::chrono::milliseconds timeout = std::chrono::minutes(5));
+  // Waits for an invocation to finish. DEADLINE_EXCEEDED when it does not within `timeout`.
+  absl::StatusOr<std::string> awaitResult(const std::string& invocation_id,
+                                          std::chrono::milliseconds timeout);
+
+  // Settles an awakeable (also before its handler waits on it). NOT_FOUND for an unknown id,
+  // OK when it was already settled (the first settle wins).
+  absl::Status resolveAwakeable(const std::string& id, const std::string& payload);
+  absl::Status rejectAwakeable(const std::string& id, const std::string& message);
+
+  // Operations (docs/workflow.md): cancel runs the compensations, kill does not, resume restarts
+  // a paused invocation with fresh attempts.
+  absl::Status cancel(const std::string& invocation_id);
+  absl::Status kill(const std::string& invocation_id);
+  absl::Status resume(const std::string& invocation_id);
+
+  const EngineStats& stats() const { return stats_; }
+  const std::string& workerId() const { return options_.worker_id; }
+  // Counters of this replica plus invocations by status and keys held (from the database).
+  std::vector<prometheus::MetricFamily> metrics() const;
+
+  // Wakes the claim loop (after something became runnable).
+  void notify();
+
+ private:
+  friend class ContextImpl;
+  const ServiceDefinition* findService(std::string_view name) const;
+  // Validates a request against the registry; `field` prefixes errors.
+  absl::Status validate(std::string_view service, std::string_view handler, std::string_view key,
+                        size_t input_bytes, const ServiceDefinition::Entry** entry) const;
+  void claimLoop();
+  void renewLoop();
+  absl::StatusOr<std::vector<Claim>> claim(size_t max);
+  void execute(Claim claim);
+  void finishUnknown(const Claim& claim, const absl::Status& error);
+  void recordStep(int64_t ms);
+
+  std::shared_ptr<db::Pool> pool_;
+  EngineOptions options_;
+  std::map<std::string, ServiceDefinition, std::less<>> services_;
+  EngineStats stats_;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  bool stopping_ = false;
+  bool started_ = false;
+  bool notified_ = false;
+  // Executions in flight here: invocation id and lease token.
+  std::set<std::pair<std::string, int64_t>> active_;
+  std::unique_ptr<ThreadPool> threads_;
+  std::thread claimer_;
+  std::thread renewer_;
+  std::condition_variable idle_;
+};
+
+}  // namespace krane::workflow

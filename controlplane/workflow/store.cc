@@ -1,0 +1,223 @@
+#include "controlplane/workflow/store.h"
+
+#include <random>
+
+#include <openssl/sha.h>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/workflow/service.h"
+
+namespace krane::workflow::store {
+
+namespace {
+
+struct KeyLock {
+  std::optional<std::string> holder;
+  int64_t seq = 0;  // this arrival's place in the key's queue
+};
+
+// Bumps the key's arrival counter and returns the holder. The upsert takes the row's exclusive
+// lock at once (no shared-to-exclusive upgrade), so concurrent arrivals queue on it.
+absl::StatusOr<KeyLock> lockKey(db::Connection& conn, std::string_view service,
+                                std::string_view key) {
+  KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO workflow_keys (service, object_key, next_seq)"
+                                  " VALUES (?, ?, 1) ON DUPLICATE KEY UPDATE"
+                                  " next_seq = next_seq + 1",
+                                  {service, key})
+                            .status());
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT holder, next_seq FROM workflow_keys"
+                                               " WHERE service = ? AND object_key = ?",
+                                               {service, key}));
+  const db::Row& row = rows.rows.at(0);
+  return KeyLock{row.optStr("holder"), row.i64("next_seq")};
+}
+
+absl::Status takeKey(db::Connection& conn, std::string_view service, std::string_view key,
+                     std::string_view id, int64_t now) {
+  return conn
+      .exec(
+          "UPDATE workflow_keys SET holder = ?, held_since = ? WHERE service = ? AND"
+          " object_key = ?",
+          {id, now, service, key})
+      .status();
+}
+
+}  // namespace
+
+absl::Status insertInvocation(db::Connection& conn, const NewInvocation& inv, int64_t now) {
+  std::string status = "ready";
+  db::Value due_at = now;
+  db::Value key_seq;
+  if (inv.delay_ms > 0) {
+    status = "scheduled";
+    due_at = now + inv.delay_ms;
+  } else if (inv.exclusive) {
+    // The key row first, like every other transaction that touches both.
+    KRANE_ASSIGN_OR_RETURN(KeyLock lock, lockKey(conn, inv.service, inv.key));
+    key_seq = lock.seq;
+    if (!lock.holder) {
+      KRANE_RETURN_IF_ERROR(takeKey(conn, inv.service, inv.key, inv.id, now));
+    } else {
+      status = "queued";
+      due_at = db::Value();
+    }
+  }
+  return conn
+      .exec(
+          "INSERT INTO workflow_invocations (id, service, handler, object_key, exclusive,"
+          " status, input, idempotency_hash, idempotency_key, parent_id, completion_promise,"
+          " key_seq, due_at, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+          {inv.id, inv.service, inv.handler, inv.key, inv.exclusive, status, db::Blob{inv.input},
+           inv.idempotency_hash, inv.idempotency_key, inv.parent_id, inv.completion_promise,
+           key_seq, due_at, now, now})
+      .status();
+}
+
+absl::StatusOr<bool> admitToKey(db::Connection& conn, std::string_view id, std::string_view service,
+                                std::string_view key, int64_t now) {
+  KRANE_ASSIGN_OR_RETURN(KeyLock lock, lockKey(conn, service, key));
+  if (lock.holder && *lock.holder == id) return true;
+  if (!lock.holder) {
+    KRANE_RETURN_IF_ERROR(takeKey(conn, service, key, id, now));
+    KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET status = 'ready', key_seq = ?,"
+                                    " due_at = ?, updated_at = ? WHERE id = ?",
+                                    {lock.seq, now, now, id})
+                              .status());
+    return true;
+  }
+  KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET status = 'queued', key_seq = ?,"
+                                  " due_at = NULL, updated_at = ? WHERE id = ?",
+                                  {lock.seq, now, id})
+                            .status());
+  return false;
+}
+
+absl::StatusOr<std::optional<std::string>> releaseKey(db::Connection& conn,
+                                                      std::string_view service,
+                                                      std::string_view key, std::string_view id,
+                                                      int64_t now) {
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT holder FROM workflow_keys"
+                                               " WHERE service = ? AND object_key = ? FOR UPDATE",
+                                               {service, key}));
+  if (rows.empty() || rows.rows[0].isNull("holder") || rows.rows[0].str("holder") != id) {
+    return std::optional<std::string>();
+  }
+  KRANE_ASSIGN_OR_RETURN(auto next,
+                         conn.query("SELECT id FROM workflow_invocations WHERE service = ? AND"
+                                    " object_key = ? AND status = 'queued' ORDER BY key_seq LIMIT 1"
+                                    " FOR UPDATE",
+                                    {service, key}));
+  if (next.empty()) {
+    KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_keys SET holder = NULL, held_since = NULL"
+                                    " WHERE service = ? AND object_key = ?",
+                                    {service, key})
+                              .status());
+    return std::optional<std::string>();
+  }
+  std::string next_id = next.rows[0].str("id");
+  KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_keys SET holder = ?, held_since = ?"
+                                  " WHERE service = ? AND object_key = ?",
+                                  {next_id, now, service, key})
+                            .status());
+  KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET status = 'ready', due_at = ?,"
+                                  " updated_at = ? WHERE id = ?",
+                                  {now, now, next_id})
+                            .status());
+  return std::optional<std::string>(std::move(next_id));
+}
+
+absl::StatusOr<bool> settlePromise(db::Connection& conn, std::string_view promise_id,
+                                   const absl::StatusOr<std::string>& outcome, int64_t now) {
+  db::Value payload;
+  if (outcome.ok()) payload = db::Blob{*outcome};
+  KRANE_ASSIGN_OR_RETURN(
+      uint64_t changed,
+      conn.exec("UPDATE workflow_promises SET state = ?, payload = ?, error_code = ?,"
+                " error_message = ?, settled_at = ? WHERE id = ? AND state = 'pending'",
+                {outcome.ok() ? "resolved" : "rejected", payload, errorCode(outcome.status()),
+                 errorMessage(outcome.status()), now, promise_id}));
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT invocation_id FROM workflow_promises"
+                                               " WHERE id = ?",
+                                               {promise_id}));
+  if (rows.empty()) {
+    return absl::NotFoundError(strCat("no awakeable or promise with id '", promise_id, "'"));
+  }
+  if (changed == 0) return false;
+  KRANE_RETURN_IF_ERROR(wake(conn, rows.rows[0].str("invocation_id"), now));
+  return true;
+}
+
+absl::Status wake(db::Connection& conn, std::string_view invocation_id, int64_t now) {
+  // Assignments apply left to right: due_at must read the old status.
+  return conn
+      .exec(
+          "UPDATE workflow_invocations SET due_at = IF(status = 'suspended', ?, due_at),"
+          " status = IF(status = 'suspended', 'ready', status), wake_seq = wake_seq + 1,"
+          " updated_at = ? WHERE id = ?",
+          {now, now, invocation_id})
+      .status();
+}
+
+absl::Status finish(db::Connection& conn, std::string_view invocation_id,
+                    std::string_view final_status, const absl::StatusOr<std::string>& outcome,
+                    int64_t now) {
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows, conn.query("SELECT service, object_key, exclusive, completion_promise, status"
+                            " FROM workflow_invocations WHERE id = ? FOR UPDATE",
+                            {invocation_id}));
+  if (rows.empty()) return absl::NotFoundError(strCat("no invocation '", invocation_id, "'"));
+  const db::Row& row = rows.rows[0];
+  db::Value output;
+  if (outcome.ok()) output = db::Blob{*outcome};
+  KRANE_RETURN_IF_ERROR(
+      conn.exec("UPDATE workflow_invocations SET status = ?, output = ?, error_code = ?,"
+                " error_message = ?, due_at = NULL, lease_owner = NULL, lease_expires_at = NULL,"
+                " lease_token = lease_token + 1, finished_at = ?, updated_at = ? WHERE id = ?",
+                {final_status, output, errorCode(outcome.status()), errorMessage(outcome.status()),
+                 now, now, invocation_id})
+          .status());
+  if (!row.isNull("completion_promise")) {
+    KRANE_RETURN_IF_ERROR(
+        settlePromise(conn, row.str("completion_promise"), outcome, now).status());
+  }
+  if (row.i64("exclusive") != 0) {
+    KRANE_RETURN_IF_ERROR(
+        releaseKey(conn, row.str("service"), row.str("object_key"), invocation_id, now).status());
+  }
+  return absl::OkStatus();
+}
+
+db::Value errorCode(const absl::Status& status) {
+  if (status.ok()) return db::Value();
+  return static_cast<int64_t>(status.code());
+}
+
+db::Value errorMessage(const absl::Status& status) {
+  if (status.ok()) return db::Value();
+  return std::string(toStd(status.message()));
+}
+
+absl::Status statusFrom(const db::Row& row, std::string_view code_col, std::string_view msg_col) {
+  if (row.isNull(code_col)) return absl::OkStatus();
+  const auto code = static_cast<absl::StatusCode>(row.i64(code_col));
+  return terminalError(code, row.isNull(msg_col) ? std::string() : row.str(msg_col));
+}
+
+std::string sha256Hex(std::string_view data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  std::string out;
+  for (unsigned char c : digest) strAppend(&out, fmt::format("{:02x}", c));
+  return out;
+}
+
+std::string randomHex(size_t bytes) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string out;
+  while (out.size() < bytes * 2) strAppend(&out, fmt::format("{:016x}", rng()));
+  out.resize(bytes * 2);
+  return out;
+}
+
+}  // namespace krane::workflow::store

@@ -1,0 +1,71 @@
+// A migrated scratch database and engines on it, for the workflow tests.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/strings.h"
+#include "controlplane/db/migrate.h"
+#include "controlplane/db/pool.h"
+#include "controlplane/workflow/engine.h"
+#include "tests/support/mariadb.h"
+
+namespace krane::workflow {
+
+inline std::string messageOf(const absl::Status& s) { return std::string(toStd(s.message())); }
+
+class WorkflowTest : public krane::testing::MariaDbTest {
+ protected:
+  void SetUp() override {
+    MariaDbTest::SetUp();
+    auto pool = db::Pool::create(dsn_, {.max_connections = 40});
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    pool_ = *pool;
+    auto migrated = db::Migrator(pool_, *db::builtinMigrations()).migrate();
+    ASSERT_TRUE(migrated.ok()) << migrated.status();
+  }
+  void TearDown() override {
+    for (auto& e : engines_) e->stop();
+    engines_.clear();
+  }
+
+  static EngineOptions fastOptions() {
+    EngineOptions o;
+    o.threads = 8;
+    o.lease = std::chrono::milliseconds(3000);
+    o.poll_interval = std::chrono::milliseconds(20);
+    return o;
+  }
+
+  // An engine with `define` registering its services; started.
+  Engine& engine(const std::function<void(Engine&)>& define,
+                 EngineOptions options = fastOptions()) {
+    engines_.push_back(std::make_unique<Engine>(pool_, options));
+    Engine& e = *engines_.back();
+    define(e);
+    e.start();
+    return e;
+  }
+
+  std::string statusOf(const std::string& id) {
+    auto rows =
+        (*pool_->acquire())->query("SELECT status FROM workflow_invocations WHERE id = ?", {id});
+    if (!rows.ok() || rows->empty()) return "<none>";
+    return rows->rows[0].str(0);
+  }
+
+  int64_t scalar(const std::string& sql, const db::Params& params = {}) {
+    auto rows = (*pool_->acquire())->query(sql, params);
+    EXPECT_TRUE(rows.ok()) << rows.status();
+    if (!rows.ok() || rows->empty()) return -1;
+    return rows->rows[0].i64(0);
+  }
+
+  std::shared_ptr<db::Pool> pool_;
+  std::vector<std::unique_ptr<Engine>> engines_;
+};
+
+}  // namespace krane::workflow
