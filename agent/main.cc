@@ -65,8 +65,9 @@ int checkConfig(const std::string& config_path) {
     return fail("check-config", st);
   }
   std::string plugins;
-  for (const auto& p : checked.plugins)
+  for (const auto& p : checked.plugins) {
     krane::strAppend(&plugins, plugins.empty() ? "" : ", ", p.name);
+  }
   std::printf("%s: valid (region %s, runtime %s, leader %s, plugins: %s)\n", config_path.c_str(),
               checked.region.c_str(), checked.runtime.c_str(), checked.leader.mode.c_str(),
               plugins.empty() ? "none" : plugins.c_str());

@@ -75,8 +75,9 @@ class KubeStore final : public PolicyStore {
     request.api_version = kApiVersion;
     request.kind = kKind;
     request.label_selector = kManagedSelector;
-    if (!id.empty() && isLabelValue(id))
+    if (!id.empty() && isLabelValue(id)) {
       strAppend(&request.label_selector, ",", kPolicyIdKey, "=", id);
+    }
     request.limit = 500;
     auto page = client_.listAll(request);
     if (!page.ok()) {

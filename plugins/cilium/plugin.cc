@@ -135,8 +135,9 @@ class CiliumPlugin final : public sdk::Plugin {
       const json process = config.value("process", json::object());
       KRANE_RETURN_IF_ERROR(runtime::onlyKeys(process, "process", {"state_dir"}));
       KRANE_ASSIGN_OR_RETURN(const std::string dir, stringAt(process, "state_dir", "process"));
-      if (dir.empty())
+      if (dir.empty()) {
         return absl::InvalidArgumentError("process.state_dir: required (a directory)");
+      }
       KRANE_ASSIGN_OR_RETURN(store_, makeProcessStore(dir));
       return absl::OkStatus();
     }

@@ -171,8 +171,9 @@ bool isDnsSubdomain(const std::string& s) {
 bool isLabelValue(const std::string& v) {
   if (v.size() > 63) return false;
   for (char c : v) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.') {
       return false;
+    }
   }
   return v.empty() || (std::isalnum(static_cast<unsigned char>(v.front())) &&
                        std::isalnum(static_cast<unsigned char>(v.back())));

@@ -56,8 +56,9 @@ class ProcessStore final : public PolicyStore {
       if (!id.empty() && held.id != id) continue;
       out.push_back(std::move(held));
     }
-    if (ec)
+    if (ec) {
       return absl::UnavailableError(strCat("cannot list ", dir_.string(), ": ", ec.message()));
+    }
     return out;
   }
 

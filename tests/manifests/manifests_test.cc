@@ -28,8 +28,8 @@ using ::testing::IsEmpty;
 using testing::runCommand;
 using testing::runfile;
 
-const char* const kFiles[] = {"manifests/namespace.yaml", "manifests/agent.yaml",
-                              "manifests/krane-ctrl.yaml"};
+constexpr const char* kFiles[] = {"manifests/namespace.yaml", "manifests/agent.yaml",
+                                  "manifests/krane-ctrl.yaml"};
 
 json toJson(const YAML::Node& node) {
   switch (node.Type()) {
@@ -74,7 +74,7 @@ std::map<std::string, json> documents() {
 
 std::string tmpFile(const std::string& name, const std::string& text) {
   const char* dir = std::getenv("TEST_TMPDIR");
-  const std::string path = strCat(dir ? dir : "/tmp", "/", name);
+  std::string path = strCat(dir ? dir : "/tmp", "/", name);
   std::ofstream(path) << text;
   return path;
 }

@@ -14,14 +14,16 @@ namespace {
 using nlohmann::json;
 using ::testing::HasSubstr;
 
-const json kRule = {
-    {"endpointSelector", {{"matchLabels", {{"app", "api"}}}}},
-    {"ingress",
-     json::array(
-         {{{"fromEndpoints", json::array({{{"matchLabels", {{"app", "web"}}}}})},
-           {"toPorts",
-            json::array({{{"ports", json::array({{{"port", "8080"}, {"protocol", "TCP"}}})}}})}}})},
-};
+json rule() {
+  return {
+      {"endpointSelector", {{"matchLabels", {{"app", "api"}}}}},
+      {"ingress",
+       json::array(
+           {{{"fromEndpoints", json::array({{{"matchLabels", {{"app", "web"}}}}})},
+             {"toPorts", json::array({{{"ports", json::array({{{"port", "8080"},
+                                                               {"protocol", "TCP"}}})}}})}}})},
+  };
+}
 
 cluster::v1::CiliumNetworkPolicy policy(const json& body) {
   cluster::v1::CiliumNetworkPolicy p;
@@ -42,11 +44,11 @@ std::string error(const cluster::v1::CiliumNetworkPolicy& p, const std::string& 
 }
 
 TEST(CiliumPolicy, JustASpecBecomesAWholeObjectWithKranesMetadata) {
-  auto object = policyObject(policy(kRule), "pol_1");
+  auto object = policyObject(policy(rule()), "pol_1");
   ASSERT_TRUE(object.ok()) << object.status();
   EXPECT_EQ((*object)["apiVersion"], "cilium.io/v2");
   EXPECT_EQ((*object)["kind"], "CiliumNetworkPolicy");
-  EXPECT_EQ((*object)["spec"], kRule);
+  EXPECT_EQ((*object)["spec"], rule());
   const json& meta = (*object)["metadata"];
   EXPECT_EQ(meta["name"], dnsLabel("krane-policy", "pol_1"));
   EXPECT_TRUE(isDnsSubdomain(meta["name"]));
@@ -71,7 +73,7 @@ TEST(CiliumPolicy, AWholeObjectKeepsItsMetadataButKranesLabelsWin) {
                  {"annotations", {{"note", "hi"}}},
                  {"resourceVersion", "42"},
                  {"uid", "u-1"}}},
-               {"spec", kRule},
+               {"spec", rule()},
                {"status", {{"nodes", json::object()}}}};
   auto object = policyObject(policy(body), "pol_1");
   ASSERT_TRUE(object.ok()) << object.status();
@@ -90,7 +92,7 @@ TEST(CiliumPolicy, AWholeObjectKeepsItsMetadataButKranesLabelsWin) {
 TEST(CiliumPolicy, SpecsNameAndNamespaceChoices) {
   json body = {
       {"specs",
-       json::array({kRule, {{"nodeSelector", json::object()}, {"egress", json::array()}}})}};
+       json::array({rule(), {{"nodeSelector", json::object()}, {"egress", json::array()}}})}};
   auto p = policy(body);
   p.set_name("named-by-the-message");
   auto object = policyObject(p, "pol_1", "fallback-ns");
@@ -101,12 +103,12 @@ TEST(CiliumPolicy, SpecsNameAndNamespaceChoices) {
   EXPECT_EQ((*object)["metadata"]["namespace"], "fallback-ns");
 
   // The same name in the message and in the object is fine.
-  json same = {{"metadata", {{"name", "named-by-the-message"}}}, {"spec", kRule}};
+  json same = {{"metadata", {{"name", "named-by-the-message"}}}, {"spec", rule()}};
   p.set_policy_json(same.dump());
   EXPECT_TRUE(policyObject(p, "pol_1").ok());
 
   // Ids that are not label values are still identified through the annotation.
-  auto odd = policy(kRule);
+  auto odd = policy(rule());
   auto object2 = policyObject(odd, "pol/with spaces");
   ASSERT_TRUE(object2.ok()) << object2.status();
   EXPECT_FALSE((*object2)["metadata"]["labels"].contains("krane.dev/policy.id"));
@@ -115,7 +117,7 @@ TEST(CiliumPolicy, SpecsNameAndNamespaceChoices) {
 }
 
 TEST(CiliumPolicy, RefusesWhatCanNeverBeApplied) {
-  auto p = policy(kRule);
+  auto p = policy(rule());
   p.set_policy_json("");
   EXPECT_THAT(error(p), HasSubstr("policy_json: required"));
   p.set_policy_json("{\"endpointSelector\": ");
@@ -123,63 +125,63 @@ TEST(CiliumPolicy, RefusesWhatCanNeverBeApplied) {
   p.set_policy_json("[1]");
   EXPECT_THAT(error(p), HasSubstr("policy_json: must be a JSON object, got an array"));
 
-  json wrong_kind = {{"kind", "NetworkPolicy"}, {"spec", kRule}};
+  json wrong_kind = {{"kind", "NetworkPolicy"}, {"spec", rule()}};
   EXPECT_THAT(error(policy(wrong_kind)),
               HasSubstr("policy_json.kind: must be CiliumNetworkPolicy, got \"NetworkPolicy\""));
-  json wrong_version = {{"apiVersion", "cilium.io/v1"}, {"spec", kRule}};
+  json wrong_version = {{"apiVersion", "cilium.io/v1"}, {"spec", rule()}};
   EXPECT_THAT(error(policy(wrong_version)),
               HasSubstr("policy_json.apiVersion: must be cilium.io/v2"));
-  json extra = {{"spec", kRule}, {"data", 1}};
+  json extra = {{"spec", rule()}, {"data", 1}};
   EXPECT_THAT(error(policy(extra)), HasSubstr("policy_json.data: unknown field"));
   json no_spec = {{"metadata", {{"name", "x"}}}};
   EXPECT_THAT(error(policy(no_spec)), HasSubstr("policy_json: spec required"));
   json empty_specs = {{"specs", json::array()}};
   EXPECT_THAT(error(policy(empty_specs)), HasSubstr("policy_json: spec required"));
 
-  json typo = kRule;
+  json typo = rule();
   typo["ingres"] = json::array();
   EXPECT_THAT(error(policy(typo)), HasSubstr("policy_json.ingres: unknown field"));
-  json not_array = kRule;
+  json not_array = rule();
   not_array["ingress"] = json::object();
   EXPECT_THAT(error(policy(not_array)),
               HasSubstr("policy_json.ingress: must be an array, got an object"));
-  json not_object = kRule;
+  json not_object = rule();
   not_object["egress"] = json::array({"x"});
   EXPECT_THAT(error(policy({{"spec", not_object}})),
               HasSubstr("policy_json.spec.egress[0]: must be an object, got a string"));
   json no_selector = {{"ingress", json::array()}};
   EXPECT_THAT(error(policy(no_selector)), HasSubstr("policy_json: endpointSelector required"));
-  json both = kRule;
+  json both = rule();
   both["nodeSelector"] = json::object();
-  EXPECT_THAT(error(policy({{"specs", json::array({kRule, both})}})),
+  EXPECT_THAT(error(policy({{"specs", json::array({rule(), both})}})),
               HasSubstr("policy_json.specs[1]: endpointSelector and nodeSelector are mutually"));
 
-  json owner = {{"metadata", {{"ownerReferences", json::array()}}}, {"spec", kRule}};
+  json owner = {{"metadata", {{"ownerReferences", json::array()}}}, {"spec", rule()}};
   EXPECT_THAT(error(policy(owner)),
               HasSubstr("policy_json.metadata.ownerReferences: not supported"));
-  json label_type = {{"metadata", {{"labels", {{"a", 1}}}}}, {"spec", kRule}};
+  json label_type = {{"metadata", {{"labels", {{"a", 1}}}}}, {"spec", rule()}};
   EXPECT_THAT(error(policy(label_type)),
               HasSubstr("policy_json.metadata.labels.a: must be a string"));
 
-  json bad_name = {{"metadata", {{"name", "Allow_Web"}}}, {"spec", kRule}};
+  json bad_name = {{"metadata", {{"name", "Allow_Web"}}}, {"spec", rule()}};
   EXPECT_THAT(error(policy(bad_name)),
               HasSubstr("policy_json.metadata.name: \"Allow_Web\" is not a valid object name"));
-  auto mismatch = policy({{"metadata", {{"name", "a"}}}, {"spec", kRule}});
+  auto mismatch = policy({{"metadata", {{"name", "a"}}}, {"spec", rule()}});
   mismatch.set_name("b");
   EXPECT_THAT(error(mismatch), HasSubstr("policy_json.metadata.name: \"a\" differs"));
-  auto bad_message_name = policy(kRule);
+  auto bad_message_name = policy(rule());
   bad_message_name.set_name("-x");
   EXPECT_THAT(error(bad_message_name), HasSubstr("name: \"-x\" is not a valid object name"));
-  json bad_ns = {{"metadata", {{"namespace", "a.b"}}}, {"spec", kRule}};
+  json bad_ns = {{"metadata", {{"namespace", "a.b"}}}, {"spec", rule()}};
   EXPECT_THAT(error(policy(bad_ns)),
               HasSubstr("policy_json.metadata.namespace: \"a.b\" is not a valid namespace"));
-  auto no_workspace = policy(kRule);
+  auto no_workspace = policy(rule());
   no_workspace.clear_workspace_id();
   EXPECT_THAT(error(no_workspace), HasSubstr("workspace_id: required"));
   // ... unless the plugin is configured with a namespace.
   EXPECT_TRUE(policyObject(no_workspace, "pol_1", "policies").ok());
 
-  auto no_id = policy(kRule);
+  auto no_id = policy(rule());
   EXPECT_FALSE(policyObject(no_id, "").ok());
 }
 

@@ -10,39 +10,43 @@ namespace {
 
 using nlohmann::json;
 
-const json kIngressFromSentinels = {
-    {"endpointSelector", {{"matchLabels", {{"krane.dev/deployment.id", "dep_1"}}}}},
-    {"ingress",
-     json::array(
-         {{{"fromEndpoints",
-            json::array({{{"matchLabels", {{"k8s:io.kubernetes.pod.namespace", "sentinel"}}}}})},
-           {"toPorts",
-            json::array({{{"ports", json::array({{{"port", "8080"}, {"protocol", "TCP"}}})}}})}}})},
-};
+json ingressFromSentinels() {
+  return {
+      {"endpointSelector", {{"matchLabels", {{"krane.dev/deployment.id", "dep_1"}}}}},
+      {"ingress",
+       json::array(
+           {{{"fromEndpoints",
+              json::array({{{"matchLabels", {{"k8s:io.kubernetes.pod.namespace", "sentinel"}}}}})},
+             {"toPorts", json::array({{{"ports", json::array({{{"port", "8080"},
+                                                               {"protocol", "TCP"}}})}}})}}})},
+  };
+}
 
-const json kEgress = {
-    {"endpointSelector", json::object()},
-    {"egress",
-     json::array({
-         {{"toEntities", json::array({"world"})},
-          {"toPorts",
-           json::array({{{"ports", json::array({{{"port", "443"}, {"protocol", "TCP"}}})}}})}},
-         {{"toCIDRSet",
-           json::array({{{"cidr", "0.0.0.0/0"},
-                         {"except", json::array({"10.0.0.0/8", "192.168.0.0/16"})}}})}},
-         {{"toFQDNs",
-           json::array({{{"matchName", "api.example.com"}}, {{"matchPattern", "*.example.org"}}})}},
-         {{"toEndpoints", json::array({{{"matchLabels",
-                                         {{"k8s:io.kubernetes.pod.namespace", "kube-system"},
-                                          {"k8s-app", "kube-dns"}}}}})},
-          {"toPorts",
-           json::array({{{"ports", json::array({{{"port", "53"}, {"protocol", "ANY"}}})},
-                         {"rules", {{"dns", json::array({{{"matchPattern", "*"}}})}}}}})}},
-     })},
-    {"egressDeny", json::array({{{"toCIDR", json::array({"169.254.169.254/32"})}}})},
-    {"enableDefaultDeny", {{"ingress", true}, {"egress", false}}},
-    {"description", "egress to the world except private ranges"},
-};
+json egress() {
+  return {
+      {"endpointSelector", json::object()},
+      {"egress",
+       json::array({
+           {{"toEntities", json::array({"world"})},
+            {"toPorts",
+             json::array({{{"ports", json::array({{{"port", "443"}, {"protocol", "TCP"}}})}}})}},
+           {{"toCIDRSet",
+             json::array({{{"cidr", "0.0.0.0/0"},
+                           {"except", json::array({"10.0.0.0/8", "192.168.0.0/16"})}}})}},
+           {{"toFQDNs", json::array({{{"matchName", "api.example.com"}},
+                                     {{"matchPattern", "*.example.org"}}})}},
+           {{"toEndpoints", json::array({{{"matchLabels",
+                                           {{"k8s:io.kubernetes.pod.namespace", "kube-system"},
+                                            {"k8s-app", "kube-dns"}}}}})},
+            {"toPorts",
+             json::array({{{"ports", json::array({{{"port", "53"}, {"protocol", "ANY"}}})},
+                           {"rules", {{"dns", json::array({{{"matchPattern", "*"}}})}}}}})}},
+       })},
+      {"egressDeny", json::array({{{"toCIDR", json::array({"169.254.169.254/32"})}}})},
+      {"enableDefaultDeny", {{"ingress", true}, {"egress", false}}},
+      {"description", "egress to the world except private ranges"},
+  };
+}
 
 cluster::v1::CiliumNetworkPolicy policy(const std::string& id, const json& body) {
   cluster::v1::CiliumNetworkPolicy p;
@@ -59,7 +63,7 @@ cluster::v1::CiliumNetworkPolicy policy(const std::string& id, const json& body)
 
 std::vector<GeneratedObject> ciliumObjects() {
   std::vector<std::pair<std::string, cluster::v1::CiliumNetworkPolicy>> variants;
-  variants.emplace_back("just a spec", policy("pol_1", kIngressFromSentinels));
+  variants.emplace_back("just a spec", policy("pol_1", ingressFromSentinels()));
   json whole = {{"apiVersion", "cilium.io/v2"},
                 {"kind", "CiliumNetworkPolicy"},
                 {"metadata",
@@ -68,16 +72,16 @@ std::vector<GeneratedObject> ciliumObjects() {
                   {"labels", {{"team", "web"}}},
                   {"annotations", {{"owner", "web@example.com"}}},
                   {"resourceVersion", "17"}}},
-                {"spec", kIngressFromSentinels},
+                {"spec", ingressFromSentinels()},
                 {"status", json::object()}};
   variants.emplace_back("a whole object", policy("pol_2", whole));
-  variants.emplace_back("egress, deny, default deny", policy("pol_3", kEgress));
-  json specs = {{"specs", json::array({kIngressFromSentinels, kEgress})}};
+  variants.emplace_back("egress, deny, default deny", policy("pol_3", egress()));
+  json specs = {{"specs", json::array({ingressFromSentinels(), egress()})}};
   variants.emplace_back("several rules", policy("pol_4", specs));
   json node = {{"nodeSelector", {{"matchLabels", {{"node-class", "edge"}}}}},
                {"ingressDeny", json::array({{{"fromEntities", json::array({"world"})}}})}};
   variants.emplace_back("node selector, ingress deny", policy("pol_5", node));
-  auto named = policy("Pol With Spaces/and slashes", kIngressFromSentinels);
+  auto named = policy("Pol With Spaces/and slashes", ingressFromSentinels());
   named.set_name("named.by.the.control-plane");
   variants.emplace_back("odd id, explicit name", named);
 
