@@ -1,4 +1,5 @@
-// krane: the agent of one region. `krane run --config agent.yaml`, `krane inspect`.
+// krane: the agent of one region. `krane run --config agent.yaml`, `krane inspect`,
+// `krane check-config --config agent.yaml`.
 #include <libgen.h>
 #include <signal.h>
 #include <unistd.h>
@@ -75,6 +76,27 @@ int run(const std::string& config_path, const std::string& host_binary,
   return 0;
 }
 
+// Loads and checks a configuration as `run` does, without starting anything. The token file is
+// not read: it is a secret mounted where the agent runs, not where the file is checked.
+int checkConfig(const std::string& config_path) {
+  auto config = krane::agent::loadAgentConfig(config_path);
+  if (!config.ok()) return fail("check-config", config.status());
+  krane::agent::AgentConfig checked = *config;
+  checked.control_plane.token_file.clear();
+  checked.control_plane.token = "not read by check-config";
+  if (auto st = krane::agent::finishAgentConfig(checked); !st.ok()) {
+    return fail("check-config", st);
+  }
+  std::string plugins;
+  for (const auto& p : checked.plugins) {
+    krane::strAppend(&plugins, plugins.empty() ? "" : ", ", p.name);
+  }
+  std::printf("%s: valid (region %s, runtime %s, leader %s, plugins: %s)\n", config_path.c_str(),
+              checked.region.c_str(), checked.runtime.c_str(), checked.leader.mode.c_str(),
+              plugins.empty() ? "none" : plugins.c_str());
+  return 0;
+}
+
 int inspect(const std::string& state_dir, bool json) {
   krane::ipc::CursorStoreOptions options;
   options.mode = krane::ipc::OpenMode::kReadOnly;
@@ -104,6 +126,13 @@ int main(int argc, char** argv) {
   run_cmd->add_option("--log-level", log_level, "trace, debug, info, warn, error")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   run_cmd->callback([&] { exit_code = run(config_path, host_binary, log_level); });
+
+  std::string check_path;
+  CLI::App* check_cmd = app.add_subcommand(
+      "check-config", "Load and check a configuration file, then exit (0 when it is valid).");
+  check_cmd->add_option("--config", check_path, "YAML configuration (see docs/configuration.md)")
+      ->required();
+  check_cmd->callback([&] { exit_code = checkConfig(check_path); });
 
   std::string state_dir;
   bool json = false;

@@ -1,0 +1,62 @@
+// The sentinel plugin's five objects for the variants that change them: running or standby (zero
+// replicas), with and without resources and configuration, ids that need a hashed name.
+#include "common/strings.h"
+#include "plugins/sentinel/sentinel.h"
+#include "tests/schema/generators.h"
+
+namespace krane::schema {
+namespace {
+
+cluster::v1::Sentinel base() {
+  cluster::v1::Sentinel s;
+  s.set_sentinel_id("snt_abc123");
+  s.set_workspace_id("ws_1");
+  s.set_project_id("proj_1");
+  s.set_app_id("app_1");
+  s.set_environment_id("env_prod");
+  s.set_region("eu-west-1");
+  s.set_image("registry.example.com/sentinel:v1.2.3");
+  s.set_replicas(3);
+  s.set_cpu_millicores(500);
+  s.set_memory_mib(256);
+  s.set_desired_state(cluster::v1::SENTINEL_DESIRED_STATE_RUNNING);
+  s.set_config_json(R"({"routes":[{"host":"a.example.com"}]})");
+  return s;
+}
+
+}  // namespace
+
+std::vector<GeneratedObject> sentinelObjects() {
+  std::vector<std::pair<std::string, cluster::v1::Sentinel>> variants;
+  variants.emplace_back("running", base());
+  auto standby = base();
+  standby.set_desired_state(cluster::v1::SENTINEL_DESIRED_STATE_STANDBY);
+  variants.emplace_back("standby", standby);
+  auto bare = base();
+  bare.clear_cpu_millicores();
+  bare.clear_memory_mib();
+  bare.clear_config_json();
+  bare.set_replicas(1);
+  variants.emplace_back("no resources, no config", bare);
+  auto cpu_only = base();
+  cpu_only.clear_memory_mib();
+  variants.emplace_back("cpu only", cpu_only);
+  auto odd = base();
+  odd.set_sentinel_id("Sentinel_With.A-Very-Long-Identifier-That-Does-Not-Fit-In-A-Dns-Label-0123");
+  odd.set_environment_id("Env.Staging_2");
+  variants.emplace_back("ids needing hashed names", odd);
+
+  std::vector<GeneratedObject> out;
+  for (const auto& [variant, s] : variants) {
+    for (auto& o : sentinel::sentinelObjects(s)) {
+      out.push_back({strCat("sentinel ", variant, ": ", o["kind"].get<std::string>()), o});
+    }
+    for (auto& o : sentinel::environmentObjects(s)) {
+      out.push_back(
+          {strCat("sentinel ", variant, ": environment ", o["kind"].get<std::string>()), o});
+    }
+  }
+  return out;
+}
+
+}  // namespace krane::schema
