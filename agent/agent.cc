@@ -288,7 +288,7 @@ absl::Status Agent::startDispatcher() {
         auto* e = failed.mutable_apply_error();
         e->set_code(static_cast<int>(error.code()));
         e->set_message(std::string(toStd(error.message())).substr(0, 4000));
-        e->set_retryable(true);
+        e->set_retryable(!absl::IsInvalidArgument(error));  // a refused spec needs a new one
         e->set_attempts(static_cast<uint32_t>(attempts));
         reporter_->report(failed);
       },

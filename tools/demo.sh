@@ -7,7 +7,9 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BIN="${BIN:-$ROOT/.bazel/bin}"
-LOCAL="${KRANE_LOCAL_DIR:-$ROOT/.krane-local}"
+# The demo starts from nothing every time: its own database and state, away from ./dev up's.
+LOCAL="${KRANE_LOCAL_DIR:-$ROOT/.krane-local/demo}"
+export KRANE_LOCAL_DIR="$LOCAL"
 REGIONS=(local-1 local-2)
 EXAMPLE="$ROOT/examples/demo-app.yaml"
 WAIT_S="${KRANE_DEMO_WAIT_S:-120}"
@@ -17,6 +19,10 @@ step() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 die() { printf 'demo: FAILED: %s\n' "$*" >&2; exit 1; }
 
 # --- the stack ---------------------------------------------------------------------------------
+if [ -f "$LOCAL/mariadb/mysqld.pid" ] && kill -0 "$(cat "$LOCAL/mariadb/mysqld.pid")" 2>/dev/null; then
+  die "a demo already runs (MariaDB pid $(cat "$LOCAL/mariadb/mysqld.pid"))"
+fi
+rm -rf "$LOCAL"
 mkdir -p "$LOCAL/logs"
 step "Starting the stack: MariaDB, krane-ctrl, an agent for each of ${REGIONS[*]}"
 STACK_PID=""

@@ -62,6 +62,9 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
   if (auto st = runtime_->apply(**spec); !st.ok()) {
     return absl::Status(st.code(), strCat(type_, " ", r.id(), ": ", st.message()));
   }
+  // A spec that changes nothing the runtime runs changes no status either: report anyway, so
+  // the control plane sees the new version applied.
+  if (auto s = runtime_->status(prefix_ + r.id())) report(*s);
   return absl::OkStatus();
 }
 
