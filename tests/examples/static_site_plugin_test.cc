@@ -176,8 +176,9 @@ TEST_F(StaticSitePluginTest, RefusesSpecsThatCanNeverWorkNamingTheField) {
 
 TEST_F(StaticSitePluginTest, GarbageCollectionRemovesOnlyItsOwnUnlistedSites) {
   loadDefault();
-  for (const char* id : {"keep", "drop-1", "drop-2"})
+  for (const char* id : {"keep", "drop-1", "drop-2"}) {
     ASSERT_TRUE(plugin_->apply(site(id, 1, R"({"files": {"index.html": "x"}})")).ok());
+  }
   fs::create_directories(root_ + "/not-a-site");
   std::ofstream(root_ + "/not-a-site/data") << "someone else's";
 
