@@ -52,7 +52,7 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
     resources_ = cp_.resources();
     // The agent's YAML, as an operator writes it (docs/configuration.md).
     std::ofstream(dir_ + "/agent.yaml") << strCat(
-        "region: eu-1\n"
+        "region: local-1\n"
         "state_dir: ",
         dir_,
         "/state\n"
@@ -89,7 +89,7 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
         std::vector<std::string>{runfile("agent/krane"), "run", "--config", dir_ + "/agent.yaml",
                                  "--plugin-host", runfile("agent/krane-plugin-host")},
         dir_ + "/" + log_name,
-        std::map<std::string, std::string>{{"KRANE_AGENT_TOKEN", cp_.agentToken("eu-1")}});
+        std::map<std::string, std::string>{{"KRANE_AGENT_TOKEN", cp_.agentToken("local-1")}});
   }
 
   void stopAgent() {
@@ -104,7 +104,7 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
     auto* r = request.mutable_resource();
     r->set_type(kType);
     r->set_id(id);
-    r->set_region("eu-1");
+    r->set_region("local-1");
     r->mutable_generic()->set_spec(spec);
     r->mutable_generic()->set_content_type("application/json");
     krane::api::v1::PutResourceResponse response;
@@ -118,7 +118,7 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
     krane::api::v1::DeleteResourceRequest request;
     request.set_type(kType);
     request.set_id(id);
-    request.set_region("eu-1");
+    request.set_region("local-1");
     krane::api::v1::DeleteResourceResponse response;
     const grpc::Status st =
         resources_->Delete(TestControlPlane::withToken(kOperatorToken).get(), request, &response);
@@ -131,7 +131,7 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
     if (!conn.ok()) return std::nullopt;
     auto rows = (*conn)->query(
         "SELECT phase, message, apply_error, applied_version FROM resource_status"
-        " WHERE region_id = 'eu-1' AND resource_type = ? AND resource_id = ?",
+        " WHERE region_id = 'local-1' AND resource_type = ? AND resource_id = ?",
         {kType, id});
     if (!rows.ok() || rows->empty()) return std::nullopt;
     const auto& row = rows->rows[0];
@@ -150,7 +150,7 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
 
   std::string agentLog(const std::string& name) { return slurp(dir_ + "/" + name); }
 
-  TestControlPlane cp_;
+  TestControlPlane cp_{{"local-1"}};
   std::unique_ptr<krane::api::v1::ResourceService::Stub> resources_;
   std::string dir_;
   std::string root_;
@@ -166,6 +166,17 @@ TEST_P(StaticSiteE2eTest, APutSiteIsWrittenReportedReplacedAndDeleted) {
   EXPECT_EQ(slurp(root_ + "/home/css/site.css"), "h1{}");
   ASSERT_TRUE(statusReaches("home", "ready", *v1)) << agentLog("agent.log");
   EXPECT_EQ(status("home")->message, strCat("2 files, 18 bytes in ", root_, "/home"));
+  // The public API answers the same.
+  krane::api::v1::GetResourceStatusRequest get;
+  get.set_type(kType);
+  get.set_id("home");
+  get.set_region("local-1");
+  krane::api::v1::GetResourceStatusResponse got;
+  ASSERT_TRUE(
+      resources_->GetStatus(TestControlPlane::withToken(kOperatorToken).get(), get, &got).ok());
+  EXPECT_EQ(got.phase(), "ready");
+  EXPECT_EQ(got.applied_version(), *v1);
+  EXPECT_EQ(got.version(), *v1);
 
   // A new version replaces the whole site.
   auto v2 = put("home", R"({"files": {"index.html": "<h1>Hello again</h1>"}})");
@@ -257,6 +268,30 @@ TEST_P(StaticSiteE2eTest, AFullSyncGarbageCollectsSitesTheDesiredStateNoLongerHa
     auto s = status("gone");
     return s && s->phase == "deleted" && s->message == "removed by garbage collection";
   })) << agentLog("agent2.log");
+  stopAgent();
+}
+
+// The example file with kranectl, as docs/plugin-guide.md shows it.
+TEST_P(StaticSiteE2eTest, KranectlAppliesTheExampleFileAndWaitsUntilItIsReady) {
+  startAgent("agent.log");
+  const std::string file = runfile("examples/plugins/static_site/site.yaml");
+  const std::map<std::string, std::string> env = {
+      {"KRANE_SERVER", strCat("127.0.0.1:", cp_.replica(0).grpcPort())},
+      {"KRANE_TOKEN", kOperatorToken}};
+  auto kranectl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), runfile("cli/kranectl"));
+    return runCommand(args, env);
+  };
+  auto applied = kranectl({"apply", "-f", file});
+  ASSERT_EQ(applied.exit_code, 0) << applied.out << applied.err;
+  auto ready =
+      kranectl({"status", kType, "hello", "--region", "local-1", "--wait", "--timeout", "30"});
+  EXPECT_EQ(ready.exit_code, 0) << ready.out << ready.err << agentLog("agent.log");
+  EXPECT_EQ(slurp(root_ + "/hello/index.html"), "<h1>Hello from Krane</h1>\n");
+  EXPECT_EQ(slurp(root_ + "/hello/css/site.css"), "h1 { color: teal }\n");
+  auto deleted = kranectl({"delete", "-f", file});
+  EXPECT_EQ(deleted.exit_code, 0) << deleted.out << deleted.err;
+  EXPECT_TRUE(eventually([&] { return !fs::exists(root_ + "/hello"); })) << agentLog("agent.log");
   stopAgent();
 }
 
