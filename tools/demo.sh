@@ -29,7 +29,8 @@ STACK_PID=""
 stop_stack() {
   if [ -n "$STACK_PID" ] && kill -0 "$STACK_PID" 2>/dev/null; then
     step "Stopping the stack"
-    kill -INT "$STACK_PID" 2>/dev/null || true
+    # A background job ignores SIGINT in a script: TERM, which the stack handles the same way.
+    kill -TERM "$STACK_PID" 2>/dev/null || true
     wait "$STACK_PID" 2>/dev/null || true
   fi
 }
