@@ -324,6 +324,7 @@ absl::Status Agent::startLeaderElection() {
     if (stopping_) return absl::CancelledError("stopped while standing by");
     if (!announced) {
       if (who_leads.empty()) who_leads = FileLockElector::holder(config_.state_dir);
+      if (who_leads.empty()) who_leads = "another agent";
       spdlog::info("agent: standing by; {} leads region {}", who_leads, config_.region);
       announced = true;
     }

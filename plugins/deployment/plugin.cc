@@ -13,7 +13,8 @@ namespace {
 cluster::v1::ReportDeploymentStatusRequest toReport(const runtime::WorkloadStatus& s,
                                                     const std::string& deployment_id,
                                                     const std::string& region,
-                                                    uint64_t applied_version) {
+                                                    uint64_t applied_version,
+                                                    const std::string& applied_revision) {
   cluster::v1::ReportDeploymentStatusRequest r;
   r.set_deployment_id(deployment_id);
   r.set_region(region);
@@ -24,7 +25,9 @@ cluster::v1::ReportDeploymentStatusRequest toReport(const runtime::WorkloadStatu
     auto* out = set->add_instances();
     out->set_id(i.name);
     out->set_address(i.address);
-    out->set_current(i.revision == s.revision);
+    // Against what the plugin applied, not the status' own revision: a status read just before
+    // a new spec was applied must not count old instances as current.
+    out->set_current(i.revision == applied_revision);
     if (i.phase == runtime::InstancePhase::kFailed) {
       out->set_status(cluster::v1::INSTANCE_STATUS_FAILED);
     } else if (i.phase == runtime::InstancePhase::kRunning && i.ready) {
@@ -58,7 +61,7 @@ class DeploymentPlugin final : public runtime::ProcessWorkloadPlugin {
   plugin::v1::StatusReport statusReport(const runtime::WorkloadStatus& status,
                                         const Applied& applied) override {
     plugin::v1::StatusReport report;
-    *report.mutable_deployment() = toReport(status, applied.id, applied.region, applied.version);
+    *report.mutable_deployment() = toReport(status, applied.id, applied.region, applied.version, applied.revision);
     return report;
   }
 

@@ -121,21 +121,19 @@ void ProcessWorkloadPlugin::shutdown() {
 
 void ProcessWorkloadPlugin::report(const WorkloadStatus& status) {
   if (status.id.rfind(prefix_, 0) != 0) return;
-  Applied applied;
-  {
-    std::lock_guard lock(mutex_);
-    const std::string id = status.id.substr(prefix_.size());
-    Applied& a = applied_[id];
-    if (a.revision.empty()) {  // adopted from an earlier host: nothing applied here yet
-      a.id = id;
-      a.revision = status.revision;
-      a.image = status.image;
-      a.generation = 1;
-    }
-    if (status.converged && status.revision == a.revision) a.converged_image = a.image;
-    applied = a;
+  // Reports leave in the order they read what was applied (the supervision thread and apply()
+  // both report): a report never carries an older applied version than the one before it.
+  std::lock_guard lock(mutex_);
+  const std::string id = status.id.substr(prefix_.size());
+  Applied& a = applied_[id];
+  if (a.revision.empty()) {  // adopted from an earlier host: nothing applied here yet
+    a.id = id;
+    a.revision = status.revision;
+    a.image = status.image;
+    a.generation = 1;
   }
-  host_->reportStatus(statusReport(status, applied));
+  if (status.converged && status.revision == a.revision) a.converged_image = a.image;
+  host_->reportStatus(statusReport(status, a));
 }
 
 }  // namespace krane::runtime
