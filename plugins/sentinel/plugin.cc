@@ -29,8 +29,7 @@ class SentinelPlugin final : public runtime::ProcessWorkloadPlugin {
                                         const Applied& applied) override {
     plugin::v1::StatusReport report;
     auto* r = report.mutable_sentinel();
-    *r = toReport(status, applied.id, applied.generation, applied.converged_image,
-                  applied.version);
+    *r = toReport(status, applied.id, applied.generation, applied.converged_image, applied.version);
     r->set_region(applied.region);
     return report;
   }

@@ -138,8 +138,7 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s) {
       {{"name", "KRANE_WORKSPACE_ID"}, {"value", s.workspace_id()}},
       {{"name", "KRANE_ENVIRONMENT_ID"}, {"value", s.environment_id()}},
       {{"name", "KRANE_REGION"}, {"value", s.region()}},
-      {{"name", "KRANE_GOSSIP_SERVICE"},
-       {"value", strCat(gossipName(s), ".", kNamespace, ".svc")}},
+      {{"name", "KRANE_GOSSIP_SERVICE"}, {"value", strCat(gossipName(s), ".", kNamespace, ".svc")}},
   });
   if (!s.config_json().empty()) {
     env.push_back({{"name", "KRANE_SENTINEL_CONFIG"}, {"value", s.config_json()}});
@@ -148,9 +147,10 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s) {
       {"name", "sentinel"},
       {"image", s.image()},
       {"ports",
-       json::array({{{"name", "http"}, {"containerPort", kHttpPort}, {"protocol", "TCP"}},
-                    {{"name", "gossip-tcp"}, {"containerPort", kGossipPort}, {"protocol", "TCP"}},
-                    {{"name", "gossip-udp"}, {"containerPort", kGossipPort}, {"protocol", "UDP"}}})},
+       json::array(
+           {{{"name", "http"}, {"containerPort", kHttpPort}, {"protocol", "TCP"}},
+            {{"name", "gossip-tcp"}, {"containerPort", kGossipPort}, {"protocol", "TCP"}},
+            {{"name", "gossip-udp"}, {"containerPort", kGossipPort}, {"protocol", "UDP"}}})},
       {"env", env},
       {"livenessProbe",
        {{"httpGet", {{"path", kLivenessPath}, {"port", kHttpPort}}},
@@ -232,11 +232,12 @@ std::vector<json> environmentObjects(const cluster::v1::Sentinel& s) {
       {"spec",
        {{"endpointSelector", {{"matchLabels", environmentSelector(s)}}},
         {"ingress",
-         json::array({{{"fromEndpoints", json::array({{{"matchLabels", environmentSelector(s)}}})},
-                       {"toPorts", json::array({{{"ports", json::array({
-                                                              {{"port", port}, {"protocol", "TCP"}},
-                                                              {{"port", port}, {"protocol", "UDP"}},
-                                                          })}}})}}})}}},
+         json::array(
+             {{{"fromEndpoints", json::array({{{"matchLabels", environmentSelector(s)}}})},
+               {"toPorts", json::array({{{"ports", json::array({
+                                                       {{"port", port}, {"protocol", "TCP"}},
+                                                       {{"port", port}, {"protocol", "UDP"}},
+                                                   })}}})}}})}}},
   };
   return {headless, policy};
 }

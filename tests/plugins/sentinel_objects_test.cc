@@ -62,8 +62,10 @@ TEST(SentinelObjects, ExactlyFiveObjectsInTheSentinelNamespace) {
       EXPECT_EQ(labels["krane.dev/environment.id"], "env_prod");
     }
   }
-  for (const auto& o : mine) EXPECT_EQ(o["metadata"]["labels"]["krane.dev/sentinel.id"], "snt_01HXYZ");
-  for (const auto& o : shared) EXPECT_FALSE(o["metadata"]["labels"].contains("krane.dev/sentinel.id"));
+  for (const auto& o : mine)
+    EXPECT_EQ(o["metadata"]["labels"]["krane.dev/sentinel.id"], "snt_01HXYZ");
+  for (const auto& o : shared)
+    EXPECT_FALSE(o["metadata"]["labels"].contains("krane.dev/sentinel.id"));
 }
 
 TEST(SentinelObjects, TheDeploymentHasEverySettingOfTheSpecification) {
@@ -79,13 +81,15 @@ TEST(SentinelObjects, TheDeploymentHasEverySettingOfTheSpecification) {
   EXPECT_EQ(spread["maxSkew"], 1);
   EXPECT_EQ(spread["topologyKey"], "topology.kubernetes.io/zone");
   EXPECT_EQ(spread["whenUnsatisfiable"], "ScheduleAnyway");
-  EXPECT_EQ(pod["tolerations"][0],
-            json({{"key", "node-class"}, {"operator", "Equal"}, {"value", "sentinel"},
-                  {"effect", "NoSchedule"}}));
+  EXPECT_EQ(pod["tolerations"][0], json({{"key", "node-class"},
+                                         {"operator", "Equal"},
+                                         {"value", "sentinel"},
+                                         {"effect", "NoSchedule"}}));
   const json& c = pod["containers"][0];
   EXPECT_EQ(c["image"], "ghcr.io/krane/sentinel:1.4.2");
   std::vector<std::string> ports;
-  for (const auto& p : c["ports"]) ports.push_back(strCat(p["containerPort"].get<int>(), "/", p["protocol"].get<std::string>()));
+  for (const auto& p : c["ports"])
+    ports.push_back(strCat(p["containerPort"].get<int>(), "/", p["protocol"].get<std::string>()));
   EXPECT_THAT(ports, ::testing::ElementsAre("8040/TCP", "7946/TCP", "7946/UDP"));
   // Separate endpoints: liveness only says the process is alive, readiness that it can serve.
   EXPECT_EQ(c["livenessProbe"]["httpGet"]["path"], "/healthz/live");
@@ -94,7 +98,8 @@ TEST(SentinelObjects, TheDeploymentHasEverySettingOfTheSpecification) {
   EXPECT_EQ(c["resources"]["requests"]["cpu"], "500m");
   EXPECT_EQ(c["resources"]["limits"]["memory"], "256Mi");
   bool config = false;
-  for (const auto& e : c["env"]) config |= e["name"] == "KRANE_SENTINEL_CONFIG" && e["value"] == sentinel().config_json();
+  for (const auto& e : c["env"])
+    config |= e["name"] == "KRANE_SENTINEL_CONFIG" && e["value"] == sentinel().config_json();
   EXPECT_TRUE(config) << "the sentinel's configuration is passed unchanged";
   // The selector matches the pod template's labels.
   for (const auto& [k, v] : spec["selector"]["matchLabels"].items()) {
@@ -115,7 +120,8 @@ TEST(SentinelObjects, ServiceBudgetAndGossipObjects) {
   EXPECT_EQ(headless["spec"]["ports"][0]["port"], 7946);
   const json policy = find(shared, "CiliumNetworkPolicy");
   EXPECT_EQ(policy["apiVersion"], "cilium.io/v2");
-  EXPECT_EQ(policy["spec"]["endpointSelector"]["matchLabels"]["krane.dev/environment.id"], "env_prod");
+  EXPECT_EQ(policy["spec"]["endpointSelector"]["matchLabels"]["krane.dev/environment.id"],
+            "env_prod");
   EXPECT_EQ(policy["spec"]["ingress"][0]["toPorts"][0]["ports"][1]["protocol"], "UDP");
   // Another sentinel of the same environment shares the environment's objects.
   auto other = sentinel();
@@ -142,13 +148,16 @@ TEST(SentinelObjects, NamesAreValidAndDistinctForAnyId) {
 TEST(SentinelObjects, BadSentinelsAreRefusedNamingTheField) {
   auto s = sentinel();
   s.clear_environment_id();
-  EXPECT_THAT(std::string(toStd(validate(s).message())), ::testing::HasSubstr("sentinel.environment_id: required"));
+  EXPECT_THAT(std::string(toStd(validate(s).message())),
+              ::testing::HasSubstr("sentinel.environment_id: required"));
   s = sentinel();
   s.set_app_id("-bad-");
-  EXPECT_THAT(std::string(toStd(validate(s).message())), ::testing::HasSubstr("sentinel.app_id: \"-bad-\""));
+  EXPECT_THAT(std::string(toStd(validate(s).message())),
+              ::testing::HasSubstr("sentinel.app_id: \"-bad-\""));
   s = sentinel();
   s.set_config_json("{nope");
-  EXPECT_THAT(std::string(toStd(validate(s).message())), ::testing::HasSubstr("sentinel.config_json"));
+  EXPECT_THAT(std::string(toStd(validate(s).message())),
+              ::testing::HasSubstr("sentinel.config_json"));
   EXPECT_TRUE(validate(sentinel()).ok());
 }
 

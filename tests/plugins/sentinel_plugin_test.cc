@@ -23,10 +23,9 @@ using krane::testing::eventually;
 using krane::testing::runfile;
 namespace fs = std::filesystem;
 
-cluster::v1::Change sentinelChange(const std::string& id, const std::string& tag, uint32_t replicas,
-                                   uint64_t version,
-                                   cluster::v1::SentinelDesiredState state =
-                                       cluster::v1::SENTINEL_DESIRED_STATE_RUNNING) {
+cluster::v1::Change sentinelChange(
+    const std::string& id, const std::string& tag, uint32_t replicas, uint64_t version,
+    cluster::v1::SentinelDesiredState state = cluster::v1::SENTINEL_DESIRED_STATE_RUNNING) {
   cluster::v1::Change c;
   c.set_op(cluster::v1::CHANGE_OP_APPLY);
   c.set_version(version);
@@ -57,18 +56,16 @@ class SentinelPluginTest : public ::testing::Test {
       std::lock_guard lock(mutex_);
       if (r.has_sentinel()) reports_.push_back(r.sentinel());
     };
-    const std::string config =
-        nlohmann::json{
-            {"runtime", "process"},
-            {"process",
-             {{"state_dir", dir_},
-              {"ports", {{"from", 26000}, {"to", 26049}}},
-              {"images",
-               {{"krane.dev/sentinel",
-                 {runfile("tests/support/demo_app/krane-demo-app"), "--version", "{tag}"}}}}}}}
-            .dump();
-    auto loaded =
-        agent::loadPlugin(runfile("plugins/sentinel/libsentinel.so"), config, callbacks);
+    const std::string config = nlohmann::json{
+        {"runtime", "process"},
+        {"process",
+         {{"state_dir", dir_},
+          {"ports", {{"from", 26000}, {"to", 26049}}},
+          {"images",
+           {{"krane.dev/sentinel",
+             {runfile("tests/support/demo_app/krane-demo-app"), "--version",
+              "{tag}"}}}}}}}.dump();
+    auto loaded = agent::loadPlugin(runfile("plugins/sentinel/libsentinel.so"), config, callbacks);
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     plugin_ = *std::move(loaded);
   }
@@ -149,16 +146,16 @@ TEST_F(SentinelPluginTest, StandbyPausesArchiveRemovesAndGarbageCollectionCleans
     auto b = latest("s2");
     return a && b && a->ready_replicas() == 1 && b->ready_replicas() == 1;
   }));
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 3,
-                                            cluster::v1::SENTINEL_DESIRED_STATE_STANDBY))
-                  .ok());
+  ASSERT_TRUE(
+      plugin_->apply(sentinelChange("s1", "v1", 1, 3, cluster::v1::SENTINEL_DESIRED_STATE_STANDBY))
+          .ok());
   ASSERT_TRUE(eventually([&] {
     auto r = latest("s1");
     return r->health() == cluster::v1::SENTINEL_HEALTH_PAUSED && r->ready_replicas() == 0;
   }));
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 4,
-                                            cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED))
-                  .ok());
+  ASSERT_TRUE(
+      plugin_->apply(sentinelChange("s1", "v1", 1, 4, cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED))
+          .ok());
   EXPECT_EQ(latest("s1")->applied_version(), 4u);
   // A sync that no longer mentions s2 removes it.
   plugin::v1::SyncEnd end;

@@ -34,7 +34,7 @@ absl::StatusOr<int> intAt(const json& object, const std::string& key, const std:
 }
 
 absl::StatusOr<ProcessRuntimeOptions> processOptionsFromJson(const json& config,
-                                                            const std::string& at) {
+                                                             const std::string& at) {
   KRANE_RETURN_IF_ERROR(
       onlyKeys(config, "process", {"state_dir", "ports", "images", "restart_backoff_ms"}));
   ProcessRuntimeOptions o;
@@ -46,7 +46,8 @@ absl::StatusOr<ProcessRuntimeOptions> processOptionsFromJson(const json& config,
   if (config.contains("ports")) {
     const json& ports = config["ports"];
     KRANE_RETURN_IF_ERROR(onlyKeys(ports, strCat(at, ".ports"), {"from", "to"}));
-    KRANE_ASSIGN_OR_RETURN(o.port_from, intAt(ports, "from", strCat(at, ".ports"), 20000, 1, 65535));
+    KRANE_ASSIGN_OR_RETURN(o.port_from,
+                           intAt(ports, "from", strCat(at, ".ports"), 20000, 1, 65535));
     KRANE_ASSIGN_OR_RETURN(o.port_to, intAt(ports, "to", strCat(at, ".ports"), 20999, 1, 65535));
     if (o.port_from > o.port_to) {
       return absl::InvalidArgumentError(

@@ -11,8 +11,7 @@ namespace krane::runtime {
 
 using nlohmann::json;
 
-ProcessWorkloadPlugin::ProcessWorkloadPlugin(std::string name, std::string type,
-                                             std::string prefix)
+ProcessWorkloadPlugin::ProcessWorkloadPlugin(std::string name, std::string type, std::string prefix)
     : name_(std::move(name)), type_(std::move(type)), prefix_(strCat(prefix, "/")) {}
 
 absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view config_text) {
@@ -22,7 +21,9 @@ absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view confi
   };
   const json config = json::parse(config_text.empty() ? "{}" : config_text, nullptr, false);
   if (config.is_discarded()) return prefixed(absl::InvalidArgumentError("not valid JSON"));
-  if (auto st = onlyKeys(config, "", {"runtime", "process"}); !st.ok()) return prefixed(st);
+  if (auto st = onlyKeys(config, "", {"runtime", "process", "kubernetes"}); !st.ok()) {
+    return prefixed(st);
+  }
   const std::string runtime = config.value("runtime", "process");
   if (runtime != "process") {
     return prefixed(absl::InvalidArgumentError(
@@ -42,7 +43,8 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
   const auto& r = change.resource();
   auto spec = workloadFor(r);
   if (!spec.ok()) {
-    return absl::Status(spec.status().code(), strCat(type_, " ", r.id(), ": ", spec.status().message()));
+    return absl::Status(spec.status().code(),
+                        strCat(type_, " ", r.id(), ": ", spec.status().message()));
   }
   if (!spec->has_value()) return removeWorkload(r.id(), r.region(), change.version());
   const std::string revision = revisionOf(**spec);
@@ -96,8 +98,8 @@ absl::Status ProcessWorkloadPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end)
   for (const auto& workload : runtime_->workloads()) {
     if (workload.rfind(prefix_, 0) != 0 || keep.count(workload) > 0) continue;
     const std::string id = workload.substr(prefix_.size());
-    host_->log(sdk::LogLevel::kInfo, strCat(name_, ": ", type_, " ", id,
-                                            " is not in the desired state; removing it"));
+    host_->log(sdk::LogLevel::kInfo,
+               strCat(name_, ": ", type_, " ", id, " is not in the desired state; removing it"));
     KRANE_RETURN_IF_ERROR(removeWorkload(id, "", sync_end.snapshot_version()));
   }
   return absl::OkStatus();

@@ -2,7 +2,8 @@
 // (deployment, sentinel): configuration, apply / remove, garbage collection after a sync,
 // status reports on every change, adoption of what an earlier host left running.
 //
-// Configuration (JSON): {"runtime": "process", "process": {...}} with the keys of config.h.
+// Configuration (JSON): {"runtime": "process", "process": {...}} with the keys of config.h (a
+// "kubernetes" section may be present too, for the other runtime; it is not read here).
 #pragma once
 
 #include <map>
