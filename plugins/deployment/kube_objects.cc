@@ -168,17 +168,20 @@ absl::StatusOr<std::vector<json>> kubeObjects(const cluster::v1::DeploymentTopol
                                              " is above max_replicas ", as.max_replicas()));
   }
   if (t.has_autoscaling() && as.target_cpu_percent() > 1000) {
-    return absl::InvalidArgumentError(strCat("autoscaling.target_cpu_percent: must be at most "
-                                             "1000, got ",
-                                             as.target_cpu_percent()));
+    return absl::InvalidArgumentError(
+        strCat("autoscaling.target_cpu_percent: must be at most "
+               "1000, got ",
+               as.target_cpu_percent()));
   }
   const bool autoscaled = !stopped && bounded && min_replicas != as.max_replicas();
 
-  json container = {{"name", kContainerName}, {"image", t.image()}, {"imagePullPolicy",
-                                                                     "IfNotPresent"}};
+  json container = {
+      {"name", kContainerName}, {"image", t.image()}, {"imagePullPolicy", "IfNotPresent"}};
   // command replaces the image's ENTRYPOINT, args its CMD, as the topology's fields mean.
-  if (t.command_size() > 0) container["command"] = std::vector<std::string>(t.command().begin(), t.command().end());
-  if (t.args_size() > 0) container["args"] = std::vector<std::string>(t.args().begin(), t.args().end());
+  if (t.command_size() > 0)
+    container["command"] = std::vector<std::string>(t.command().begin(), t.command().end());
+  if (t.args_size() > 0)
+    container["args"] = std::vector<std::string>(t.args().begin(), t.args().end());
   auto env = envOf(t, deployment_id);
   if (!env.ok()) return env.status();
   container["env"] = *env;
@@ -214,9 +217,10 @@ absl::StatusOr<std::vector<json>> kubeObjects(const cluster::v1::DeploymentTopol
     container["lifecycle"] = {
         {"preStop",
          {{"exec",
-           {{"command", json::array({"/bin/sh", "-c",
-                                     strCat("kill -s ", *sig,
-                                            " 1; while kill -0 1 2>/dev/null; do sleep 1; done")})}}}}}};
+           {{"command",
+             json::array({"/bin/sh", "-c",
+                          strCat("kill -s ", *sig,
+                                 " 1; while kill -0 1 2>/dev/null; do sleep 1; done")})}}}}}};
   }
 
   json pod_spec = {
@@ -284,24 +288,24 @@ absl::StatusOr<std::vector<json>> kubeObjects(const cluster::v1::DeploymentTopol
           {{"scaleTargetRef", {{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"name", name}}},
            {"minReplicas", min_replicas},
            {"maxReplicas", as.max_replicas()},
-           {"metrics",
-            json::array({{{"type", "Resource"},
-                          {"resource",
-                           {{"name", "cpu"},
-                            {"target",
-                             {{"type", "Utilization"},
-                              {"averageUtilization", as.target_cpu_percent() > 0
-                                                         ? as.target_cpu_percent()
-                                                         : 80}}}}}}})}}}});
+           {"metrics", json::array({{{"type", "Resource"},
+                                     {"resource",
+                                      {{"name", "cpu"},
+                                       {"target",
+                                        {{"type", "Utilization"},
+                                         {"averageUtilization", as.target_cpu_percent() > 0
+                                                                    ? as.target_cpu_percent()
+                                                                    : 80}}}}}}})}}}});
   }
   // Only the sentinels (the routing layer) reach the app port; nothing else reaches the pods.
   json policy_spec = {{"podSelector", {{"matchLabels", selector}}},
                       {"policyTypes", json::array({"Ingress"})}};
   if (t.port() > 0) {
     policy_spec["ingress"] = json::array(
-        {{{"from", json::array({{{"namespaceSelector",
-                                  {{"matchLabels",
-                                    {{"kubernetes.io/metadata.name", options.sentinel_namespace}}}}}}})},
+        {{{"from",
+           json::array({{{"namespaceSelector",
+                          {{"matchLabels",
+                            {{"kubernetes.io/metadata.name", options.sentinel_namespace}}}}}}})},
           {"ports", json::array({{{"protocol", "TCP"}, {"port", t.port()}}})}}});
   }
   objects.push_back({{"apiVersion", "networking.k8s.io/v1"},

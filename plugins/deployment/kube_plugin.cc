@@ -66,8 +66,8 @@ absl::Status KubeDeploymentPlugin::init(sdk::Host& host, std::string_view config
       *client_, watch, [this](const json& pod, bool deleted) { onPod(pod, deleted); });
   pods_->start();
   host.log(sdk::LogLevel::kInfo,
-           strCat("deployment plugin: kubernetes runtime, API server ",
-                  client_->config().server, " (", client_->config().source, ")"));
+           strCat("deployment plugin: kubernetes runtime, API server ", client_->config().server,
+                  " (", client_->config().source, ")"));
   return absl::OkStatus();
 }
 
@@ -75,7 +75,8 @@ absl::Status KubeDeploymentPlugin::apply(const cluster::v1::Change& change) {
   const auto& r = change.resource();
   const std::string context = strCat("deployment_topology ", r.id());
   if (!r.has_deployment_topology()) {
-    return absl::InvalidArgumentError(strCat(context, ": the change carries no deployment_topology"));
+    return absl::InvalidArgumentError(
+        strCat(context, ": the change carries no deployment_topology"));
   }
   auto objects = kubeObjects(r.deployment_topology(), r.id(), options_);
   if (!objects.ok()) return withContext(objects.status(), context);
@@ -115,9 +116,9 @@ absl::Status KubeDeploymentPlugin::apply(const cluster::v1::Change& change) {
   const std::string name = objectName(r.id());
   for (const auto& [api_version, kind] : deploymentKinds()) {
     if (rendered.count(kind) > 0 || (known && before.count(kind) == 0)) continue;
-    KRANE_RETURN_IF_ERROR(withContext(
-        kube::removeIfPresent(*client_, {api_version, kind, ns, name}),
-        strCat(context, ": removing its ", kind)));
+    KRANE_RETURN_IF_ERROR(
+        withContext(kube::removeIfPresent(*client_, {api_version, kind, ns, name}),
+                    strCat(context, ": removing its ", kind)));
   }
   {
     std::lock_guard lock(mutex_);
@@ -151,8 +152,7 @@ absl::Status KubeDeploymentPlugin::remove(const cluster::v1::Change& change) {
   const std::string& id = change.resource().id();
   // By label rather than by name: the namespace is not in a delete, and after a restart nothing
   // of the deployment is known here.
-  auto removed =
-      deleteMatching(strCat(kManagedBySelector, ",", kDeploymentIdLabel, "=", id), {});
+  auto removed = deleteMatching(strCat(kManagedBySelector, ",", kDeploymentIdLabel, "=", id), {});
   if (!removed.ok()) return withContext(removed.status(), strCat("deployment_topology ", id));
   std::string region = change.resource().region();
   {

@@ -66,8 +66,8 @@ class KubeDeploymentPlugin final : public sdk::Plugin {
   std::unique_ptr<kube::Client> client_;
   std::unique_ptr<kube::Informer> pods_;
 
-  std::mutex mutex_;  // guards what follows
-  std::map<std::string, Applied> applied_;                          // by deployment id
+  std::mutex mutex_;                        // guards what follows
+  std::map<std::string, Applied> applied_;  // by deployment id
   std::map<std::string, std::map<std::string, nlohmann::json>> by_deployment_;  // id -> pods
   std::set<std::string> removed_;     // removed here and not applied since: not reported
   std::set<std::string> namespaces_;  // applied by this instance

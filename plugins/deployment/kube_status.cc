@@ -12,8 +12,8 @@ using nlohmann::json;
 
 bool failingToStart(const std::string& reason) {
   static const std::set<std::string> kReasons = {
-      "ErrImagePull",          "ImagePullBackOff",           "InvalidImageName",
-      "ErrImageNeverPull",     "CreateContainerConfigError", "CreateContainerError",
+      "ErrImagePull",      "ImagePullBackOff",           "InvalidImageName",
+      "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError",
       "RunContainerError",
   };
   return kReasons.count(reason) > 0;
@@ -67,9 +67,9 @@ std::optional<runtime::InstanceStatus> podInstance(const json& pod) {
     if (reason == "CrashLoopBackOff") {
       i.phase = runtime::InstancePhase::kFailed;
       i.reason = reason;
-      const json& last =
-          cs.value("lastState", json::object()).value("terminated", json::object());
-      if (last.contains("exitCode")) strAppend(&i.reason, ": exit code ", last.value("exitCode", 0));
+      const json& last = cs.value("lastState", json::object()).value("terminated", json::object());
+      if (last.contains("exitCode"))
+        strAppend(&i.reason, ": exit code ", last.value("exitCode", 0));
       if (last.contains("signal")) strAppend(&i.reason, ", signal ", last.value("signal", 0));
       strAppend(&i.reason, ", ", cs.value("restartCount", 0), " restarts");
       if (!message.empty()) strAppend(&i.reason, ": ", message);

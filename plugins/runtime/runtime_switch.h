@@ -43,9 +43,7 @@ class RuntimeSwitch : public sdk::Plugin {
   }
   std::vector<std::string> resourceTypes() override { return impl_->resourceTypes(); }
   absl::Status apply(const cluster::v1::Change& change) override { return impl_->apply(change); }
-  absl::Status remove(const cluster::v1::Change& change) override {
-    return impl_->remove(change);
-  }
+  absl::Status remove(const cluster::v1::Change& change) override { return impl_->remove(change); }
   absl::Status syncBegin(uint64_t snapshot_version) override {
     return impl_->syncBegin(snapshot_version);
   }

@@ -22,7 +22,9 @@ Informer::Informer(Client& client, InformerOptions options, Handler handler)
 
 Informer::~Informer() { stop(); }
 
-void Informer::start() { thread_ = std::thread([this] { run(); }); }
+void Informer::start() {
+  thread_ = std::thread([this] { run(); });
+}
 
 void Informer::stop() {
   stop_ = true;
@@ -79,7 +81,8 @@ absl::StatusOr<std::string> Informer::relist() {
     }
     for (const auto& [key, item] : listed) {
       auto it = objects_.find(key);
-      if (it == objects_.end() || versionOf(it->second) != versionOf(*item)) changed.push_back(item);
+      if (it == objects_.end() || versionOf(it->second) != versionOf(*item))
+        changed.push_back(item);
     }
   }
   for (const auto& object : gone) deliver(object, true);

@@ -61,8 +61,8 @@ bool validLabelKey(const std::string& key) {
   const std::string_view prefix(key.data(), slash);
   if (prefix.empty() || prefix.size() > 253) return false;
   for (char c : prefix) {
-    if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
-          c == '-' || c == '.')) {
+    if (!(std::islower(static_cast<unsigned char>(c)) ||
+          std::isdigit(static_cast<unsigned char>(c)) || c == '-' || c == '.')) {
       return false;
     }
   }

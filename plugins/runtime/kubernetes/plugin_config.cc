@@ -39,9 +39,10 @@ absl::StatusOr<Connection> connectionFromJson(const json& section, const std::st
   KRANE_ASSIGN_OR_RETURN(std::string kubeconfig, stringAt(section, path, "kubeconfig", ""));
   KRANE_ASSIGN_OR_RETURN(std::string context, stringAt(section, path, "context", ""));
   if (in_cluster == !kubeconfig.empty()) {
-    return absl::InvalidArgumentError(strCat(
-        path, ": set exactly one of in_cluster: true (the pod's service account) and kubeconfig "
-              "(a file)"));
+    return absl::InvalidArgumentError(
+        strCat(path,
+               ": set exactly one of in_cluster: true (the pod's service account) and kubeconfig "
+               "(a file)"));
   }
   if (!context.empty() && in_cluster) {
     return absl::InvalidArgumentError(strCat(path, ".context: only with kubeconfig"));
