@@ -161,7 +161,8 @@ TEST(DeploymentKubeObjects, UserEnvironmentCannotOverrideKranesIdentityButMayIts
   e = t.add_env();
   e->set_name("PORT");
   e->set_value("3000");
-  const json env = find(render(t), "Deployment")->at("spec")["template"]["spec"]["containers"][0]["env"];
+  const json env =
+      find(render(t), "Deployment")->at("spec")["template"]["spec"]["containers"][0]["env"];
   std::map<std::string, std::string> values;
   for (const auto& v : env) values[v["name"]] = v["value"];
   EXPECT_EQ(values["KRANE_DEPLOYMENT_ID"], "dep_42");
@@ -179,7 +180,8 @@ TEST(DeploymentKubeObjects, ServiceAndPolicyLetOnlyTheSentinelNamespaceIn) {
   EXPECT_EQ(svc["spec"]["ports"][0]["port"], 8080);
   EXPECT_EQ(svc["spec"]["ports"][0]["targetPort"], 8080);
   const json& np = *find(objects, "NetworkPolicy");
-  EXPECT_EQ(np["spec"]["podSelector"]["matchLabels"], json({{"krane.dev/deployment.id", "dep_42"}}));
+  EXPECT_EQ(np["spec"]["podSelector"]["matchLabels"],
+            json({{"krane.dev/deployment.id", "dep_42"}}));
   EXPECT_EQ(np["spec"]["policyTypes"], json({"Ingress"}));
   ASSERT_EQ(np["spec"]["ingress"].size(), 1u);
   EXPECT_EQ(np["spec"]["ingress"][0], json::parse(R"({"from": [{"namespaceSelector":
@@ -204,8 +206,9 @@ TEST(DeploymentKubeObjects, ReplicasAutoscalerAndStop) {
   const json* hpa = find(objects, "HorizontalPodAutoscaler");
   ASSERT_NE(hpa, nullptr);
   EXPECT_EQ((*hpa)["apiVersion"], "autoscaling/v2");
-  EXPECT_EQ((*hpa)["spec"]["scaleTargetRef"],
-            json({{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"name", objectName("dep_42")}}));
+  EXPECT_EQ(
+      (*hpa)["spec"]["scaleTargetRef"],
+      json({{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"name", objectName("dep_42")}}));
   EXPECT_EQ((*hpa)["spec"]["minReplicas"], 2);
   EXPECT_EQ((*hpa)["spec"]["maxReplicas"], 8);
   EXPECT_EQ((*hpa)["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"], 80)
@@ -260,15 +263,17 @@ TEST(DeploymentKubeObjects, RefusalsNameTheField) {
 
 json pod(const std::string& name, const std::string& phase, const json& container_status,
          bool ready = false) {
-  return {{"metadata", {{"name", name}, {"labels", {{"pod-template-hash", "abc"}}}}},
-          {"spec", {{"containers", json::array({{{"name", "app"},
-                                                 {"ports", json::array({{{"containerPort", 8080},
-                                                                         {"protocol", "TCP"}}})}}})}}},
-          {"status",
-           {{"phase", phase},
-            {"podIP", "10.0.0.7"},
-            {"conditions", json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})},
-            {"containerStatuses", json::array({container_status})}}}};
+  return {
+      {"metadata", {{"name", name}, {"labels", {{"pod-template-hash", "abc"}}}}},
+      {"spec",
+       {{"containers", json::array({{{"name", "app"},
+                                     {"ports", json::array({{{"containerPort", 8080},
+                                                             {"protocol", "TCP"}}})}}})}}},
+      {"status",
+       {{"phase", phase},
+        {"podIP", "10.0.0.7"},
+        {"conditions", json::array({{{"type", "Ready"}, {"status", ready ? "True" : "False"}}})},
+        {"containerStatuses", json::array({container_status})}}}};
 }
 
 TEST(DeploymentKubeStatus, PodsBecomeInstances) {
@@ -299,24 +304,26 @@ TEST(DeploymentKubeStatus, PodsBecomeInstances) {
   EXPECT_EQ(i->reason, "CrashLoopBackOff: exit code 137, signal 9, 4 restarts: m");
 
   const json config_error = {
-      {"state", {{"waiting", {{"reason", "CreateContainerConfigError"}, {"message", "no secret"}}}}}};
+      {"state",
+       {{"waiting", {{"reason", "CreateContainerConfigError"}, {"message", "no secret"}}}}}};
   i = podInstance(pod("p5", "Pending", config_error));
   EXPECT_EQ(i->phase, InstancePhase::kFailed);
   EXPECT_EQ(i->reason, "CreateContainerConfigError: no secret");
 
   json unscheduled = pod("p6", "Pending", json::object());
   unscheduled["status"].erase("podIP");
-  unscheduled["status"]["conditions"] = json::array(
-      {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"},
-        {"message", "0/3 nodes are available"}}});
+  unscheduled["status"]["conditions"] = json::array({{{"type", "PodScheduled"},
+                                                      {"status", "False"},
+                                                      {"reason", "Unschedulable"},
+                                                      {"message", "0/3 nodes are available"}}});
   i = podInstance(unscheduled);
   EXPECT_EQ(i->phase, InstancePhase::kPending);
   EXPECT_EQ(i->reason, "Unschedulable: 0/3 nodes are available");
   EXPECT_EQ(i->address, "");
 
-  const auto status = podsStatus("deployment/d", {pod("b", "Running", running, true),
-                                                  pod("a", "Running", running, false),
-                                                  pod("c", "Succeeded", running)});
+  const auto status = podsStatus(
+      "deployment/d", {pod("b", "Running", running, true), pod("a", "Running", running, false),
+                       pod("c", "Succeeded", running)});
   ASSERT_EQ(status.instances.size(), 2u);
   EXPECT_EQ(status.instances[0].name, "a");
   EXPECT_EQ(status.ready, 1);

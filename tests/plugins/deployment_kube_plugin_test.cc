@@ -352,7 +352,9 @@ TEST_F(DeploymentKubePluginTest, AfterASyncExactlyTheObjectsOfUnlistedDeployment
   EXPECT_EQ(latest("gone")->applied_version(), 9u);
   EXPECT_TRUE(latest("stale")->deleted());
   for (const auto& [api_version, kind] : std::vector<std::pair<std::string, std::string>>{
-           {"apps/v1", "Deployment"}, {"v1", "Service"}, {"networking.k8s.io/v1", "NetworkPolicy"}}) {
+           {"apps/v1", "Deployment"},
+           {"v1", "Service"},
+           {"networking.k8s.io/v1", "NetworkPolicy"}}) {
     EXPECT_TRUE(object(api_version, kind, "d-keep")) << kind;
     EXPECT_FALSE(object(api_version, kind, "d-gone", "ws-ws2")) << kind;
   }
