@@ -59,16 +59,16 @@ absl::Status KubeSentinelPlugin::init(sdk::Host& host, std::string_view config_t
   watch.ns = kNamespace;
   watch.label_selector = strCat(kSelector, ",", kIdLabel);
   watch.on_error = [this](const absl::Status& st) {
-    host_->log(sdk::LogLevel::kWarn,
-               strCat("sentinel plugin: watching deployments failed, listing again: ",
-                      st.message()));
+    host_->log(
+        sdk::LogLevel::kWarn,
+        strCat("sentinel plugin: watching deployments failed, listing again: ", st.message()));
   };
   deployments_ = std::make_unique<kube::Informer>(
       *client_, watch, [this](const json& d, bool deleted) { onDeployment(d, deleted); });
   deployments_->start();
-  host.log(sdk::LogLevel::kInfo, strCat("sentinel plugin: kubernetes runtime, API server ",
-                                        client_->config().server, " (",
-                                        client_->config().source, ")"));
+  host.log(sdk::LogLevel::kInfo,
+           strCat("sentinel plugin: kubernetes runtime, API server ", client_->config().server,
+                  " (", client_->config().source, ")"));
   return absl::OkStatus();
 }
 
@@ -85,8 +85,8 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
   const auto& s = r.sentinel();
   KRANE_RETURN_IF_ERROR(withContext(validate(s), context));
   if (s.sentinel_id() != r.id()) {
-    return absl::InvalidArgumentError(strCat(context, ": sentinel.sentinel_id: \"",
-                                             s.sentinel_id(), "\" is not the resource id"));
+    return absl::InvalidArgumentError(strCat(context, ": sentinel.sentinel_id: \"", s.sentinel_id(),
+                                             "\" is not the resource id"));
   }
   if (s.desired_state() == cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED) {
     return removeSentinel(r.id(), r.region().empty() ? s.region() : r.region(), change.version());
@@ -174,9 +174,9 @@ absl::Status KubeSentinelPlugin::removeSentinel(const std::string& id, const std
 }
 
 absl::Status KubeSentinelPlugin::removeEnvironmentIfUnused(const std::string& environment_id) {
-  auto left = kube::listMatching(*client_, "apps/v1", "Deployment", kNamespace,
-                                 strCat(kSelector, ",", kIdLabel, ",", kEnvironmentLabel, "=",
-                                        environment_id));
+  auto left = kube::listMatching(
+      *client_, "apps/v1", "Deployment", kNamespace,
+      strCat(kSelector, ",", kIdLabel, ",", kEnvironmentLabel, "=", environment_id));
   if (!left.ok()) return left.status();
   if (!left->empty()) return absl::OkStatus();
   const std::string name = objectName("sentinel-gossip", environment_id);

@@ -49,8 +49,7 @@ class KubeSentinelPlugin final : public sdk::Plugin {
     uint64_t version = 0;
   };
 
-  absl::Status removeSentinel(const std::string& id, const std::string& region,
-                              uint64_t version);
+  absl::Status removeSentinel(const std::string& id, const std::string& region, uint64_t version);
   // Deletes the gossip objects of `environment_id` when no sentinel Deployment of it is left.
   absl::Status removeEnvironmentIfUnused(const std::string& environment_id);
   std::mutex& environmentLock(const std::string& environment_id);
@@ -63,7 +62,7 @@ class KubeSentinelPlugin final : public sdk::Plugin {
   std::unique_ptr<kube::Informer> deployments_;
   std::array<std::mutex, 16> environment_locks_;
 
-  std::mutex mutex_;  // guards what follows
+  std::mutex mutex_;                                    // guards what follows
   std::map<std::string, Applied> applied_;              // by sentinel id
   std::map<std::string, std::string> converged_image_;  // by sentinel id
   std::set<std::string> removed_;  // removed here and not applied since: not reported

@@ -30,10 +30,10 @@ namespace fs = std::filesystem;
 
 constexpr char kNs[] = "sentinel";
 
-cluster::v1::Change sentinelChange(const std::string& id, const std::string& tag, uint32_t replicas,
-                                   uint64_t version, const std::string& environment = "e1",
-                                   cluster::v1::SentinelDesiredState state =
-                                       cluster::v1::SENTINEL_DESIRED_STATE_RUNNING) {
+cluster::v1::Change sentinelChange(
+    const std::string& id, const std::string& tag, uint32_t replicas, uint64_t version,
+    const std::string& environment = "e1",
+    cluster::v1::SentinelDesiredState state = cluster::v1::SENTINEL_DESIRED_STATE_RUNNING) {
   cluster::v1::Change c;
   c.set_op(cluster::v1::CHANGE_OP_APPLY);
   c.set_version(version);
@@ -159,7 +159,8 @@ TEST_F(SentinelKubePluginTest, AppliesFiveObjectsAndReportsTheRolloutAsItConverg
   EXPECT_TRUE(hasGossip("e1"));
   const auto d = *object("apps/v1", "Deployment", "sentinel-s1");
   EXPECT_EQ(d["spec"]["replicas"], 2);
-  EXPECT_EQ(d["spec"]["template"]["spec"]["containers"][0]["image"], "registry.example/sentinel:v1");
+  EXPECT_EQ(d["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.example/sentinel:v1");
   EXPECT_EQ(api_.objects("apps/v1", "Deployment", kNs).size() +
                 api_.objects("v1", "Service", kNs).size() +
                 api_.objects("policy/v1", "PodDisruptionBudget", kNs).size() +
@@ -211,8 +212,8 @@ TEST_F(SentinelKubePluginTest, StandbyIsPausedAtZeroReplicas) {
   ASSERT_TRUE(load().ok());
   ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 1)).ok());
   ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(eventually(
-      [&] { return latest("s1")->health() == cluster::v1::SENTINEL_HEALTH_HEALTHY; }));
+  ASSERT_TRUE(
+      eventually([&] { return latest("s1")->health() == cluster::v1::SENTINEL_HEALTH_HEALTHY; }));
   ASSERT_TRUE(plugin_
                   ->apply(sentinelChange("s1", "v1", 2, 2, "e1",
                                          cluster::v1::SENTINEL_DESIRED_STATE_STANDBY))
@@ -230,13 +231,13 @@ TEST_F(SentinelKubePluginTest, CrashLoopsAndImagePullFailuresAreUnhealthyAndKeep
   ASSERT_TRUE(load().ok());
   ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 1)).ok());
   ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(eventually(
-      [&] { return latest("s1")->running_image() == "registry.example/sentinel:v1"; }));
+  ASSERT_TRUE(
+      eventually([&] { return latest("s1")->running_image() == "registry.example/sentinel:v1"; }));
 
   ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v2", 1, 2)).ok());
   ASSERT_TRUE(api_.makePodsCrashLoop(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(eventually(
-      [&] { return latest("s1")->health() == cluster::v1::SENTINEL_HEALTH_UNHEALTHY; }));
+  ASSERT_TRUE(
+      eventually([&] { return latest("s1")->health() == cluster::v1::SENTINEL_HEALTH_UNHEALTHY; }));
   auto r = *latest("s1");
   EXPECT_EQ(r.available_replicas(), 0u);
   EXPECT_EQ(r.running_image(), "registry.example/sentinel:v1") << "v2 never converged";
@@ -337,15 +338,15 @@ TEST_F(SentinelKubePluginTest, ANewPluginInstanceReportsTheDeploymentsItFinds) {
 TEST_F(SentinelKubePluginTest, ErrorsNameTheField) {
   EXPECT_THAT(std::string(toStd(load(R"({"runtime": "kubernetes", "kubernetes": {
       "in_cluster": true, "kubeconfig": "/k"}})")
-                                     .message())),
-              HasSubstr("sentinel plugin config: kubernetes: set exactly one of"));
-  EXPECT_THAT(std::string(toStd(load(json{{"runtime", "kubernetes"},
-                                          {"kubernetes",
-                                           {{"kubeconfig", kubeconfig_},
-                                            {"namespace_prefix", "x"}}}}
-                                         .dump())
                                     .message())),
-              HasSubstr("kubernetes.namespace_prefix: unknown key"));
+              HasSubstr("sentinel plugin config: kubernetes: set exactly one of"));
+  EXPECT_THAT(
+      std::string(
+          toStd(load(json{{"runtime", "kubernetes"},
+                          {"kubernetes", {{"kubeconfig", kubeconfig_}, {"namespace_prefix", "x"}}}}
+                         .dump())
+                    .message())),
+      HasSubstr("kubernetes.namespace_prefix: unknown key"));
   ASSERT_TRUE(load().ok());
   auto bad = sentinelChange("s1", "v1", 1, 1);
   bad.mutable_resource()->mutable_sentinel()->clear_image();
