@@ -161,5 +161,42 @@ TEST(SentinelObjects, BadSentinelsAreRefusedNamingTheField) {
   EXPECT_TRUE(validate(sentinel()).ok());
 }
 
+TEST(SentinelStatus, ARolloutConvergesOnlyWhenEveryPodIsCurrentAndAvailable) {
+  json d = sentinelObjects(sentinel())[0];
+  d["metadata"]["generation"] = 4;
+  d["status"] = {{"observedGeneration", 4},
+                 {"replicas", 3},
+                 {"updatedReplicas", 3},
+                 {"readyReplicas", 3},
+                 {"availableReplicas", 3}};
+  Observed o = observeDeployment(d);
+  EXPECT_TRUE(o.converged);
+  EXPECT_EQ(o.image, "ghcr.io/krane/sentinel:1.4.2");
+  EXPECT_EQ(o.observed_generation, 4);
+  auto r = sentinelReport(o, "snt_01HXYZ", o.image, 9);
+  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_HEALTHY);
+  EXPECT_EQ(r.available_replicas(), 3u);
+  EXPECT_EQ(r.applied_version(), 9u);
+
+  d["status"]["replicas"] = 4;  // an old pod is still there (surge)
+  EXPECT_FALSE(observeDeployment(d).converged);
+  d["status"]["replicas"] = 3;
+  d["status"]["observedGeneration"] = 3;  // the controller has not seen the new spec
+  EXPECT_FALSE(observeDeployment(d).converged);
+  d["status"] = {{"observedGeneration", 4},
+                 {"replicas", 3},
+                 {"updatedReplicas", 3},
+                 {"readyReplicas", 3}};  // ready, not yet for minReadySeconds
+  o = observeDeployment(d);
+  EXPECT_FALSE(o.converged);
+  EXPECT_EQ(sentinelReport(o, "s", "", 1).health(), cluster::v1::SENTINEL_HEALTH_UNHEALTHY);
+
+  d["spec"]["replicas"] = 0;
+  d["status"] = {{"observedGeneration", 4}};  // zero counts are omitted
+  o = observeDeployment(d);
+  EXPECT_TRUE(o.converged);
+  EXPECT_EQ(sentinelReport(o, "s", "", 1).health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
+}
+
 }  // namespace
 }  // namespace krane::sentinel
