@@ -85,7 +85,9 @@ double timeToHealthy(const std::string& demo_app, int replicas) {
 double cpuSeconds() {
   rusage u{};
   ::getrusage(RUSAGE_SELF, &u);
-  const auto sec = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  const auto sec = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
   return sec(u.ru_utime) + sec(u.ru_stime);
 }
 
@@ -130,7 +132,7 @@ class FakeApiProcess {
 krane::cluster::v1::Change topologyChange(int i) {
   krane::cluster::v1::Change c;
   c.set_op(krane::cluster::v1::CHANGE_OP_APPLY);
-  c.set_version(static_cast<uint64_t>(i + 1));
+  c.set_version(static_cast<uint64_t>(i) + 1);
   auto* r = c.mutable_resource();
   const std::string id = "dep_" + std::to_string(i);
   r->set_type("deployment_topology");
@@ -197,6 +199,7 @@ ApplyRun applyTopologies(const std::string& runfiles, int count, int workers) {
     return {};
   }
   std::vector<krane::cluster::v1::Change> changes;
+  changes.reserve(count);
   for (int i = 0; i < count; ++i) changes.push_back(topologyChange(i));
   std::atomic<int> next{0};
   std::atomic<int> failed{0};
@@ -205,6 +208,7 @@ ApplyRun applyTopologies(const std::string& runfiles, int count, int workers) {
   const double cpu0 = cpuSeconds();
   const auto start = Clock::now();
   std::vector<std::thread> threads;
+  threads.reserve(workers);
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&] {
       for (int i = next++; i < count; i = next++) {

@@ -129,13 +129,13 @@ std::string objectName(const std::string& deployment_id) {
 }
 
 const std::vector<std::pair<std::string, std::string>>& deploymentKinds() {
-  static const std::vector<std::pair<std::string, std::string>> kKinds = {
+  static const std::vector<std::pair<std::string, std::string>> kinds = {
       {"apps/v1", "Deployment"},
       {"v1", "Service"},
       {"autoscaling/v2", "HorizontalPodAutoscaler"},
       {"networking.k8s.io/v1", "NetworkPolicy"},
   };
-  return kKinds;
+  return kinds;
 }
 
 absl::StatusOr<std::vector<json>> kubeObjects(const cluster::v1::DeploymentTopology& t,
@@ -178,10 +178,12 @@ absl::StatusOr<std::vector<json>> kubeObjects(const cluster::v1::DeploymentTopol
   json container = {
       {"name", kContainerName}, {"image", t.image()}, {"imagePullPolicy", "IfNotPresent"}};
   // command replaces the image's ENTRYPOINT, args its CMD, as the topology's fields mean.
-  if (t.command_size() > 0)
+  if (t.command_size() > 0) {
     container["command"] = std::vector<std::string>(t.command().begin(), t.command().end());
-  if (t.args_size() > 0)
+  }
+  if (t.args_size() > 0) {
     container["args"] = std::vector<std::string>(t.args().begin(), t.args().end());
+  }
   auto env = envOf(t, deployment_id);
   if (!env.ok()) return env.status();
   container["env"] = *env;

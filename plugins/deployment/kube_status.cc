@@ -11,12 +11,12 @@ namespace {
 using nlohmann::json;
 
 bool failingToStart(const std::string& reason) {
-  static const std::set<std::string> kReasons = {
+  static const std::set<std::string> reasons = {
       "ErrImagePull",      "ImagePullBackOff",           "InvalidImageName",
       "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError",
       "RunContainerError",
   };
-  return kReasons.count(reason) > 0;
+  return reasons.count(reason) > 0;
 }
 
 std::string conditionStatus(const json& status, const std::string& type, std::string* message) {
@@ -68,8 +68,9 @@ std::optional<runtime::InstanceStatus> podInstance(const json& pod) {
       i.phase = runtime::InstancePhase::kFailed;
       i.reason = reason;
       const json& last = cs.value("lastState", json::object()).value("terminated", json::object());
-      if (last.contains("exitCode"))
+      if (last.contains("exitCode")) {
         strAppend(&i.reason, ": exit code ", last.value("exitCode", 0));
+      }
       if (last.contains("signal")) strAppend(&i.reason, ", signal ", last.value("signal", 0));
       strAppend(&i.reason, ", ", cs.value("restartCount", 0), " restarts");
       if (!message.empty()) strAppend(&i.reason, ": ", message);

@@ -9,11 +9,11 @@ namespace krane::deployment {
 namespace {
 
 const std::map<std::string, int>& signals() {
-  static const std::map<std::string, int> kSignals = {
+  static const std::map<std::string, int> table = {
       {"TERM", SIGTERM}, {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"HUP", SIGHUP},
       {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"KILL", SIGKILL}, {"WINCH", SIGWINCH},
   };
-  return kSignals;
+  return table;
 }
 
 }  // namespace

@@ -19,11 +19,18 @@ constexpr char kSelector[] =
 constexpr char kIdLabel[] = "krane.dev/sentinel.id";
 constexpr char kEnvironmentLabel[] = "krane.dev/environment.id";
 
+using Kinds = std::vector<std::pair<std::string, std::string>>;
+
 // The kinds of the per-sentinel and the per-environment objects.
-const std::vector<std::pair<std::string, std::string>> kSentinelKinds = {
-    {"apps/v1", "Deployment"}, {"v1", "Service"}, {"policy/v1", "PodDisruptionBudget"}};
-const std::vector<std::pair<std::string, std::string>> kEnvironmentKinds = {
-    {"v1", "Service"}, {"cilium.io/v2", "CiliumNetworkPolicy"}};
+const Kinds& sentinelKinds() {
+  static const Kinds kinds = {
+      {"apps/v1", "Deployment"}, {"v1", "Service"}, {"policy/v1", "PodDisruptionBudget"}};
+  return kinds;
+}
+const Kinds& environmentKinds() {
+  static const Kinds kinds = {{"v1", "Service"}, {"cilium.io/v2", "CiliumNetworkPolicy"}};
+  return kinds;
+}
 
 absl::Status withContext(const absl::Status& st, const std::string& context) {
   if (st.ok()) return st;
@@ -158,7 +165,7 @@ absl::Status KubeSentinelPlugin::removeSentinel(const std::string& id, const std
   {
     std::unique_lock<std::mutex> env_lock;
     if (!environment_id.empty()) env_lock = std::unique_lock(environmentLock(environment_id));
-    for (const auto& [api_version, kind] : kSentinelKinds) {
+    for (const auto& [api_version, kind] : sentinelKinds()) {
       KRANE_RETURN_IF_ERROR(withContext(
           kube::removeIfPresent(*client_, {api_version, kind, kNamespace, name}), context));
     }
@@ -180,7 +187,7 @@ absl::Status KubeSentinelPlugin::removeEnvironmentIfUnused(const std::string& en
   if (!left.ok()) return left.status();
   if (!left->empty()) return absl::OkStatus();
   const std::string name = objectName("sentinel-gossip", environment_id);
-  for (const auto& [api_version, kind] : kEnvironmentKinds) {
+  for (const auto& [api_version, kind] : environmentKinds()) {
     KRANE_RETURN_IF_ERROR(kube::removeIfPresent(*client_, {api_version, kind, kNamespace, name}));
   }
   host_->log(sdk::LogLevel::kInfo,
@@ -197,7 +204,7 @@ absl::Status KubeSentinelPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end) {
   }
   const std::string context = "garbage collection after a sync";
   std::set<std::string> removed;
-  for (const auto& [api_version, kind] : kSentinelKinds) {
+  for (const auto& [api_version, kind] : sentinelKinds()) {
     auto found = kube::listMatching(*client_, api_version, kind, kNamespace,
                                     strCat(kSelector, ",", kIdLabel));
     if (!found.ok()) return withContext(found.status(), context);
@@ -215,7 +222,7 @@ absl::Status KubeSentinelPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end) {
   if (!left.ok()) return withContext(left.status(), context);
   std::set<std::string> alive;
   for (const json& d : *left) alive.insert(kube::labelOf(d, kEnvironmentLabel));
-  for (const auto& [api_version, kind] : kEnvironmentKinds) {
+  for (const auto& [api_version, kind] : environmentKinds()) {
     auto found = kube::listMatching(*client_, api_version, kind, kNamespace,
                                     strCat(kSelector, ",!", kIdLabel));
     if (!found.ok()) return withContext(found.status(), context);

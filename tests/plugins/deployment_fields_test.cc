@@ -174,8 +174,9 @@ TEST(DeploymentFields, ProbesCarryEveryTimingField) {
   const std::vector<std::string> not_carried = {"port", "success_threshold"};
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* field = d->field(i);
-    if (std::find(not_carried.begin(), not_carried.end(), field->name()) != not_carried.end())
+    if (std::find(not_carried.begin(), not_carried.end(), field->name()) != not_carried.end()) {
       continue;
+    }
     for (bool liveness : {true, false}) {
       cluster::v1::DeploymentTopology t = base();
       auto* probe = liveness ? t.mutable_healthcheck()->mutable_liveness()

@@ -78,6 +78,7 @@ std::string refusal(const cluster::v1::DeploymentTopology& t) {
 TEST(DeploymentKubeObjects, KindsNamesAndLabels) {
   const auto objects = render(topology());
   std::vector<std::string> kinds;
+  kinds.reserve(objects.size());
   for (const auto& o : objects) kinds.push_back(o["kind"]);
   EXPECT_THAT(kinds, ElementsAre("Namespace", "Deployment", "Service", "NetworkPolicy"));
   const std::regex dns_label("[a-z]([-a-z0-9]{0,61}[a-z0-9])?");

@@ -81,8 +81,9 @@ absl::StatusOr<std::string> Informer::relist() {
     }
     for (const auto& [key, item] : listed) {
       auto it = objects_.find(key);
-      if (it == objects_.end() || versionOf(it->second) != versionOf(*item))
+      if (it == objects_.end() || versionOf(it->second) != versionOf(*item)) {
         changed.push_back(item);
+      }
     }
   }
   for (const auto& object : gone) deliver(object, true);

@@ -11,7 +11,8 @@ namespace krane::runtime {
 
 using nlohmann::json;
 
-ProcessWorkloadPlugin::ProcessWorkloadPlugin(std::string name, std::string type, std::string prefix)
+ProcessWorkloadPlugin::ProcessWorkloadPlugin(std::string name, std::string type,
+                                             const std::string& prefix)
     : name_(std::move(name)), type_(std::move(type)), prefix_(strCat(prefix, "/")) {}
 
 absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view config_text) {

@@ -40,7 +40,7 @@ class ProcessWorkloadPlugin : public sdk::Plugin {
   };
 
   // `name` for messages ("deployment plugin"); workloads are "<prefix>/<resource id>".
-  ProcessWorkloadPlugin(std::string name, std::string type, std::string prefix);
+  ProcessWorkloadPlugin(std::string name, std::string type, const std::string& prefix);
 
   // The workload of an apply: INVALID_ARGUMENT naming the field when it cannot be run; nullopt
   // when the resource should not run at all (it is removed).
