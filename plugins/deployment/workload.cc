@@ -1,7 +1,6 @@
 #include "plugins/deployment/workload.h"
 
 #include <algorithm>
-#include <csignal>
 #include <map>
 
 #include "common/strings.h"
@@ -32,22 +31,6 @@ const std::vector<std::pair<std::string, std::string>> kNotOnProcessRuntime = {
 
 std::string workloadId(const std::string& deployment_id) {
   return strCat("deployment/", deployment_id);
-}
-
-absl::StatusOr<int> signalNumber(const std::string& name) {
-  static const std::map<std::string, int> kSignals = {
-      {"TERM", SIGTERM}, {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"HUP", SIGHUP},
-      {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"KILL", SIGKILL}, {"WINCH", SIGWINCH},
-  };
-  if (name.empty()) return SIGTERM;
-  const std::string bare = name.rfind("SIG", 0) == 0 ? name.substr(3) : name;
-  auto it = kSignals.find(bare);
-  if (it == kSignals.end()) {
-    return absl::InvalidArgumentError(strCat("shutdown_signal: \"", name,
-                                             "\" is not one of SIGTERM, SIGINT, SIGQUIT, SIGHUP, "
-                                             "SIGUSR1, SIGUSR2, SIGKILL, SIGWINCH"));
-  }
-  return it->second;
 }
 
 absl::StatusOr<runtime::WorkloadSpec> toWorkload(const cluster::v1::DeploymentTopology& t,
@@ -81,6 +64,36 @@ absl::StatusOr<runtime::WorkloadSpec> toWorkload(const cluster::v1::DeploymentTo
   w.grace = std::chrono::seconds(
       t.termination_grace_period_seconds() > 0 ? t.termination_grace_period_seconds() : 30);
   return w;
+}
+
+cluster::v1::ReportDeploymentStatusRequest deploymentReport(const runtime::WorkloadStatus& s,
+                                                            const std::string& deployment_id,
+                                                            const std::string& region,
+                                                            uint64_t applied_version,
+                                                            const std::string& applied_revision) {
+  cluster::v1::ReportDeploymentStatusRequest r;
+  r.set_deployment_id(deployment_id);
+  r.set_region(region);
+  r.set_applied_version(applied_version);
+  auto* set = r.mutable_instances();
+  for (const auto& i : s.instances) {
+    if (i.phase == runtime::InstancePhase::kTerminating) continue;  // on its way out
+    auto* out = set->add_instances();
+    out->set_id(i.name);
+    out->set_address(i.address);
+    if (!applied_revision.empty()) out->set_current(i.revision == applied_revision);
+    if (i.phase == runtime::InstancePhase::kFailed) {
+      out->set_status(cluster::v1::INSTANCE_STATUS_FAILED);
+    } else if (i.phase == runtime::InstancePhase::kRunning && i.ready) {
+      out->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
+    } else {
+      out->set_status(cluster::v1::INSTANCE_STATUS_PENDING);
+    }
+    std::string reason = i.reason;
+    if (!i.last_output.empty()) strAppend(&reason, "; last output: ", i.last_output.back());
+    if (!reason.empty()) out->set_failure_reason(reason.substr(0, 2000));
+  }
+  return r;
 }
 
 }  // namespace krane::deployment

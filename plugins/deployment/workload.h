@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "krane/cluster/v1/cluster.pb.h"
 #include "krane/cluster/v1/state.pb.h"
+#include "plugins/deployment/signals.h"
 #include "plugins/runtime/process/process_runtime.h"
 
 namespace krane::deployment {
@@ -23,8 +25,14 @@ std::string workloadId(const std::string& deployment_id);
 absl::StatusOr<runtime::WorkloadSpec> toWorkload(const cluster::v1::DeploymentTopology& topology,
                                                  const std::string& deployment_id);
 
-// "SIGTERM", "TERM" or "" (SIGTERM) -> the signal number.
-absl::StatusOr<int> signalNumber(const std::string& name);
+// The report of a deployment's instances, from either runtime (the Kubernetes runtime maps pods
+// to the same InstanceStatus): terminating instances are left out; failed ones carry the
+// reason and the last line of their output. With `applied_revision`, each instance says whether
+// it runs that revision (`current`): the revision the plugin applied, not the status' own, so a
+// status read just before a new spec was applied never counts old instances as current.
+cluster::v1::ReportDeploymentStatusRequest deploymentReport(
+    const runtime::WorkloadStatus& status, const std::string& deployment_id,
+    const std::string& region, uint64_t applied_version, const std::string& applied_revision = "");
 
 // Fields the process runtime has no use for, with the reason (field name -> reason).
 extern const std::vector<std::pair<std::string, std::string>> kNotOnProcessRuntime;

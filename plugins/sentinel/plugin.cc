@@ -1,17 +1,21 @@
 // The sentinel plugin: owns resource type "sentinel" and runs each sentinel, then reports its
 // replicas, the image it runs once a rollout converged, and its health (paused at zero
 // replicas, healthy with an available replica, else unhealthy). An archived sentinel is
-// removed. Configuration as for the deployment plugin (plugins/runtime/process/config.h).
+// removed. Configuration as for the deployment plugin: {"runtime": "process", "process": {...}}
+// (plugins/runtime/process/config.h) or {"runtime": "kubernetes", "kubernetes": {...}}
+// (kube_plugin.h).
 #include "common/strings.h"
 #include "plugins/runtime/process/workload_plugin.h"
+#include "plugins/runtime/runtime_switch.h"
+#include "plugins/sentinel/kube_plugin.h"
 #include "plugins/sentinel/sentinel.h"
 
 namespace krane::sentinel {
 namespace {
 
-class SentinelPlugin final : public runtime::ProcessWorkloadPlugin {
+class ProcessSentinelPlugin final : public runtime::ProcessWorkloadPlugin {
  public:
-  SentinelPlugin() : ProcessWorkloadPlugin("sentinel plugin", "sentinel", "sentinel") {}
+  ProcessSentinelPlugin() : ProcessWorkloadPlugin("sentinel plugin", "sentinel", "sentinel") {}
 
  protected:
   absl::StatusOr<std::optional<runtime::WorkloadSpec>> workloadFor(
@@ -45,6 +49,12 @@ class SentinelPlugin final : public runtime::ProcessWorkloadPlugin {
     r->set_applied_version(applied.version);
     return report;
   }
+};
+
+class SentinelPlugin final
+    : public runtime::RuntimeSwitch<ProcessSentinelPlugin, KubeSentinelPlugin> {
+ public:
+  SentinelPlugin() : RuntimeSwitch("sentinel plugin") {}
 };
 
 }  // namespace

@@ -1,22 +1,15 @@
 #include "plugins/sentinel/sentinel.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "common/strings.h"
+#include "plugins/runtime/kubernetes/names.h"
 
 namespace krane::sentinel {
 namespace {
 
 using nlohmann::json;
-
-uint32_t fnv1a32(std::string_view bytes) {
-  uint32_t h = 2166136261u;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 16777619u;
-  }
-  return h;
-}
 
 json commonLabels(const cluster::v1::Sentinel& s) {
   json labels = {{"app.kubernetes.io/managed-by", "krane"},
@@ -56,40 +49,10 @@ int32_t replicasOf(const cluster::v1::Sentinel& s) {
              : static_cast<int32_t>(s.replicas());
 }
 
-// Label values: at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends.
-bool validLabelValue(const std::string& v) {
-  if (v.size() > 63) return false;
-  for (char c : v) {
-    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_' && c != '.')
-      return false;
-  }
-  return v.empty() || (std::isalnum(static_cast<unsigned char>(v.front())) &&
-                       std::isalnum(static_cast<unsigned char>(v.back())));
-}
-
 }  // namespace
 
 std::string objectName(const std::string& prefix, const std::string& id) {
-  std::string clean;
-  for (char c : id) {
-    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    clean.push_back(std::isalnum(static_cast<unsigned char>(l)) ? l : '-');
-  }
-  std::string name = strCat(prefix, "-", clean);
-  const bool changed = clean != id || name.size() > 63;
-  if (changed) {
-    char suffix[9];
-    std::snprintf(suffix, sizeof(suffix), "%08x", fnv1a32(id));
-    name = strCat(name.substr(0, 63 - 9), "-", suffix);
-  }
-  // No double or trailing dashes from the cleaning.
-  std::string out;
-  for (char c : name) {
-    if (c == '-' && !out.empty() && out.back() == '-') continue;
-    out.push_back(c);
-  }
-  while (!out.empty() && out.back() == '-') out.pop_back();
-  return out;
+  return kube::dnsLabel(prefix, id);
 }
 
 std::string deploymentName(const cluster::v1::Sentinel& s) {
@@ -108,7 +71,7 @@ absl::Status validate(const cluster::v1::Sentinel& s) {
   };
   for (const auto& [field, value] : ids) {
     if (value->empty()) return absl::InvalidArgumentError(strCat("sentinel.", field, ": required"));
-    if (!validLabelValue(*value)) {
+    if (!kube::validLabelValue(*value)) {
       return absl::InvalidArgumentError(
           strCat("sentinel.", field, ": \"", *value,
                  "\" must be at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends"));
@@ -265,27 +228,68 @@ runtime::WorkloadSpec toWorkload(const cluster::v1::Sentinel& s, const std::stri
   return w;
 }
 
-cluster::v1::ReportSentinelStatusRequest toReport(const runtime::WorkloadStatus& status,
-                                                  const std::string& sentinel_id,
-                                                  int64_t generation,
-                                                  const std::string& converged_image,
-                                                  uint64_t applied_version) {
+cluster::v1::ReportSentinelStatusRequest sentinelReport(const Observed& o,
+                                                        const std::string& sentinel_id,
+                                                        const std::string& running_image,
+                                                        uint64_t applied_version) {
   cluster::v1::ReportSentinelStatusRequest r;
   r.set_sentinel_id(sentinel_id);
-  r.set_available_replicas(static_cast<uint32_t>(status.ready));
-  r.set_updated_replicas(static_cast<uint32_t>(status.updated));
-  r.set_ready_replicas(static_cast<uint32_t>(status.ready));
-  r.set_observed_generation(generation);
-  r.set_running_image(converged_image);
+  r.set_available_replicas(static_cast<uint32_t>(std::max(o.available, 0)));
+  r.set_updated_replicas(static_cast<uint32_t>(std::max(o.updated, 0)));
+  r.set_ready_replicas(static_cast<uint32_t>(std::max(o.ready, 0)));
+  r.set_observed_generation(o.observed_generation);
+  r.set_running_image(running_image);
   r.set_applied_version(applied_version);
-  if (status.replicas == 0) {
+  if (o.replicas == 0) {
     r.set_health(cluster::v1::SENTINEL_HEALTH_PAUSED);
-  } else if (status.ready > 0) {
+  } else if (o.available > 0) {
     r.set_health(cluster::v1::SENTINEL_HEALTH_HEALTHY);
   } else {
     r.set_health(cluster::v1::SENTINEL_HEALTH_UNHEALTHY);
   }
   return r;
+}
+
+cluster::v1::ReportSentinelStatusRequest toReport(const runtime::WorkloadStatus& status,
+                                                  const std::string& sentinel_id,
+                                                  int64_t generation,
+                                                  const std::string& converged_image,
+                                                  uint64_t applied_version) {
+  // The process runtime has no minimum ready time: a ready instance is available.
+  Observed o;
+  o.replicas = status.replicas;
+  o.available = status.ready;
+  o.updated = status.updated;
+  o.ready = status.ready;
+  o.observed_generation = generation;
+  o.converged = status.converged;
+  o.image = status.image;
+  return sentinelReport(o, sentinel_id, converged_image, applied_version);
+}
+
+Observed observeDeployment(const json& deployment) {
+  const json& spec = deployment.value("spec", json::object());
+  const json& status = deployment.value("status", json::object());
+  Observed o;
+  // Absent counts are zero (the API server omits them); absent spec.replicas defaults to 1.
+  o.replicas = spec.value("replicas", 1);
+  o.available = status.value("availableReplicas", 0);
+  o.updated = status.value("updatedReplicas", 0);
+  o.ready = status.value("readyReplicas", 0);
+  const int total = status.value("replicas", 0);
+  o.observed_generation = status.value("observedGeneration", int64_t{0});
+  const int64_t generation =
+      deployment.value("metadata", json::object()).value("generation", int64_t{0});
+  const json containers = spec.value("template", json::object())
+                              .value("spec", json::object())
+                              .value("containers", json::array());
+  for (const auto& c : containers) {
+    if (c.value("name", "") == "sentinel") o.image = c.value("image", "");
+  }
+  // The controller saw the current spec, and every pod is of it and available (no old pod left).
+  o.converged = o.observed_generation >= generation && o.updated == o.replicas &&
+                total == o.replicas && o.available == o.replicas;
+  return o;
 }
 
 }  // namespace krane::sentinel

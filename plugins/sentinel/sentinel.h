@@ -48,9 +48,32 @@ absl::Status validate(const cluster::v1::Sentinel& s);
 std::string workloadId(const std::string& sentinel_id);
 runtime::WorkloadSpec toWorkload(const cluster::v1::Sentinel& s, const std::string& sentinel_id);
 
-// What the runtime shows, as the control plane wants it. `generation` counts the spec changes
-// applied; `converged_image` is the image of the last converged rollout (running_image is only
-// set once a rollout converged).
+// What a runtime shows of one sentinel's rollout.
+struct Observed {
+  int replicas = 0;   // wanted
+  int available = 0;  // ready for at least the minimum ready time
+  int updated = 0;    // of the current spec
+  int ready = 0;
+  int64_t observed_generation = 0;
+  bool converged = false;  // every instance of the current spec and available, none other
+  std::string image;       // of the current spec
+};
+
+// The report of both runtimes. Health: paused at zero replicas wanted, healthy with an available
+// replica, else unhealthy. `running_image` is the image of the last converged rollout.
+cluster::v1::ReportSentinelStatusRequest sentinelReport(const Observed& observed,
+                                                        const std::string& sentinel_id,
+                                                        const std::string& running_image,
+                                                        uint64_t applied_version);
+
+// A sentinel Deployment as the API server stores it: spec.replicas, status counts and
+// observedGeneration; converged when the controller observed the current generation and
+// updated = replicas (status) = available = spec.replicas.
+Observed observeDeployment(const nlohmann::json& deployment);
+
+// What the process runtime shows, as the control plane wants it. `generation` counts the spec
+// changes applied; `converged_image` is the image of the last converged rollout (running_image is
+// only set once a rollout converged).
 cluster::v1::ReportSentinelStatusRequest toReport(const runtime::WorkloadStatus& status,
                                                   const std::string& sentinel_id,
                                                   int64_t generation,

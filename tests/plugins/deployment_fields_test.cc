@@ -1,12 +1,14 @@
-// Every field of DeploymentTopology reaches the process runtime's workload, or is listed in
-// kNotOnProcessRuntime with its reason. A field added to the proto and forgotten in the plugin
-// fails here, by name (the original lost the command override five times).
+// Every field of DeploymentTopology reaches the process runtime's workload and the Kubernetes
+// objects, or is listed in kNotOnProcessRuntime / kNotOnKubernetes with its reason. A field added
+// to the proto and forgotten on either runtime fails here, by name (the original lost the command
+// override five times).
 #include <gmock/gmock.h>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>
 #include <gtest/gtest.h>
 
 #include "common/strings.h"
+#include "plugins/deployment/kube_objects.h"
 #include "plugins/deployment/workload.h"
 
 namespace krane::deployment {
@@ -18,8 +20,10 @@ using google::protobuf::Message;
 // A base topology every field is varied against.
 cluster::v1::DeploymentTopology base() {
   cluster::v1::DeploymentTopology t;
+  t.set_workspace_id("ws1");
   t.set_image("krane.dev/demo-app:v1");
   t.set_replicas(2);
+  t.set_port(8080);
   return t;
 }
 
@@ -78,8 +82,19 @@ std::string rendered(const cluster::v1::DeploymentTopology& t) {
   return w.ok() ? runtime::toJson(*w) : "";
 }
 
-bool exempt(const std::string& name) {
-  for (const auto& [field, reason] : kNotOnProcessRuntime) {
+// Every object of the Kubernetes path; a refused topology renders as its error.
+std::string renderedKube(const cluster::v1::DeploymentTopology& t) {
+  auto objects = kubeObjects(t, "d-1");
+  if (!objects.ok()) return strCat("error: ", objects.status().message());
+  std::string out;
+  for (const auto& o : *objects) strAppend(&out, o.dump(), "\n");
+  return out;
+}
+
+using Exemptions = std::vector<std::pair<std::string, std::string>>;
+
+bool exempt(const std::string& name, const Exemptions& list = kNotOnProcessRuntime) {
+  for (const auto& [field, reason] : list) {
     if (field == name) return true;
   }
   return false;
@@ -102,11 +117,54 @@ TEST(DeploymentFields, EveryTopologyFieldReachesTheWorkloadOrSaysWhyNot) {
   }
 }
 
+TEST(DeploymentFields, EveryTopologyFieldReachesAKubernetesObjectOrSaysWhyNot) {
+  ASSERT_THAT(renderedKube(base()), ::testing::Not(::testing::StartsWith("error")));
+  const auto* d = cluster::v1::DeploymentTopology::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* field = d->field(i);
+    if (exempt(field->name(), kNotOnKubernetes)) continue;
+    cluster::v1::DeploymentTopology t = base();
+    t.GetReflection()->ClearField(&t, field);
+    const std::string without = renderedKube(t);
+    setDistinct(t, field);
+    const std::string with = renderedKube(t);
+    EXPECT_THAT(with, ::testing::Not(::testing::StartsWith("error")))
+        << "DeploymentTopology." << field->name() << " set to a valid value is refused: " << with;
+    EXPECT_NE(with, without)
+        << "DeploymentTopology." << field->name()
+        << " does not reach any Kubernetes object: carry it in kubeObjects(), or list it in "
+           "kNotOnKubernetes with the reason";
+  }
+}
+
 TEST(DeploymentFields, ExemptionsNameRealFields) {
   const auto* d = cluster::v1::DeploymentTopology::descriptor();
-  for (const auto& [field, reason] : kNotOnProcessRuntime) {
-    EXPECT_NE(d->FindFieldByName(field), nullptr) << field << " is not a field any more";
-    EXPECT_FALSE(reason.empty());
+  for (const auto* list : {&kNotOnProcessRuntime, &kNotOnKubernetes}) {
+    for (const auto& [field, reason] : *list) {
+      EXPECT_NE(d->FindFieldByName(field), nullptr) << field << " is not a field any more";
+      EXPECT_FALSE(reason.empty());
+    }
+  }
+}
+
+TEST(DeploymentFields, KubernetesProbesCarryEveryField) {
+  // Every field of a probe reaches the pod spec; a liveness probe's success threshold is the
+  // one exception (Kubernetes requires 1 there).
+  const auto* d = cluster::v1::HttpProbe::descriptor();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* field = d->field(i);
+    for (bool liveness : {true, false}) {
+      if (liveness && field->name() == "success_threshold") continue;
+      cluster::v1::DeploymentTopology t = base();
+      auto* probe = liveness ? t.mutable_healthcheck()->mutable_liveness()
+                             : t.mutable_healthcheck()->mutable_readiness();
+      probe->set_path("/p");
+      const std::string before = renderedKube(t);
+      setDistinct(*probe, field);
+      if (field->name() == "path") probe->set_path("/other");
+      EXPECT_NE(renderedKube(t), before)
+          << (liveness ? "liveness." : "readiness.") << field->name();
+    }
   }
 }
 
@@ -116,8 +174,9 @@ TEST(DeploymentFields, ProbesCarryEveryTimingField) {
   const std::vector<std::string> not_carried = {"port", "success_threshold"};
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* field = d->field(i);
-    if (std::find(not_carried.begin(), not_carried.end(), field->name()) != not_carried.end())
+    if (std::find(not_carried.begin(), not_carried.end(), field->name()) != not_carried.end()) {
       continue;
+    }
     for (bool liveness : {true, false}) {
       cluster::v1::DeploymentTopology t = base();
       auto* probe = liveness ? t.mutable_healthcheck()->mutable_liveness()

@@ -34,15 +34,16 @@ const json& find(const std::vector<json>& objects, const std::string& kind) {
   for (const auto& o : objects) {
     if (o["kind"] == kind) return o;
   }
-  static const json kNone;
+  static const json none;
   ADD_FAILURE() << "no " << kind;
-  return kNone;
+  return none;
 }
 
 TEST(SentinelObjects, ExactlyFiveObjectsInTheSentinelNamespace) {
   const auto mine = sentinelObjects(sentinel());
   const auto shared = environmentObjects(sentinel());
   std::vector<std::string> kinds;
+  kinds.reserve(mine.size() + shared.size());
   for (const auto& o : mine) kinds.push_back(o["kind"]);
   for (const auto& o : shared) kinds.push_back(o["kind"]);
   EXPECT_THAT(kinds, ::testing::ElementsAre("Deployment", "Service", "PodDisruptionBudget",
@@ -62,10 +63,12 @@ TEST(SentinelObjects, ExactlyFiveObjectsInTheSentinelNamespace) {
       EXPECT_EQ(labels["krane.dev/environment.id"], "env_prod");
     }
   }
-  for (const auto& o : mine)
+  for (const auto& o : mine) {
     EXPECT_EQ(o["metadata"]["labels"]["krane.dev/sentinel.id"], "snt_01HXYZ");
-  for (const auto& o : shared)
+  }
+  for (const auto& o : shared) {
     EXPECT_FALSE(o["metadata"]["labels"].contains("krane.dev/sentinel.id"));
+  }
 }
 
 TEST(SentinelObjects, TheDeploymentHasEverySettingOfTheSpecification) {
@@ -88,8 +91,9 @@ TEST(SentinelObjects, TheDeploymentHasEverySettingOfTheSpecification) {
   const json& c = pod["containers"][0];
   EXPECT_EQ(c["image"], "ghcr.io/krane/sentinel:1.4.2");
   std::vector<std::string> ports;
-  for (const auto& p : c["ports"])
+  for (const auto& p : c["ports"]) {
     ports.push_back(strCat(p["containerPort"].get<int>(), "/", p["protocol"].get<std::string>()));
+  }
   EXPECT_THAT(ports, ::testing::ElementsAre("8040/TCP", "7946/TCP", "7946/UDP"));
   // Separate endpoints: liveness only says the process is alive, readiness that it can serve.
   EXPECT_EQ(c["livenessProbe"]["httpGet"]["path"], "/healthz/live");
@@ -98,8 +102,9 @@ TEST(SentinelObjects, TheDeploymentHasEverySettingOfTheSpecification) {
   EXPECT_EQ(c["resources"]["requests"]["cpu"], "500m");
   EXPECT_EQ(c["resources"]["limits"]["memory"], "256Mi");
   bool config = false;
-  for (const auto& e : c["env"])
+  for (const auto& e : c["env"]) {
     config |= e["name"] == "KRANE_SENTINEL_CONFIG" && e["value"] == sentinel().config_json();
+  }
   EXPECT_TRUE(config) << "the sentinel's configuration is passed unchanged";
   // The selector matches the pod template's labels.
   for (const auto& [k, v] : spec["selector"]["matchLabels"].items()) {
@@ -159,6 +164,43 @@ TEST(SentinelObjects, BadSentinelsAreRefusedNamingTheField) {
   EXPECT_THAT(std::string(toStd(validate(s).message())),
               ::testing::HasSubstr("sentinel.config_json"));
   EXPECT_TRUE(validate(sentinel()).ok());
+}
+
+TEST(SentinelStatus, ARolloutConvergesOnlyWhenEveryPodIsCurrentAndAvailable) {
+  json d = sentinelObjects(sentinel())[0];
+  d["metadata"]["generation"] = 4;
+  d["status"] = {{"observedGeneration", 4},
+                 {"replicas", 3},
+                 {"updatedReplicas", 3},
+                 {"readyReplicas", 3},
+                 {"availableReplicas", 3}};
+  Observed o = observeDeployment(d);
+  EXPECT_TRUE(o.converged);
+  EXPECT_EQ(o.image, "ghcr.io/krane/sentinel:1.4.2");
+  EXPECT_EQ(o.observed_generation, 4);
+  auto r = sentinelReport(o, "snt_01HXYZ", o.image, 9);
+  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_HEALTHY);
+  EXPECT_EQ(r.available_replicas(), 3u);
+  EXPECT_EQ(r.applied_version(), 9u);
+
+  d["status"]["replicas"] = 4;  // an old pod is still there (surge)
+  EXPECT_FALSE(observeDeployment(d).converged);
+  d["status"]["replicas"] = 3;
+  d["status"]["observedGeneration"] = 3;  // the controller has not seen the new spec
+  EXPECT_FALSE(observeDeployment(d).converged);
+  d["status"] = {{"observedGeneration", 4},
+                 {"replicas", 3},
+                 {"updatedReplicas", 3},
+                 {"readyReplicas", 3}};  // ready, not yet for minReadySeconds
+  o = observeDeployment(d);
+  EXPECT_FALSE(o.converged);
+  EXPECT_EQ(sentinelReport(o, "s", "", 1).health(), cluster::v1::SENTINEL_HEALTH_UNHEALTHY);
+
+  d["spec"]["replicas"] = 0;
+  d["status"] = {{"observedGeneration", 4}};  // zero counts are omitted
+  o = observeDeployment(d);
+  EXPECT_TRUE(o.converged);
+  EXPECT_EQ(sentinelReport(o, "s", "", 1).health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
 }
 
 }  // namespace

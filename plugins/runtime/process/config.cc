@@ -66,8 +66,9 @@ absl::StatusOr<ProcessRuntimeOptions> processOptionsFromJson(const json& config,
         return absl::InvalidArgumentError(strCat(path, ": must be a non-empty list of strings"));
       }
       for (const auto& a : argv) {
-        if (!a.is_string())
+        if (!a.is_string()) {
           return absl::InvalidArgumentError(strCat(path, ": ", a.dump(), " is not a string"));
+        }
         o.images[name].push_back(a.get<std::string>());
       }
       if (o.images[name][0].empty() || o.images[name][0][0] != '/') {

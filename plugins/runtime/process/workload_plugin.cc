@@ -11,7 +11,8 @@ namespace krane::runtime {
 
 using nlohmann::json;
 
-ProcessWorkloadPlugin::ProcessWorkloadPlugin(std::string name, std::string type, std::string prefix)
+ProcessWorkloadPlugin::ProcessWorkloadPlugin(std::string name, std::string type,
+                                             const std::string& prefix)
     : name_(std::move(name)), type_(std::move(type)), prefix_(strCat(prefix, "/")) {}
 
 absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view config_text) {
@@ -21,7 +22,9 @@ absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view confi
   };
   const json config = json::parse(config_text.empty() ? "{}" : config_text, nullptr, false);
   if (config.is_discarded()) return prefixed(absl::InvalidArgumentError("not valid JSON"));
-  if (auto st = onlyKeys(config, "", {"runtime", "process"}); !st.ok()) return prefixed(st);
+  if (auto st = onlyKeys(config, "", {"runtime", "process", "kubernetes"}); !st.ok()) {
+    return prefixed(st);
+  }
   const std::string runtime = config.value("runtime", "process");
   if (runtime != "process") {
     return prefixed(absl::InvalidArgumentError(

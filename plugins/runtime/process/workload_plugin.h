@@ -2,7 +2,8 @@
 // (deployment, sentinel): configuration, apply / remove, garbage collection after a sync,
 // status reports on every change, adoption of what an earlier host left running.
 //
-// Configuration (JSON): {"runtime": "process", "process": {...}} with the keys of config.h.
+// Configuration (JSON): {"runtime": "process", "process": {...}} with the keys of config.h (a
+// "kubernetes" section may be present too, for the other runtime; it is not read here).
 #pragma once
 
 #include <map>
@@ -39,7 +40,7 @@ class ProcessWorkloadPlugin : public sdk::Plugin {
   };
 
   // `name` for messages ("deployment plugin"); workloads are "<prefix>/<resource id>".
-  ProcessWorkloadPlugin(std::string name, std::string type, std::string prefix);
+  ProcessWorkloadPlugin(std::string name, std::string type, const std::string& prefix);
 
   // The workload of an apply: INVALID_ARGUMENT naming the field when it cannot be run; nullopt
   // when the resource should not run at all (it is removed).

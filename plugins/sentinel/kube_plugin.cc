@@ -1,0 +1,317 @@
+#include "plugins/sentinel/kube_plugin.h"
+
+#include <functional>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "plugins/runtime/kubernetes/objects.h"
+#include "plugins/runtime/kubernetes/plugin_config.h"
+#include "plugins/sentinel/sentinel.h"
+
+namespace krane::sentinel {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr char kSelector[] =
+    "app.kubernetes.io/managed-by=krane,app.kubernetes.io/component=sentinel";
+constexpr char kIdLabel[] = "krane.dev/sentinel.id";
+constexpr char kEnvironmentLabel[] = "krane.dev/environment.id";
+
+using Kinds = std::vector<std::pair<std::string, std::string>>;
+
+// The kinds of the per-sentinel and the per-environment objects.
+const Kinds& sentinelKinds() {
+  static const Kinds kinds = {
+      {"apps/v1", "Deployment"}, {"v1", "Service"}, {"policy/v1", "PodDisruptionBudget"}};
+  return kinds;
+}
+const Kinds& environmentKinds() {
+  static const Kinds kinds = {{"v1", "Service"}, {"cilium.io/v2", "CiliumNetworkPolicy"}};
+  return kinds;
+}
+
+absl::Status withContext(const absl::Status& st, const std::string& context) {
+  if (st.ok()) return st;
+  return absl::Status(st.code(), strCat(context, ": ", st.message()));
+}
+
+}  // namespace
+
+absl::Status KubeSentinelPlugin::init(sdk::Host& host, std::string_view config_text) {
+  host_ = &host;
+  const auto prefixed = [](const absl::Status& st) {
+    return absl::Status(st.code(), strCat("sentinel plugin config: ", st.message()));
+  };
+  const json config = json::parse(config_text.empty() ? "{}" : config_text, nullptr, false);
+  if (!config.is_object()) return prefixed(absl::InvalidArgumentError("not a JSON object"));
+  for (const auto& [key, _] : config.items()) {
+    if (key != "runtime" && key != "process" && key != "kubernetes") {
+      return prefixed(absl::InvalidArgumentError(strCat(key, ": unknown key")));
+    }
+  }
+  if (!config.contains("kubernetes")) {
+    return prefixed(absl::InvalidArgumentError("kubernetes: required with runtime kubernetes"));
+  }
+  auto connection = kube::connectionFromJson(config["kubernetes"], "kubernetes", {});
+  if (!connection.ok()) return prefixed(connection.status());
+  auto client = kube::Client::create(connection->cluster, connection->options);
+  if (!client.ok()) return prefixed(client.status());
+  client_ = *std::move(client);
+
+  kube::InformerOptions watch;
+  watch.api_version = "apps/v1";
+  watch.kind = "Deployment";
+  watch.ns = kNamespace;
+  watch.label_selector = strCat(kSelector, ",", kIdLabel);
+  watch.on_error = [this](const absl::Status& st) {
+    host_->log(
+        sdk::LogLevel::kWarn,
+        strCat("sentinel plugin: watching deployments failed, listing again: ", st.message()));
+  };
+  deployments_ = std::make_unique<kube::Informer>(
+      *client_, watch, [this](const json& d, bool deleted) { onDeployment(d, deleted); });
+  deployments_->start();
+  host.log(sdk::LogLevel::kInfo,
+           strCat("sentinel plugin: kubernetes runtime, API server ", client_->config().server,
+                  " (", client_->config().source, ")"));
+  return absl::OkStatus();
+}
+
+std::mutex& KubeSentinelPlugin::environmentLock(const std::string& environment_id) {
+  return environment_locks_[std::hash<std::string>{}(environment_id) % environment_locks_.size()];
+}
+
+absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
+  const auto& r = change.resource();
+  const std::string context = strCat("sentinel ", r.id());
+  if (!r.has_sentinel()) {
+    return absl::InvalidArgumentError(strCat(context, ": the change carries no sentinel"));
+  }
+  const auto& s = r.sentinel();
+  KRANE_RETURN_IF_ERROR(withContext(validate(s), context));
+  if (s.sentinel_id() != r.id()) {
+    return absl::InvalidArgumentError(strCat(context, ": sentinel.sentinel_id: \"", s.sentinel_id(),
+                                             "\" is not the resource id"));
+  }
+  if (s.desired_state() == cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED) {
+    return removeSentinel(r.id(), r.region().empty() ? s.region() : r.region(), change.version());
+  }
+  {
+    std::lock_guard env_lock(environmentLock(s.environment_id()));
+    // The shared objects first: a new sentinel finds its gossip peers' Service from the start.
+    for (const json& object : environmentObjects(s)) {
+      auto applied = client_->apply(object);
+      if (!applied.ok()) {
+        return withContext(applied.status(), strCat(context, ": environment ", s.environment_id(),
+                                                    ": ", object["kind"].get<std::string>()));
+      }
+    }
+    for (const json& object : sentinelObjects(s)) {
+      auto applied = client_->apply(object);
+      if (!applied.ok()) {
+        return withContext(applied.status(),
+                           strCat(context, ": ", object["kind"].get<std::string>()));
+      }
+    }
+    std::lock_guard lock(mutex_);
+    Applied& a = applied_[r.id()];
+    a.region = r.region().empty() ? s.region() : r.region();
+    a.environment_id = s.environment_id();
+    a.version = change.version();
+    removed_.erase(r.id());
+  }
+  // The Deployment as the informer saw it last (the watch brings the new one right after).
+  std::optional<json> seen;
+  for (const auto& d : deployments_->snapshot()) {
+    if (kube::labelOf(d, kIdLabel) == r.id()) seen = d;
+  }
+  if (seen) report(r.id(), &*seen);
+  return absl::OkStatus();
+}
+
+absl::Status KubeSentinelPlugin::remove(const cluster::v1::Change& change) {
+  return removeSentinel(change.resource().id(), change.resource().region(), change.version());
+}
+
+absl::Status KubeSentinelPlugin::removeSentinel(const std::string& id, const std::string& region,
+                                                uint64_t version) {
+  const std::string context = strCat("sentinel ", id);
+  const std::string name = objectName("sentinel", id);
+  // The environment: remembered from an apply, else read from the Deployment (after a restart).
+  std::string environment_id;
+  std::string known_region = region;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = applied_.find(id);
+    if (it != applied_.end()) {
+      environment_id = it->second.environment_id;
+      if (known_region.empty()) known_region = it->second.region;
+    }
+  }
+  if (environment_id.empty()) {
+    auto d = client_->get({"apps/v1", "Deployment", kNamespace, name});
+    if (d.ok()) {
+      environment_id = kube::labelOf(*d, kEnvironmentLabel);
+    } else if (!absl::IsNotFound(d.status())) {
+      return withContext(d.status(), context);
+    }
+  }
+  {
+    std::lock_guard lock(mutex_);
+    removed_.insert(id);  // before the Deployment goes: its deletion event is not reported
+  }
+  {
+    std::unique_lock<std::mutex> env_lock;
+    if (!environment_id.empty()) env_lock = std::unique_lock(environmentLock(environment_id));
+    for (const auto& [api_version, kind] : sentinelKinds()) {
+      KRANE_RETURN_IF_ERROR(withContext(
+          kube::removeIfPresent(*client_, {api_version, kind, kNamespace, name}), context));
+    }
+    if (!environment_id.empty()) {
+      KRANE_RETURN_IF_ERROR(withContext(removeEnvironmentIfUnused(environment_id), context));
+    }
+    std::lock_guard lock(mutex_);
+    applied_.erase(id);
+    converged_image_.erase(id);
+  }
+  reportRemoved(id, known_region, version);
+  return absl::OkStatus();
+}
+
+absl::Status KubeSentinelPlugin::removeEnvironmentIfUnused(const std::string& environment_id) {
+  auto left = kube::listMatching(
+      *client_, "apps/v1", "Deployment", kNamespace,
+      strCat(kSelector, ",", kIdLabel, ",", kEnvironmentLabel, "=", environment_id));
+  if (!left.ok()) return left.status();
+  if (!left->empty()) return absl::OkStatus();
+  const std::string name = objectName("sentinel-gossip", environment_id);
+  for (const auto& [api_version, kind] : environmentKinds()) {
+    KRANE_RETURN_IF_ERROR(kube::removeIfPresent(*client_, {api_version, kind, kNamespace, name}));
+  }
+  host_->log(sdk::LogLevel::kInfo,
+             strCat("sentinel plugin: environment ", environment_id,
+                    " has no sentinel left; removed its gossip Service and network policy"));
+  return absl::OkStatus();
+}
+
+absl::Status KubeSentinelPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end) {
+  std::set<std::string> keep;
+  for (const auto& group : sync_end.resources()) {
+    if (group.resource_type() != "sentinel") continue;
+    keep.insert(group.ids().begin(), group.ids().end());
+  }
+  const std::string context = "garbage collection after a sync";
+  std::set<std::string> removed;
+  for (const auto& [api_version, kind] : sentinelKinds()) {
+    auto found = kube::listMatching(*client_, api_version, kind, kNamespace,
+                                    strCat(kSelector, ",", kIdLabel));
+    if (!found.ok()) return withContext(found.status(), context);
+    for (const json& object : *found) {
+      const std::string id = kube::labelOf(object, kIdLabel);
+      if (keep.count(id) > 0) continue;
+      KRANE_RETURN_IF_ERROR(
+          withContext(kube::removeIfPresent(*client_, kube::refOf(object)), context));
+      removed.insert(id);
+    }
+  }
+  // Environments whose last sentinel is gone (now, or before an earlier agent stopped).
+  auto left = kube::listMatching(*client_, "apps/v1", "Deployment", kNamespace,
+                                 strCat(kSelector, ",", kIdLabel));
+  if (!left.ok()) return withContext(left.status(), context);
+  std::set<std::string> alive;
+  for (const json& d : *left) alive.insert(kube::labelOf(d, kEnvironmentLabel));
+  for (const auto& [api_version, kind] : environmentKinds()) {
+    auto found = kube::listMatching(*client_, api_version, kind, kNamespace,
+                                    strCat(kSelector, ",!", kIdLabel));
+    if (!found.ok()) return withContext(found.status(), context);
+    for (const json& object : *found) {
+      if (alive.count(kube::labelOf(object, kEnvironmentLabel)) > 0) continue;
+      KRANE_RETURN_IF_ERROR(
+          withContext(kube::removeIfPresent(*client_, kube::refOf(object)), context));
+    }
+  }
+  for (const auto& id : removed) {
+    host_->log(sdk::LogLevel::kInfo, strCat("sentinel plugin: sentinel ", id,
+                                            " is not in the desired state; removed its objects"));
+    std::string region;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = applied_.find(id);
+      if (it != applied_.end()) region = it->second.region;
+      applied_.erase(id);
+      converged_image_.erase(id);
+      removed_.insert(id);
+    }
+    reportRemoved(id, region, sync_end.snapshot_version());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KubeSentinelPlugin::observe() {
+  for (const auto& d : deployments_->snapshot()) report(kube::labelOf(d, kIdLabel), &d);
+  return absl::OkStatus();
+}
+
+void KubeSentinelPlugin::shutdown() {
+  if (deployments_) deployments_->stop();
+}
+
+void KubeSentinelPlugin::onDeployment(const json& deployment, bool deleted) {
+  const std::string id = kube::labelOf(deployment, kIdLabel);
+  if (id.empty()) return;
+  if (deleted) {
+    std::lock_guard lock(mutex_);
+    // A removal from here is complete once its Deployment is gone.
+    if (removed_.erase(id) > 0) return;
+  }
+  report(id, deleted ? nullptr : &deployment);
+}
+
+void KubeSentinelPlugin::report(const std::string& id, const json* deployment) {
+  std::lock_guard report_lock(report_mutex_);
+  Observed observed;
+  std::string running_image;
+  uint64_t version = 0;
+  std::string region;
+  {
+    std::lock_guard lock(mutex_);
+    if (removed_.count(id) > 0) return;
+    if (deployment != nullptr) {
+      observed = observeDeployment(*deployment);
+      if (observed.converged) converged_image_[id] = observed.image;
+    } else {
+      // Gone without a removal from here: nothing runs, though replicas are wanted.
+      observed.replicas = 1;
+      converged_image_.erase(id);
+    }
+    auto image = converged_image_.find(id);
+    if (image != converged_image_.end()) running_image = image->second;
+    auto a = applied_.find(id);
+    if (a != applied_.end()) {
+      version = a->second.version;
+      region = a->second.region;
+    }
+  }
+  plugin::v1::StatusReport report;
+  auto* r = report.mutable_sentinel();
+  *r = sentinelReport(observed, id, running_image, version);
+  r->set_region(region);
+  host_->reportStatus(report);
+}
+
+void KubeSentinelPlugin::reportRemoved(const std::string& id, const std::string& region,
+                                       uint64_t version) {
+  // A removed sentinel runs nothing: zero replicas, paused (as on the process runtime).
+  std::lock_guard report_lock(report_mutex_);
+  plugin::v1::StatusReport report;
+  auto* r = report.mutable_sentinel();
+  r->set_sentinel_id(id);
+  r->set_region(region);
+  r->set_health(cluster::v1::SENTINEL_HEALTH_PAUSED);
+  r->set_applied_version(version);
+  host_->reportStatus(report);
+}
+
+}  // namespace krane::sentinel

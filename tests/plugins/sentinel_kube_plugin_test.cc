@@ -1,0 +1,365 @@
+// libsentinel.so on the Kubernetes runtime, against the fake API server: the five objects, the
+// status flow (replicas, observed generation, the running image only once a rollout converged,
+// health), standby, crash loops and image-pull failures, the environment's gossip objects going
+// with its last sentinel, archive, garbage collection after a sync, configuration errors.
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "agent/plugin_loader.h"
+#include "common/strings.h"
+#include "nlohmann/json.hpp"
+#include "tests/support/fake_kube_api.h"
+#include "tests/support/process.h"
+#include "tests/support/wait.h"
+
+namespace krane {
+namespace {
+
+using krane::testing::eventually;
+using krane::testing::FakeKubeApi;
+using krane::testing::runfile;
+using nlohmann::json;
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+constexpr char kNs[] = "sentinel";
+
+cluster::v1::Change sentinelChange(
+    const std::string& id, const std::string& tag, uint32_t replicas, uint64_t version,
+    const std::string& environment = "e1",
+    cluster::v1::SentinelDesiredState state = cluster::v1::SENTINEL_DESIRED_STATE_RUNNING) {
+  cluster::v1::Change c;
+  c.set_op(cluster::v1::CHANGE_OP_APPLY);
+  c.set_version(version);
+  auto* r = c.mutable_resource();
+  r->set_type("sentinel");
+  r->set_id(id);
+  r->set_region("eu-west-1");
+  auto* s = r->mutable_sentinel();
+  s->set_sentinel_id(id);
+  s->set_workspace_id("ws1");
+  s->set_project_id("p1");
+  s->set_app_id("a1");
+  s->set_environment_id(environment);
+  s->set_region("eu-west-1");
+  s->set_image("registry.example/sentinel:" + tag);
+  s->set_replicas(replicas);
+  s->set_desired_state(state);
+  return c;
+}
+
+cluster::v1::Change deletion(const std::string& id, uint64_t version) {
+  cluster::v1::Change c;
+  c.set_op(cluster::v1::CHANGE_OP_DELETE);
+  c.set_version(version);
+  c.mutable_resource()->set_type("sentinel");
+  c.mutable_resource()->set_id(id);
+  return c;
+}
+
+class SentinelKubePluginTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/krane-sk-XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+    kubeconfig_ = dir_ + "/kubeconfig";
+    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+                                  "contexts:\n- name: fake\n  context: {cluster: fake}\n"
+                                  "clusters:\n- name: fake\n  cluster:\n    server: "
+                               << api_.url() << "\n";
+    // The cluster's manifests create the namespace.
+    api_.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}});
+  }
+
+  void TearDown() override {
+    plugin_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  absl::Status load(const std::string& config_json) {
+    agent::HostCallbacks callbacks;
+    callbacks.report_status = [this](const plugin::v1::StatusReport& r) {
+      std::lock_guard lock(mutex_);
+      if (r.has_sentinel()) reports_.push_back(r.sentinel());
+    };
+    plugin_.reset();
+    auto loaded =
+        agent::loadPlugin(runfile("plugins/sentinel/libsentinel.so"), config_json, callbacks);
+    if (!loaded.ok()) return loaded.status();
+    plugin_ = *std::move(loaded);
+    return absl::OkStatus();
+  }
+
+  absl::Status load() {
+    return load(
+        json{{"runtime", "kubernetes"}, {"kubernetes", {{"kubeconfig", kubeconfig_}}}}.dump());
+  }
+
+  std::optional<cluster::v1::ReportSentinelStatusRequest> latest(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    for (auto it = reports_.rbegin(); it != reports_.rend(); ++it) {
+      if (it->sentinel_id() == id) return *it;
+    }
+    return std::nullopt;
+  }
+
+  std::vector<cluster::v1::ReportSentinelStatusRequest> all(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    std::vector<cluster::v1::ReportSentinelStatusRequest> out;
+    for (const auto& r : reports_) {
+      if (r.sentinel_id() == id) out.push_back(r);
+    }
+    return out;
+  }
+
+  std::optional<json> object(const std::string& api_version, const std::string& kind,
+                             const std::string& name) {
+    return api_.object(api_version, kind, kNs, name);
+  }
+
+  bool hasSentinel(const std::string& id) {
+    const std::string name = "sentinel-" + id;
+    return object("apps/v1", "Deployment", name) && object("v1", "Service", name) &&
+           object("policy/v1", "PodDisruptionBudget", name);
+  }
+  bool noSentinel(const std::string& id) {
+    const std::string name = "sentinel-" + id;
+    return !object("apps/v1", "Deployment", name) && !object("v1", "Service", name) &&
+           !object("policy/v1", "PodDisruptionBudget", name);
+  }
+  bool hasGossip(const std::string& env) {
+    return object("v1", "Service", "sentinel-gossip-" + env) &&
+           object("cilium.io/v2", "CiliumNetworkPolicy", "sentinel-gossip-" + env);
+  }
+  bool noGossip(const std::string& env) {
+    return !object("v1", "Service", "sentinel-gossip-" + env) &&
+           !object("cilium.io/v2", "CiliumNetworkPolicy", "sentinel-gossip-" + env);
+  }
+
+  FakeKubeApi api_;
+  std::string dir_;
+  std::string kubeconfig_;
+  std::unique_ptr<agent::LoadedPlugin> plugin_;
+  std::mutex mutex_;
+  std::vector<cluster::v1::ReportSentinelStatusRequest> reports_;
+};
+
+TEST_F(SentinelKubePluginTest, AppliesFiveObjectsAndReportsTheRolloutAsItConverges) {
+  ASSERT_TRUE(load().ok());
+  EXPECT_THAT(plugin_->resourceTypes(), ::testing::ElementsAre("sentinel"));
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 3)).ok());
+  EXPECT_TRUE(hasSentinel("s1"));
+  EXPECT_TRUE(hasGossip("e1"));
+  const auto d = *object("apps/v1", "Deployment", "sentinel-s1");
+  EXPECT_EQ(d["spec"]["replicas"], 2);
+  EXPECT_EQ(d["spec"]["template"]["spec"]["containers"][0]["image"],
+            "registry.example/sentinel:v1");
+  EXPECT_EQ(api_.objects("apps/v1", "Deployment", kNs).size() +
+                api_.objects("v1", "Service", kNs).size() +
+                api_.objects("policy/v1", "PodDisruptionBudget", kNs).size() +
+                api_.objects("cilium.io/v2", "CiliumNetworkPolicy", kNs).size(),
+            5u);
+
+  // Applied, no pod ready: unhealthy, and no image runs yet.
+  ASSERT_TRUE(eventually([&] { return latest("s1").has_value(); }));
+  auto r = *latest("s1");
+  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_UNHEALTHY);
+  EXPECT_EQ(r.running_image(), "");
+  EXPECT_EQ(r.available_replicas(), 0u);
+
+  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
+  ASSERT_TRUE(eventually([&] {
+    auto x = latest("s1");
+    return x && x->running_image() == "registry.example/sentinel:v1";
+  }));
+  r = *latest("s1");
+  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_HEALTHY);
+  EXPECT_EQ(r.available_replicas(), 2u);
+  EXPECT_EQ(r.updated_replicas(), 2u);
+  EXPECT_EQ(r.ready_replicas(), 2u);
+  EXPECT_EQ(r.observed_generation(), 1);
+  EXPECT_EQ(r.applied_version(), 3u);
+  EXPECT_EQ(r.region(), "eu-west-1");
+
+  // A new image: until the controller rolled it out, the old image is what runs.
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v2", 2, 4)).ok());
+  const int64_t generation =
+      (*object("apps/v1", "Deployment", "sentinel-s1"))["metadata"]["generation"];
+  EXPECT_EQ(generation, 2);
+  ASSERT_TRUE(eventually([&] { return latest("s1")->applied_version() == 4u; }));
+  EXPECT_EQ(latest("s1")->running_image(), "registry.example/sentinel:v1");
+  EXPECT_EQ(latest("s1")->observed_generation(), 1);
+  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
+  ASSERT_TRUE(eventually([&] {
+    auto x = latest("s1");
+    return x->running_image() == "registry.example/sentinel:v2" && x->observed_generation() == 2;
+  }));
+  for (const auto& report : all("s1")) {
+    if (report.running_image() == "registry.example/sentinel:v2") {
+      EXPECT_EQ(report.observed_generation(), 2) << "never before the rollout converged";
+    }
+  }
+}
+
+TEST_F(SentinelKubePluginTest, StandbyIsPausedAtZeroReplicas) {
+  ASSERT_TRUE(load().ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 1)).ok());
+  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
+  ASSERT_TRUE(
+      eventually([&] { return latest("s1")->health() == cluster::v1::SENTINEL_HEALTH_HEALTHY; }));
+  ASSERT_TRUE(plugin_
+                  ->apply(sentinelChange("s1", "v1", 2, 2, "e1",
+                                         cluster::v1::SENTINEL_DESIRED_STATE_STANDBY))
+                  .ok());
+  EXPECT_EQ((*object("apps/v1", "Deployment", "sentinel-s1"))["spec"]["replicas"], 0);
+  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
+  ASSERT_TRUE(eventually([&] {
+    auto r = latest("s1");
+    return r->health() == cluster::v1::SENTINEL_HEALTH_PAUSED && r->available_replicas() == 0;
+  }));
+  EXPECT_TRUE(hasSentinel("s1")) << "standby keeps the objects";
+}
+
+TEST_F(SentinelKubePluginTest, CrashLoopsAndImagePullFailuresAreUnhealthyAndKeepTheOldImage) {
+  ASSERT_TRUE(load().ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 1)).ok());
+  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
+  ASSERT_TRUE(
+      eventually([&] { return latest("s1")->running_image() == "registry.example/sentinel:v1"; }));
+
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v2", 1, 2)).ok());
+  ASSERT_TRUE(api_.makePodsCrashLoop(kNs, "sentinel-s1").ok());
+  ASSERT_TRUE(
+      eventually([&] { return latest("s1")->health() == cluster::v1::SENTINEL_HEALTH_UNHEALTHY; }));
+  auto r = *latest("s1");
+  EXPECT_EQ(r.available_replicas(), 0u);
+  EXPECT_EQ(r.running_image(), "registry.example/sentinel:v1") << "v2 never converged";
+
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v3", 1, 3)).ok());
+  ASSERT_TRUE(api_.makePodsFailImagePull(kNs, "sentinel-s1").ok());
+  ASSERT_TRUE(eventually([&] {
+    auto x = latest("s1");
+    return x->applied_version() == 3u && x->observed_generation() == 3 &&
+           x->health() == cluster::v1::SENTINEL_HEALTH_UNHEALTHY;
+  }));
+  EXPECT_EQ(latest("s1")->running_image(), "registry.example/sentinel:v1");
+}
+
+TEST_F(SentinelKubePluginTest, TheGossipObjectsGoWithTheLastSentinelOfTheEnvironment) {
+  ASSERT_TRUE(load().ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 1)).ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s2", "v1", 1, 2)).ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s3", "v1", 1, 3, "e2")).ok());
+  ASSERT_TRUE(plugin_->remove(deletion("s1", 4)).ok());
+  EXPECT_TRUE(noSentinel("s1"));
+  EXPECT_TRUE(hasSentinel("s2"));
+  EXPECT_TRUE(hasGossip("e1")) << "s2 still gossips in e1";
+  auto r = *latest("s1");
+  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
+  EXPECT_EQ(r.applied_version(), 4u);
+  EXPECT_EQ(r.region(), "eu-west-1");
+
+  // Archived is removed, as deleted; e1's last sentinel takes the gossip objects with it.
+  ASSERT_TRUE(plugin_
+                  ->apply(sentinelChange("s2", "v1", 1, 5, "e1",
+                                         cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED))
+                  .ok());
+  EXPECT_TRUE(noSentinel("s2"));
+  EXPECT_TRUE(noGossip("e1"));
+  EXPECT_TRUE(hasGossip("e2"));
+  EXPECT_EQ(latest("s2")->health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
+
+  // After a restart (nothing remembered) a delete still finds the environment.
+  ASSERT_TRUE(load().ok());
+  ASSERT_TRUE(plugin_->remove(deletion("s3", 6)).ok());
+  EXPECT_TRUE(noSentinel("s3"));
+  EXPECT_TRUE(noGossip("e2"));
+  // And deleting what is gone is fine.
+  EXPECT_TRUE(plugin_->remove(deletion("s3", 7)).ok());
+}
+
+TEST_F(SentinelKubePluginTest, AfterASyncUnlistedSentinelsAndEmptyEnvironmentsAreDeleted) {
+  ASSERT_TRUE(load().ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("keep", "v1", 1, 1)).ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("gone", "v1", 1, 2)).ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("other", "v1", 1, 3, "e2")).ok());
+  // Not the plugin's: a deployment's Service that happens to live here.
+  api_.put({{"apiVersion", "v1"},
+            {"kind", "Service"},
+            {"metadata",
+             {{"name", "foreign"},
+              {"namespace", kNs},
+              {"labels",
+               {{"app.kubernetes.io/managed-by", "krane"},
+                {"app.kubernetes.io/component", "deployment"},
+                {"krane.dev/environment.id", "e2"}}}}},
+            {"spec", {{"ports", json::array({{{"port", 80}}})}}}});
+
+  plugin::v1::SyncEnd end;
+  end.set_snapshot_version(11);
+  auto* ids = end.add_resources();
+  ids->set_resource_type("sentinel");
+  ids->add_ids("keep");
+  ASSERT_TRUE(plugin_->syncEnd(end).ok());
+  EXPECT_TRUE(hasSentinel("keep"));
+  EXPECT_TRUE(hasGossip("e1"));
+  EXPECT_TRUE(noSentinel("gone"));
+  EXPECT_TRUE(noSentinel("other"));
+  EXPECT_TRUE(noGossip("e2"));
+  EXPECT_TRUE(object("v1", "Service", "foreign"));
+  EXPECT_EQ(latest("gone")->health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
+  EXPECT_EQ(latest("gone")->applied_version(), 11u);
+  EXPECT_EQ(latest("other")->applied_version(), 11u);
+}
+
+TEST_F(SentinelKubePluginTest, ANewPluginInstanceReportsTheDeploymentsItFinds) {
+  ASSERT_TRUE(load().ok());
+  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 1)).ok());
+  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
+  {
+    std::lock_guard lock(mutex_);
+    reports_.clear();
+  }
+  ASSERT_TRUE(load().ok());
+  ASSERT_TRUE(eventually([&] {
+    auto r = latest("s1");
+    return r && r->health() == cluster::v1::SENTINEL_HEALTH_HEALTHY &&
+           r->running_image() == "registry.example/sentinel:v1" && r->available_replicas() == 2;
+  }));
+}
+
+TEST_F(SentinelKubePluginTest, ErrorsNameTheField) {
+  EXPECT_THAT(std::string(toStd(load(R"({"runtime": "kubernetes", "kubernetes": {
+      "in_cluster": true, "kubeconfig": "/k"}})")
+                                    .message())),
+              HasSubstr("sentinel plugin config: kubernetes: set exactly one of"));
+  EXPECT_THAT(
+      std::string(
+          toStd(load(json{{"runtime", "kubernetes"},
+                          {"kubernetes", {{"kubeconfig", kubeconfig_}, {"namespace_prefix", "x"}}}}
+                         .dump())
+                    .message())),
+      HasSubstr("kubernetes.namespace_prefix: unknown key"));
+  ASSERT_TRUE(load().ok());
+  auto bad = sentinelChange("s1", "v1", 1, 1);
+  bad.mutable_resource()->mutable_sentinel()->clear_image();
+  auto st = plugin_->apply(bad);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("sentinel s1: sentinel.image: required"));
+  EXPECT_TRUE(noSentinel("s1"));
+  // The API server refusing an object is final, with its message.
+  api_.failNext(1, 422, -1, "PATCH");
+  st = plugin_->apply(sentinelChange("s1", "v1", 1, 1));
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("sentinel s1: environment e1: Service"));
+}
+
+}  // namespace
+}  // namespace krane
