@@ -69,7 +69,7 @@ class CiliumPlugin final : public sdk::Plugin {
     }
     auto object = policyObject(r.cilium_network_policy(), r.id(), default_namespace_);
     if (!object.ok()) return refuse(change, object.status());
-    auto applied = store_->apply(r.id(), *object, change.version());
+    auto applied = store_->apply(r.id(), *object, sdk::resourceVersion(change));
     if (!applied.ok()) {
       if (applied.status().code() == absl::StatusCode::kInvalidArgument) {
         return refuse(change, applied.status());
@@ -77,13 +77,13 @@ class CiliumPlugin final : public sdk::Plugin {
       return absl::Status(applied.status().code(), strCat("cilium_network_policy ", r.id(), ": ",
                                                           applied.status().message()));
     }
-    report(r.id(), r.region(), change.version(), cluster::v1::RESOURCE_PHASE_READY, *applied);
+    report(r.id(), r.region(), sdk::resourceVersion(change), cluster::v1::RESOURCE_PHASE_READY, *applied);
     return absl::OkStatus();
   }
 
   absl::Status remove(const cluster::v1::Change& change) override {
     const auto& r = change.resource();
-    KRANE_RETURN_IF_ERROR(removePolicy(r.id(), r.region(), change.version()));
+    KRANE_RETURN_IF_ERROR(removePolicy(r.id(), r.region(), sdk::resourceVersion(change)));
     return absl::OkStatus();
   }
 
@@ -183,7 +183,7 @@ class CiliumPlugin final : public sdk::Plugin {
     const auto& r = change.resource();
     const std::string message = strCat("invalid policy: ", error.message());
     cluster::v1::ReportResourceStatusRequest status =
-        statusOf(r.id(), r.region(), change.version(), cluster::v1::RESOURCE_PHASE_FAILED, message);
+        statusOf(r.id(), r.region(), sdk::resourceVersion(change), cluster::v1::RESOURCE_PHASE_FAILED, message);
     auto* e = status.mutable_apply_error();
     e->set_code(KRANE_INVALID);
     e->set_message(message);

@@ -124,7 +124,7 @@ absl::Status KubeDeploymentPlugin::apply(const cluster::v1::Change& change) {
     std::lock_guard lock(mutex_);
     Applied& a = applied_[r.id()];
     a.region = r.region().empty() ? r.deployment_topology().region() : r.region();
-    a.version = change.version();
+    a.version = sdk::resourceVersion(change);
     a.kinds = std::move(rendered);
     removed_.erase(r.id());
   }
@@ -165,7 +165,7 @@ absl::Status KubeDeploymentPlugin::remove(const cluster::v1::Change& change) {
     // Its pods are on their way out: their last events must not report it again.
     removed_.insert(id);
   }
-  reportDeleted(id, region, change.version());
+  reportDeleted(id, region, sdk::resourceVersion(change));
   return absl::OkStatus();
 }
 

@@ -36,6 +36,14 @@
 
 namespace krane::sdk {
 
+// The version of the resource a change carries: what a plugin reports as applied. It can be
+// newer than the change's own version (`change.version()`, the feed position): a catch-up hands
+// over a resource's latest state at the position of an earlier change, and the agent then skips
+// the later changes whose state the plugin already has.
+inline uint64_t resourceVersion(const cluster::v1::Change& change) {
+  return change.resource().version() != 0 ? change.resource().version() : change.version();
+}
+
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
 
 // The agent's side, as the plugin sees it. Thread-safe: may be used from any thread from init

@@ -96,7 +96,7 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
                                              "\" is not the resource id"));
   }
   if (s.desired_state() == cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED) {
-    return removeSentinel(r.id(), r.region().empty() ? s.region() : r.region(), change.version());
+    return removeSentinel(r.id(), r.region().empty() ? s.region() : r.region(), sdk::resourceVersion(change));
   }
   {
     std::lock_guard env_lock(environmentLock(s.environment_id()));
@@ -119,7 +119,7 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
     Applied& a = applied_[r.id()];
     a.region = r.region().empty() ? s.region() : r.region();
     a.environment_id = s.environment_id();
-    a.version = change.version();
+    a.version = sdk::resourceVersion(change);
     removed_.erase(r.id());
   }
   // The Deployment as the informer saw it last (the watch brings the new one right after).
@@ -132,7 +132,7 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
 }
 
 absl::Status KubeSentinelPlugin::remove(const cluster::v1::Change& change) {
-  return removeSentinel(change.resource().id(), change.resource().region(), change.version());
+  return removeSentinel(change.resource().id(), change.resource().region(), sdk::resourceVersion(change));
 }
 
 absl::Status KubeSentinelPlugin::removeSentinel(const std::string& id, const std::string& region,

@@ -48,14 +48,14 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
     return absl::Status(spec.status().code(),
                         strCat(type_, " ", r.id(), ": ", spec.status().message()));
   }
-  if (!spec->has_value()) return removeWorkload(r.id(), r.region(), change.version());
+  if (!spec->has_value()) return removeWorkload(r.id(), r.region(), sdk::resourceVersion(change));
   const std::string revision = revisionOf(**spec);
   {
     std::lock_guard lock(mutex_);
     Applied& a = applied_[r.id()];
     a.id = r.id();
     a.region = r.region();
-    a.version = change.version();
+    a.version = sdk::resourceVersion(change);
     a.image = (*spec)->image;
     if (a.revision != revision) {
       a.revision = revision;
@@ -72,7 +72,7 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
 }
 
 absl::Status ProcessWorkloadPlugin::remove(const cluster::v1::Change& change) {
-  return removeWorkload(change.resource().id(), change.resource().region(), change.version());
+  return removeWorkload(change.resource().id(), change.resource().region(), sdk::resourceVersion(change));
 }
 
 absl::Status ProcessWorkloadPlugin::removeWorkload(const std::string& resource_id,
