@@ -197,7 +197,8 @@ std::string summary(const cluster::v1::Resource& r) {
     return strCat(d.image(), " x", d.replicas());
   }
   if (r.has_sentinel()) return strCat(r.sentinel().image(), " x", r.sentinel().replicas());
-  if (r.has_cilium_network_policy()) return strCat(r.cilium_network_policy().policy_json().size(), " bytes of policy");
+  if (r.has_cilium_network_policy())
+    return strCat(r.cilium_network_policy().policy_json().size(), " bytes of policy");
   if (r.has_generic()) return r.generic().content_type();
   return "";
 }
@@ -220,9 +221,8 @@ int apply(const Globals& g, const std::string& file, bool dry_run) {
     v1::PutResourceResponse response;
     const auto s = api.resources().Put(api.context().get(), request, &response);
     if (!s.ok()) return rpcFail(g, e.origin, s);
-    std::printf("%s/%s (%s) %s, version %llu\n", e.resource.type().c_str(),
-                e.resource.id().c_str(), e.resource.region().c_str(),
-                response.created() ? "created" : "configured",
+    std::printf("%s/%s (%s) %s, version %llu\n", e.resource.type().c_str(), e.resource.id().c_str(),
+                e.resource.region().c_str(), response.created() ? "created" : "configured",
                 static_cast<unsigned long long>(response.version()));
   }
   return kOk;
@@ -324,9 +324,11 @@ Verdict judge(const std::string& type, const v1::GetResourceStatusResponse& s, s
         if (failure.empty()) failure = strCat(in.id(), ": ", in.failure_reason());
       }
     }
-    *line = strCat(s.current_instances(), "/", s.desired_replicas(), " updated and running, ",
-                   running, " running, ", pending, " pending, ", failed, " failed",
-                   applied ? "" : strCat(" (agent at version ", s.applied_version(), " of ", s.version(), ")"));
+    *line = strCat(
+        s.current_instances(), "/", s.desired_replicas(), " updated and running, ", running,
+        " running, ", pending, " pending, ", failed, " failed",
+        applied ? ""
+                : strCat(" (agent at version ", s.applied_version(), " of ", s.version(), ")"));
     if (s.phase() == "failed") {
       *line = strCat("the apply failed: ", s.apply_error());
       return Verdict::kFailed;
@@ -354,7 +356,8 @@ Verdict judge(const std::string& type, const v1::GetResourceStatusResponse& s, s
       return Verdict::kConverged;
     return Verdict::kWaiting;
   }
-  *line = s.phase().empty() ? "no report yet" : strCat(s.phase(), s.message().empty() ? "" : ": ", s.message());
+  *line = s.phase().empty() ? "no report yet"
+                            : strCat(s.phase(), s.message().empty() ? "" : ": ", s.message());
   if (s.phase() == "failed") {
     *line = strCat("the apply failed: ", s.apply_error());
     return Verdict::kFailed;
@@ -368,7 +371,8 @@ int status(const Globals& g, const std::string& type_name, const std::string& id
   Api api(g);
   const bool tty = ::isatty(STDOUT_FILENO) != 0;
   const auto started = std::chrono::steady_clock::now();
-  const auto deadline = started + std::chrono::milliseconds(static_cast<int64_t>(wait_timeout_s * 1000));
+  const auto deadline =
+      started + std::chrono::milliseconds(static_cast<int64_t>(wait_timeout_s * 1000));
   std::string shown;
   const std::string name = strCat(type, "/", id, " (", region, ")");
   for (int tick = 0;; ++tick) {
@@ -412,7 +416,8 @@ int status(const Globals& g, const std::string& type_name, const std::string& id
     }
     shown = line;
     if (verdict == Verdict::kConverged) {
-      std::printf(tty ? "\n%s: converged in %.1fs\n" : "%s: converged in %.1fs\n", name.c_str(), elapsed);
+      std::printf(tty ? "\n%s: converged in %.1fs\n" : "%s: converged in %.1fs\n", name.c_str(),
+                  elapsed);
       return kOk;
     }
     if (verdict == Verdict::kFailed) {
@@ -437,7 +442,8 @@ int watch(const Globals& g, const std::string& type_name, const std::string& reg
   v1::ResourceChange change;
   while (reader->Read(&change)) {
     if (change.op() == "watching") {
-      std::fprintf(stderr, "watching %s (Ctrl-C stops)\n", region.empty() ? "every region" : region.c_str());
+      std::fprintf(stderr, "watching %s (Ctrl-C stops)\n",
+                   region.empty() ? "every region" : region.c_str());
       continue;
     }
     if (g.output == "json") {
@@ -502,10 +508,11 @@ int main(int argc, char** argv) {
   if (g.server.empty()) g.server = "127.0.0.1:7070";
   if (const char* t = std::getenv("KRANE_TOKEN")) g.token = t;
 
-  CLI::App app{"kranectl: operate Krane through krane-ctrl's public API.\n"
-               "Exit codes: 0 ok, 1 refused by the server, 2 bad usage or invalid file, 3 server\n"
-               "unreachable, 4 token refused, 5 not found, 6 failed (status --wait), 7 timed out.",
-               "kranectl"};
+  CLI::App app{
+      "kranectl: operate Krane through krane-ctrl's public API.\n"
+      "Exit codes: 0 ok, 1 refused by the server, 2 bad usage or invalid file, 3 server\n"
+      "unreachable, 4 token refused, 5 not found, 6 failed (status --wait), 7 timed out.",
+      "kranectl"};
   app.set_version_flag("--version", krane::kVersion);
   app.require_subcommand(1);
   app.fallthrough();  // global options may follow the command
@@ -534,12 +541,14 @@ int main(int argc, char** argv) {
   get_cmd->add_option("--region", region, "only this region");
   get_cmd->callback([&] { code = get(g, type, id, region); });
 
-  auto* delete_cmd = app.add_subcommand("delete", "Delete resources (agents remove what they run).");
+  auto* delete_cmd =
+      app.add_subcommand("delete", "Delete resources (agents remove what they run).");
   delete_cmd->add_option("type", type, "deployment, sentinel, cnp or a plugin's type");
   delete_cmd->add_option("id", id, "resource id");
   delete_cmd->add_option("--region", region, "the resource's region");
   delete_cmd->add_option("-f,--filename", file, "delete every resource of this YAML file");
-  delete_cmd->add_flag("--ignore-not-found", ignore_not_found, "a missing resource is not an error");
+  delete_cmd->add_flag("--ignore-not-found", ignore_not_found,
+                       "a missing resource is not an error");
   delete_cmd->callback([&] { code = remove(g, type, id, region, file, ignore_not_found); });
 
   auto* status_cmd = app.add_subcommand(

@@ -83,8 +83,8 @@ absl::StatusOr<std::vector<ManifestEntry>> parseDocument(const YAML::Node& doc,
   static const char* kKeys[] = {"kind", "id", "region", "regions", "type", "spec"};
   for (const auto& kv : doc) {
     const auto key = kv.first.as<std::string>();
-    if (std::find_if(std::begin(kKeys), std::end(kKeys),
-                     [&](const char* k) { return key == k; }) == std::end(kKeys)) {
+    if (std::find_if(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; }) ==
+        std::end(kKeys)) {
       return bad(where0, key, "unknown key (expected kind, id, region or regions, type, spec)");
     }
   }
@@ -103,7 +103,8 @@ absl::StatusOr<std::vector<ManifestEntry>> parseDocument(const YAML::Node& doc,
   const std::string where = strCat(where0, " (", kind, " ", id, ")");
 
   std::vector<std::string> regions;
-  if (doc["region"] && doc["regions"]) return bad(where, "regions", "give region or regions, not both");
+  if (doc["region"] && doc["regions"])
+    return bad(where, "regions", "give region or regions, not both");
   if (doc["region"]) {
     if (!doc["region"].IsScalar()) return bad(where, "region", "must be a string");
     regions.push_back(doc["region"].as<std::string>());
@@ -120,7 +121,8 @@ absl::StatusOr<std::vector<ManifestEntry>> parseDocument(const YAML::Node& doc,
 
   std::string type = k->type;
   if (type.empty()) {
-    if (!doc["type"] || !doc["type"].IsScalar()) return bad(where, "type", "required for kind Resource");
+    if (!doc["type"] || !doc["type"].IsScalar())
+      return bad(where, "type", "required for kind Resource");
     type = doc["type"].as<std::string>();
   } else if (doc["type"]) {
     return bad(where, "type", strCat("only for kind Resource (", kind, " is type ", type, ")"));
@@ -139,7 +141,8 @@ absl::StatusOr<std::vector<ManifestEntry>> parseDocument(const YAML::Node& doc,
     Json spec = spec0;
     google::protobuf::Message* message = nullptr;
     if (type == "deployment_topology") {
-      if (auto st = fill(spec, "deploymentId", "deployment_id", id, where, "id"); !st.ok()) return st;
+      if (auto st = fill(spec, "deploymentId", "deployment_id", id, where, "id"); !st.ok())
+        return st;
       if (auto st = fill(spec, "region", "region", region, where, "region"); !st.ok()) return st;
       message = r.mutable_deployment_topology();
     } else if (type == "sentinel") {

@@ -23,60 +23,59 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
   KRANE_ASSIGN_OR_RETURN(YAML::Node root, config::parse(yaml, source));
   CtrlConfig c;
   const std::string& s = source;
-  auto status =
-      walk(root, s, "",
-           {
-               {"listen", text(c.listen, s)},
-               {"http_listen", text(c.http_listen, s)},
-               {"database",
-                [&](const YAML::Node& n, const std::string& p) {
-                  return walk(
-                      n, s, p,
-                      {{"dsn", text(c.database.dsn, s)},
-                       {"max_connections", number(c.database.max_connections, s, 1, 1000)},
-                       {"acquire_timeout_ms", number(c.database.acquire_timeout, s, 1, 600000)}});
-                }},
-               {"auth",
-                [&](const YAML::Node& n, const std::string& p) {
-                  return walk(
-                      n, s, p,
-                      {{"operator_tokens_file", text(c.auth.operator_tokens_file, s)},
-                       {"agent_token_cache_ms", number(c.auth.agent_token_cache, s, 0, 3600000)}});
-                }},
-               {"tls",
-                [&](const YAML::Node& n, const std::string& p) {
-                  return walk(n, s, p,
-                              {{"cert_file", text(c.tls.cert_file, s)},
-                               {"key_file", text(c.tls.key_file, s)},
-                               {"client_ca_file", text(c.tls.client_ca_file, s)}});
-                }},
-               {"feed",
-                [&](const YAML::Node& n, const std::string& p) {
-                  return walk(
-                      n, s, p,
-                      {{"poll_interval_ms", number(c.feed.poll_interval, s, 1, 60000)},
-                       {"bookmark_interval_ms", number(c.feed.bookmark_interval, s, 100, 3600000)},
-                       {"stream_max_queued", number(c.feed.stream_max_queued, s, 100, 10000000)},
-                       {"sync_workers", number(c.feed.sync_workers, s, 1, 256)},
-                       {"change_ttl_s", number(c.feed.change_ttl, s, 60, 365LL * 24 * 3600)},
-                       {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
-                       {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)}});
-                }},
-               {"workflow",
-                [&](const YAML::Node& n, const std::string& p) {
-                  return walk(
-                      n, s, p,
-                      {{"threads", number(c.workflow.threads, s, 1, 1024)},
-                       {"lease_ms", number(c.workflow.lease, s, 1000, 3600000)},
-                       {"poll_interval_ms", number(c.workflow.poll_interval, s, 1, 60000)},
-                       {"max_payload_bytes", number(c.workflow.max_payload_bytes, s, 1024, 1 << 24)},
-                       {"maintenance_interval_s",
-                        number(c.workflow.maintenance_interval, s, 1, 86400)},
-                       {"watchdog_threshold_s",
-                        number(c.workflow.watchdog_threshold, s, 1, 30LL * 24 * 3600)},
-                       {"retention_s", number(c.workflow.retention, s, 60, 365LL * 24 * 3600)}});
-                }},
-           });
+  auto status = walk(
+      root, s, "",
+      {
+          {"listen", text(c.listen, s)},
+          {"http_listen", text(c.http_listen, s)},
+          {"database",
+           [&](const YAML::Node& n, const std::string& p) {
+             return walk(
+                 n, s, p,
+                 {{"dsn", text(c.database.dsn, s)},
+                  {"max_connections", number(c.database.max_connections, s, 1, 1000)},
+                  {"acquire_timeout_ms", number(c.database.acquire_timeout, s, 1, 600000)}});
+           }},
+          {"auth",
+           [&](const YAML::Node& n, const std::string& p) {
+             return walk(
+                 n, s, p,
+                 {{"operator_tokens_file", text(c.auth.operator_tokens_file, s)},
+                  {"agent_token_cache_ms", number(c.auth.agent_token_cache, s, 0, 3600000)}});
+           }},
+          {"tls",
+           [&](const YAML::Node& n, const std::string& p) {
+             return walk(n, s, p,
+                         {{"cert_file", text(c.tls.cert_file, s)},
+                          {"key_file", text(c.tls.key_file, s)},
+                          {"client_ca_file", text(c.tls.client_ca_file, s)}});
+           }},
+          {"feed",
+           [&](const YAML::Node& n, const std::string& p) {
+             return walk(
+                 n, s, p,
+                 {{"poll_interval_ms", number(c.feed.poll_interval, s, 1, 60000)},
+                  {"bookmark_interval_ms", number(c.feed.bookmark_interval, s, 100, 3600000)},
+                  {"stream_max_queued", number(c.feed.stream_max_queued, s, 100, 10000000)},
+                  {"sync_workers", number(c.feed.sync_workers, s, 1, 256)},
+                  {"change_ttl_s", number(c.feed.change_ttl, s, 60, 365LL * 24 * 3600)},
+                  {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
+                  {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)}});
+           }},
+          {"workflow",
+           [&](const YAML::Node& n, const std::string& p) {
+             return walk(
+                 n, s, p,
+                 {{"threads", number(c.workflow.threads, s, 1, 1024)},
+                  {"lease_ms", number(c.workflow.lease, s, 1000, 3600000)},
+                  {"poll_interval_ms", number(c.workflow.poll_interval, s, 1, 60000)},
+                  {"max_payload_bytes", number(c.workflow.max_payload_bytes, s, 1024, 1 << 24)},
+                  {"maintenance_interval_s", number(c.workflow.maintenance_interval, s, 1, 86400)},
+                  {"watchdog_threshold_s",
+                   number(c.workflow.watchdog_threshold, s, 1, 30LL * 24 * 3600)},
+                  {"retention_s", number(c.workflow.retention, s, 60, 365LL * 24 * 3600)}});
+           }},
+      });
   if (!status.ok()) return status;
   if (!validHostPort(c.listen))
     return bad(s, "listen", strCat("\"", c.listen, "\" is not host:port"));

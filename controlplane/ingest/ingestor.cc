@@ -456,15 +456,17 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
         }
         if (request.has_deleted()) {
           return conn
-              .exec("DELETE FROM resource_status WHERE region_id = ? AND resource_type ="
-                    " 'deployment_topology' AND resource_id = ?",
-                    {region, deployment})
+              .exec(
+                  "DELETE FROM resource_status WHERE region_id = ? AND resource_type ="
+                  " 'deployment_topology' AND resource_id = ?",
+                  {region, deployment})
               .status();
         }
         // The deployment's phase for operators (`kranectl status`): ready when every instance
         // runs; the counts go in the message and, as JSON, in the detail.
-        const char* phase = failed > 0 ? "degraded" : (pending > 0 || running == 0) ? "progressing"
-                                                                                   : "ready";
+        const char* phase = failed > 0                      ? "degraded"
+                            : (pending > 0 || running == 0) ? "progressing"
+                                                            : "ready";
         if (!knows_current) current = running;
         const std::string message = strCat(running, " running, ", pending, " pending, ", failed,
                                            " failed, ", current, " on the applied spec");

@@ -77,7 +77,8 @@ class CiliumPlugin final : public sdk::Plugin {
       return absl::Status(applied.status().code(), strCat("cilium_network_policy ", r.id(), ": ",
                                                           applied.status().message()));
     }
-    report(r.id(), r.region(), sdk::resourceVersion(change), cluster::v1::RESOURCE_PHASE_READY, *applied);
+    report(r.id(), r.region(), sdk::resourceVersion(change), cluster::v1::RESOURCE_PHASE_READY,
+           *applied);
     return absl::OkStatus();
   }
 
@@ -183,7 +184,8 @@ class CiliumPlugin final : public sdk::Plugin {
     const auto& r = change.resource();
     const std::string message = strCat("invalid policy: ", error.message());
     cluster::v1::ReportResourceStatusRequest status =
-        statusOf(r.id(), r.region(), sdk::resourceVersion(change), cluster::v1::RESOURCE_PHASE_FAILED, message);
+        statusOf(r.id(), r.region(), sdk::resourceVersion(change),
+                 cluster::v1::RESOURCE_PHASE_FAILED, message);
     auto* e = status.mutable_apply_error();
     e->set_code(KRANE_INVALID);
     e->set_message(message);

@@ -96,7 +96,8 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
                                              "\" is not the resource id"));
   }
   if (s.desired_state() == cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED) {
-    return removeSentinel(r.id(), r.region().empty() ? s.region() : r.region(), sdk::resourceVersion(change));
+    return removeSentinel(r.id(), r.region().empty() ? s.region() : r.region(),
+                          sdk::resourceVersion(change));
   }
   {
     std::lock_guard env_lock(environmentLock(s.environment_id()));
@@ -132,7 +133,8 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
 }
 
 absl::Status KubeSentinelPlugin::remove(const cluster::v1::Change& change) {
-  return removeSentinel(change.resource().id(), change.resource().region(), sdk::resourceVersion(change));
+  return removeSentinel(change.resource().id(), change.resource().region(),
+                        sdk::resourceVersion(change));
 }
 
 absl::Status KubeSentinelPlugin::removeSentinel(const std::string& id, const std::string& region,

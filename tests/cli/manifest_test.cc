@@ -94,8 +94,10 @@ TEST(Manifest, ErrorsNameTheDocumentAndTheField) {
               HasSubstr("replicas"));
   EXPECT_THAT(errorOf(std::string(kDeployment) + "---\nkind: Pod\nid: x\nregion: eu-1\nspec: {}\n"),
               HasSubstr("app.yaml: document 2: kind: \"Pod\" is not one of"));
-  EXPECT_THAT(errorOf("kind: Sentinel\nregion: eu-1\nspec: {}\n"), HasSubstr("document 1: id: required"));
-  EXPECT_THAT(errorOf("kind: Sentinel\nid: s\nspec: {}\n"), HasSubstr("(Sentinel s): region: required"));
+  EXPECT_THAT(errorOf("kind: Sentinel\nregion: eu-1\nspec: {}\n"),
+              HasSubstr("document 1: id: required"));
+  EXPECT_THAT(errorOf("kind: Sentinel\nid: s\nspec: {}\n"),
+              HasSubstr("(Sentinel s): region: required"));
   EXPECT_THAT(errorOf("kind: Sentinel\nid: s\nregion: eu-1\nspec: {}\nextra: 1\n"),
               HasSubstr("extra: unknown key"));
   EXPECT_THAT(errorOf("kind: Resource\nid: s\nregion: eu-1\nspec: {}\n"),

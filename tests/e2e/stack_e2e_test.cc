@@ -2,6 +2,7 @@
 // `krane` agents with the deployment plugin on the process runtime (instances are real demo-app
 // processes), and `kranectl`. Faults are real too: kill -9 of an agent and of krane-ctrl, a
 // MariaDB restart, two agents of one region, a token of the wrong region.
+#include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,7 +12,6 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 
 #include "common/strings.h"
 #include "tests/support/mariadb.h"
@@ -55,14 +55,13 @@ class Stack {
     agents_.clear();  // SIGKILL, as a crash would
     ctrl_.reset();
     // Instances outlive a killed agent by design; the test must not leave them behind.
-    runCommand({"/bin/sh", "-c",
-                strCat("for f in $(find ", dir_, " -name instance.json); do ",
-                       "kill -9 $(sed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' $f) 2>/dev/null; done")});
+    runCommand(
+        {"/bin/sh", "-c",
+         strCat("for f in $(find ", dir_, " -name instance.json); do ",
+                "kill -9 $(sed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' $f) 2>/dev/null; done")});
   }
 
-  static void expectOk(const CommandResult& r) {
-    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  }
+  static void expectOk(const CommandResult& r) { ASSERT_EQ(r.exit_code, 0) << r.out << r.err; }
   CommandResult ctrl(std::vector<std::string> args) {
     args.insert(args.begin(), runfile("controlplane/krane-ctrl"));
     return runCommand(args);
@@ -73,7 +72,8 @@ class Stack {
         std::vector<std::string>{runfile("controlplane/krane-ctrl"), "serve", "--dsn", dsn_text_,
                                  "--listen", strCat("127.0.0.1:", grpc_port_), "--http-listen",
                                  strCat("127.0.0.1:", http_port_)},
-        strCat(dir_, "/ctrl.log"), std::map<std::string, std::string>{{"KRANE_OPERATOR_TOKEN", kOperatorToken}});
+        strCat(dir_, "/ctrl.log"),
+        std::map<std::string, std::string>{{"KRANE_OPERATOR_TOKEN", kOperatorToken}});
     ASSERT_TRUE(eventually([&] { return kranectl({"get"}).exit_code == 0; }))
         << slurp(dir_ + "/ctrl.log");
   }
@@ -95,15 +95,15 @@ class Stack {
         "region: ", region, "\nagent_id: ", name, "\nstate_dir: ", state,
         "\nreconnect_min_ms: 50\nreconnect_max_ms: 300\n",
         "control_plane:\n  address: 127.0.0.1:", grpc_port_, "\n",
-        "reporter:\n  heartbeat_interval_ms: 200\n",
-        "plugins:\n  - name: deployment\n    path: ", runfile("plugins/deployment/libdeployment.so"),
+        "reporter:\n  heartbeat_interval_ms: 200\n", "plugins:\n  - name: deployment\n    path: ",
+        runfile("plugins/deployment/libdeployment.so"),
         "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
         "/deployments\n        ports: {from: ", from, ", to: ", from + 39, "}\n",
         "        images:\n          krane.dev/demo-app: [",
         runfile("tests/support/demo_app/krane-demo-app"), ", --version, \"{tag}\"]\n");
     agents_[name] = std::make_unique<ChildProcess>(
-        std::vector<std::string>{runfile("agent/krane"), "run", "--config", config,
-                                 "--plugin-host", runfile("agent/krane-plugin-host")},
+        std::vector<std::string>{runfile("agent/krane"), "run", "--config", config, "--plugin-host",
+                                 runfile("agent/krane-plugin-host")},
         strCat(dir_, "/", name, ".log"),
         std::map<std::string, std::string>{{"KRANE_AGENT_TOKEN", token}});
   }
@@ -135,7 +135,8 @@ class Stack {
     auto r = kranectl({"status", "deployment", id, "--region", region, "-o", "json"});
     std::vector<std::string> out;
     std::regex re("\"address\": \"([^\"]+)\"");
-    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), re); it != std::sregex_iterator(); ++it)
+    for (auto it = std::sregex_iterator(r.out.begin(), r.out.end(), re);
+         it != std::sregex_iterator(); ++it)
       out.push_back((*it)[1]);
     return out;
   }
@@ -155,12 +156,13 @@ class Stack {
 
 std::string deployment(const std::string& id, const std::string& region, int replicas,
                        const std::string& tag, const std::string& extra_env = "") {
-  return strCat("kind: Deployment\nid: ", id, "\nregion: ", region,
-                "\nspec:\n  workspaceId: ws\n  projectId: p\n  appId: a\n  environmentId: e\n",
-                "  image: krane.dev/demo-app:", tag, "\n  port: 8080\n  replicas: ", replicas,
-                "\n  cpuMillicores: 50\n  memoryMib: 32\n",
-                "  healthcheck: {readiness: {path: /healthz/ready, periodSeconds: 1}}\n",
-                extra_env.empty() ? "" : strCat("  env: [{name: MARK, value: \"", extra_env, "\"}]\n"));
+  return strCat(
+      "kind: Deployment\nid: ", id, "\nregion: ", region,
+      "\nspec:\n  workspaceId: ws\n  projectId: p\n  appId: a\n  environmentId: e\n",
+      "  image: krane.dev/demo-app:", tag, "\n  port: 8080\n  replicas: ", replicas,
+      "\n  cpuMillicores: 50\n  memoryMib: 32\n",
+      "  healthcheck: {readiness: {path: /healthz/ready, periodSeconds: 1}}\n",
+      extra_env.empty() ? "" : strCat("  env: [{name: MARK, value: \"", extra_env, "\"}]\n"));
 }
 
 std::string get(const std::string& address) {
@@ -174,7 +176,8 @@ std::string get(const std::string& address) {
 TEST(StackE2e, ApplyConvergeServeReportAndDeleteWithKranectl) {
   Stack stack(27000);
   stack.startAgent("a1", "r1");
-  auto applied = stack.kranectl({"apply", "-f", stack.file("app.yaml", deployment("web", "r1", 2, "v1"))});
+  auto applied =
+      stack.kranectl({"apply", "-f", stack.file("app.yaml", deployment("web", "r1", 2, "v1"))});
   ASSERT_EQ(applied.exit_code, 0) << applied.err;
   EXPECT_THAT(applied.out, HasSubstr("deployment_topology/web (r1) created, version 1"));
   auto waited = stack.waitConverged("web", "r1");
@@ -210,17 +213,21 @@ TEST(StackE2e, KranectlErrorsAreClearWithStableExitCodes) {
   EXPECT_THAT(bad_token.err, HasSubstr("refused the token"));
   auto bad_file = stack.kranectl(
       {"apply", "-f",
-       stack.file("bad.yaml", deployment("ok", "r1", 1, "v1") + "---\n" +
-                                  "kind: Deployment\nid: broken\nregion: r1\nspec:\n  replicas: many\n")});
+       stack.file("bad.yaml",
+                  deployment("ok", "r1", 1, "v1") + "---\n" +
+                      "kind: Deployment\nid: broken\nregion: r1\nspec:\n  replicas: many\n")});
   EXPECT_EQ(bad_file.exit_code, 2);
   EXPECT_THAT(bad_file.err, HasSubstr("bad.yaml: document 2 (Deployment broken): spec: "));
   EXPECT_THAT(bad_file.err, HasSubstr("replicas"));
   EXPECT_THAT(stack.kranectl({"get"}).out, HasSubstr("no resources")) << "nothing half-applied";
-  auto refused = stack.kranectl({"apply", "-f", stack.file("norg.yaml", deployment("d", "nowhere", 1, "v1"))});
+  auto refused =
+      stack.kranectl({"apply", "-f", stack.file("norg.yaml", deployment("d", "nowhere", 1, "v1"))});
   EXPECT_EQ(refused.exit_code, 5) << "an unknown region";
   EXPECT_THAT(refused.err, HasSubstr("nowhere"));
   EXPECT_EQ(stack.kranectl({"get", "deployment", "missing"}).exit_code, 5);
-  auto zero = stack.kranectl({"apply", "-f", stack.file("zero.yaml", deployment("z", "r1", 1, "v1") + "  cpuMillicores: 0\n")});
+  auto zero = stack.kranectl(
+      {"apply", "-f",
+       stack.file("zero.yaml", deployment("z", "r1", 1, "v1") + "  cpuMillicores: 0\n")});
   EXPECT_NE(zero.exit_code, 0);
   EXPECT_EQ(stack.kranectl({"frobnicate"}).exit_code, 2);
   EXPECT_EQ(stack.kranectl({"apply", "--help"}).exit_code, 0);
@@ -235,9 +242,10 @@ TEST(StackE2e, AgentKilledDuringAStreamOfUpdatesConvergesWithNothingMissed) {
   for (int round = 0; round < 4; ++round) {
     if (round == 2) stack.killAgent("a1");
     for (int i = 0; i < kApps; ++i) {
-      auto r = stack.kranectl({"apply", "-f",
-                               stack.file(strCat("app", i, ".yaml"),
-                                          deployment(strCat("app", i), "r1", 1, "v1", strCat("round-", round)))});
+      auto r = stack.kranectl(
+          {"apply", "-f",
+           stack.file(strCat("app", i, ".yaml"),
+                      deployment(strCat("app", i), "r1", 1, "v1", strCat("round-", round)))});
       ASSERT_EQ(r.exit_code, 0) << r.err;
     }
     if (round == 2) stack.startAgent("a1", "r1");
@@ -251,7 +259,8 @@ TEST(StackE2e, AgentKilledDuringAStreamOfUpdatesConvergesWithNothingMissed) {
   EXPECT_EQ(log.find("full sync"), log.rfind("full sync")) << log;
   // Each app runs one instance, of the last round's spec.
   for (int i = 0; i < kApps; ++i) {
-    auto json = stack.kranectl({"status", "deployment", strCat("app", i), "--region", "r1", "-o", "json"});
+    auto json =
+        stack.kranectl({"status", "deployment", strCat("app", i), "--region", "r1", "-o", "json"});
     EXPECT_THAT(json.out, HasSubstr("\"current_instances\": 1")) << json.out;
     EXPECT_EQ(stack.addresses(strCat("app", i), "r1").size(), 1u);
   }
@@ -261,18 +270,23 @@ TEST(StackE2e, CtrlKilledAndMariaDbRestartedAgentsReconnectAndCatchUp) {
   Stack stack(27300);
   stack.startAgent("a1", "r1");
   stack.startAgent("a2", "r2");
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("one", "r1", 1, "v1"))}).exit_code, 0);
+  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("one", "r1", 1, "v1"))})
+                .exit_code,
+            0);
   ASSERT_EQ(stack.waitConverged("one", "r1").exit_code, 0);
 
   stack.killCtrl();
   stack.startCtrl();
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("b.yaml", deployment("two", "r2", 1, "v1"))}).exit_code, 0);
+  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("b.yaml", deployment("two", "r2", 1, "v1"))})
+                .exit_code,
+            0);
   auto two = stack.waitConverged("two", "r2");
   ASSERT_EQ(two.exit_code, 0) << two.out << two.err << stack.agentLog("a2");
 
   ScratchMariaDb::instance().restart();
   ASSERT_TRUE(eventually([&] {
-    return stack.kranectl({"apply", "-f", stack.file("c.yaml", deployment("one", "r1", 2, "v2"))}).exit_code == 0;
+    return stack.kranectl({"apply", "-f", stack.file("c.yaml", deployment("one", "r1", 2, "v2"))})
+               .exit_code == 0;
   }));
   auto one = stack.waitConverged("one", "r1");
   ASSERT_EQ(one.exit_code, 0) << one.out << one.err << stack.agentLog("a1");
@@ -287,15 +301,21 @@ TEST(StackE2e, TwoAgentsOfOneRegionOneLeaderAndTheOtherTakesOver) {
   Stack stack(27400);
   const std::string shared = stack.dir() + "/shared-state";
   stack.startAgent("first", "r1", shared);
-  ASSERT_TRUE(eventually([&] { return stack.agentLog("first").find("agent: running") != std::string::npos; }));
+  ASSERT_TRUE(eventually(
+      [&] { return stack.agentLog("first").find("agent: running") != std::string::npos; }));
   stack.startAgent("second", "r1", shared);
-  ASSERT_TRUE(eventually([&] { return stack.agentLog("second").find("standing by") != std::string::npos; }));
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r1", 1, "v1"))}).exit_code, 0);
+  ASSERT_TRUE(eventually(
+      [&] { return stack.agentLog("second").find("standing by") != std::string::npos; }));
+  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r1", 1, "v1"))})
+                .exit_code,
+            0);
   ASSERT_EQ(stack.waitConverged("app", "r1").exit_code, 0);
   EXPECT_THAT(stack.agentLog("second"), Not(HasSubstr("agent: running")));
 
   stack.killAgent("first");
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r1", 2, "v2"))}).exit_code, 0);
+  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r1", 2, "v2"))})
+                .exit_code,
+            0);
   auto waited = stack.waitConverged("app", "r1");
   ASSERT_EQ(waited.exit_code, 0) << waited.out << stack.agentLog("second");
   EXPECT_THAT(stack.agentLog("second"), HasSubstr("agent: running"));
@@ -306,7 +326,9 @@ TEST(StackE2e, TwoAgentsOfOneRegionOneLeaderAndTheOtherTakesOver) {
 TEST(StackE2e, ATokenOfRegionR1IsRefusedForRegionR2) {
   Stack stack(27500);
   stack.startAgent("intruder", "r2", "", stack.token("r1"));
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r2", 1, "v1"))}).exit_code, 0);
+  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r2", 1, "v1"))})
+                .exit_code,
+            0);
   ASSERT_TRUE(eventually([&] {
     const std::string log = stack.agentLog("intruder");
     return log.find("this agent token is for region \"r1\", not \"r2\"") != std::string::npos;

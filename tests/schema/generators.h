@@ -26,8 +26,10 @@ struct Generator {
 
 const std::vector<Generator>& generators();
 
-// The generators' functions, one per plugin (sentinel_objects.cc, cilium_objects.cc).
+// The generators' functions, one per plugin (sentinel_objects.cc, cilium_objects.cc,
+// deployment_objects.cc).
 std::vector<GeneratedObject> sentinelObjects();
 std::vector<GeneratedObject> ciliumObjects();
+std::vector<GeneratedObject> deploymentObjects();
 
 }  // namespace krane::schema

@@ -206,12 +206,15 @@ class StaticSitePlugin final : public sdk::Plugin {
       if (auto st = writeFile(staging / name, content); !st.ok()) return st;
       bytes += content.size();
     }
-    json marker = {{"region", r.region()}, {"version", krane::sdk::resourceVersion(change)}, {"files", json::array()}};
+    json marker = {{"region", r.region()},
+                   {"version", krane::sdk::resourceVersion(change)},
+                   {"files", json::array()}};
     for (const auto& [name, content] : *files) marker["files"].push_back(name);
     if (auto st = writeFile(staging / kMarker, marker.dump()); !st.ok()) return st;
     if (auto st = swapIn(staging, live); !st.ok()) return st;
 
-    report(r.id(), r.region(), krane::sdk::resourceVersion(change), cluster::v1::RESOURCE_PHASE_READY,
+    report(r.id(), r.region(), krane::sdk::resourceVersion(change),
+           cluster::v1::RESOURCE_PHASE_READY,
            strCat(files->size(), " files, ", bytes, " bytes in ", live.string()));
     return absl::OkStatus();
   }
@@ -223,7 +226,8 @@ class StaticSitePlugin final : public sdk::Plugin {
     std::error_code ec;
     fs::remove_all(config_.root / r.id(), ec);
     if (ec) return ioError("remove", config_.root / r.id(), ec);
-    report(r.id(), r.region(), krane::sdk::resourceVersion(change), cluster::v1::RESOURCE_PHASE_DELETED, "removed");
+    report(r.id(), r.region(), krane::sdk::resourceVersion(change),
+           cluster::v1::RESOURCE_PHASE_DELETED, "removed");
     return absl::OkStatus();
   }
 

@@ -35,9 +35,9 @@ absl::StatusOr<int> intAt(const json& object, const std::string& key, const std:
 
 absl::StatusOr<ProcessRuntimeOptions> processOptionsFromJson(const json& config,
                                                              const std::string& at) {
-  KRANE_RETURN_IF_ERROR(
-      onlyKeys(config, "process",
-               {"state_dir", "ports", "images", "restart_backoff_ms", "stop_instances_on_shutdown"}));
+  KRANE_RETURN_IF_ERROR(onlyKeys(
+      config, "process",
+      {"state_dir", "ports", "images", "restart_backoff_ms", "stop_instances_on_shutdown"}));
   ProcessRuntimeOptions o;
   if (!config.contains("state_dir") || !config["state_dir"].is_string() ||
       config["state_dir"].get<std::string>().empty()) {

@@ -72,7 +72,8 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
 }
 
 absl::Status ProcessWorkloadPlugin::remove(const cluster::v1::Change& change) {
-  return removeWorkload(change.resource().id(), change.resource().region(), sdk::resourceVersion(change));
+  return removeWorkload(change.resource().id(), change.resource().region(),
+                        sdk::resourceVersion(change));
 }
 
 absl::Status ProcessWorkloadPlugin::removeWorkload(const std::string& resource_id,
