@@ -254,9 +254,8 @@ TEST(StackE2e, AgentKilledDuringAStreamOfUpdatesConvergesWithNothingMissed) {
     auto waited = stack.waitConverged(strCat("app", i), "r1");
     ASSERT_EQ(waited.exit_code, 0) << waited.out << waited.err << stack.agentLog("a1");
   }
-  // One full sync, by the first agent; the restarted one resumed from its watermark.
-  const std::string log = stack.agentLog("a1");
-  EXPECT_EQ(log.find("full sync"), log.rfind("full sync")) << log;
+  // (Whether the restarted agent resumed from its watermark or, killed before persisting one,
+  // did a full sync depends on the moment of the kill; agent_e2e_test covers the resume.)
   // Each app runs one instance, of the last round's spec.
   for (int i = 0; i < kApps; ++i) {
     auto json =

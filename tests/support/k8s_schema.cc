@@ -311,10 +311,13 @@ class Validator {
 
 absl::StatusOr<std::string> K8sSchemas::defaultDir() {
   if (const char* dir = std::getenv("KRANE_SCHEMA_DIR"); dir && *dir) return std::string(dir);
-  // This header's runfile is a symlink into the source tree; its sibling shared/ has the schemas.
+  // The copies in the tree (tests/schema/upstream), else the shared folder next to the tree:
+  // this header's runfile is a symlink into the source tree.
   for (const char* var : {"TEST_SRCDIR", "RUNFILES_DIR"}) {
     const char* root = std::getenv(var);
     if (!root) continue;
+    const auto in_tree = std::filesystem::path(root) / "krane/tests/schema/upstream";
+    if (std::filesystem::is_directory(in_tree)) return in_tree.string();
     std::error_code ec;
     const auto header = std::filesystem::canonical(
         std::filesystem::path(root) / "krane/tests/support/k8s_schema.h", ec);
@@ -324,8 +327,9 @@ absl::StatusOr<std::string> K8sSchemas::defaultDir() {
     if (std::filesystem::is_directory(dir)) return dir.string();
   }
   return absl::NotFoundError(
-      "cannot find the upstream schemas (../shared/schemas next to the source tree); set "
-      "KRANE_SCHEMA_DIR");
+      "cannot find the upstream schemas (tests/schema/upstream in the runfiles, or "
+      "../shared/schemas "
+      "next to the source tree); set KRANE_SCHEMA_DIR");
 }
 
 absl::StatusOr<K8sSchemas> K8sSchemas::load(const std::string& dir) {

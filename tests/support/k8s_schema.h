@@ -1,7 +1,8 @@
 // Validation of generated Kubernetes objects against upstream schemas, for plugin tests.
 //
-// Reads the schemas under a directory (by default the `schemas/` folder of the shared folder next
-// to the source tree, which holds the upstream Cilium CRD; KRANE_SCHEMA_DIR overrides):
+// Reads the schemas under a directory (by default tests/schema/upstream, which holds the upstream
+// Cilium CRD, else the `schemas/` folder of the shared folder next to the source tree;
+// KRANE_SCHEMA_DIR overrides):
 // - CustomResourceDefinitions (YAML): the openAPIV3Schema of every served version;
 // - OpenAPI v3 documents (JSON, as the API server publishes at /openapi/v3): each schema of
 //   components.schemas carrying x-kubernetes-group-version-kind, with #/components/schemas refs.
