@@ -112,7 +112,17 @@ void LeaseElector::start(std::function<void(bool)> on_change) {
 void LeaseElector::stop() {
   stopping_ = true;
   if (thread_.joinable()) thread_.join();
-  if (leader_.exchange(false) && on_change_) on_change_(false);
+  if (!leader_.exchange(false)) return;
+  if (on_change_) on_change_(false);
+  // Hand the lease back (renewed long ago: expired), so a standby takes over at its next look
+  // instead of waiting out the duration. If this fails, the lease simply expires.
+  auto current = client_->get();
+  if (current.ok() && current->holder == identity_) {
+    const auto released = client_->write(
+        {identity_, std::chrono::system_clock::time_point{}, duration_, current->resource_version},
+        current->resource_version);
+    if (released.ok()) spdlog::info("agent: {} released the lease", identity_);
+  }
 }
 
 }  // namespace krane::agent

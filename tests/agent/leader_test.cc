@@ -89,6 +89,20 @@ TEST(LeaseElector, OneHolderAtATimeAndTakeoverAfterExpiry) {
   EXPECT_EQ(leases->lease->holder, "b");
 }
 
+TEST(LeaseElector, StoppingReleasesTheLeaseSoAStandbyTakesOverAtOnce) {
+  auto leases = std::make_shared<FakeLeases>();
+  LeaseElector a(leases, "a", std::chrono::seconds(60));
+  LeaseElector b(leases, "b", std::chrono::seconds(60));
+  a.tick();
+  b.tick();
+  ASSERT_TRUE(a.isLeader());
+  a.stop();
+  EXPECT_FALSE(a.isLeader());
+  b.tick();  // no waiting out the 60 s
+  EXPECT_TRUE(b.isLeader());
+  EXPECT_EQ(leases->lease->holder, "b");
+}
+
 TEST(LeaseElector, GivesLeadershipUpWhenRenewalsFail) {
   auto leases = std::make_shared<FakeLeases>();
   LeaseElector a(leases, "a", std::chrono::seconds(1));
