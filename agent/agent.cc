@@ -306,10 +306,7 @@ absl::Status Agent::startLeaderElection() {
           "Kubernetes client; use lockfile or none");
     }
     auto client = lease_clients_(config_);
-    if (!client.ok()) {
-      return absl::Status(client.status().code(),
-                          strCat("leader.mode lease: ", toStd(client.status().message())));
-    }
+    if (!client.ok()) return withContext(client.status(), "leader.mode lease");
     leader_ = std::make_unique<LeaseElector>(*std::move(client), config_.agent_id,
                                              config_.leader.lease_duration);
     who_leads = "the agent holding the region's Lease";

@@ -1,6 +1,9 @@
 // Expected failures are values: absl::Status / absl::StatusOr<T>, never exceptions across modules.
 #pragma once
 
+#include <string>
+#include <string_view>
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -21,3 +24,16 @@
   auto tmp = (expr);                                 \
   if (!tmp.ok()) return std::move(tmp).status();     \
   lhs = std::move(*tmp)
+
+namespace krane {
+
+// `st` with "<context>: " in front of its message (same code); OK stays OK.
+inline absl::Status withContext(const absl::Status& st, std::string_view context) {
+  if (st.ok()) return st;
+  std::string message(context);
+  message += ": ";
+  message.append(st.message().data(), st.message().size());
+  return absl::Status(st.code(), message);
+}
+
+}  // namespace krane

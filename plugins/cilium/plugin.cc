@@ -54,7 +54,7 @@ class CiliumPlugin final : public sdk::Plugin {
   absl::Status init(sdk::Host& host, std::string_view config_text) override {
     host_ = &host;
     auto st = configure(config_text);
-    if (!st.ok()) return absl::Status(st.code(), strCat("cilium plugin config: ", st.message()));
+    if (!st.ok()) return withContext(st, "cilium plugin config");
     host.log(sdk::LogLevel::kInfo, strCat("cilium plugin: ", runtime_, " runtime"));
     return absl::OkStatus();
   }

@@ -32,29 +32,16 @@ const Kinds& environmentKinds() {
   return kinds;
 }
 
-absl::Status withContext(const absl::Status& st, const std::string& context) {
-  if (st.ok()) return st;
-  return absl::Status(st.code(), strCat(context, ": ", st.message()));
-}
-
 }  // namespace
 
 absl::Status KubeSentinelPlugin::init(sdk::Host& host, std::string_view config_text) {
   host_ = &host;
   const auto prefixed = [](const absl::Status& st) {
-    return absl::Status(st.code(), strCat("sentinel plugin config: ", st.message()));
+    return withContext(st, "sentinel plugin config");
   };
-  const json config = json::parse(config_text.empty() ? "{}" : config_text, nullptr, false);
-  if (!config.is_object()) return prefixed(absl::InvalidArgumentError("not a JSON object"));
-  for (const auto& [key, _] : config.items()) {
-    if (key != "runtime" && key != "process" && key != "kubernetes") {
-      return prefixed(absl::InvalidArgumentError(strCat(key, ": unknown key")));
-    }
-  }
-  if (!config.contains("kubernetes")) {
-    return prefixed(absl::InvalidArgumentError("kubernetes: required with runtime kubernetes"));
-  }
-  auto connection = kube::connectionFromJson(config["kubernetes"], "kubernetes", {});
+  auto section_or = kube::kubernetesSection(config_text);
+  if (!section_or.ok()) return prefixed(section_or.status());
+  auto connection = kube::connectionFromJson(*section_or, "kubernetes", {});
   if (!connection.ok()) return prefixed(connection.status());
   auto client = kube::Client::create(connection->cluster, connection->options);
   if (!client.ok()) return prefixed(client.status());

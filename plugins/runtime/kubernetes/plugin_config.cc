@@ -9,6 +9,20 @@ namespace krane::kube {
 
 using nlohmann::json;
 
+absl::StatusOr<json> kubernetesSection(std::string_view config_text) {
+  const json config = json::parse(config_text.empty() ? "{}" : config_text, nullptr, false);
+  if (!config.is_object()) return absl::InvalidArgumentError("not a JSON object");
+  for (const auto& [key, _] : config.items()) {
+    if (key != "runtime" && key != "process" && key != "kubernetes") {
+      return absl::InvalidArgumentError(strCat(key, ": unknown key"));
+    }
+  }
+  if (!config.contains("kubernetes")) {
+    return absl::InvalidArgumentError("kubernetes: required with runtime kubernetes");
+  }
+  return config["kubernetes"];
+}
+
 absl::StatusOr<std::string> stringAt(const json& section, const std::string& path,
                                      const std::string& key, const std::string& fallback) {
   if (!section.contains(key)) return fallback;

@@ -33,6 +33,11 @@ absl::StatusOr<Connection> connectionFromJson(const nlohmann::json& section,
                                               const std::string& path,
                                               std::initializer_list<std::string_view> plugin_keys);
 
+// The `kubernetes` section of a plugin's configuration text, after checking the text is a JSON
+// object whose keys are only runtime, process and kubernetes, and that the section is there.
+// INVALID_ARGUMENT naming the key otherwise (without the plugin's name: callers add it).
+absl::StatusOr<nlohmann::json> kubernetesSection(std::string_view config_text);
+
 // section[key] as a string; `fallback` when absent; INVALID_ARGUMENT naming the path otherwise.
 absl::StatusOr<std::string> stringAt(const nlohmann::json& section, const std::string& path,
                                      const std::string& key, const std::string& fallback);

@@ -18,7 +18,7 @@ ProcessWorkloadPlugin::ProcessWorkloadPlugin(std::string name, std::string type,
 absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view config_text) {
   host_ = &host;
   const auto prefixed = [this](const absl::Status& st) {
-    return absl::Status(st.code(), strCat(name_, " config: ", st.message()));
+    return withContext(st, strCat(name_, " config"));
   };
   const json config = json::parse(config_text.empty() ? "{}" : config_text, nullptr, false);
   if (config.is_discarded()) return prefixed(absl::InvalidArgumentError("not valid JSON"));
@@ -45,8 +45,7 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
   const auto& r = change.resource();
   auto spec = workloadFor(r);
   if (!spec.ok()) {
-    return absl::Status(spec.status().code(),
-                        strCat(type_, " ", r.id(), ": ", spec.status().message()));
+    return withContext(spec.status(), strCat(type_, " ", r.id()));
   }
   if (!spec->has_value()) return removeWorkload(r.id(), r.region(), sdk::resourceVersion(change));
   const std::string revision = revisionOf(**spec);
@@ -63,7 +62,7 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
     }
   }
   if (auto st = runtime_->apply(**spec); !st.ok()) {
-    return absl::Status(st.code(), strCat(type_, " ", r.id(), ": ", st.message()));
+    return withContext(st, strCat(type_, " ", r.id()));
   }
   // A spec that changes nothing the runtime runs changes no status either: report anyway, so
   // the control plane sees the new version applied.
