@@ -174,11 +174,7 @@ TEST(Agent, LeaseModeOneLeaderAndTheStandbyTakesOverWhenItIsKilled) {
   AgentSetup b = setUp(cp);
   for (AgentSetup* s : {&a, &b}) {
     const std::string id = s == &a ? "agent-a" : "agent-b";
-    std::ofstream(s->dir + "/kubeconfig")
-        << strCat("apiVersion: v1\nkind: Config\ncurrent-context: test\n",
-                  "clusters:\n- name: fake\n  cluster:\n    server: ", api.url(), "\n",
-                  "users:\n- name: agent\n  user: {}\n",
-                  "contexts:\n- name: test\n  context:\n    cluster: fake\n    user: agent\n");
+    std::ofstream(s->dir + "/kubeconfig") << api.kubeconfigYaml();
     std::ofstream(s->config, std::ios::app) << strCat(
         "agent_id: ", id,
         "\nleader:\n  mode: lease\n  lease_duration_s: 3\n  lease_namespace: krane-system\n",

@@ -121,6 +121,16 @@ class Stack {
     env.emplace("KRANE_TOKEN", kOperatorToken);
     return runCommand(args, env, std::chrono::seconds(120));
   }
+  // `kranectl watch` in the background: stdout in watch.out, stderr in watch.err.
+  std::unique_ptr<ChildProcess> watch(const std::string& region) {
+    return std::make_unique<ChildProcess>(
+        std::vector<std::string>{"/bin/sh", "-c",
+                                 strCat("exec ", runfile("cli/kranectl"), " watch --region ",
+                                        region, " 2>", dir_, "/watch.err >", dir_, "/watch.out")},
+        "",
+        std::map<std::string, std::string>{{"KRANE_SERVER", strCat("127.0.0.1:", grpc_port_)},
+                                           {"KRANE_TOKEN", kOperatorToken}});
+  }
   // Writes a file for `kranectl apply -f`.
   std::string file(const std::string& name, const std::string& yaml) {
     const std::string path = strCat(dir_, "/", name);
@@ -176,6 +186,10 @@ std::string get(const std::string& address) {
 TEST(StackE2e, ApplyConvergeServeReportAndDeleteWithKranectl) {
   Stack stack(27000);
   stack.startAgent("a1", "r1");
+  auto watch = stack.watch("r1");
+  ASSERT_TRUE(eventually([&] {
+    return slurp(stack.dir() + "/watch.err").find("watching r1") != std::string::npos;
+  })) << slurp(stack.dir() + "/watch.err");
   auto applied =
       stack.kranectl({"apply", "-f", stack.file("app.yaml", deployment("web", "r1", 2, "v1"))});
   ASSERT_EQ(applied.exit_code, 0) << applied.err;
@@ -201,6 +215,12 @@ TEST(StackE2e, ApplyConvergeServeReportAndDeleteWithKranectl) {
   for (const auto& a : addresses)
     EXPECT_TRUE(eventually([&] { return get(a).empty(); })) << a << " still serves";
   EXPECT_EQ(stack.kranectl({"status", "deployment", "web", "--region", "r1"}).exit_code, 5);
+  // `kranectl watch` saw both changes, live.
+  EXPECT_TRUE(eventually([&] {
+    const std::string seen = slurp(stack.dir() + "/watch.out");
+    return std::regex_search(seen, std::regex("r1 +apply +deployment_topology/web +version 1")) &&
+           std::regex_search(seen, std::regex("r1 +delete +deployment_topology/web +version 2"));
+  })) << slurp(stack.dir() + "/watch.out");
 }
 
 TEST(StackE2e, KranectlErrorsAreClearWithStableExitCodes) {
@@ -211,6 +231,7 @@ TEST(StackE2e, KranectlErrorsAreClearWithStableExitCodes) {
   auto bad_token = stack.kranectl({"get", "--token", "nope"});
   EXPECT_EQ(bad_token.exit_code, 4);
   EXPECT_THAT(bad_token.err, HasSubstr("refused the token"));
+  EXPECT_EQ(stack.kranectl({"watch", "--token", "nope"}).exit_code, 4);
   auto bad_file = stack.kranectl(
       {"apply", "-f",
        stack.file("bad.yaml",

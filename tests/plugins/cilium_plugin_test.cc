@@ -263,11 +263,7 @@ class CiliumKubeTest : public CiliumPluginTest {
 
   void loadKube() {
     const std::string kubeconfig = dir_ + "/kubeconfig";
-    std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-                              << "clusters: [{name: fake, cluster: {server: '" << api_.url()
-                              << "'}}]\n"
-                              << "users: [{name: u, user: {token: t}}]\n"
-                              << "contexts: [{name: fake, context: {cluster: fake, user: u}}]\n";
+    std::ofstream(kubeconfig) << api_.kubeconfigYaml();
     ASSERT_TRUE(
         load({{"runtime", "kubernetes"}, {"kubernetes", {{"kubeconfig", kubeconfig}, {"qps", 0}}}})
             .ok());

@@ -72,10 +72,7 @@ class DeploymentKubePluginTest : public ::testing::Test {
     char pattern[] = "/tmp/krane-dk-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     kubeconfig_ = dir_ + "/kubeconfig";
-    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-                                  "contexts:\n- name: fake\n  context: {cluster: fake}\n"
-                                  "clusters:\n- name: fake\n  cluster:\n    server: "
-                               << api_.url() << "\n";
+    std::ofstream(kubeconfig_) << api_.kubeconfigYaml();
   }
 
   void TearDown() override {

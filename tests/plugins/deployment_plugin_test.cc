@@ -216,6 +216,19 @@ TEST_F(DeploymentPluginTest, ARestartedPluginAdoptsItsInstances) {
   for (const auto& i : before.instances()) EXPECT_EQ(ids.count(i.id()), 1u) << i.id();
 }
 
+// stop_instances_on_shutdown (a local stack that must leave nothing behind): the instances go
+// with the plugin instead of waiting to be adopted.
+TEST_F(DeploymentPluginTest, WithStopOnShutdownTheInstancesStopWithThePlugin) {
+  auto json = nlohmann::json::parse(config(23450));
+  json["process"]["stop_instances_on_shutdown"] = true;
+  ASSERT_TRUE(load(json.dump()).ok());
+  ASSERT_TRUE(plugin_->apply(topology("d1", 2, "v1", 1)).ok());
+  ASSERT_TRUE(eventually([&] { return running("d1", 2); }));
+  const auto before = latest("d1")->instances();
+  plugin_.reset();
+  for (const auto& i : before.instances()) EXPECT_TRUE(get(i.address()).empty()) << i.address();
+}
+
 TEST_F(DeploymentPluginTest, BadConfigurationAndBadTopologiesAreRefusedByName) {
   auto st = load(R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "prots": {}}})");
   EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("process.prots: unknown key"));
@@ -224,6 +237,10 @@ TEST_F(DeploymentPluginTest, BadConfigurationAndBadTopologiesAreRefusedByName) {
   st = load(R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "ports": {"from": 0}}})");
   EXPECT_THAT(std::string(toStd(st.message())),
               HasSubstr("process.ports.from: must be a whole number between 1 and 65535, got 0"));
+  st = load(
+      R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "stop_instances_on_shutdown": 1}})");
+  EXPECT_THAT(std::string(toStd(st.message())),
+              HasSubstr("process.stop_instances_on_shutdown: must be true or false"));
   st = load(R"({"runtime": "nomad"})");
   EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("runtime: \"nomad\""));
 

@@ -69,10 +69,7 @@ class SentinelKubePluginTest : public ::testing::Test {
     char pattern[] = "/tmp/krane-sk-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     kubeconfig_ = dir_ + "/kubeconfig";
-    std::ofstream(kubeconfig_) << "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-                                  "contexts:\n- name: fake\n  context: {cluster: fake}\n"
-                                  "clusters:\n- name: fake\n  cluster:\n    server: "
-                               << api_.url() << "\n";
+    std::ofstream(kubeconfig_) << api_.kubeconfigYaml();
     // The cluster's manifests create the namespace.
     api_.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}});
   }

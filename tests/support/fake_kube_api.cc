@@ -652,6 +652,18 @@ std::string FakeKubeApi::url() const {
   return strCat(options_.tls ? "https" : "http", "://127.0.0.1:", port_);
 }
 
+std::string FakeKubeApi::kubeconfigYaml() const {
+  std::string token;
+  {
+    std::lock_guard lock(mutex_);
+    token = token_;
+  }
+  return strCat("apiVersion: v1\nkind: Config\ncurrent-context: fake\n",
+                "clusters: [{name: fake, cluster: {server: '", url(), "'}}]\n",
+                "users: [{name: u, user: {", token.empty() ? "" : strCat("token: ", token), "}}]\n",
+                "contexts: [{name: fake, context: {cluster: fake, user: u}}]\n");
+}
+
 kube::ClusterConfig FakeKubeApi::clusterConfig() const {
   kube::ClusterConfig config;
   config.server = url();

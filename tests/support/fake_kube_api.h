@@ -92,6 +92,9 @@ class FakeKubeApi {
   // A configuration pointing krane's client at this server: the required token, if any, and with
   // TLS the CA and (when required) the client certificate.
   kube::ClusterConfig clusterConfig() const;
+  // The same as a kubeconfig file's text (context "fake", the required token if any), for
+  // processes and plugins that read one. Plain HTTP only: with TLS, write the CA in yourself.
+  std::string kubeconfigYaml() const;
   // PEM of the generated CA and client credentials (empty without TLS).
   const std::string& caPem() const { return ca_pem_; }
   const std::string& clientCertPem() const { return client_cert_pem_; }

@@ -235,6 +235,51 @@ TEST_F(IngestorTest, DeleteReportRemovesEveryInstance) {
   EXPECT_EQ(hooks_->reported.back(), std::make_tuple("dep", "eu-1", 0u, 0u, 0u));
 }
 
+// What `kranectl status` reads: each deployment report leaves the phase, the applied version
+// and the counts (running instances on the applied spec among them); a delete report clears it.
+TEST_F(IngestorTest, DeploymentReportsKeepAPhaseAndTheAppliedVersion) {
+  using cluster::v1::INSTANCE_STATUS_PENDING;
+  using cluster::v1::INSTANCE_STATUS_RUNNING;
+  const auto status = [&] {
+    return query(
+        "SELECT applied_version, phase, message FROM resource_status WHERE region_id = 'eu-1'"
+        " AND resource_type = 'deployment_topology' AND resource_id = 'dep'");
+  };
+  auto rolling = deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING},
+                                          {"b", "10.0.0.2:80", INSTANCE_STATUS_PENDING}});
+  rolling.set_applied_version(7);
+  rolling.mutable_instances()->mutable_instances(0)->set_current(false);
+  rolling.mutable_instances()->mutable_instances(1)->set_current(true);
+  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", rolling).ok());
+  auto row = status();
+  ASSERT_EQ(row.rows.size(), 1u);
+  EXPECT_EQ(row.rows[0].u64(0), 7u);
+  EXPECT_EQ(row.rows[0].str(1), "progressing");
+  EXPECT_EQ(row.rows[0].str(2), "1 running, 1 pending, 0 failed, 0 on the applied spec");
+
+  auto done = deploymentReport("dep", {{"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING}});
+  done.set_applied_version(7);
+  done.mutable_instances()->mutable_instances(0)->set_current(true);
+  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", done).ok());
+  row = status();
+  EXPECT_EQ(row.rows[0].str(1), "ready");
+  EXPECT_EQ(row.rows[0].str(2), "1 running, 0 pending, 0 failed, 1 on the applied spec");
+
+  auto crashing = deploymentReport(
+      "dep", {{"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_FAILED, "exited with code 3"}});
+  crashing.set_applied_version(8);
+  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", crashing).ok());
+  row = status();
+  EXPECT_EQ(row.rows[0].u64(0), 8u);
+  EXPECT_EQ(row.rows[0].str(1), "degraded");
+
+  ReportDeploymentStatusRequest removed;
+  removed.set_deployment_id("dep");
+  removed.set_deleted(true);
+  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", removed).ok());
+  EXPECT_TRUE(status().rows.empty());
+}
+
 TEST_F(IngestorTest, AnEmptyInstanceSetAlsoRemovesEverything) {
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   ASSERT_TRUE(
