@@ -58,7 +58,9 @@ class Stack {
     runCommand(
         {"/bin/sh", "-c",
          strCat("for f in $(find ", dir_, " -name instance.json); do ",
-                "kill -9 $(sed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' $f) 2>/dev/null; done")});
+                "p=$(sed -n 's/.*\"pid\": *\\([0-9]*\\).*/\\1/p' $f); ",
+                // pid 0: a record written before its fork ("kill 0" would hit this shell's group)
+                "[ \"${p:-0}\" -gt 0 ] && kill -9 $p 2>/dev/null; done")});
   }
 
   static void expectOk(const CommandResult& r) { ASSERT_EQ(r.exit_code, 0) << r.out << r.err; }

@@ -358,5 +358,33 @@ TEST_F(ProcessRuntimeTest, AfterItsOwnerIsKilledInstancesAreAdoptedOrStoppedNeve
   fs::remove(log);
 }
 
+// The owner was killed at the worst moments of a start: after creating the instance's folder
+// but before its record (nothing runs), and after the fork but before the record got the pid (a
+// process runs that no record names). The next owner starts (no crash on the half-written
+// state), cleans both up and leaks nothing.
+TEST_F(ProcessRuntimeTest, AnOwnerKilledMidStartLeavesNothingBehind) {
+  fs::create_directories(dir_ + "/instances/w/w-abc123-0/work");  // no record
+  const std::string name = "w-abc123-1";
+  const std::string idir = dir_ + "/instances/w/" + name;
+  fs::create_directories(idir + "/work");
+  std::ofstream(idir + "/instance.json")
+      << R"({"workload": "w", "name": ")" << name
+      << R"(", "index": 1, "revision": "abc123", "pid": 0, "start_ticks": 0, "port": 21150})";
+  // The child the dead owner had forked.
+  const std::string script =
+      strCat("exec env KRANE_INSTANCE=", name, " PORT=21150 ", demo_app_, " --version v1");
+  krane::testing::ChildProcess orphan({"/bin/sh", "-c", script});
+  ASSERT_TRUE(eventually([&] { return !get(21150).empty(); })) << "the orphan serves";
+
+  start(options(21100));
+  EXPECT_TRUE(eventually([&] { return get(21150).empty(); })) << "the orphan was stopped";
+  EXPECT_EQ(orphan.wait(), -SIGKILL);
+  EXPECT_FALSE(fs::exists(dir_ + "/instances/w/w-abc123-0"));
+  EXPECT_FALSE(fs::exists(idir));
+  // And the runtime works.
+  ASSERT_TRUE(runtime_->apply(demo("fresh", 1)).ok());
+  EXPECT_TRUE(eventually([&] { return converged("fresh"); }));
+}
+
 }  // namespace
 }  // namespace krane::runtime

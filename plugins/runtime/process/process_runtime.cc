@@ -121,6 +121,27 @@ std::optional<std::pair<uint64_t, bool>> procStart(int64_t pid) {
   return std::make_pair(start, state == "Z");
 }
 
+// Processes whose environment holds KRANE_INSTANCE=<name>: an instance started by an owner that
+// died before it could write the pid in the instance's record.
+std::vector<pid_t> processesOfInstance(const std::string& name) {
+  const std::string needle = strCat("KRANE_INSTANCE=", name);
+  std::vector<pid_t> found;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = entry.path().filename().string();
+    if (pid.empty() || !std::all_of(pid.begin(), pid.end(), ::isdigit)) continue;
+    std::ifstream in(entry.path() / "environ", std::ios::binary);
+    std::string var;
+    while (std::getline(in, var, '\0')) {
+      if (var == needle) {
+        found.push_back(static_cast<pid_t>(std::stoll(pid)));
+        break;
+      }
+    }
+  }
+  return found;
+}
+
 std::string describeExit(int status) {
   if (WIFEXITED(status)) return strCat("exited with code ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
@@ -458,6 +479,22 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   const int log_fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0)
     return absl::InternalError(strCat("cannot open ", log, ": ", std::strerror(errno)));
+  // The record exists before the child does (pid 0: starting), so an owner killed at any moment
+  // leaves a record that adopt() can act on: a starting record's child is found by its
+  // KRANE_INSTANCE and stopped, never leaked.
+  const auto writeRecord = [&](pid_t pid, uint64_t start_ticks) {
+    const json record = {{"workload", w.spec.id},
+                         {"name", i.name},
+                         {"index", i.index},
+                         {"revision", i.revision},
+                         {"pid", pid},
+                         {"start_ticks", start_ticks},
+                         {"port", i.port},
+                         {"restarts", i.restarts}};
+    std::ofstream(i.dir + "/instance.json.tmp", std::ios::trunc) << record.dump();
+    fs::rename(i.dir + "/instance.json.tmp", i.dir + "/instance.json", ec);
+  };
+  writeRecord(0, 0);
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log_fd);
@@ -494,16 +531,7 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   i.next_live = i.started + w.spec.liveness.initial_delay;
   i.next_ready = i.started + w.spec.readiness.initial_delay;
   if (i.phase != InstancePhase::kFailed) i.phase = InstancePhase::kPending;
-  const json record = {{"workload", w.spec.id},
-                       {"name", i.name},
-                       {"index", i.index},
-                       {"revision", i.revision},
-                       {"pid", pid},
-                       {"start_ticks", i.start_ticks},
-                       {"port", i.port},
-                       {"restarts", i.restarts}};
-  std::ofstream(i.dir + "/instance.json.tmp", std::ios::trunc) << record.dump();
-  fs::rename(i.dir + "/instance.json.tmp", i.dir + "/instance.json", ec);
+  writeRecord(pid, i.start_ticks);
   spdlog::info("process runtime: started {} pid={} port={}", i.name, pid, i.port);
   return absl::OkStatus();
 }
@@ -528,8 +556,13 @@ void ProcessRuntime::adopt() {
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(options_.state_dir + "/workloads", ec)) {
     if (entry.path().extension() != ".json") continue;
+    auto text = readFile(entry.path().string(), "workload spec");
+    if (!text.ok()) {
+      spdlog::error("process runtime: ignoring {}", text.status().message());
+      continue;
+    }
     try {
-      const json j = json::parse(*readFile(entry.path().string(), "workload spec"));
+      const json j = json::parse(*text);
       auto w = std::make_unique<Workload>();
       w->spec = specFrom(j.at("spec"));
       w->revision = revisionOf(w->spec);
@@ -543,11 +576,24 @@ void ProcessRuntime::adopt() {
   for (const auto& wdir : fs::directory_iterator(options_.state_dir + "/instances", ec)) {
     for (const auto& idir : fs::directory_iterator(wdir.path(), ec)) {
       const std::string dir = idir.path().string();
-      json record;
-      try {
-        record = json::parse(*readFile(dir + "/instance.json", "instance record"));
-      } catch (const std::exception&) {
-        fs::remove_all(dir, ec);  // never started: nothing runs from it
+      // No record: the owner died before writing it, before the fork; nothing runs from it.
+      auto text = readFile(dir + "/instance.json", "instance record");
+      const json record = text.ok() ? json::parse(*text, nullptr, false) : json();
+      if (!record.is_object()) {
+        fs::remove_all(dir, ec);
+        continue;
+      }
+      if (record.value("pid", 0) == 0) {
+        // Started by an owner that died before writing the pid: stop what it started.
+        for (const pid_t pid : processesOfInstance(record.value("name", ""))) {
+          spdlog::info(
+              "process runtime: stopping pid={} of {}, started by a previous owner "
+              "that died before recording it",
+              pid, record.value("name", ""));
+          ::kill(-pid, SIGKILL);
+          ::kill(pid, SIGKILL);
+        }
+        fs::remove_all(dir, ec);
         continue;
       }
       auto i = std::make_unique<Instance>(options_.restart);
