@@ -1,13 +1,20 @@
 #include "agent/frame_channel.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-#include <zmq.h>
+#include <array>
+#include <chrono>
+#include <utility>
 
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::agent {
+namespace {
+
+constexpr const char* kWakeEndpoint = "inproc://frame-channel-wake";
+// How often the I/O thread looks at `stopping_` when nothing happens.
+constexpr std::chrono::milliseconds kPollInterval{200};
+
+}  // namespace
 
 FrameChannel::FrameChannel(std::string endpoint, Mode mode,
                            std::function<void(plugin::v1::Frame&&)> on_frame)
@@ -16,110 +23,125 @@ FrameChannel::FrameChannel(std::string endpoint, Mode mode,
 FrameChannel::~FrameChannel() { stop(); }
 
 absl::Status FrameChannel::start() {
-  context_ = zmq_ctx_new();
-  socket_ = zmq_socket(context_, ZMQ_PAIR);
-  const int linger = 0;
-  zmq_setsockopt(socket_, ZMQ_LINGER, &linger, sizeof(linger));
-  const int rc = mode_ == Mode::kBind ? zmq_bind(socket_, endpoint_.c_str())
-                                      : zmq_connect(socket_, endpoint_.c_str());
-  if (rc != 0) {
+  try {
+    socket_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    socket_.set(zmq::sockopt::linger, 0);
+    if (mode_ == Mode::kBind) {
+      socket_.bind(endpoint_);
+    } else {
+      socket_.connect(endpoint_);
+    }
+    wake_in_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    wake_in_.bind(kWakeEndpoint);
+    wake_out_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    wake_out_.set(zmq::sockopt::linger, 0);
+    wake_out_.connect(kWakeEndpoint);
+  } catch (const zmq::error_t& e) {
     return absl::UnavailableError(strCat(mode_ == Mode::kBind ? "cannot bind " : "cannot connect ",
-                                         endpoint_, ": ", zmq_strerror(zmq_errno())));
+                                         endpoint_, ": ", e.what()));
   }
-  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
+  {
+    std::lock_guard lock(mutex_);
+    started_ = true;
+  }
   thread_ = std::thread([this] { run(); });
   return absl::OkStatus();
 }
 
 void FrameChannel::stop() {
   if (stopping_.exchange(true)) return;
-  if (wake_fd_ >= 0) {
-    const uint64_t one = 1;
-    (void)::write(wake_fd_, &one, sizeof(one));
+  {
+    std::lock_guard lock(mutex_);
+    if (started_) (void)wake_out_.send(zmq::const_buffer(), zmq::send_flags::dontwait);
+    started_ = false;
   }
   if (thread_.joinable()) thread_.join();
-  if (socket_ != nullptr) zmq_close(socket_);
-  if (context_ != nullptr) zmq_ctx_term(context_);
-  if (wake_fd_ >= 0) ::close(wake_fd_);
-  socket_ = nullptr;
-  context_ = nullptr;
-  wake_fd_ = -1;
+  socket_.close();
+  wake_in_.close();
+  wake_out_.close();
+  context_.close();
 }
 
 void FrameChannel::send(const plugin::v1::Frame& frame) {
-  std::string bytes = frame.SerializeAsString();
-  {
-    std::lock_guard lock(mutex_);
-    outgoing_.push_back(std::move(bytes));
-  }
-  const uint64_t one = 1;
-  (void)::write(wake_fd_, &one, sizeof(one));
+  std::vector<std::string> one;
+  one.push_back(frame.SerializeAsString());
+  enqueue(std::move(one));
 }
 
 void FrameChannel::sendMany(const std::vector<plugin::v1::Frame>& frames) {
   std::vector<std::string> bytes;
   bytes.reserve(frames.size());
   for (const auto& f : frames) bytes.push_back(f.SerializeAsString());
-  {
-    std::lock_guard lock(mutex_);
-    for (auto& b : bytes) outgoing_.push_back(std::move(b));
-  }
-  const uint64_t one = 1;
-  (void)::write(wake_fd_, &one, sizeof(one));
+  enqueue(std::move(bytes));
+}
+
+void FrameChannel::enqueue(std::vector<std::string> frames) {
+  if (frames.empty()) return;
+  std::lock_guard lock(mutex_);
+  if (!started_) return;
+  const bool was_empty = outgoing_.empty();
+  for (auto& f : frames) outgoing_.push_back(std::move(f));
+  // A full wake pipe means wake-ups are pending already; nothing is lost by dropping this one.
+  if (was_empty) (void)wake_out_.send(zmq::const_buffer(), zmq::send_flags::dontwait);
 }
 
 void FrameChannel::run() {
-  zmq_pollitem_t items[2] = {{socket_, 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}};
+  std::array<zmq::pollitem_t, 2> items{
+      {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {wake_in_.handle(), 0, ZMQ_POLLIN, 0}}};
   std::deque<std::string> unsent;  // never block on a send: a peer that died would hang us
-  while (!stopping_) {
-    items[0].events = static_cast<short>(ZMQ_POLLIN | (unsent.empty() ? 0 : ZMQ_POLLOUT));
-    if (zmq_poll(items, 2, 200) < 0) {
-      if (zmq_errno() == EINTR) continue;
-      spdlog::error("plugin channel {}: poll failed: {}", endpoint_, zmq_strerror(zmq_errno()));
-      return;
-    }
-    if (items[1].revents & ZMQ_POLLIN) {
-      uint64_t count = 0;
-      (void)::read(wake_fd_, &count, sizeof(count));
-    }
-    {
-      std::lock_guard lock(mutex_);
-      while (!outgoing_.empty()) {
-        unsent.push_back(std::move(outgoing_.front()));
-        outgoing_.pop_front();
+  try {
+    while (!stopping_) {
+      items[0].events = static_cast<short>(ZMQ_POLLIN | (unsent.empty() ? 0 : ZMQ_POLLOUT));
+      try {
+        zmq::poll(items.data(), items.size(), kPollInterval);
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        throw;
       }
-    }
-    while (!unsent.empty()) {
-      const std::string& bytes = unsent.front();
-      if (zmq_send(socket_, bytes.data(), bytes.size(), ZMQ_DONTWAIT) < 0) {
-        if (zmq_errno() != EAGAIN && !stopping_) {
-          spdlog::warn("plugin channel {}: send failed: {}", endpoint_, zmq_strerror(zmq_errno()));
-          unsent.pop_front();
-          continue;
+      if (items[1].revents & ZMQ_POLLIN) {
+        zmq::message_t wake;
+        while (wake_in_.recv(wake, zmq::recv_flags::dontwait)) {
         }
-        break;  // no peer, or its queue is full: try again when the socket is writable
       }
-      unsent.pop_front();
+      {
+        std::lock_guard lock(mutex_);
+        while (!outgoing_.empty()) {
+          unsent.push_back(std::move(outgoing_.front()));
+          outgoing_.pop_front();
+        }
+      }
+      flush(unsent);
+      drainIncoming();
     }
-    // Drain everything that arrived.
-    for (;;) {
-      zmq_msg_t message;
-      zmq_msg_init(&message);
-      if (zmq_msg_recv(&message, socket_, ZMQ_DONTWAIT) < 0) {
-        zmq_msg_close(&message);
-        break;
-      }
-      plugin::v1::Frame frame;
-      const bool parsed =
-          frame.ParseFromArray(zmq_msg_data(&message), static_cast<int>(zmq_msg_size(&message)));
-      zmq_msg_close(&message);
-      if (!parsed) {
-        spdlog::error("plugin channel {}: dropped a frame that does not parse", endpoint_);
-        continue;
-      }
-      on_frame_(std::move(frame));
+  } catch (const zmq::error_t& e) {
+    // A closed context (ETERM) is how a stop can surface; anything else is a real failure.
+    if (!stopping_) spdlog::error("plugin channel {}: {}", endpoint_, e.what());
+  }
+}
+
+void FrameChannel::flush(std::deque<std::string>& unsent) {
+  while (!unsent.empty()) {
+    const std::string& bytes = unsent.front();
+    try {
+      // No peer, or its queue is full: try again when the socket is writable.
+      if (!socket_.send(zmq::buffer(bytes), zmq::send_flags::dontwait)) return;
+    } catch (const zmq::error_t& e) {
+      if (stopping_) return;
+      spdlog::warn("plugin channel {}: send failed: {}", endpoint_, e.what());
     }
+    unsent.pop_front();
+  }
+}
+
+void FrameChannel::drainIncoming() {
+  zmq::message_t message;
+  while (socket_.recv(message, zmq::recv_flags::dontwait)) {
+    plugin::v1::Frame frame;
+    if (!frame.ParseFromArray(message.data(), static_cast<int>(message.size()))) {
+      spdlog::error("plugin channel {}: dropped a frame that does not parse", endpoint_);
+      continue;
+    }
+    on_frame_(std::move(frame));
   }
 }
 

@@ -15,12 +15,12 @@ def krane_cc_binary(name, copts = [], **kwargs):
     native.cc_binary(name = name, copts = KRANE_COPTS + copts, **kwargs)
 
 def krane_cc_test(name, copts = [], deps = [], size = "small", **kwargs):
-    """A GoogleTest test; `main` comes from //tests/support:gtest_main."""
+    """A Catch2 test; `main` comes from //tests/support:catch_main (JUnit XML, --test_filter)."""
     native.cc_test(
         name = name,
         copts = KRANE_COPTS + copts,
         size = size,
-        deps = deps + ["//tests/support:gtest_main"],
+        deps = deps + ["//tests/support:catch_main"],
         **kwargs
     )
 

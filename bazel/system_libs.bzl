@@ -13,9 +13,7 @@ SYSTEM_LIBRARIES = {
     "crypto": (["libcrypto"], "libssl-dev"),
     "curl": (["libcurl"], "libcurl4-openssl-dev"),
     "fmt": (["fmt"], "libfmt-dev"),
-    "gmock": (["gmock"], "libgmock-dev"),
     "grpc++": (["grpc++"], "libgrpc++-dev"),
-    "gtest": (["gtest"], "libgtest-dev"),
     "httplib": (["cpp-httplib"], "libcpp-httplib-dev"),
     "mysqlclient": (["libmariadb"], "default-libmysqlclient-dev"),
     "prometheus": (["prometheus-cpp-pull", "prometheus-cpp-core"], "prometheus-cpp-dev"),
@@ -29,6 +27,7 @@ SYSTEM_LIBRARIES = {
 # Header-only libraries: present when their header is.
 HEADER_ONLY = {
     "boost": ("/usr/include/boost/version.hpp", "libboost-dev", ["-lrt", "-pthread"]),
+    "catch2": ("/usr/include/catch2/catch.hpp", "catch2", []),
     "cli11": ("/usr/include/CLI/CLI.hpp", "libcli11-dev", []),
     "cppzmq": ("/usr/include/zmq.hpp", "cppzmq-dev", []),
     "nlohmann_json": ("/usr/include/nlohmann/json.hpp", "nlohmann-json3-dev", []),

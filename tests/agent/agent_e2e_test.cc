@@ -7,14 +7,14 @@
 #include <sstream>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
 #include "tests/support/fake_kube_api.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -90,43 +90,46 @@ uint64_t watermark(const AgentSetup& s) {
   return std::stoull(m[1]);
 }
 
-TEST(Agent, AppliesAndResumesFromTheWatermarkAfterKill9) {
+TEST_CASE("applies and resumes from the watermark after kill9", "[agent][slow]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   const AgentSetup s = setUp(cp);
   for (int i = 0; i < 20; ++i)
-    ASSERT_TRUE(server.writer().put(bucket(strCat("b", i % 7), strCat(i))).ok());
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i % 7), strCat(i))), IsOk());
   {
     ChildProcess agent(agentArgs(s), s.dir + "/agent1.log", s.env);
-    ASSERT_TRUE(eventually([&] { return watermark(s) == 20; })) << slurp(s.dir + "/agent1.log");
-    EXPECT_THAT(slurp(s.dir + "/agent1.log"), ::testing::HasSubstr("from version=0 (full sync)"));
+    INFO(slurp(s.dir + "/agent1.log"));
+    REQUIRE(eventually([&] { return watermark(s) == 20; }));
+    CHECK_THAT(slurp(s.dir + "/agent1.log"), Catch::Contains("from version=0 (full sync)"));
     // `krane inspect` shows the plugin's slot, written by its host, and the full sync.
     auto inspect = runCommand({runfile("agent/krane"), "inspect", "--state-dir", s.dir + "/state"});
-    EXPECT_EQ(inspect.exit_code, 0) << inspect.err;
-    EXPECT_THAT(inspect.out, ::testing::HasSubstr("recording"));
+    INFO(inspect.err);
+    CHECK(inspect.exit_code == 0);
+    CHECK_THAT(inspect.out, Catch::Contains("recording"));
     auto json =
         runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
-    EXPECT_THAT(json.out, ::testing::ContainsRegex("\"applied\": *[1-9]"));
-    EXPECT_THAT(json.out, ::testing::ContainsRegex("\"full_sync\": *\\{[^}]*\"version\": *20"));
+    CHECK_THAT(json.out, ContainsRegex("\"applied\": *[1-9]"));
+    CHECK_THAT(json.out, ContainsRegex("\"full_sync\": *\\{[^}]*\"version\": *20"));
     // Changes keep flowing while the agent is killed at a random point.
     for (int i = 20; i < 40; ++i)
-      ASSERT_TRUE(server.writer().put(bucket(strCat("b", i % 7), strCat(i))).ok());
+      REQUIRE_THAT(server.writer().put(bucket(strCat("b", i % 7), strCat(i))), IsOk());
     agent.signal(SIGKILL);
     agent.wait();
   }
   const uint64_t persisted = watermark(s);
-  EXPECT_GE(persisted, 20u);
+  CHECK(persisted >= 20u);
   for (int i = 40; i < 50; ++i)
-    ASSERT_TRUE(server.writer().put(bucket(strCat("b", i % 7), strCat(i))).ok());
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i % 7), strCat(i))), IsOk());
   ChildProcess agent(agentArgs(s), s.dir + "/agent2.log", s.env);
-  ASSERT_TRUE(eventually([&] { return watermark(s) == 50; })) << slurp(s.dir + "/agent2.log");
+  INFO(slurp(s.dir + "/agent2.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 50; }));
   const std::string log = slurp(s.dir + "/agent2.log");
-  EXPECT_THAT(log, ::testing::HasSubstr(strCat("from version=", persisted)));
-  EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("full sync")))
-      << "resumed without a full sync";
+  CHECK_THAT(log, Catch::Contains(strCat("from version=", persisted)));
+  INFO("resumed without a full sync");
+  CHECK_THAT(log, !Catch::Contains("full sync"));
   // The control plane sees the agent current.
   auto agents = cp.agents();
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(eventually([&] {
     krane::api::v1::ListAgentsResponse response;
     auto ok = agents
                   ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(),
@@ -136,36 +139,40 @@ TEST(Agent, AppliesAndResumesFromTheWatermarkAfterKill9) {
            response.agents(0).is_leader();
   }));
   agent.signal(SIGTERM);
-  EXPECT_EQ(agent.wait(), 0);
+  CHECK(agent.wait() == 0);
 }
 
-TEST(Agent, TwoAgentsOneRegionOnlyTheLeaderAppliesAndTheStandbyTakesOver) {
+TEST_CASE("two agents one region only the leader applies and the standby takes over",
+          "[agent][slow]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   const AgentSetup s = setUp(cp);
   auto first = std::make_unique<ChildProcess>(agentArgs(s), s.dir + "/a.log", s.env);
-  ASSERT_TRUE(eventually(
+  REQUIRE(eventually(
       [&] { return slurp(s.dir + "/a.log").find("agent: running") != std::string::npos; }));
   ChildProcess second(agentArgs(s), s.dir + "/b.log", s.env);
-  ASSERT_TRUE(
+  REQUIRE(
       eventually([&] { return slurp(s.dir + "/b.log").find("standing by") != std::string::npos; }));
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
-  ASSERT_TRUE(eventually([&] { return watermark(s) == 10; }));
-  EXPECT_THAT(slurp(s.dir + "/b.log"), ::testing::Not(::testing::HasSubstr("agent: running")));
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), "x")), IsOk());
+  REQUIRE(eventually([&] { return watermark(s) == 10; }));
+  CHECK_THAT(slurp(s.dir + "/b.log"), !Catch::Contains("agent: running"));
 
   first->signal(SIGKILL);
   first->wait();
   first.reset();
-  for (int i = 10; i < 20; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
-  ASSERT_TRUE(eventually([&] { return watermark(s) == 20; })) << slurp(s.dir + "/b.log");
-  EXPECT_THAT(slurp(s.dir + "/b.log"), ::testing::HasSubstr("agent: running"));
+  for (int i = 10; i < 20; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), "x")), IsOk());
+  INFO(slurp(s.dir + "/b.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 20; }));
+  CHECK_THAT(slurp(s.dir + "/b.log"), Catch::Contains("agent: running"));
   second.signal(SIGTERM);
-  EXPECT_EQ(second.wait(), 0);
+  CHECK(second.wait() == 0);
 }
 
 // leader.mode lease: two agents with their own state directories (two nodes of a DaemonSet)
 // share a coordination.k8s.io Lease on the (fake) API server.
-TEST(Agent, LeaseModeOneLeaderAndTheStandbyTakesOverWhenItIsKilled) {
+TEST_CASE("lease mode one leader and the standby takes over when it is killed", "[agent][slow]") {
   krane::testing::FakeKubeApi api;
   api.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "krane-system"}}}});
   TestControlPlane cp;
@@ -181,30 +188,35 @@ TEST(Agent, LeaseModeOneLeaderAndTheStandbyTakesOverWhenItIsKilled) {
         "  kubeconfig: ", s->dir, "/kubeconfig\n");
   }
   auto first = std::make_unique<ChildProcess>(agentArgs(a), a.dir + "/a.log", a.env);
-  ASSERT_TRUE(eventually([&] {
-    return slurp(a.dir + "/a.log").find("agent: running") != std::string::npos;
-  })) << slurp(a.dir + "/a.log");
+  INFO(slurp(a.dir + "/a.log"));
+  REQUIRE(eventually(
+      [&] { return slurp(a.dir + "/a.log").find("agent: running") != std::string::npos; }));
   ChildProcess second(agentArgs(b), b.dir + "/b.log", b.env);
-  ASSERT_TRUE(eventually([&] {
-    return slurp(b.dir + "/b.log").find("standing by") != std::string::npos;
-  })) << slurp(b.dir + "/b.log");
+  INFO(slurp(b.dir + "/b.log"));
+  REQUIRE(
+      eventually([&] { return slurp(b.dir + "/b.log").find("standing by") != std::string::npos; }));
   auto lease = api.object("coordination.k8s.io/v1", "Lease", "krane-system", "krane-agent-eu-1");
-  ASSERT_TRUE(lease.has_value());
-  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "agent-a") << lease->dump();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
-  ASSERT_TRUE(eventually([&] { return watermark(a) == 10; }));
-  EXPECT_EQ(watermark(b), 0u) << "the standby applies nothing";
+  REQUIRE(lease.has_value());
+  INFO(lease->dump());
+  CHECK((*lease)["spec"]["holderIdentity"] == "agent-a");
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), "x")), IsOk());
+  REQUIRE(eventually([&] { return watermark(a) == 10; }));
+  INFO("the standby applies nothing");
+  CHECK(watermark(b) == 0u);
 
   first->signal(SIGKILL);
   first->wait();
   first.reset();
-  for (int i = 10; i < 20; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "x")).ok());
-  ASSERT_TRUE(eventually([&] { return watermark(b) == 20; }, std::chrono::seconds(30)))
-      << slurp(b.dir + "/b.log");
+  for (int i = 10; i < 20; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), "x")), IsOk());
+  INFO(slurp(b.dir + "/b.log"));
+  REQUIRE(eventually([&] { return watermark(b) == 20; }, std::chrono::seconds(30)));
   lease = api.object("coordination.k8s.io/v1", "Lease", "krane-system", "krane-agent-eu-1");
-  EXPECT_EQ((*lease)["spec"]["holderIdentity"], "agent-b") << lease->dump();
+  INFO(lease->dump());
+  CHECK((*lease)["spec"]["holderIdentity"] == "agent-b");
   second.signal(SIGTERM);
-  EXPECT_EQ(second.wait(), 0);
+  CHECK(second.wait() == 0);
 }
 
 std::string hexOf(const std::string& bytes) {
@@ -220,45 +232,48 @@ std::string hexOf(const std::string& bytes) {
 // The control plane's database is restored from a backup while the agent runs: the region's
 // versions go back. The agent resyncs, and changes written after the restore (with versions it
 // has seen before) are applied, not skipped as stale.
-TEST(Agent, ADatabaseRestoredFromABackupIsFollowedWithNothingSkipped) {
+TEST_CASE("a database restored from a backup is followed with nothing skipped", "[agent][slow]") {
   TestControlPlane cp;
   cp.startReplica([](ctrl::CtrlConfig& c) { c.listen = "127.0.0.1:0"; });
   const int port = cp.replica(0).grpcPort();
   const AgentSetup s = setUp(cp);
   for (int i = 0; i < 5; ++i)
-    ASSERT_TRUE(cp.replica(0).writer().put(bucket(strCat("b", i), "before-backup")).ok());
+    REQUIRE_THAT(cp.replica(0).writer().put(bucket(strCat("b", i), "before-backup")), IsOk());
   const std::string backup = cp.dsn().database + "_backup";
   krane::testing::ScratchMariaDb::instance().copyDatabase(cp.dsn().database, backup);
   for (int i = 0; i < 5; ++i)
-    ASSERT_TRUE(cp.replica(0).writer().put(bucket(strCat("b", i), "lost")).ok());
-  ASSERT_TRUE(cp.replica(0).writer().put(bucket("made-after-backup", "lost")).ok());
+    REQUIRE_THAT(cp.replica(0).writer().put(bucket(strCat("b", i), "lost")), IsOk());
+  REQUIRE_THAT(cp.replica(0).writer().put(bucket("made-after-backup", "lost")), IsOk());
 
   ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
-  ASSERT_TRUE(eventually([&] { return watermark(s) == 11; })) << slurp(s.dir + "/agent.log");
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 11; }));
 
   cp.stopReplica(0);
   krane::testing::ScratchMariaDb::instance().copyDatabase(backup, cp.dsn().database);
   auto& restored =
       cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
   // The agent asks for version 11; the restored database is at 5: a full sync at 5.
-  ASSERT_TRUE(eventually([&] { return watermark(s) == 5; })) << slurp(s.dir + "/agent.log");
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 5; }));
   // New writes reuse versions 6 and 7, which the agent applied before with other contents.
-  ASSERT_TRUE(restored.writer().put(bucket("b0", "after-restore")).ok());
-  ASSERT_TRUE(restored.writer().put(bucket("made-after-backup", "after-restore-too")).ok());
-  ASSERT_TRUE(eventually([&] { return watermark(s) == 7; })) << slurp(s.dir + "/agent.log");
+  REQUIRE_THAT(restored.writer().put(bucket("b0", "after-restore")), IsOk());
+  REQUIRE_THAT(restored.writer().put(bucket("made-after-backup", "after-restore-too")), IsOk());
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 7; }));
   const std::string calls = slurp(s.dir + "/calls.log");
-  EXPECT_THAT(calls, ::testing::HasSubstr(hexOf("after-restore")));
-  EXPECT_THAT(calls, ::testing::HasSubstr(hexOf("after-restore-too")));
+  CHECK_THAT(calls, Catch::Contains(hexOf("after-restore")));
+  CHECK_THAT(calls, Catch::Contains(hexOf("after-restore-too")));
   const std::string log = slurp(s.dir + "/agent.log");
-  EXPECT_THAT(log, ::testing::HasSubstr("cursor expired"));
-  EXPECT_THAT(log, ::testing::HasSubstr("did not contain 1 tracked resources"));
+  CHECK_THAT(log, Catch::Contains("cursor expired"));
+  CHECK_THAT(log, Catch::Contains("did not contain 1 tracked resources"));
   agent.signal(SIGTERM);
-  EXPECT_EQ(agent.wait(), 0);
+  CHECK(agent.wait() == 0);
 }
 
 // An in-process plugin's slot is kept by the agent: heartbeats, applied and failed counts, and
 // the poison event it parked, all visible in `krane inspect`.
-TEST(Agent, AnInProcessPluginsCountersAndParkedEventsShowInInspect) {
+TEST_CASE("an in process plugins counters and parked events show in inspect", "[agent][slow]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   AgentSetup s = setUp(cp);
@@ -274,52 +289,56 @@ TEST(Agent, AnInProcessPluginsCountersAndParkedEventsShowInInspect) {
       "  - name: failing\n    isolation: in_process\n    path: ",
       runfile("tests/support/plugins/libfailing.so"),
       "\n    config_text: |\n      invalid_prefix=poison\n      types=example.krane.dev/bucket\n");
-  ASSERT_TRUE(server.writer().put(bucket("b1", "x")).ok());
-  ASSERT_TRUE(server.writer().put(bucket("poison-1", "x")).ok());
-  ASSERT_TRUE(server.writer().put(bucket("b2", "x")).ok());
+  REQUIRE_THAT(server.writer().put(bucket("b1", "x")), IsOk());
+  REQUIRE_THAT(server.writer().put(bucket("poison-1", "x")), IsOk());
+  REQUIRE_THAT(server.writer().put(bucket("b2", "x")), IsOk());
   ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
-  ASSERT_TRUE(eventually([&] { return watermark(s) == 3; })) << slurp(s.dir + "/agent.log");
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 3; }));
   nlohmann::json plugin;
   nlohmann::json state;
-  ASSERT_TRUE(eventually([&] {
+  INFO(plugin.dump());
+  REQUIRE(eventually([&] {
     auto r =
         runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
     if (r.exit_code != 0) return false;
     state = nlohmann::json::parse(r.out);
     plugin = state["plugins"][0];
     return plugin["parked"] == 1;
-  })) << plugin.dump();
-  EXPECT_EQ(plugin["name"], "failing");
-  EXPECT_EQ(plugin["pid"], agent.pid()) << "the agent itself runs it";
-  EXPECT_EQ(plugin["applied"], 2);
-  EXPECT_EQ(plugin["failed"], 2) << "two attempts of the poison event";
-  ASSERT_EQ(state["parked"].size(), 1u);
-  EXPECT_EQ(state["parked"][0]["id"], "poison-1");
-  EXPECT_EQ(state["parked"][0]["attempts"], 2);
+  }));
+  CHECK(plugin["name"] == "failing");
+  INFO("the agent itself runs it");
+  CHECK(plugin["pid"] == agent.pid());
+  CHECK(plugin["applied"] == 2);
+  INFO("two attempts of the poison event");
+  CHECK(plugin["failed"] == 2);
+  REQUIRE(state["parked"].size() == 1u);
+  CHECK(state["parked"][0]["id"] == "poison-1");
+  CHECK(state["parked"][0]["attempts"] == 2);
   // The heartbeat moves while the agent runs.
   const auto first = plugin["heartbeat_mono_ns"].get<uint64_t>();
-  EXPECT_TRUE(eventually([&] {
+  CHECK(eventually([&] {
     auto r =
         runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", s.dir + "/state"});
     return r.exit_code == 0 &&
            nlohmann::json::parse(r.out)["plugins"][0]["heartbeat_mono_ns"].get<uint64_t>() > first;
   }));
   agent.signal(SIGTERM);
-  EXPECT_EQ(agent.wait(), 0);
+  CHECK(agent.wait() == 0);
 }
 
-TEST(Agent, StartUpFailuresNameTheStep) {
+TEST_CASE("start up failures name the step", "[agent][slow]") {
   TestControlPlane cp;
   cp.startReplica();
   AgentSetup s = setUp(cp);
   std::ofstream(s.config, std::ios::app)
       << "  - name: broken\n    path: /nonexistent/libbroken.so\n    isolation: in_process\n";
   auto r = runCommand(agentArgs(s), s.env);
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, ::testing::HasSubstr("start-up step \"plugins\" failed"));
-  EXPECT_THAT(r.err, ::testing::HasSubstr("/nonexistent/libbroken.so"));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("start-up step \"plugins\" failed"));
+  CHECK_THAT(r.err, Catch::Contains("/nonexistent/libbroken.so"));
   auto no_token = runCommand(agentArgs(s));
-  EXPECT_THAT(no_token.err, ::testing::HasSubstr("krane-ctrl token create --region eu-1"));
+  CHECK_THAT(no_token.err, Catch::Contains("krane-ctrl token create --region eu-1"));
 }
 
 }  // namespace

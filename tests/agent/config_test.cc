@@ -1,22 +1,21 @@
 #include "agent/config.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
+#include "tests/support/matchers.h"
 
 namespace krane::agent {
 namespace {
 
-using ::testing::HasSubstr;
-
 std::string errorOf(const std::string& yaml) {
   auto c = parseAgentConfig(yaml, "agent.yaml");
-  EXPECT_FALSE(c.ok()) << yaml;
+  INFO(yaml);
+  CHECK_FALSE(c.ok());
   return c.ok() ? "" : std::string(toStd(c.status().message()));
 }
 
-TEST(AgentConfig, ParsesEveryKeyWithDefaults) {
+TEST_CASE("parses every key with defaults", "[agent-config]") {
   auto c = parseAgentConfig(R"(
 region: eu-1
 state_dir: /tmp/krane
@@ -35,52 +34,53 @@ plugins:
     isolation: in_process
 )",
                             "agent.yaml");
-  ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->region, "eu-1");
-  EXPECT_EQ(c->resync_interval, std::chrono::seconds(300));
-  EXPECT_EQ(c->leader.mode, "lockfile");
-  ASSERT_EQ(c->plugins.size(), 2u);
-  EXPECT_EQ(c->plugins[0].workers, 8u);
-  EXPECT_EQ(c->plugins[0].isolation, "process");
-  EXPECT_EQ(c->plugins[0].config_json,
-            R"({"ports":{"from":20000,"to":20999},"runtime":"process"})");
-  EXPECT_EQ(c->plugins[1].isolation, "in_process");
-  EXPECT_EQ(c->plugins[1].config_json, "{}");
-  EXPECT_EQ(c->dispatch.max_attempts, 5);
-  EXPECT_EQ(c->dispatch.batch, 32);
+  REQUIRE_THAT(c, IsOk());
+  CHECK(c->region == "eu-1");
+  CHECK(c->resync_interval == std::chrono::seconds(300));
+  CHECK(c->leader.mode == "lockfile");
+  REQUIRE(c->plugins.size() == 2u);
+  CHECK(c->plugins[0].workers == 8u);
+  CHECK(c->plugins[0].isolation == "process");
+  CHECK(c->plugins[0].config_json == R"({"ports":{"from":20000,"to":20999},"runtime":"process"})");
+  CHECK(c->plugins[1].isolation == "in_process");
+  CHECK(c->plugins[1].config_json == "{}");
+  CHECK(c->dispatch.max_attempts == 5);
+  CHECK(c->dispatch.batch == 32);
 }
 
-TEST(AgentConfig, RefusesBadInputNamingTheKey) {
-  EXPECT_THAT(errorOf("region: eu-1\nplugns: []\n"), HasSubstr("agent.yaml: plugns: unknown key"));
-  EXPECT_THAT(errorOf("plugins: []\n"), HasSubstr("region: required"));
-  EXPECT_THAT(errorOf("region: eu-1\nruntime: docker\n"),
-              HasSubstr("runtime: \"docker\" is not one of: process, kubernetes"));
-  EXPECT_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n    path: a.so\n    workers: 0\n"),
-              HasSubstr("plugins[0].workers: must be between 1 and 64, got 0"));
-  EXPECT_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n"),
-              HasSubstr("plugins[0].path: required"));
-  EXPECT_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n    path: x\n    colour: red\n"),
-              HasSubstr("plugins[0].colour: unknown key"));
-  EXPECT_THAT(errorOf("region: eu-1\nplugins:\n  - {name: a, path: x}\n  - {name: a, path: y}\n"),
-              HasSubstr("plugins[1].name: \"a\" is configured twice"));
-  EXPECT_THAT(errorOf("region: eu-1\ncontrol_plane:\n  address: nowhere\n"),
-              HasSubstr("control_plane.address"));
-  EXPECT_THAT(errorOf("region: eu-1\nleader:\n  mode: vote\n"), HasSubstr("leader.mode"));
-  EXPECT_THAT(errorOf("region: [\n"), HasSubstr("not valid YAML"));
-  EXPECT_THAT(errorOf("region: eu-1\ndispatch:\n  batch: 0\n"),
-              HasSubstr("dispatch.batch: must be between 1 and 1024, got 0"));
+TEST_CASE("refuses bad input naming the key", "[agent-config]") {
+  CHECK_THAT(errorOf("region: eu-1\nplugns: []\n"),
+             Catch::Contains("agent.yaml: plugns: unknown key"));
+  CHECK_THAT(errorOf("plugins: []\n"), Catch::Contains("region: required"));
+  CHECK_THAT(errorOf("region: eu-1\nruntime: docker\n"),
+             Catch::Contains("runtime: \"docker\" is not one of: process, kubernetes"));
+  CHECK_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n    path: a.so\n    workers: 0\n"),
+             Catch::Contains("plugins[0].workers: must be between 1 and 64, got 0"));
+  CHECK_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n"),
+             Catch::Contains("plugins[0].path: required"));
+  CHECK_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n    path: x\n    colour: red\n"),
+             Catch::Contains("plugins[0].colour: unknown key"));
+  CHECK_THAT(errorOf("region: eu-1\nplugins:\n  - {name: a, path: x}\n  - {name: a, path: y}\n"),
+             Catch::Contains("plugins[1].name: \"a\" is configured twice"));
+  CHECK_THAT(errorOf("region: eu-1\ncontrol_plane:\n  address: nowhere\n"),
+             Catch::Contains("control_plane.address"));
+  CHECK_THAT(errorOf("region: eu-1\nleader:\n  mode: vote\n"), Catch::Contains("leader.mode"));
+  CHECK_THAT(errorOf("region: [\n"), Catch::Contains("not valid YAML"));
+  CHECK_THAT(errorOf("region: eu-1\ndispatch:\n  batch: 0\n"),
+             Catch::Contains("dispatch.batch: must be between 1 and 1024, got 0"));
 }
 
-TEST(AgentConfig, NeedsAToken) {
+TEST_CASE("needs a token", "[agent-config]") {
   auto c = parseAgentConfig("region: eu-1\n", "agent.yaml");
-  ASSERT_TRUE(c.ok());
+  REQUIRE_THAT(c, IsOk());
   unsetenv("KRANE_AGENT_TOKEN");
   auto st = finishAgentConfig(*c);
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("krane-ctrl token create --region eu-1"));
+  CHECK_THAT(std::string(toStd(st.message())),
+             Catch::Contains("krane-ctrl token create --region eu-1"));
   setenv("KRANE_AGENT_TOKEN", "krane_agent_x", 1);
-  EXPECT_TRUE(finishAgentConfig(*c).ok());
-  EXPECT_EQ(c->control_plane.token, "krane_agent_x");
-  EXPECT_FALSE(c->agent_id.empty());
+  CHECK_THAT(finishAgentConfig(*c), IsOk());
+  CHECK(c->control_plane.token == "krane_agent_x");
+  CHECK_FALSE(c->agent_id.empty());
 }
 
 }  // namespace

@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -67,13 +67,13 @@ bool allRunning(const std::map<std::string, std::string>& m, size_t n) {
   return true;
 }
 
-class DeploymentE2eTest : public ::testing::Test {
+class DeploymentE2eTest {
  protected:
-  void SetUp() override {
+  DeploymentE2eTest() {
     char pattern[] = "/tmp/krane-de2e-XXXXXX";
     dir_ = ::mkdtemp(pattern);
   }
-  void TearDown() override {
+  ~DeploymentE2eTest() {
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(dir_, ec);
          it != fs::recursive_directory_iterator(); it.increment(ec)) {
@@ -82,14 +82,17 @@ class DeploymentE2eTest : public ::testing::Test {
       const int64_t pid = nlohmann::json::parse(in).value("pid", 0);
       if (pid > 0 && ::kill(static_cast<pid_t>(-pid), SIGKILL) == 0) ++leaked_;
     }
-    EXPECT_EQ(leaked_, 0) << "instances left running";
+    INFO("instances left running");
+    CHECK(leaked_ == 0);
     fs::remove_all(dir_, ec);
   }
   std::string dir_;
   int leaked_ = 0;
 };
 
-TEST_F(DeploymentE2eTest, ADeploymentRunsAsProcessesSurvivesAnAgentKillAndIsDeleted) {
+TEST_CASE_METHOD(DeploymentE2eTest,
+                 "a deployment runs as processes survives an agent kill and is deleted",
+                 "[deployment-e2e][slow]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   const std::string config = dir_ + "/agent.yaml";
@@ -124,30 +127,33 @@ TEST_F(DeploymentE2eTest, ADeploymentRunsAsProcessesSurvivesAnAgentKillAndIsDele
                                          "--plugin-host",
                                          runfile("agent/krane-plugin-host")};
 
-  ASSERT_EQ(server.writer().put(deployment("d1", 2)).status(), absl::OkStatus());
+  REQUIRE(server.writer().put(deployment("d1", 2)).status() == absl::OkStatus());
   std::map<std::string, std::string> before;
   {
     ChildProcess agent(args, dir_ + "/agent1.log", env);
-    ASSERT_TRUE(eventually([&] { return allRunning(instances(cp, "d1"), 2); }))
-        << krane::testing::slurp(dir_ + "/agent1.log");
+    INFO(krane::testing::slurp(dir_ + "/agent1.log"));
+    REQUIRE(eventually([&] { return allRunning(instances(cp, "d1"), 2); }));
     before = instances(cp, "d1");
     agent.signal(SIGKILL);
     agent.wait();
   }
   // The agent and its plugin host are gone; the instances are not. A scale-up while nobody
   // watches is picked up by the restarted agent, which adopts the two it had.
-  ASSERT_TRUE(server.writer().put(deployment("d1", 3)).ok());
+  REQUIRE_THAT(server.writer().put(deployment("d1", 3)), IsOk());
   ChildProcess agent(args, dir_ + "/agent2.log", env);
-  ASSERT_TRUE(eventually([&] { return allRunning(instances(cp, "d1"), 3); }))
-      << krane::testing::slurp(dir_ + "/agent2.log");
+  INFO(krane::testing::slurp(dir_ + "/agent2.log"));
+  REQUIRE(eventually([&] { return allRunning(instances(cp, "d1"), 3); }));
   const auto after = instances(cp, "d1");
-  for (const auto& [id, status] : before) EXPECT_EQ(after.count(id), 1u) << id << " was replaced";
+  for (const auto& [id, status] : before) {
+    INFO(id << " was replaced");
+    CHECK(after.count(id) == 1u);
+  }
 
-  ASSERT_TRUE(server.writer().remove({"deployment_topology", "d1", "eu-1"}).ok());
-  ASSERT_TRUE(eventually([&] { return instances(cp, "d1").empty(); }))
-      << krane::testing::slurp(dir_ + "/agent2.log");
+  REQUIRE_THAT(server.writer().remove({"deployment_topology", "d1", "eu-1"}), IsOk());
+  INFO(krane::testing::slurp(dir_ + "/agent2.log"));
+  REQUIRE(eventually([&] { return instances(cp, "d1").empty(); }));
   // Their directories go once the processes are gone.
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(eventually([&] {
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(dir_ + "/state/deployments/instances", ec);
          it != fs::recursive_directory_iterator(); it.increment(ec)) {
@@ -156,7 +162,7 @@ TEST_F(DeploymentE2eTest, ADeploymentRunsAsProcessesSurvivesAnAgentKillAndIsDele
     return true;
   }));
   agent.signal(SIGTERM);
-  EXPECT_EQ(agent.wait(), 0);
+  CHECK(agent.wait() == 0);
 }
 
 }  // namespace

@@ -3,8 +3,7 @@
 #include <random>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/memory_ledger.h"
 #include "common/strings.h"
@@ -85,7 +84,7 @@ struct Fixture {
   std::unique_ptr<Dispatcher> dispatcher;
 };
 
-TEST(Dispatcher, OneResourceInOrderDifferentResourcesInParallel) {
+TEST_CASE("one resource in order different resources in parallel", "[dispatcher]") {
   Fixture f({.workers_per_plugin = 4});
   f.plugin->delay = std::chrono::milliseconds(1);
   std::mt19937 rng(3);
@@ -96,40 +95,41 @@ TEST(Dispatcher, OneResourceInOrderDifferentResourcesInParallel) {
     f.dispatcher->change(change("bucket", id, v), false);
   }
   f.dispatcher->drain();
-  EXPECT_EQ(f.plugin->order, expected);
-  EXPECT_GT(f.plugin->max_concurrent.load(), 1);
-  EXPECT_EQ(f.watermark.watermark(), 400u);
-  EXPECT_EQ(f.dispatcher->stats().applied, 400u);
+  CHECK(f.plugin->order == expected);
+  CHECK(f.plugin->max_concurrent.load() > 1);
+  CHECK(f.watermark.watermark() == 400u);
+  CHECK(f.dispatcher->stats().applied == 400u);
 }
 
-TEST(Dispatcher, AnOlderVersionAfterANewerOneIsIgnored) {
+TEST_CASE("an older version after a newer one is ignored", "[dispatcher]") {
   Fixture f;
   f.dispatcher->change(change("bucket", "a", 10), false);
   f.dispatcher->drain();
   f.dispatcher->change(change("bucket", "a", 7), false);  // late, older
   f.dispatcher->drain();
-  EXPECT_THAT(f.plugin->order["a"], ::testing::ElementsAre(10));
-  EXPECT_EQ(f.dispatcher->stats().skipped_stale, 1u);
-  EXPECT_EQ(f.watermark.watermark(), 10u);  // the late 7 does not move it back
+  CHECK(f.plugin->order["a"] == std::vector<uint64_t>{10});
+  CHECK(f.dispatcher->stats().skipped_stale == 1u);
+  CHECK(f.watermark.watermark() == 10u);  // the late 7 does not move it back
 }
 
-TEST(Dispatcher, APoisonEventIsParkedAndReportedWhileOthersFlow) {
+TEST_CASE("a poison event is parked and reported while others flow", "[dispatcher]") {
   Fixture f({.workers_per_plugin = 2, .max_attempts = 3});
   f.dispatcher->change(change("bucket", "good-1", 1), false);
   f.dispatcher->change(change("bucket", "poison-1", 2), false);
   f.dispatcher->change(change("bucket", "good-2", 3), false);
   f.dispatcher->drain();
-  EXPECT_EQ(f.plugin->poison_attempts, 3);
-  EXPECT_EQ(f.plugin->order.size(), 2u);
-  ASSERT_EQ(f.reports.size(), 1u);
-  EXPECT_THAT(f.reports[0], ::testing::HasSubstr("poison-1 attempts=3 the cluster refuses it"));
-  EXPECT_THAT(f.ledger.parked()[MemoryLedger::key("bucket", "poison-1")],
-              ::testing::HasSubstr("2: the cluster refuses it"));
-  EXPECT_EQ(f.watermark.watermark(), 3u);  // parked, so it does not hold the cursor back
-  EXPECT_EQ(f.dispatcher->stats().parked, 1u);
+  CHECK(f.plugin->poison_attempts == 3);
+  CHECK(f.plugin->order.size() == 2u);
+  REQUIRE(f.reports.size() == 1u);
+  CHECK_THAT(f.reports[0], Catch::Contains("poison-1 attempts=3 the cluster refuses it"));
+  CHECK_THAT(f.ledger.parked()[MemoryLedger::key("bucket", "poison-1")],
+             Catch::Contains("2: the cluster refuses it"));
+  CHECK(f.watermark.watermark() == 3u);  // parked, so it does not hold the cursor back
+  CHECK(f.dispatcher->stats().parked == 1u);
 }
 
-TEST(Dispatcher, ARetryingChangeHoldsBackOnlyItselfAndIsNotAcknowledgedOnStop) {
+TEST_CASE("a retrying change holds back only itself and is not acknowledged on stop",
+          "[dispatcher]") {
   Fixture f({.workers_per_plugin = 2, .max_attempts = 1000000});
   f.dispatcher->change(change("bucket", "good-1", 1), false);
   f.dispatcher->change(change("bucket", "poison-1", 2), false);
@@ -143,49 +143,51 @@ TEST(Dispatcher, ARetryingChangeHoldsBackOnlyItselfAndIsNotAcknowledgedOnStop) {
           f.plugin->poison_attempts > 3)
         break;
     }
-    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "others did not flow";
+    INFO("others did not flow");
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  EXPECT_EQ(f.watermark.watermark(), 1u) << "held at the change still being retried";
+  INFO("held at the change still being retried");
+  CHECK(f.watermark.watermark() == 1u);
   // Stopping while it is retried must not count it as done.
   f.dispatcher.reset();
-  EXPECT_EQ(f.watermark.watermark(), 1u);
-  EXPECT_TRUE(f.reports.empty());
+  CHECK(f.watermark.watermark() == 1u);
+  CHECK(f.reports.empty());
 }
 
-TEST(Dispatcher, AChangeNoPluginOwnsIsParkedAndReportedNotSkipped) {
+TEST_CASE("a change no plugin owns is parked and reported not skipped", "[dispatcher]") {
   Fixture f;
   f.dispatcher->change(change("unknown.example/thing", "x", 1), false);
   f.dispatcher->drain();
-  ASSERT_EQ(f.reports.size(), 1u);
-  EXPECT_THAT(f.reports[0], ::testing::HasSubstr(
-                                "no loaded plugin owns resource type \"unknown.example/thing\""));
-  EXPECT_EQ(f.ledger.parked().count(MemoryLedger::key("unknown.example/thing", "x")), 1u);
-  EXPECT_EQ(f.dispatcher->stats().unowned, 1u);
+  REQUIRE(f.reports.size() == 1u);
+  CHECK_THAT(f.reports[0],
+             Catch::Contains("no loaded plugin owns resource type \"unknown.example/thing\""));
+  CHECK(f.ledger.parked().count(MemoryLedger::key("unknown.example/thing", "x")) == 1u);
+  CHECK(f.dispatcher->stats().unowned == 1u);
 }
 
-TEST(Dispatcher, AfterASyncEachPluginLearnsWhatTheSyncContained) {
+TEST_CASE("after a sync each plugin learns what the sync contained", "[dispatcher]") {
   Fixture f;
   f.dispatcher->syncBegin(5);
   f.dispatcher->change(change("bucket", "a", 2), true);
   f.dispatcher->change(change("bucket", "b", 5), true);
   f.dispatcher->syncEnd(5);
-  EXPECT_THAT(f.plugin->gc_ids["bucket"], ::testing::ElementsAre("a", "b"));
-  EXPECT_EQ(f.watermark.watermark(), 5u);
+  CHECK(f.plugin->gc_ids["bucket"] == std::set<std::string>{"a", "b"});
+  CHECK(f.watermark.watermark() == 5u);
 }
 
-TEST(Dispatcher, ADeleteForgetsTheResourceSoItCanComeBack) {
+TEST_CASE("a delete forgets the resource so it can come back", "[dispatcher]") {
   Fixture f;
   f.dispatcher->change(change("bucket", "a", 1), false);
   f.dispatcher->change(change("bucket", "a", 2, cluster::v1::CHANGE_OP_DELETE), false);
   f.dispatcher->drain();
-  EXPECT_EQ(f.ledger.applied().count(MemoryLedger::key("bucket", "a")), 0u);
+  CHECK(f.ledger.applied().count(MemoryLedger::key("bucket", "a")) == 0u);
   f.dispatcher->change(change("bucket", "a", 3), false);
   f.dispatcher->drain();
-  EXPECT_THAT(f.plugin->order["a"], ::testing::ElementsAre(1, 2, 3));
+  CHECK(f.plugin->order["a"] == std::vector<uint64_t>{1, 2, 3});
 }
 
-TEST(Dispatcher, AFullSyncReplacesTheLedgerEvenWithLowerVersions) {
+TEST_CASE("a full sync replaces the ledger even with lower versions", "[dispatcher]") {
   // The control plane's database was restored from a backup: the region's versions went back.
   // The full sync that follows must be the truth, or later changes would be skipped as stale.
   Fixture f;
@@ -195,16 +197,17 @@ TEST(Dispatcher, AFullSyncReplacesTheLedgerEvenWithLowerVersions) {
   f.dispatcher->syncBegin(12);
   f.dispatcher->change(change("bucket", "a", 10), true);
   f.dispatcher->syncEnd(12);
-  EXPECT_EQ(f.ledger.appliedVersion("bucket", "a"), 10u);
-  EXPECT_EQ(f.ledger.appliedVersion("bucket", "gone"), std::nullopt) << "not in the snapshot";
-  EXPECT_EQ(f.watermark.watermark(), 12u);
+  CHECK(f.ledger.appliedVersion("bucket", "a") == 10u);
+  INFO("not in the snapshot");
+  CHECK(f.ledger.appliedVersion("bucket", "gone") == std::nullopt);
+  CHECK(f.watermark.watermark() == 12u);
   // Versions 13.. are new writes after the restore: applied, not skipped as older than 40.
   f.dispatcher->change(change("bucket", "a", 13), false);
   f.dispatcher->change(change("bucket", "gone", 14), false);
   f.dispatcher->drain();
-  EXPECT_THAT(f.plugin->order["a"], ::testing::ElementsAre(40, 10, 13));
-  EXPECT_THAT(f.plugin->order["gone"], ::testing::ElementsAre(41, 14));
-  EXPECT_EQ(f.dispatcher->stats().skipped_stale, 0u);
+  CHECK(f.plugin->order["a"] == std::vector<uint64_t>{40, 10, 13});
+  CHECK(f.plugin->order["gone"] == std::vector<uint64_t>{41, 14});
+  CHECK(f.dispatcher->stats().skipped_stale == 0u);
 }
 
 }  // namespace

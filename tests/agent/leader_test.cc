@@ -4,10 +4,10 @@
 
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "tests/support/process.h"
@@ -25,31 +25,33 @@ std::string fileText(const std::string& path) {
   return s.str();
 }
 
-TEST(FileLockElector, AStandbyTakesOverWhenTheLeaderIsKilled) {
+TEST_CASE("a standby takes over when the leader is killed", "[file-lock-elector]") {
   const std::string dir = std::getenv("TEST_TMPDIR");
   const std::string log = dir + "/holder.log";
   krane::testing::ChildProcess holder({krane::testing::runfile("tests/agent/leader_holder"), dir},
                                       log);
-  ASSERT_TRUE(eventually([&] { return fileText(log).find("leader") != std::string::npos; },
-                         std::chrono::seconds(10)));
-  EXPECT_THAT(FileLockElector::holder(dir), ::testing::HasSubstr(strCat("holder ", holder.pid())));
+  REQUIRE(eventually([&] { return fileText(log).find("leader") != std::string::npos; },
+                     std::chrono::seconds(10)));
+  CHECK_THAT(FileLockElector::holder(dir), Catch::Contains(strCat("holder ", holder.pid())));
 
   FileLockElector standby(dir, "standby", std::chrono::milliseconds(20));
   std::atomic<int> became_leader{0};
   standby.start([&](bool leader) { became_leader += leader ? 1 : 0; });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_FALSE(standby.isLeader()) << "only one leader while the holder lives";
+  INFO("only one leader while the holder lives");
+  CHECK_FALSE(standby.isLeader());
 
   const auto killed = std::chrono::steady_clock::now();
   holder.signal(SIGKILL);
   holder.wait();
-  ASSERT_TRUE(eventually([&] { return standby.isLeader(); }, std::chrono::seconds(2)));
+  REQUIRE(eventually([&] { return standby.isLeader(); }, std::chrono::seconds(2)));
   const auto takeover = std::chrono::steady_clock::now() - killed;
-  EXPECT_LT(takeover, std::chrono::seconds(1)) << "bounded by the poll interval";
-  EXPECT_EQ(became_leader.load(), 1);
-  EXPECT_THAT(FileLockElector::holder(dir), ::testing::HasSubstr("standby"));
+  INFO("bounded by the poll interval");
+  CHECK(takeover < std::chrono::seconds(1));
+  CHECK(became_leader.load() == 1);
+  CHECK_THAT(FileLockElector::holder(dir), Catch::Contains("standby"));
   standby.stop();
-  EXPECT_FALSE(standby.isLeader());
+  CHECK_FALSE(standby.isLeader());
 }
 
 // A lease store with compare-and-swap, as the Kubernetes API server behaves.
@@ -74,44 +76,45 @@ class FakeLeases : public LeaseClient {
   bool down = false;
 };
 
-TEST(LeaseElector, OneHolderAtATimeAndTakeoverAfterExpiry) {
+TEST_CASE("one holder at a time and takeover after expiry", "[lease-elector]") {
   auto leases = std::make_shared<FakeLeases>();
   LeaseElector a(leases, "a", std::chrono::seconds(3));
   LeaseElector b(leases, "b", std::chrono::seconds(3));
   a.tick();
   b.tick();
-  EXPECT_TRUE(a.isLeader());
-  EXPECT_FALSE(b.isLeader());
+  CHECK(a.isLeader());
+  CHECK_FALSE(b.isLeader());
   // a stops renewing (it died): b must wait for the lease to expire, then takes it.
   leases->lease->renewed -= std::chrono::seconds(4);
   b.tick();
-  EXPECT_TRUE(b.isLeader());
-  EXPECT_EQ(leases->lease->holder, "b");
+  CHECK(b.isLeader());
+  CHECK(leases->lease->holder == "b");
 }
 
-TEST(LeaseElector, StoppingReleasesTheLeaseSoAStandbyTakesOverAtOnce) {
+TEST_CASE("stopping releases the lease so a standby takes over at once", "[lease-elector]") {
   auto leases = std::make_shared<FakeLeases>();
   LeaseElector a(leases, "a", std::chrono::seconds(60));
   LeaseElector b(leases, "b", std::chrono::seconds(60));
   a.tick();
   b.tick();
-  ASSERT_TRUE(a.isLeader());
+  REQUIRE(a.isLeader());
   a.stop();
-  EXPECT_FALSE(a.isLeader());
+  CHECK_FALSE(a.isLeader());
   b.tick();  // no waiting out the 60 s
-  EXPECT_TRUE(b.isLeader());
-  EXPECT_EQ(leases->lease->holder, "b");
+  CHECK(b.isLeader());
+  CHECK(leases->lease->holder == "b");
 }
 
-TEST(LeaseElector, GivesLeadershipUpWhenRenewalsFail) {
+TEST_CASE("gives leadership up when renewals fail", "[lease-elector]") {
   auto leases = std::make_shared<FakeLeases>();
   LeaseElector a(leases, "a", std::chrono::seconds(1));
   a.tick();
-  ASSERT_TRUE(a.isLeader());
+  REQUIRE(a.isLeader());
   leases->down = true;
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   a.tick();
-  EXPECT_FALSE(a.isLeader()) << "stops applying before the lease could expire for others";
+  INFO("stops applying before the lease could expire for others");
+  CHECK_FALSE(a.isLeader());
 }
 
 }  // namespace

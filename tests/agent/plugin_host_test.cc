@@ -6,20 +6,19 @@
 #include <set>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/dispatcher.h"
 #include "agent/memory_ledger.h"
 #include "agent/plugin_endpoints.h"
 #include "common/strings.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane::agent {
 namespace {
 
 using krane::testing::runfile;
-using ::testing::HasSubstr;
 
 std::string stateDir() {
   // Short: ipc:// socket paths are limited to 108 bytes.
@@ -67,27 +66,28 @@ std::multiset<uint64_t> recordedVersions(const std::string& log) {
   return out;
 }
 
-TEST(PluginHost, AppliesThroughAHostProcess) {
+TEST_CASE("applies through a host process", "[plugin-host]") {
   const std::string dir = stateDir();
   const std::string log = dir + "/calls.log";
   HostEndpoint host(hostFor("recording", strCat("log=", log, "\ntypes=bucket\n"), dir), {});
-  ASSERT_TRUE(host.start().ok());
-  EXPECT_THAT(host.resourceTypes(), ::testing::ElementsAre("bucket"));
-  EXPECT_GT(host.stats().pid, 0);
-  ASSERT_TRUE(host.handle(change("bucket", "a", 1)).ok());
-  ASSERT_TRUE(host.handle(change("bucket", "b", 2)).ok());
+  REQUIRE_THAT(host.start(), IsOk());
+  CHECK(host.resourceTypes() == std::vector<std::string>{"bucket"});
+  CHECK(host.stats().pid > 0);
+  REQUIRE_THAT(host.handle(change("bucket", "a", 1)), IsOk());
+  REQUIRE_THAT(host.handle(change("bucket", "b", 2)), IsOk());
   host.stop();  // the plugin's log is complete once it shut down
-  EXPECT_EQ(recordedVersions(log), (std::multiset<uint64_t>{1, 2}));
+  CHECK(recordedVersions(log) == (std::multiset<uint64_t>{1, 2}));
 }
 
-TEST(PluginHost, ACrashingPluginTakesDownItsHostOnlyAndIsRestarted) {
+TEST_CASE("a crashing plugin takes down its host only and is restarted", "[plugin-host]") {
   const std::string dir = stateDir();
   HostEndpoint host(hostFor("crashing", "types=bucket\n", dir), {});
-  ASSERT_TRUE(host.start().ok());
+  REQUIRE_THAT(host.start(), IsOk());
   const int first_pid = host.stats().pid;
   auto crashed = host.handle(change("bucket", "will-crash", 1));
-  EXPECT_TRUE(absl::IsUnavailable(crashed)) << crashed;
-  EXPECT_THAT(std::string(toStd(crashed.message())), HasSubstr("killed by signal"));
+  INFO(crashed);
+  CHECK(absl::IsUnavailable(crashed));
+  CHECK_THAT(std::string(toStd(crashed.message())), Catch::Contains("killed by signal"));
   // The agent (this process) is fine, and a new host serves the next change.
   absl::Status next;
   for (int i = 0; i < 100; ++i) {
@@ -95,27 +95,27 @@ TEST(PluginHost, ACrashingPluginTakesDownItsHostOnlyAndIsRestarted) {
     if (next.ok()) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  EXPECT_TRUE(next.ok()) << next;
-  EXPECT_GE(host.stats().restarts, 1u);
-  EXPECT_NE(host.stats().pid, first_pid);
+  CHECK_THAT(next, IsOk());
+  CHECK(host.stats().restarts >= 1u);
+  CHECK(host.stats().pid != first_pid);
   host.stop();
 }
 
-TEST(PluginHost, AStartRefusalCarriesTheLoadersReason) {
+TEST_CASE("a start refusal carries the loaders reason", "[plugin-host]") {
   const std::string dir = stateDir();
   HostEndpoint host(hostFor("abi_mismatch", "", dir), {});
   auto st = host.start();
-  ASSERT_FALSE(st.ok());
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("did not start"));
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("ABI"));
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("did not start"));
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("ABI"));
 }
 
-TEST(PluginHost, KilledMidStreamNothingIsLost) {
+TEST_CASE("killed mid stream nothing is lost", "[plugin-host]") {
   const std::string dir = stateDir();
   const std::string log = dir + "/calls.log";
   auto host = std::make_shared<HostEndpoint>(
       hostFor("recording", strCat("log=", log, "\ntypes=bucket\n"), dir), StatusSink{});
-  ASSERT_TRUE(host->start().ok());
+  REQUIRE_THAT(host->start(), IsOk());
   MemoryLedger ledger;
   WatermarkTracker watermark;
   DispatcherOptions options;
@@ -136,14 +136,16 @@ TEST(PluginHost, KilledMidStreamNothingIsLost) {
   }
   feeder.join();
   dispatcher.drain();
-  EXPECT_GE(host->stats().restarts, 1u);
-  EXPECT_TRUE(ledger.parked().empty());
-  EXPECT_EQ(watermark.watermark(), kChanges);
+  CHECK(host->stats().restarts >= 1u);
+  CHECK(ledger.parked().empty());
+  CHECK(watermark.watermark() == kChanges);
   host->stop();  // the plugin's log is complete once it shut down
   // Every version reached the plugin at least once (some twice: redelivered after the kill).
   const auto seen = recordedVersions(log);
-  for (uint64_t v = 1; v <= kChanges; ++v)
-    ASSERT_GE(seen.count(v), 1u) << "version " << v << " was lost";
+  for (uint64_t v = 1; v <= kChanges; ++v) {
+    INFO("version " << v << " was lost");
+    REQUIRE(seen.count(v) >= 1u);
+  }
   host->stop();
 }
 

@@ -2,11 +2,11 @@
 // bound, the circuit breaker, heartbeats.
 #include "agent/reporter.h"
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "tests/support/control_plane.h"
+#include "tests/support/matchers.h"
 #include "tests/support/wait.h"
 
 namespace krane::agent {
@@ -43,7 +43,7 @@ ReporterOptions options(TestControlPlane& cp) {
   return o;
 }
 
-TEST(Reporter, CoalescesDuringAnOutageAndDeliversTheLatestAfterIt) {
+TEST_CASE("coalesces during an outage and delivers the latest after it", "[reporter]") {
   TestControlPlane cp;
   cp.startReplica();
   const int port = cp.replica(0).grpcPort();
@@ -53,23 +53,23 @@ TEST(Reporter, CoalescesDuringAnOutageAndDeliversTheLatestAfterIt) {
   Reporter reporter(cp.channel(0), o, [](cluster::v1::HeartbeatRequest&) {});
   reporter.start();
   reporter.report(status("a", "first"));
-  ASSERT_TRUE(eventually([&] { return storedMessage(cp, "a") == "first"; }));
+  REQUIRE(eventually([&] { return storedMessage(cp, "a") == "first"; }));
 
   cp.stopReplica(0);
   for (int i = 0; i < 100; ++i) reporter.report(status("a", strCat("update ", i)));
-  ASSERT_TRUE(eventually([&] { return reporter.stats().breaker_opened > 0; }))
-      << "the breaker opens while it is down";
-  EXPECT_EQ(reporter.stats().pending, 1u);  // one report per resource, however many updates
-  EXPECT_GE(reporter.stats().coalesced, 99u);
+  INFO("the breaker opens while it is down");
+  REQUIRE(eventually([&] { return reporter.stats().breaker_opened > 0; }));
+  CHECK(reporter.stats().pending == 1u);  // one report per resource, however many updates
+  CHECK(reporter.stats().coalesced >= 99u);
 
   cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
-  ASSERT_TRUE(eventually([&] { return storedMessage(cp, "a") == "update 99"; }));
+  REQUIRE(eventually([&] { return storedMessage(cp, "a") == "update 99"; }));
   // The row is committed before the answer reaches the reporter, which then drops the report.
-  EXPECT_TRUE(eventually([&] { return reporter.stats().pending == 0; }));
+  CHECK(eventually([&] { return reporter.stats().pending == 0; }));
   reporter.stop();
 }
 
-TEST(Reporter, MemoryIsBoundedByMaxPending) {
+TEST_CASE("memory is bounded by max pending", "[reporter]") {
   TestControlPlane cp;  // no server: nothing can be sent
   ReporterOptions o;
   o.max_pending = 10;
@@ -78,11 +78,11 @@ TEST(Reporter, MemoryIsBoundedByMaxPending) {
   Reporter reporter(grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()), o,
                     [](cluster::v1::HeartbeatRequest&) {});
   for (int i = 0; i < 15; ++i) reporter.report(status(strCat("r", i), "x"));
-  EXPECT_EQ(reporter.stats().pending, 10u);
-  EXPECT_EQ(reporter.stats().dropped, 5u);
+  CHECK(reporter.stats().pending == 10u);
+  CHECK(reporter.stats().dropped == 5u);
 }
 
-TEST(Reporter, InvalidReportsAreNotRetriedForever) {
+TEST_CASE("invalid reports are not retried forever", "[reporter]") {
   TestControlPlane cp;
   cp.startReplica();
   Reporter reporter(cp.channel(), options(cp), [](cluster::v1::HeartbeatRequest&) {});
@@ -91,13 +91,13 @@ TEST(Reporter, InvalidReportsAreNotRetriedForever) {
   wrong.set_region("us-1");  // this token is for eu-1
   reporter.report(wrong);
   reporter.report(status("b", "fine"));
-  ASSERT_TRUE(eventually([&] { return storedMessage(cp, "b") == "fine"; }));
-  ASSERT_TRUE(eventually([&] { return reporter.stats().rejected == 1; }));
-  EXPECT_EQ(reporter.stats().pending, 0u);
+  REQUIRE(eventually([&] { return storedMessage(cp, "b") == "fine"; }));
+  REQUIRE(eventually([&] { return reporter.stats().rejected == 1; }));
+  CHECK(reporter.stats().pending == 0u);
   reporter.stop();
 }
 
-TEST(Reporter, HeartbeatsCarryTheWatermark) {
+TEST_CASE("heartbeats carry the watermark", "[reporter]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   for (int i = 0; i < 6; ++i) {
@@ -106,7 +106,7 @@ TEST(Reporter, HeartbeatsCarryTheWatermark) {
     r.set_id(strCat("b", i));
     r.set_region("eu-1");
     r.mutable_generic();
-    ASSERT_TRUE(server.writer().put(r).ok());
+    REQUIRE_THAT(server.writer().put(r), IsOk());
   }
   std::atomic<uint64_t> applied{2};
   Reporter reporter(cp.channel(), options(cp), [&](cluster::v1::HeartbeatRequest& beat) {
@@ -120,10 +120,10 @@ TEST(Reporter, HeartbeatsCarryTheWatermark) {
                     ->query("SELECT applied_version FROM agents WHERE agent_id = 'agent-1'", {});
     return rows->empty() ? -1 : static_cast<int64_t>(rows->rows[0].u64(0));
   };
-  ASSERT_TRUE(eventually([&] { return lag() == 2; }));
+  REQUIRE(eventually([&] { return lag() == 2; }));
   applied = 6;
   reporter.beatNow();
-  ASSERT_TRUE(eventually([&] { return lag() == 6; }));
+  REQUIRE(eventually([&] { return lag() == 6; }));
   reporter.stop();
 }
 

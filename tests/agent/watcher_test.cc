@@ -3,14 +3,14 @@
 
 #include <map>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/watermark.h"
 #include "common/strings.h"
 #include "controlplane/feed/cleanup.h"
 #include "controlplane/feed/tables.h"
 #include "tests/support/control_plane.h"
+#include "tests/support/matchers.h"
 
 namespace krane::agent {
 namespace {
@@ -90,53 +90,58 @@ WatcherOptions options(TestControlPlane& cp) {
   return o;
 }
 
-TEST(Watcher, SyncsThenFollowsAndResumesAfterAControlPlaneRestartWithoutResync) {
+TEST_CASE("syncs then follows and resumes after a control plane restart without resync",
+          "[watcher]") {
   TestControlPlane cp;
   cp.startReplica([](ctrl::CtrlConfig& c) { c.listen = "127.0.0.1:0"; });
   for (int i = 0; i < 5; ++i)
-    ASSERT_TRUE(cp.replica(0).writer().put(bucket(strCat("b", i), "1")).ok());
+    REQUIRE_THAT(cp.replica(0).writer().put(bucket(strCat("b", i), "1")), IsOk());
   // A fixed port, so that the restarted control plane is found at the same address.
   const int port = cp.replica(0).grpcPort();
   RecordingSink sink;
   Watcher watcher(cp.channel(0), options(cp), sink, [&] { return sink.watermark.watermark(); });
   watcher.start();
-  ASSERT_TRUE(sink.waitFor(5));
-  EXPECT_EQ(sink.syncCount(), 1);
-  ASSERT_TRUE(cp.replica(0).writer().put(bucket("b0", "2")).ok());
-  ASSERT_TRUE(sink.waitFor(6));
+  REQUIRE(sink.waitFor(5));
+  CHECK(sink.syncCount() == 1);
+  REQUIRE_THAT(cp.replica(0).writer().put(bucket("b0", "2")), IsOk());
+  REQUIRE(sink.waitFor(6));
 
   cp.stopReplica(0);
   auto& second =
       cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
-  for (int i = 5; i < 10; ++i) ASSERT_TRUE(second.writer().put(bucket(strCat("b", i), "1")).ok());
-  ASSERT_TRUE(sink.waitFor(11));
-  EXPECT_EQ(sink.syncCount(), 1) << "resumed from the watermark, no full sync";
-  EXPECT_GE(watcher.stats().connects, 2u);
-  EXPECT_EQ(sink.view().size(), 10u);
-  EXPECT_EQ(sink.view().at("b0"), "2");
+  for (int i = 5; i < 10; ++i)
+    REQUIRE_THAT(second.writer().put(bucket(strCat("b", i), "1")), IsOk());
+  REQUIRE(sink.waitFor(11));
+  INFO("resumed from the watermark, no full sync");
+  CHECK(sink.syncCount() == 1);
+  CHECK(watcher.stats().connects >= 2u);
+  CHECK(sink.view().size() == 10u);
+  CHECK(sink.view().at("b0") == "2");
   watcher.stop();
 }
 
-TEST(Watcher, ResyncsAtOnceWhenTheCursorExpired) {
+TEST_CASE("resyncs at once when the cursor expired", "[watcher]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  for (int i = 0; i < 10; ++i) ASSERT_TRUE(server.writer().put(bucket(strCat("b", i), "1")).ok());
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), "1")), IsOk());
   feed::Cleanup cleanup(cp.pool(), std::make_shared<feed::ResourceTables>(), {});
-  ASSERT_TRUE(cleanup.runOnce(std::chrono::system_clock::now() + std::chrono::hours(24 * 8)).ok());
+  REQUIRE_THAT(cleanup.runOnce(std::chrono::system_clock::now() + std::chrono::hours(24 * 8)),
+               IsOk());
   RecordingSink sink;
   Watcher watcher(cp.channel(), options(cp), sink, [] { return uint64_t{3}; });  // an old cursor
   watcher.start();
-  ASSERT_TRUE(sink.waitFor(10));
-  EXPECT_EQ(watcher.stats().cursor_expired, 1u);
-  EXPECT_EQ(sink.syncCount(), 1);
-  EXPECT_EQ(sink.view().size(), 10u);
+  REQUIRE(sink.waitFor(10));
+  CHECK(watcher.stats().cursor_expired == 1u);
+  CHECK(sink.syncCount() == 1);
+  CHECK(sink.view().size() == 10u);
   watcher.stop();
 }
 
-TEST(Watcher, ResyncsPeriodically) {
+TEST_CASE("resyncs periodically", "[watcher]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  ASSERT_TRUE(server.writer().put(bucket("b", "1")).ok());
+  REQUIRE_THAT(server.writer().put(bucket("b", "1")), IsOk());
   RecordingSink sink;
   auto o = options(cp);
   o.resync_interval = std::chrono::seconds(1);
@@ -146,11 +151,11 @@ TEST(Watcher, ResyncsPeriodically) {
   while (sink.syncCount() < 2 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  EXPECT_GE(sink.syncCount(), 2);
+  CHECK(sink.syncCount() >= 2);
   watcher.stop();
 }
 
-TEST(Watcher, ABadTokenKeepsRetryingAndSaysWhy) {
+TEST_CASE("a bad token keeps retrying and says why", "[watcher]") {
   TestControlPlane cp;
   cp.startReplica();
   RecordingSink sink;
@@ -159,9 +164,9 @@ TEST(Watcher, ABadTokenKeepsRetryingAndSaysWhy) {
   Watcher watcher(cp.channel(), o, sink, [] { return uint64_t{0}; });
   watcher.start();
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  EXPECT_GE(watcher.stats().connects, 2u);
-  EXPECT_THAT(watcher.stats().last_error, ::testing::HasSubstr("unknown or revoked agent token"));
-  EXPECT_EQ(sink.syncCount(), 0);
+  CHECK(watcher.stats().connects >= 2u);
+  CHECK_THAT(watcher.stats().last_error, Catch::Contains("unknown or revoked agent token"));
+  CHECK(sink.syncCount() == 0);
   watcher.stop();
 }
 

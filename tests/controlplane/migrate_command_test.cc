@@ -5,12 +5,12 @@
 #include <fstream>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "controlplane/db/pool.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane {
@@ -20,8 +20,6 @@ using krane::testing::CommandResult;
 using krane::testing::runCommand;
 using krane::testing::runfile;
 using krane::testing::ScratchMariaDb;
-using ::testing::HasSubstr;
-using ::testing::StartsWith;
 
 std::string dsnText(const db::Dsn& dsn) {
   return strCat("mysql://", dsn.user, "@127.0.0.1:", dsn.port, "/", dsn.database);
@@ -34,35 +32,38 @@ CommandResult ctrl(std::vector<std::string> args, std::map<std::string, std::str
 
 // An error is exactly one line on stderr, starting with the command's name.
 void expectOneLineError(const CommandResult& r, const std::string& needle) {
-  EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.err, StartsWith("krane-ctrl"));
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-  EXPECT_THAT(r.err, HasSubstr(needle));
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Catch::StartsWith("krane-ctrl"));
+  INFO(r.err);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK_THAT(r.err, Catch::Contains(needle));
 }
 
-TEST(MigrateCommand, AppliesThenReportsUpToDate) {
+TEST_CASE("applies then reports up to date", "[migrate-command]") {
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
   auto first = ctrl({"migrate", "--dsn", dsn});
-  ASSERT_EQ(first.exit_code, 0) << first.err;
-  EXPECT_THAT(first.out, HasSubstr("applying 0001_"));
-  EXPECT_THAT(first.out, HasSubstr("applied "));
+  INFO(first.err);
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.out, Catch::Contains("applying 0001_"));
+  CHECK_THAT(first.out, Catch::Contains("applied "));
   auto second = ctrl({"migrate"}, {{"KRANE_DSN", dsn}});
-  ASSERT_EQ(second.exit_code, 0) << second.err;
-  EXPECT_THAT(second.out, HasSubstr("is up to date"));
+  INFO(second.err);
+  REQUIRE(second.exit_code == 0);
+  CHECK_THAT(second.out, Catch::Contains("is up to date"));
   auto status = ctrl({"migrate", "--status", "--dsn", dsn});
-  ASSERT_EQ(status.exit_code, 0);
-  EXPECT_THAT(status.out, HasSubstr("0001     0001_"));
-  EXPECT_THAT(status.out, Not(HasSubstr("pending")));
-  EXPECT_EQ(ctrl({"migrate", "--check", "--dsn", dsn}).exit_code, 0);
+  REQUIRE(status.exit_code == 0);
+  CHECK_THAT(status.out, Catch::Contains("0001     0001_"));
+  CHECK_THAT(status.out, !Catch::Contains("pending"));
+  CHECK(ctrl({"migrate", "--check", "--dsn", dsn}).exit_code == 0);
 }
 
-TEST(MigrateCommand, CheckFailsOnAPendingSchema) {
+TEST_CASE("check fails on a pending schema", "[migrate-command]") {
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
   auto check = ctrl({"migrate", "--check", "--dsn", dsn});
   expectOneLineError(check, "run `krane-ctrl migrate`");
 }
 
-TEST(MigrateCommand, BadInputGetsOneLineErrors) {
+TEST_CASE("bad input gets one line errors", "[migrate-command]") {
   expectOneLineError(ctrl({"migrate"}), "no database given");
   expectOneLineError(ctrl({"migrate", "--dsn", "mysql://root@127.0.0.1/"}),
                      "missing database name");
@@ -79,11 +80,11 @@ TEST(MigrateCommand, BadInputGetsOneLineErrors) {
       "create the database first");
 
   auto usage = ctrl({"migrate", "--lock-timeout", "0", "--dsn", dsnText(fresh)});
-  EXPECT_EQ(usage.exit_code, 2);
-  EXPECT_THAT(usage.err, HasSubstr("--help"));
+  CHECK(usage.exit_code == 2);
+  CHECK_THAT(usage.err, Catch::Contains("--help"));
 }
 
-TEST(MigrateCommand, MalformedAndUnknownMigrationFilesAreRefused) {
+TEST_CASE("malformed and unknown migration files are refused", "[migrate-command]") {
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
   const std::string dir = strCat(std::getenv("TEST_TMPDIR"), "/migrations");
   std::filesystem::create_directories(dir);
@@ -99,18 +100,18 @@ TEST(MigrateCommand, MalformedAndUnknownMigrationFilesAreRefused) {
                      "does not exist");
 }
 
-TEST(MigrateCommand, AServerThatIsDownIsNamed) {
+TEST_CASE("a server that is down is named", "[migrate-command]") {
   auto& server = ScratchMariaDb::instance();
   const auto dsn = server.freshDatabase();
   server.stop();
   auto down = ctrl({"migrate", "--dsn", dsnText(dsn)});
   server.start();
   expectOneLineError(down, strCat("cannot connect to MySQL at 127.0.0.1:", dsn.port));
-  EXPECT_THAT(down.err, HasSubstr("is the server running"));
+  CHECK_THAT(down.err, Catch::Contains("is the server running"));
 }
 
 // The worst moment: the process dies between two DDL statements of one migration.
-TEST(MigrateCommand, KilledMidMigrationIsDetectedAndDoesNotHoldTheLock) {
+TEST_CASE("killed mid migration is detected and does not hold the lock", "[migrate-command]") {
   const auto dsn = ScratchMariaDb::instance().freshDatabase();
   const std::string dir = strCat(std::getenv("TEST_TMPDIR"), "/slow-migrations");
   std::filesystem::create_directories(dir);
@@ -120,7 +121,7 @@ TEST(MigrateCommand, KilledMidMigrationIsDetectedAndDoesNotHoldTheLock) {
   krane::testing::ChildProcess migrate({runfile("controlplane/krane-ctrl"), "migrate", "--dsn",
                                         dsnText(dsn), "--migrations-dir", dir});
   auto pool = db::Pool::create(dsn);
-  ASSERT_TRUE(pool.ok()) << pool.status();
+  REQUIRE_THAT(pool, IsOk());
   // Wait until the first statement ran and the second one is in progress.
   bool in_progress = false;
   for (int i = 0; i < 200 && !in_progress; ++i) {
@@ -132,28 +133,28 @@ TEST(MigrateCommand, KilledMidMigrationIsDetectedAndDoesNotHoldTheLock) {
     in_progress = rows.ok() && rows->rows[0].i64(0) == 1;
     if (!in_progress) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_TRUE(in_progress);
+  REQUIRE(in_progress);
   migrate.signal(SIGKILL);
-  EXPECT_EQ(migrate.wait(), -SIGKILL);
+  CHECK(migrate.wait() == -SIGKILL);
 
   // The next run fails at once (the dead session's lock is gone) and explains the repair.
   const auto started = std::chrono::steady_clock::now();
   auto again =
       ctrl({"migrate", "--dsn", dsnText(dsn), "--migrations-dir", dir, "--lock-timeout", "20"});
-  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(15));
+  CHECK((std::chrono::steady_clock::now() - started) < std::chrono::seconds(15));
   expectOneLineError(again, "migration 0001_slow did not finish");
   auto status = ctrl({"migrate", "--status", "--dsn", dsnText(dsn), "--migrations-dir", dir});
-  EXPECT_THAT(status.out, HasSubstr("INTERRUPTED"));
+  CHECK_THAT(status.out, Catch::Contains("INTERRUPTED"));
 }
 
-TEST(MigrateCommand, HelpAndVersion) {
+TEST_CASE("help and version", "[migrate-command]") {
   auto help = ctrl({"migrate", "--help"});
-  EXPECT_EQ(help.exit_code, 0);
-  EXPECT_THAT(help.out, HasSubstr("--dsn"));
-  EXPECT_THAT(help.out, HasSubstr("KRANE_DSN"));
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.out, Catch::Contains("--dsn"));
+  CHECK_THAT(help.out, Catch::Contains("KRANE_DSN"));
   auto version = ctrl({"--version"});
-  EXPECT_EQ(version.exit_code, 0);
-  EXPECT_THAT(version.out, HasSubstr("0."));
+  CHECK(version.exit_code == 0);
+  CHECK_THAT(version.out, Catch::Contains("0."));
 }
 
 }  // namespace

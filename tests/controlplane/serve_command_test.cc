@@ -7,8 +7,7 @@
 #include <regex>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "tests/support/mariadb.h"
@@ -21,7 +20,6 @@ using krane::testing::ChildProcess;
 using krane::testing::runCommand;
 using krane::testing::runfile;
 using krane::testing::ScratchMariaDb;
-using ::testing::HasSubstr;
 
 std::string dsnText(const db::Dsn& dsn) {
   return strCat("mysql://root@127.0.0.1:", dsn.port, "/", dsn.database);
@@ -38,9 +36,9 @@ std::string writeFile(const std::string& name, const std::string& text) {
   return path;
 }
 
-TEST(ServeCommand, StartsServesHealthAndStopsCleanlyOnSigterm) {
+TEST_CASE("starts serves health and stops cleanly on sigterm", "[serve-command]") {
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
-  ASSERT_EQ(ctrl({"migrate", "--dsn", dsn}).exit_code, 0);
+  REQUIRE(ctrl({"migrate", "--dsn", dsn}).exit_code == 0);
   const std::string config =
       writeFile("ctrl.yaml", strCat("listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\n"
                                     "database:\n  dsn: ",
@@ -58,73 +56,76 @@ TEST(ServeCommand, StartsServesHealthAndStopsCleanlyOnSigterm) {
       http_port = std::stoi(m[1]);
     if (http_port == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_GT(http_port, 0) << "krane-ctrl did not start";
+  INFO("krane-ctrl did not start");
+  REQUIRE(http_port > 0);
   httplib::Client http("127.0.0.1", http_port);
   auto ready = http.Get("/readyz");
-  ASSERT_TRUE(ready);
-  EXPECT_EQ(ready->status, 200);
+  REQUIRE(ready);
+  CHECK(ready->status == 200);
   serve.signal(SIGTERM);
-  EXPECT_EQ(serve.wait(), 0);
+  CHECK(serve.wait() == 0);
 }
 
-TEST(ServeCommand, RefusesAnUnmigratedDatabase) {
+TEST_CASE("refuses an unmigrated database", "[serve-command]") {
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
   auto r = ctrl({"serve", "--dsn", dsn, "--listen", "127.0.0.1:0", "--http-listen", "127.0.0.1:0"});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("start-up step \"database\" failed"));
-  EXPECT_THAT(r.err, HasSubstr("run `krane-ctrl migrate`"));
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("start-up step \"database\" failed"));
+  CHECK_THAT(r.err, Catch::Contains("run `krane-ctrl migrate`"));
 }
 
-TEST(ServeCommand, ConfigErrorsNameTheKey) {
+TEST_CASE("config errors name the key", "[serve-command]") {
   auto unknown = ctrl({"serve", "--config", writeFile("a.yaml", "feed:\n  pol_interval_ms: 5\n")});
-  EXPECT_EQ(unknown.exit_code, 1);
-  EXPECT_THAT(unknown.err, HasSubstr("a.yaml: feed.pol_interval_ms: unknown key"));
+  CHECK(unknown.exit_code == 1);
+  CHECK_THAT(unknown.err, Catch::Contains("a.yaml: feed.pol_interval_ms: unknown key"));
   auto range = ctrl({"serve", "--config", writeFile("b.yaml", "feed:\n  poll_interval_ms: 0\n")});
-  EXPECT_THAT(range.err, HasSubstr("feed.poll_interval_ms: must be between 1 and 60000, got 0"));
+  CHECK_THAT(range.err,
+             Catch::Contains("feed.poll_interval_ms: must be between 1 and 60000, got 0"));
   auto type =
       ctrl({"serve", "--config", writeFile("c.yaml", "database:\n  max_connections: lots\n")});
-  EXPECT_THAT(type.err, HasSubstr("database.max_connections: must be a whole number"));
+  CHECK_THAT(type.err, Catch::Contains("database.max_connections: must be a whole number"));
   auto yaml = ctrl({"serve", "--config", writeFile("d.yaml", "listen: [\n")});
-  EXPECT_THAT(yaml.err, HasSubstr("not valid YAML"));
+  CHECK_THAT(yaml.err, Catch::Contains("not valid YAML"));
   auto address = ctrl({"serve", "--config", writeFile("e.yaml", "listen: nowhere\n")});
-  EXPECT_THAT(address.err, HasSubstr("listen: \"nowhere\" is not host:port"));
+  CHECK_THAT(address.err, Catch::Contains("listen: \"nowhere\" is not host:port"));
   auto no_db = ctrl({"serve", "--config", writeFile("f.yaml", "listen: 127.0.0.1:0\n")});
-  EXPECT_THAT(no_db.err, HasSubstr("database.dsn: required"));
+  CHECK_THAT(no_db.err, Catch::Contains("database.dsn: required"));
   auto tls = ctrl({"serve", "--dsn", "mysql://u@h/d", "--config",
                    writeFile("g.yaml", "tls:\n  cert_file: x.pem\n")});
-  EXPECT_THAT(tls.err, HasSubstr("tls: cert_file and key_file go together"));
+  CHECK_THAT(tls.err, Catch::Contains("tls: cert_file and key_file go together"));
   auto workflow = ctrl({"serve", "--config", writeFile("h.yaml", "workflow:\n  threads: 0\n")});
-  EXPECT_THAT(workflow.err, HasSubstr("workflow.threads: must be between 1 and 1024, got 0"));
+  CHECK_THAT(workflow.err, Catch::Contains("workflow.threads: must be between 1 and 1024, got 0"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
-  EXPECT_THAT(missing.err, HasSubstr("cannot read config file /nonexistent/ctrl.yaml"));
+  CHECK_THAT(missing.err, Catch::Contains("cannot read config file /nonexistent/ctrl.yaml"));
 }
 
-TEST(RegionAndTokenCommands, CreateListRevoke) {
+TEST_CASE("create list revoke", "[region-and-token-commands]") {
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
-  ASSERT_EQ(ctrl({"migrate", "--dsn", dsn}).exit_code, 0);
+  REQUIRE(ctrl({"migrate", "--dsn", dsn}).exit_code == 0);
   auto no_region = ctrl({"token", "create", "--dsn", dsn, "--region", "eu-1"});
-  EXPECT_EQ(no_region.exit_code, 1);
-  EXPECT_THAT(no_region.err, HasSubstr("region \"eu-1\" is not registered"));
-  ASSERT_EQ(ctrl({"region", "add", "eu-1", "--dsn", dsn}).exit_code, 0);
-  ASSERT_EQ(ctrl({"region", "add", "eu-1", "--dsn", dsn, "--name", "Europe"}).exit_code,
-            0);  // idempotent
+  CHECK(no_region.exit_code == 1);
+  CHECK_THAT(no_region.err, Catch::Contains("region \"eu-1\" is not registered"));
+  REQUIRE(ctrl({"region", "add", "eu-1", "--dsn", dsn}).exit_code == 0);
+  REQUIRE(ctrl({"region", "add", "eu-1", "--dsn", dsn, "--name", "Europe"}).exit_code ==
+          0);  // idempotent
   auto regions = ctrl({"region", "list", "--dsn", dsn});
-  EXPECT_THAT(regions.out, HasSubstr("Europe"));
-  EXPECT_THAT(ctrl({"region", "add", "bad id", "--dsn", dsn}).err,
-              HasSubstr("id: \"bad id\" may only contain"));
+  CHECK_THAT(regions.out, Catch::Contains("Europe"));
+  CHECK_THAT(ctrl({"region", "add", "bad id", "--dsn", dsn}).err,
+             Catch::Contains("id: \"bad id\" may only contain"));
 
   auto created = ctrl({"token", "create", "--dsn", dsn, "--region", "eu-1", "--name", "ci"});
-  ASSERT_EQ(created.exit_code, 0) << created.err;
-  EXPECT_THAT(created.out, ::testing::StartsWith("krane_agent_"));  // stdout holds only the secret
-  EXPECT_THAT(created.err, HasSubstr("not shown again"));
+  INFO(created.err);
+  REQUIRE(created.exit_code == 0);
+  CHECK_THAT(created.out, Catch::StartsWith("krane_agent_"));  // stdout holds only the secret
+  CHECK_THAT(created.err, Catch::Contains("not shown again"));
   auto listed = ctrl({"token", "list", "--dsn", dsn});
-  EXPECT_THAT(listed.out, HasSubstr("active"));
-  EXPECT_THAT(listed.out, Not(HasSubstr(created.out.substr(0, 20))));  // never the secret
+  CHECK_THAT(listed.out, Catch::Contains("active"));
+  CHECK_THAT(listed.out, !Catch::Contains(created.out.substr(0, 20)));  // never the secret
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(listed.out, m, std::regex("(tok_[A-Za-z0-9_-]+)")));
-  EXPECT_EQ(ctrl({"token", "revoke", m[1], "--dsn", dsn}).exit_code, 0);
-  EXPECT_THAT(ctrl({"token", "list", "--dsn", dsn}).out, HasSubstr("revoked"));
-  EXPECT_EQ(ctrl({"token", "revoke", m[1], "--dsn", dsn}).exit_code, 1);
+  REQUIRE(std::regex_search(listed.out, m, std::regex("(tok_[A-Za-z0-9_-]+)")));
+  CHECK(ctrl({"token", "revoke", m[1], "--dsn", dsn}).exit_code == 0);
+  CHECK_THAT(ctrl({"token", "list", "--dsn", dsn}).out, Catch::Contains("revoked"));
+  CHECK(ctrl({"token", "revoke", m[1], "--dsn", dsn}).exit_code == 1);
 }
 
 }  // namespace

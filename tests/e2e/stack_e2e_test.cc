@@ -10,8 +10,7 @@
 #include <regex>
 #include <set>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "tests/support/mariadb.h"
@@ -28,7 +27,6 @@ using krane::testing::runCommand;
 using krane::testing::runfile;
 using krane::testing::ScratchMariaDb;
 using krane::testing::slurp;
-using ::testing::HasSubstr;
 
 constexpr char kOperatorToken[] = "e2e-operator-token-0123456789abcdef";
 
@@ -63,7 +61,12 @@ class Stack {
                 "[ \"${p:-0}\" -gt 0 ] && kill -9 $p 2>/dev/null; done")});
   }
 
-  static void expectOk(const CommandResult& r) { ASSERT_EQ(r.exit_code, 0) << r.out << r.err; }
+  static void expectOk(const CommandResult& r) {
+    {
+      INFO(r.out << r.err);
+      REQUIRE(r.exit_code == 0);
+    }
+  }
   CommandResult ctrl(std::vector<std::string> args) {
     args.insert(args.begin(), runfile("controlplane/krane-ctrl"));
     return runCommand(args);
@@ -76,8 +79,8 @@ class Stack {
                                  strCat("127.0.0.1:", http_port_)},
         strCat(dir_, "/ctrl.log"),
         std::map<std::string, std::string>{{"KRANE_OPERATOR_TOKEN", kOperatorToken}});
-    ASSERT_TRUE(eventually([&] { return kranectl({"get"}).exit_code == 0; }))
-        << slurp(dir_ + "/ctrl.log");
+    INFO(slurp(dir_ + "/ctrl.log"));
+    REQUIRE(eventually([&] { return kranectl({"get"}).exit_code == 0; }));
   }
   void killCtrl() {
     ctrl_->signal(SIGKILL);
@@ -185,80 +188,93 @@ std::string get(const std::string& address) {
   return res && res->status == 200 ? res->body : "";
 }
 
-TEST(StackE2e, ApplyConvergeServeReportAndDeleteWithKranectl) {
+TEST_CASE("apply converge serve report and delete with kranectl", "[stack-e2e][slow]") {
   Stack stack(27000);
   stack.startAgent("a1", "r1");
   auto watch = stack.watch("r1");
-  ASSERT_TRUE(eventually([&] {
-    return slurp(stack.dir() + "/watch.err").find("watching r1") != std::string::npos;
-  })) << slurp(stack.dir() + "/watch.err");
+  INFO(slurp(stack.dir() + "/watch.err"));
+  REQUIRE(eventually(
+      [&] { return slurp(stack.dir() + "/watch.err").find("watching r1") != std::string::npos; }));
   auto applied =
       stack.kranectl({"apply", "-f", stack.file("app.yaml", deployment("web", "r1", 2, "v1"))});
-  ASSERT_EQ(applied.exit_code, 0) << applied.err;
-  EXPECT_THAT(applied.out, HasSubstr("deployment_topology/web (r1) created, version 1"));
+  INFO(applied.err);
+  REQUIRE(applied.exit_code == 0);
+  CHECK_THAT(applied.out, Catch::Contains("deployment_topology/web (r1) created, version 1"));
   auto waited = stack.waitConverged("web", "r1");
-  ASSERT_EQ(waited.exit_code, 0) << waited.out << waited.err << stack.agentLog("a1");
-  EXPECT_THAT(waited.out, HasSubstr("converged in"));
+  INFO(waited.out << waited.err << stack.agentLog("a1"));
+  REQUIRE(waited.exit_code == 0);
+  CHECK_THAT(waited.out, Catch::Contains("converged in"));
 
   const auto addresses = stack.addresses("web", "r1");
-  ASSERT_EQ(addresses.size(), 2u);
-  for (const auto& a : addresses) EXPECT_THAT(get(a), HasSubstr("krane-demo-app v1")) << a;
+  REQUIRE(addresses.size() == 2u);
+  for (const auto& a : addresses) {
+    INFO(a);
+    CHECK_THAT(get(a), Catch::Contains("krane-demo-app v1"));
+  }
 
   auto listed = stack.kranectl({"get", "deployments", "-o", "yaml"});
-  EXPECT_EQ(listed.exit_code, 0);
-  EXPECT_THAT(listed.out, HasSubstr("image: krane.dev/demo-app:v1"));
-  ASSERT_TRUE(eventually([&] {
+  CHECK(listed.exit_code == 0);
+  CHECK_THAT(listed.out, Catch::Contains("image: krane.dev/demo-app:v1"));
+  INFO(stack.kranectl({"agents"}).out);
+  REQUIRE(eventually([&] {
     auto agents = stack.kranectl({"agents"});
     return std::regex_search(agents.out, std::regex("a1 +r1 +yes +\\S+ +1 +1 +0 "));
-  })) << stack.kranectl({"agents"}).out;
+  }));
 
   auto deleted = stack.kranectl({"delete", "deployment", "web", "--region", "r1"});
-  EXPECT_EQ(deleted.exit_code, 0) << deleted.err;
-  for (const auto& a : addresses)
-    EXPECT_TRUE(eventually([&] { return get(a).empty(); })) << a << " still serves";
-  EXPECT_EQ(stack.kranectl({"status", "deployment", "web", "--region", "r1"}).exit_code, 5);
+  INFO(deleted.err);
+  CHECK(deleted.exit_code == 0);
+  for (const auto& a : addresses) {
+    INFO(a << " still serves");
+    CHECK(eventually([&] { return get(a).empty(); }));
+  }
+  CHECK(stack.kranectl({"status", "deployment", "web", "--region", "r1"}).exit_code == 5);
   // `kranectl watch` saw both changes, live.
-  EXPECT_TRUE(eventually([&] {
+  INFO(slurp(stack.dir() + "/watch.out"));
+  CHECK(eventually([&] {
     const std::string seen = slurp(stack.dir() + "/watch.out");
     return std::regex_search(seen, std::regex("r1 +apply +deployment_topology/web +version 1")) &&
            std::regex_search(seen, std::regex("r1 +delete +deployment_topology/web +version 2"));
-  })) << slurp(stack.dir() + "/watch.out");
+  }));
 }
 
-TEST(StackE2e, KranectlErrorsAreClearWithStableExitCodes) {
+TEST_CASE("kranectl errors are clear with stable exit codes", "[stack-e2e][slow]") {
   Stack stack(27100);
   auto unreachable = stack.kranectl({"get", "--server", "127.0.0.1:1", "--request-timeout", "2"});
-  EXPECT_EQ(unreachable.exit_code, 3);
-  EXPECT_THAT(unreachable.err, HasSubstr("cannot reach krane-ctrl at 127.0.0.1:1"));
+  CHECK(unreachable.exit_code == 3);
+  CHECK_THAT(unreachable.err, Catch::Contains("cannot reach krane-ctrl at 127.0.0.1:1"));
   auto bad_token = stack.kranectl({"get", "--token", "nope"});
-  EXPECT_EQ(bad_token.exit_code, 4);
-  EXPECT_THAT(bad_token.err, HasSubstr("refused the token"));
-  EXPECT_EQ(stack.kranectl({"watch", "--token", "nope"}).exit_code, 4);
+  CHECK(bad_token.exit_code == 4);
+  CHECK_THAT(bad_token.err, Catch::Contains("refused the token"));
+  CHECK(stack.kranectl({"watch", "--token", "nope"}).exit_code == 4);
   auto bad_file = stack.kranectl(
       {"apply", "-f",
        stack.file("bad.yaml",
                   deployment("ok", "r1", 1, "v1") + "---\n" +
                       "kind: Deployment\nid: broken\nregion: r1\nspec:\n  replicas: many\n")});
-  EXPECT_EQ(bad_file.exit_code, 2);
-  EXPECT_THAT(bad_file.err, HasSubstr("bad.yaml: document 2 (Deployment broken): spec: "));
-  EXPECT_THAT(bad_file.err, HasSubstr("replicas"));
-  EXPECT_THAT(stack.kranectl({"get"}).out, HasSubstr("no resources")) << "nothing half-applied";
+  CHECK(bad_file.exit_code == 2);
+  CHECK_THAT(bad_file.err, Catch::Contains("bad.yaml: document 2 (Deployment broken): spec: "));
+  CHECK_THAT(bad_file.err, Catch::Contains("replicas"));
+  INFO("nothing half-applied");
+  CHECK_THAT(stack.kranectl({"get"}).out, Catch::Contains("no resources"));
   auto refused =
       stack.kranectl({"apply", "-f", stack.file("norg.yaml", deployment("d", "nowhere", 1, "v1"))});
-  EXPECT_EQ(refused.exit_code, 5) << "an unknown region";
-  EXPECT_THAT(refused.err, HasSubstr("nowhere"));
-  EXPECT_EQ(stack.kranectl({"get", "deployment", "missing"}).exit_code, 5);
+  INFO("an unknown region");
+  CHECK(refused.exit_code == 5);
+  CHECK_THAT(refused.err, Catch::Contains("nowhere"));
+  CHECK(stack.kranectl({"get", "deployment", "missing"}).exit_code == 5);
   auto zero = stack.kranectl(
       {"apply", "-f",
        stack.file("zero.yaml", deployment("z", "r1", 1, "v1") + "  cpuMillicores: 0\n")});
-  EXPECT_NE(zero.exit_code, 0);
-  EXPECT_EQ(stack.kranectl({"frobnicate"}).exit_code, 2);
-  EXPECT_EQ(stack.kranectl({"apply", "--help"}).exit_code, 0);
+  CHECK(zero.exit_code != 0);
+  CHECK(stack.kranectl({"frobnicate"}).exit_code == 2);
+  CHECK(stack.kranectl({"apply", "--help"}).exit_code == 0);
 }
 
 // Updates stream in while the agent is killed; a new agent on the same state directory catches
 // up, and every deployment ends on its last spec.
-TEST(StackE2e, AgentKilledDuringAStreamOfUpdatesConvergesWithNothingMissed) {
+TEST_CASE("agent killed during a stream of updates converges with nothing missed",
+          "[stack-e2e][slow]") {
   Stack stack(27200);
   stack.startAgent("a1", "r1");
   constexpr int kApps = 4;
@@ -269,13 +285,15 @@ TEST(StackE2e, AgentKilledDuringAStreamOfUpdatesConvergesWithNothingMissed) {
           {"apply", "-f",
            stack.file(strCat("app", i, ".yaml"),
                       deployment(strCat("app", i), "r1", 1, "v1", strCat("round-", round)))});
-      ASSERT_EQ(r.exit_code, 0) << r.err;
+      INFO(r.err);
+      REQUIRE(r.exit_code == 0);
     }
     if (round == 2) stack.startAgent("a1", "r1");
   }
   for (int i = 0; i < kApps; ++i) {
     auto waited = stack.waitConverged(strCat("app", i), "r1");
-    ASSERT_EQ(waited.exit_code, 0) << waited.out << waited.err << stack.agentLog("a1");
+    INFO(waited.out << waited.err << stack.agentLog("a1"));
+    REQUIRE(waited.exit_code == 0);
   }
   // (Whether the restarted agent resumed from its watermark or, killed before persisting one,
   // did a full sync depends on the moment of the kill; agent_e2e_test covers the resume.)
@@ -283,81 +301,84 @@ TEST(StackE2e, AgentKilledDuringAStreamOfUpdatesConvergesWithNothingMissed) {
   for (int i = 0; i < kApps; ++i) {
     auto json =
         stack.kranectl({"status", "deployment", strCat("app", i), "--region", "r1", "-o", "json"});
-    EXPECT_THAT(json.out, HasSubstr("\"current_instances\": 1")) << json.out;
-    EXPECT_EQ(stack.addresses(strCat("app", i), "r1").size(), 1u);
+    INFO(json.out);
+    CHECK_THAT(json.out, Catch::Contains("\"current_instances\": 1"));
+    CHECK(stack.addresses(strCat("app", i), "r1").size() == 1u);
   }
 }
 
-TEST(StackE2e, CtrlKilledAndMariaDbRestartedAgentsReconnectAndCatchUp) {
+TEST_CASE("ctrl killed and maria db restarted agents reconnect and catch up", "[stack-e2e][slow]") {
   Stack stack(27300);
   stack.startAgent("a1", "r1");
   stack.startAgent("a2", "r2");
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("one", "r1", 1, "v1"))})
-                .exit_code,
-            0);
-  ASSERT_EQ(stack.waitConverged("one", "r1").exit_code, 0);
+  REQUIRE(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("one", "r1", 1, "v1"))})
+              .exit_code == 0);
+  REQUIRE(stack.waitConverged("one", "r1").exit_code == 0);
 
   stack.killCtrl();
   stack.startCtrl();
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("b.yaml", deployment("two", "r2", 1, "v1"))})
-                .exit_code,
-            0);
+  REQUIRE(stack.kranectl({"apply", "-f", stack.file("b.yaml", deployment("two", "r2", 1, "v1"))})
+              .exit_code == 0);
   auto two = stack.waitConverged("two", "r2");
-  ASSERT_EQ(two.exit_code, 0) << two.out << two.err << stack.agentLog("a2");
+  INFO(two.out << two.err << stack.agentLog("a2"));
+  REQUIRE(two.exit_code == 0);
 
   ScratchMariaDb::instance().restart();
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(eventually([&] {
     return stack.kranectl({"apply", "-f", stack.file("c.yaml", deployment("one", "r1", 2, "v2"))})
                .exit_code == 0;
   }));
   auto one = stack.waitConverged("one", "r1");
-  ASSERT_EQ(one.exit_code, 0) << one.out << one.err << stack.agentLog("a1");
-  for (const auto& a : stack.addresses("one", "r1")) EXPECT_THAT(get(a), HasSubstr("v2"));
-  ASSERT_TRUE(eventually([&] {
+  INFO(one.out << one.err << stack.agentLog("a1"));
+  REQUIRE(one.exit_code == 0);
+  for (const auto& a : stack.addresses("one", "r1")) CHECK_THAT(get(a), Catch::Contains("v2"));
+  INFO("every agent caught up (lag 0 is left out of the JSON)");
+  REQUIRE(eventually([&] {
     auto agents = stack.kranectl({"agents", "-o", "json"});
     return agents.exit_code == 0 && agents.out.find("\"lag\": \"") == std::string::npos;
-  })) << "every agent caught up (lag 0 is left out of the JSON)";
+  }));
 }
 
-TEST(StackE2e, TwoAgentsOfOneRegionOneLeaderAndTheOtherTakesOver) {
+TEST_CASE("two agents of one region one leader and the other takes over", "[stack-e2e][slow]") {
   Stack stack(27400);
   const std::string shared = stack.dir() + "/shared-state";
   stack.startAgent("first", "r1", shared);
-  ASSERT_TRUE(eventually(
+  REQUIRE(eventually(
       [&] { return stack.agentLog("first").find("agent: running") != std::string::npos; }));
   stack.startAgent("second", "r1", shared);
-  ASSERT_TRUE(eventually(
+  REQUIRE(eventually(
       [&] { return stack.agentLog("second").find("standing by") != std::string::npos; }));
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r1", 1, "v1"))})
-                .exit_code,
-            0);
-  ASSERT_EQ(stack.waitConverged("app", "r1").exit_code, 0);
-  EXPECT_THAT(stack.agentLog("second"), Not(HasSubstr("agent: running")));
+  REQUIRE(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r1", 1, "v1"))})
+              .exit_code == 0);
+  REQUIRE(stack.waitConverged("app", "r1").exit_code == 0);
+  CHECK_THAT(stack.agentLog("second"), !Catch::Contains("agent: running"));
 
   stack.killAgent("first");
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r1", 2, "v2"))})
-                .exit_code,
-            0);
+  REQUIRE(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r1", 2, "v2"))})
+              .exit_code == 0);
   auto waited = stack.waitConverged("app", "r1");
-  ASSERT_EQ(waited.exit_code, 0) << waited.out << stack.agentLog("second");
-  EXPECT_THAT(stack.agentLog("second"), HasSubstr("agent: running"));
+  INFO(waited.out << stack.agentLog("second"));
+  REQUIRE(waited.exit_code == 0);
+  CHECK_THAT(stack.agentLog("second"), Catch::Contains("agent: running"));
   auto agents = stack.kranectl({"agents"});
-  EXPECT_TRUE(std::regex_search(agents.out, std::regex("second +r1 +yes"))) << agents.out;
+  INFO(agents.out);
+  CHECK(std::regex_search(agents.out, std::regex("second +r1 +yes")));
 }
 
-TEST(StackE2e, ATokenOfRegionR1IsRefusedForRegionR2) {
+TEST_CASE("a token of region R1 is refused for region R2", "[stack-e2e][slow]") {
   Stack stack(27500);
   stack.startAgent("intruder", "r2", "", stack.token("r1"));
-  ASSERT_EQ(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r2", 1, "v1"))})
-                .exit_code,
-            0);
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(stack.kranectl({"apply", "-f", stack.file("a.yaml", deployment("app", "r2", 1, "v1"))})
+              .exit_code == 0);
+  INFO(stack.agentLog("intruder"));
+  REQUIRE(eventually([&] {
     const std::string log = stack.agentLog("intruder");
     return log.find("this agent token is for region \"r1\", not \"r2\"") != std::string::npos;
-  })) << stack.agentLog("intruder");
+  }));
   auto status = stack.kranectl({"status", "deployment", "app", "--region", "r2", "-o", "json"});
-  EXPECT_THAT(status.out, Not(HasSubstr("address"))) << "nothing ran in r2";
-  EXPECT_THAT(stack.kranectl({"agents"}).out, Not(HasSubstr("intruder")));
+  INFO("nothing ran in r2");
+  CHECK_THAT(status.out, !Catch::Contains("address"));
+  CHECK_THAT(stack.kranectl({"agents"}).out, !Catch::Contains("intruder"));
 }
 
 }  // namespace

@@ -10,12 +10,12 @@
 #include <fstream>
 #include <optional>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -29,7 +29,6 @@ using krane::testing::runCommand;
 using krane::testing::runfile;
 using krane::testing::slurp;
 using krane::testing::TestControlPlane;
-using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 constexpr char kType[] = "example.krane.dev/static-site";
@@ -42,15 +41,20 @@ struct Status {
   uint64_t version = 0;
 };
 
-class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
+class StaticSiteE2eTest {
  protected:
-  void SetUp() override {
+  StaticSiteE2eTest() {
     char pattern[] = "/tmp/krane-sitee2e-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     root_ = dir_ + "/sites";
     cp_.startReplica();
     resources_ = cp_.resources();
-    // The agent's YAML, as an operator writes it (docs/configuration.md).
+  }
+
+  // Writes the agent's YAML, as an operator writes it (docs/configuration.md), with the plugin
+  // in `isolation` ("process" or "in_process"); each test case runs once with each.
+  void useIsolation(const std::string& isolation) {
+    isolation_ = isolation;
     std::ofstream(dir_ + "/agent.yaml") << strCat(
         "region: local-1\n"
         "state_dir: ",
@@ -72,14 +76,14 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
         runfile("examples/plugins/static_site/libstatic_site.so"),
         "\n"
         "    isolation: ",
-        GetParam(),
+        isolation,
         "\n"
         "    config:\n"
         "      root: ",
         root_, "\n");
   }
 
-  void TearDown() override {
+  ~StaticSiteE2eTest() {
     agent_.reset();
     fs::remove_all(dir_);
   }
@@ -94,7 +98,7 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
 
   void stopAgent() {
     agent_->signal(SIGTERM);
-    EXPECT_EQ(agent_->wait(), 0);
+    CHECK(agent_->wait() == 0);
     agent_.reset();
   }
 
@@ -153,103 +157,127 @@ class StaticSiteE2eTest : public ::testing::TestWithParam<std::string> {
   TestControlPlane cp_{{"local-1"}};
   std::unique_ptr<krane::api::v1::ResourceService::Stub> resources_;
   std::string dir_;
+  std::string isolation_;
   std::string root_;
   std::unique_ptr<ChildProcess> agent_;
 };
 
-TEST_P(StaticSiteE2eTest, APutSiteIsWrittenReportedReplacedAndDeleted) {
+TEST_CASE_METHOD(StaticSiteE2eTest, "a put site is written reported replaced and deleted",
+                 "[static-site][slow]") {
+  useIsolation(GENERATE(as<std::string>{}, "process", "in_process"));
+  INFO("isolation " << isolation_);
   startAgent("agent.log");
   auto v1 = put("home", R"({"files": {"index.html": "<h1>Hello</h1>", "css/site.css": "h1{}"}})");
-  ASSERT_TRUE(v1.ok()) << v1.status();
-  ASSERT_TRUE(eventually([&] { return slurp(root_ + "/home/index.html") == "<h1>Hello</h1>"; }))
-      << agentLog("agent.log");
-  EXPECT_EQ(slurp(root_ + "/home/css/site.css"), "h1{}");
-  ASSERT_TRUE(statusReaches("home", "ready", *v1)) << agentLog("agent.log");
-  EXPECT_EQ(status("home")->message, strCat("2 files, 18 bytes in ", root_, "/home"));
+  REQUIRE_THAT(v1, IsOk());
+  INFO(agentLog("agent.log"));
+  REQUIRE(eventually([&] { return slurp(root_ + "/home/index.html") == "<h1>Hello</h1>"; }));
+  CHECK(slurp(root_ + "/home/css/site.css") == "h1{}");
+  INFO(agentLog("agent.log"));
+  REQUIRE(statusReaches("home", "ready", *v1));
+  CHECK(status("home")->message == strCat("2 files, 18 bytes in ", root_, "/home"));
   // The public API answers the same.
   krane::api::v1::GetResourceStatusRequest get;
   get.set_type(kType);
   get.set_id("home");
   get.set_region("local-1");
   krane::api::v1::GetResourceStatusResponse got;
-  ASSERT_TRUE(
-      resources_->GetStatus(TestControlPlane::withToken(kOperatorToken).get(), get, &got).ok());
-  EXPECT_EQ(got.phase(), "ready");
-  EXPECT_EQ(got.applied_version(), *v1);
-  EXPECT_EQ(got.version(), *v1);
+  REQUIRE_THAT(resources_->GetStatus(TestControlPlane::withToken(kOperatorToken).get(), get, &got),
+               IsOk());
+  CHECK(got.phase() == "ready");
+  CHECK(got.applied_version() == *v1);
+  CHECK(got.version() == *v1);
 
   // A new version replaces the whole site.
   auto v2 = put("home", R"({"files": {"index.html": "<h1>Hello again</h1>"}})");
-  ASSERT_TRUE(v2.ok());
-  ASSERT_TRUE(statusReaches("home", "ready", *v2)) << agentLog("agent.log");
-  EXPECT_EQ(slurp(root_ + "/home/index.html"), "<h1>Hello again</h1>");
-  EXPECT_FALSE(fs::exists(root_ + "/home/css"));
+  REQUIRE_THAT(v2, IsOk());
+  INFO(agentLog("agent.log"));
+  REQUIRE(statusReaches("home", "ready", *v2));
+  CHECK(slurp(root_ + "/home/index.html") == "<h1>Hello again</h1>");
+  CHECK_FALSE(fs::exists(root_ + "/home/css"));
 
   auto deleted = remove("home");
-  ASSERT_TRUE(deleted.ok()) << deleted.status();
-  ASSERT_TRUE(statusReaches("home", "deleted", *deleted)) << agentLog("agent.log");
-  EXPECT_FALSE(fs::exists(root_ + "/home"));
+  REQUIRE_THAT(deleted, IsOk());
+  INFO(agentLog("agent.log"));
+  REQUIRE(statusReaches("home", "deleted", *deleted));
+  CHECK_FALSE(fs::exists(root_ + "/home"));
   stopAgent();
 }
 
-TEST_P(StaticSiteE2eTest, ABadSpecIsReportedAsAFailedApplyAndParkedWhileOthersFlow) {
+TEST_CASE_METHOD(StaticSiteE2eTest,
+                 "a bad spec is reported as a failed apply and parked while others flow",
+                 "[static-site][slow]") {
+  useIsolation(GENERATE(as<std::string>{}, "process", "in_process"));
+  INFO("isolation " << isolation_);
   startAgent("agent.log");
   auto good = put("docs", R"({"files": {"index.html": "v1"}})");
-  ASSERT_TRUE(good.ok());
-  ASSERT_TRUE(statusReaches("docs", "ready", *good)) << agentLog("agent.log");
+  REQUIRE_THAT(good, IsOk());
+  INFO(agentLog("agent.log"));
+  REQUIRE(statusReaches("docs", "ready", *good));
   // The control plane stores any bytes; only the plugin knows the spec is wrong.
   auto bad = put("docs", R"({"files": {"../../etc/passwd": "x"}})");
-  ASSERT_TRUE(bad.ok()) << bad.status();
+  REQUIRE_THAT(bad, IsOk());
   auto other = put("blog", R"({"files": {"index.html": "fine"}})");
-  ASSERT_TRUE(other.ok());
+  REQUIRE_THAT(other, IsOk());
 
   // The agent reports the parked change as failed (today without the change's version, so
   // only the phase is waited for).
-  ASSERT_TRUE(eventually([&] {
+  INFO(agentLog("agent.log"));
+  REQUIRE(eventually([&] {
     auto s = status("docs");
     return s && s->phase == "failed";
-  })) << agentLog("agent.log");
+  }));
   const Status failed = *status("docs");
-  EXPECT_THAT(failed.message,
-              HasSubstr("INVALID_ARGUMENT: spec.files[\"../../etc/passwd\"]: empty, '.' and '..' "
-                        "path components are not allowed"));
+  CHECK_THAT(
+      failed.message,
+      Catch::Contains("INVALID_ARGUMENT: spec.files[\"../../etc/passwd\"]: empty, '.' and '..' "
+                      "path components are not allowed"));
   const auto error = nlohmann::json::parse(failed.apply_error);
-  EXPECT_THAT(error["message"].get<std::string>(),
-              HasSubstr("spec.files[\"../../etc/passwd\"]: empty, '.' and '..' path components "
-                        "are not allowed"));
-  EXPECT_EQ(error["attempts"], 2) << "dispatch.max_attempts";
+  CHECK_THAT(
+      error["message"].get<std::string>(),
+      Catch::Contains("spec.files[\"../../etc/passwd\"]: empty, '.' and '..' path components "
+                      "are not allowed"));
+  INFO("dispatch.max_attempts");
+  CHECK(error["attempts"] == 2);
   // The last good version stays in place, nothing escaped the root, and other sites flow.
-  EXPECT_EQ(slurp(root_ + "/docs/index.html"), "v1");
-  EXPECT_FALSE(fs::exists(dir_ + "/etc"));
-  ASSERT_TRUE(statusReaches("blog", "ready", *other)) << agentLog("agent.log");
+  CHECK(slurp(root_ + "/docs/index.html") == "v1");
+  CHECK_FALSE(fs::exists(dir_ + "/etc"));
+  INFO(agentLog("agent.log"));
+  REQUIRE(statusReaches("blog", "ready", *other));
 
   // `krane inspect` lists the parked change with the plugin's error.
   nlohmann::json state;
-  ASSERT_TRUE(eventually([&] {
+  INFO(state.dump());
+  REQUIRE(eventually([&] {
     auto r =
         runCommand({runfile("agent/krane"), "inspect", "--json", "--state-dir", dir_ + "/state"});
     if (r.exit_code != 0) return false;
     state = nlohmann::json::parse(r.out);
     return state["parked"].size() == 1;
-  })) << state.dump();
-  EXPECT_EQ(state["parked"][0]["id"], "docs");
-  EXPECT_EQ(state["parked"][0]["version"], *bad);
-  EXPECT_THAT(state["parked"][0]["last_error"].get<std::string>(), HasSubstr("spec.files"));
+  }));
+  CHECK(state["parked"][0]["id"] == "docs");
+  CHECK(state["parked"][0]["version"] == *bad);
+  CHECK_THAT(state["parked"][0]["last_error"].get<std::string>(), Catch::Contains("spec.files"));
 
   // A fixed version un-parks it.
   auto fixed = put("docs", R"({"files": {"index.html": "v3"}})");
-  ASSERT_TRUE(fixed.ok());
-  ASSERT_TRUE(statusReaches("docs", "ready", *fixed)) << agentLog("agent.log");
-  EXPECT_EQ(slurp(root_ + "/docs/index.html"), "v3");
+  REQUIRE_THAT(fixed, IsOk());
+  INFO(agentLog("agent.log"));
+  REQUIRE(statusReaches("docs", "ready", *fixed));
+  CHECK(slurp(root_ + "/docs/index.html") == "v3");
   stopAgent();
 }
 
-TEST_P(StaticSiteE2eTest, AFullSyncGarbageCollectsSitesTheDesiredStateNoLongerHas) {
+TEST_CASE_METHOD(StaticSiteE2eTest,
+                 "a full sync garbage collects sites the desired state no longer has",
+                 "[static-site][slow]") {
+  useIsolation(GENERATE(as<std::string>{}, "process", "in_process"));
+  INFO("isolation " << isolation_);
   startAgent("agent1.log");
   auto keep = put("keep", R"({"files": {"index.html": "k"}})");
   auto gone = put("gone", R"({"files": {"index.html": "g"}})");
-  ASSERT_TRUE(keep.ok() && gone.ok());
-  ASSERT_TRUE(statusReaches("gone", "ready", *gone)) << agentLog("agent1.log");
+  REQUIRE((keep.ok() && gone.ok()));
+  INFO(agentLog("agent1.log"));
+  REQUIRE(statusReaches("gone", "ready", *gone));
   fs::create_directories(root_ + "/not-ours");
   std::ofstream(root_ + "/not-ours/file") << "left alone";
   stopAgent();
@@ -257,22 +285,27 @@ TEST_P(StaticSiteE2eTest, AFullSyncGarbageCollectsSitesTheDesiredStateNoLongerHa
   // While the agent is down, the site is deleted; then the cursor store is reset as
   // docs/agent.md describes, so the agent starts with a full sync instead of the delete change.
   auto deleted = remove("gone");
-  ASSERT_TRUE(deleted.ok());
+  REQUIRE_THAT(deleted, IsOk());
   fs::remove(dir_ + "/state/cursor.store");
   startAgent("agent2.log");
-  ASSERT_TRUE(eventually([&] { return !fs::exists(root_ + "/gone"); })) << agentLog("agent2.log");
-  EXPECT_THAT(agentLog("agent2.log"), HasSubstr("full sync"));
-  EXPECT_EQ(slurp(root_ + "/keep/index.html"), "k");
-  EXPECT_EQ(slurp(root_ + "/not-ours/file"), "left alone");
-  ASSERT_TRUE(eventually([&] {
+  INFO(agentLog("agent2.log"));
+  REQUIRE(eventually([&] { return !fs::exists(root_ + "/gone"); }));
+  CHECK_THAT(agentLog("agent2.log"), Catch::Contains("full sync"));
+  CHECK(slurp(root_ + "/keep/index.html") == "k");
+  CHECK(slurp(root_ + "/not-ours/file") == "left alone");
+  INFO(agentLog("agent2.log"));
+  REQUIRE(eventually([&] {
     auto s = status("gone");
     return s && s->phase == "deleted" && s->message == "removed by garbage collection";
-  })) << agentLog("agent2.log");
+  }));
   stopAgent();
 }
 
 // The example file with kranectl, as docs/plugin-guide.md shows it.
-TEST_P(StaticSiteE2eTest, KranectlAppliesTheExampleFileAndWaitsUntilItIsReady) {
+TEST_CASE_METHOD(StaticSiteE2eTest, "kranectl applies the example file and waits until it is ready",
+                 "[static-site][slow]") {
+  useIsolation(GENERATE(as<std::string>{}, "process", "in_process"));
+  INFO("isolation " << isolation_);
   startAgent("agent.log");
   const std::string file = runfile("examples/plugins/static_site/site.yaml");
   const std::map<std::string, std::string> env = {
@@ -283,20 +316,21 @@ TEST_P(StaticSiteE2eTest, KranectlAppliesTheExampleFileAndWaitsUntilItIsReady) {
     return runCommand(args, env);
   };
   auto applied = kranectl({"apply", "-f", file});
-  ASSERT_EQ(applied.exit_code, 0) << applied.out << applied.err;
+  INFO(applied.out << applied.err);
+  REQUIRE(applied.exit_code == 0);
   auto ready =
       kranectl({"status", kType, "hello", "--region", "local-1", "--wait", "--timeout", "30"});
-  EXPECT_EQ(ready.exit_code, 0) << ready.out << ready.err << agentLog("agent.log");
-  EXPECT_EQ(slurp(root_ + "/hello/index.html"), "<h1>Hello from Krane</h1>\n");
-  EXPECT_EQ(slurp(root_ + "/hello/css/site.css"), "h1 { color: teal }\n");
+  INFO(ready.out << ready.err << agentLog("agent.log"));
+  CHECK(ready.exit_code == 0);
+  CHECK(slurp(root_ + "/hello/index.html") == "<h1>Hello from Krane</h1>\n");
+  CHECK(slurp(root_ + "/hello/css/site.css") == "h1 { color: teal }\n");
   auto deleted = kranectl({"delete", "-f", file});
-  EXPECT_EQ(deleted.exit_code, 0) << deleted.out << deleted.err;
-  EXPECT_TRUE(eventually([&] { return !fs::exists(root_ + "/hello"); })) << agentLog("agent.log");
+  INFO(deleted.out << deleted.err);
+  CHECK(deleted.exit_code == 0);
+  INFO(agentLog("agent.log"));
+  CHECK(eventually([&] { return !fs::exists(root_ + "/hello"); }));
   stopAgent();
 }
-
-INSTANTIATE_TEST_SUITE_P(Isolation, StaticSiteE2eTest, ::testing::Values("process", "in_process"),
-                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace krane

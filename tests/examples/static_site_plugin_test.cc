@@ -7,11 +7,11 @@
 #include <fstream>
 #include <mutex>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane {
@@ -19,7 +19,6 @@ namespace {
 
 using krane::testing::runfile;
 using krane::testing::slurp;
-using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 constexpr char kType[] = "example.krane.dev/static-site";
@@ -49,14 +48,14 @@ cluster::v1::Change removal(const std::string& id, uint64_t version) {
   return c;
 }
 
-class StaticSitePluginTest : public ::testing::Test {
+class StaticSitePluginTest {
  protected:
-  void SetUp() override {
+  StaticSitePluginTest() {
     char pattern[] = "/tmp/krane-site-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     root_ = dir_ + "/sites";
   }
-  void TearDown() override {
+  ~StaticSitePluginTest() {
     plugin_.reset();
     fs::remove_all(dir_);
   }
@@ -73,7 +72,7 @@ class StaticSitePluginTest : public ::testing::Test {
 
   void loadDefault() {
     auto loaded = load(strCat(R"({"root": ")", root_, R"(", "max_files": 3})"));
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    REQUIRE_THAT(loaded, IsOk());
     plugin_ = *std::move(loaded);
   }
 
@@ -92,59 +91,67 @@ class StaticSitePluginTest : public ::testing::Test {
   std::vector<cluster::v1::ReportResourceStatusRequest> reports_;
 };
 
-TEST_F(StaticSitePluginTest, RefusesABadConfigurationNamingTheKey) {
+TEST_CASE_METHOD(StaticSitePluginTest, "refuses a bad configuration naming the key",
+                 "[static-site-plugin]") {
   auto unknown = load(strCat(R"({"root": ")", root_, R"(", "rooot": "/x"})"));
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_THAT(std::string(unknown.status().message()),
-              HasSubstr("config.rooot: unknown key (expected: root, max_files)"));
+  REQUIRE_FALSE(unknown.ok());
+  CHECK_THAT(std::string(unknown.status().message()),
+             Catch::Contains("config.rooot: unknown key (expected: root, max_files)"));
   auto no_root = load("{}");
-  ASSERT_FALSE(no_root.ok());
-  EXPECT_THAT(std::string(no_root.status().message()),
-              HasSubstr("config.root: required, an absolute directory path"));
+  REQUIRE_FALSE(no_root.ok());
+  CHECK_THAT(std::string(no_root.status().message()),
+             Catch::Contains("config.root: required, an absolute directory path"));
   auto relative = load(R"({"root": "sites"})");
-  EXPECT_THAT(std::string(relative.status().message()), HasSubstr("config.root"));
+  CHECK_THAT(std::string(relative.status().message()), Catch::Contains("config.root"));
   auto too_many = load(strCat(R"({"root": ")", root_, R"(", "max_files": 0})"));
-  EXPECT_THAT(std::string(too_many.status().message()),
-              HasSubstr("config.max_files: must be a whole number between 1 and 10000, got 0"));
+  CHECK_THAT(
+      std::string(too_many.status().message()),
+      Catch::Contains("config.max_files: must be a whole number between 1 and 10000, got 0"));
   auto not_json = load("root: /x");
-  EXPECT_THAT(std::string(not_json.status().message()), HasSubstr("config: must be a JSON object"));
+  CHECK_THAT(std::string(not_json.status().message()),
+             Catch::Contains("config: must be a JSON object"));
 }
 
-TEST_F(StaticSitePluginTest, WritesReplacesAndRemovesASiteAndReportsEachStep) {
+TEST_CASE_METHOD(StaticSitePluginTest, "writes replaces and removes a site and reports each step",
+                 "[static-site-plugin]") {
   loadDefault();
-  EXPECT_THAT(plugin_->resourceTypes(), ::testing::ElementsAre(kType));
-  ASSERT_TRUE(plugin_
-                  ->apply(site("home", 3,
-                               R"({"files": {"index.html": "<h1>v1</h1>", "css/a.css": "h1{}"}})"))
-                  .ok());
-  EXPECT_EQ(slurp(root_ + "/home/index.html"), "<h1>v1</h1>");
-  EXPECT_EQ(slurp(root_ + "/home/css/a.css"), "h1{}");
+  CHECK(plugin_->resourceTypes() == std::vector<std::string>{kType});
+  REQUIRE_THAT(plugin_->apply(site(
+                   "home", 3, R"({"files": {"index.html": "<h1>v1</h1>", "css/a.css": "h1{}"}})")),
+               IsOk());
+  CHECK(slurp(root_ + "/home/index.html") == "<h1>v1</h1>");
+  CHECK(slurp(root_ + "/home/css/a.css") == "h1{}");
   auto ready = lastReport("home");
-  EXPECT_EQ(ready.phase(), cluster::v1::RESOURCE_PHASE_READY);
-  EXPECT_EQ(ready.version(), 3u);
-  EXPECT_EQ(ready.region(), "eu-1");
-  EXPECT_EQ(ready.plugin(), "static-site");
-  EXPECT_THAT(ready.message(), HasSubstr("2 files, 15 bytes"));
+  CHECK(ready.phase() == cluster::v1::RESOURCE_PHASE_READY);
+  CHECK(ready.version() == 3u);
+  CHECK(ready.region() == "eu-1");
+  CHECK(ready.plugin() == "static-site");
+  CHECK_THAT(ready.message(), Catch::Contains("2 files, 15 bytes"));
 
   // The same change again (a redelivery) changes nothing; a new version replaces the whole
   // site, so a file it no longer lists is gone.
-  ASSERT_TRUE(plugin_->apply(site("home", 3, R"({"files": {"index.html": "<h1>v1</h1>"}})")).ok());
-  ASSERT_TRUE(plugin_->apply(site("home", 5, R"({"files": {"index.html": "<h1>v2</h1>"}})")).ok());
-  EXPECT_EQ(slurp(root_ + "/home/index.html"), "<h1>v2</h1>");
-  EXPECT_FALSE(fs::exists(root_ + "/home/css"));
-  EXPECT_TRUE(fs::is_empty(root_ + "/.staging")) << "nothing left behind by the swap";
-  EXPECT_EQ(lastReport("home").version(), 5u);
+  REQUIRE_THAT(plugin_->apply(site("home", 3, R"({"files": {"index.html": "<h1>v1</h1>"}})")),
+               IsOk());
+  REQUIRE_THAT(plugin_->apply(site("home", 5, R"({"files": {"index.html": "<h1>v2</h1>"}})")),
+               IsOk());
+  CHECK(slurp(root_ + "/home/index.html") == "<h1>v2</h1>");
+  CHECK_FALSE(fs::exists(root_ + "/home/css"));
+  INFO("nothing left behind by the swap");
+  CHECK(fs::is_empty(root_ + "/.staging"));
+  CHECK(lastReport("home").version() == 5u);
 
-  ASSERT_TRUE(plugin_->remove(removal("home", 6)).ok());
-  EXPECT_FALSE(fs::exists(root_ + "/home"));
-  EXPECT_EQ(lastReport("home").phase(), cluster::v1::RESOURCE_PHASE_DELETED);
-  EXPECT_EQ(lastReport("home").version(), 6u);
-  EXPECT_TRUE(plugin_->remove(removal("home", 7)).ok()) << "removing an absent site is OK";
+  REQUIRE_THAT(plugin_->remove(removal("home", 6)), IsOk());
+  CHECK_FALSE(fs::exists(root_ + "/home"));
+  CHECK(lastReport("home").phase() == cluster::v1::RESOURCE_PHASE_DELETED);
+  CHECK(lastReport("home").version() == 6u);
+  INFO("removing an absent site is OK");
+  CHECK_THAT(plugin_->remove(removal("home", 7)), IsOk());
 }
 
-TEST_F(StaticSitePluginTest, RefusesSpecsThatCanNeverWorkNamingTheField) {
+TEST_CASE_METHOD(StaticSitePluginTest, "refuses specs that can never work naming the field",
+                 "[static-site-plugin]") {
   loadDefault();
-  ASSERT_TRUE(plugin_->apply(site("blog", 1, R"({"files": {"index.html": "kept"}})")).ok());
+  REQUIRE_THAT(plugin_->apply(site("blog", 1, R"({"files": {"index.html": "kept"}})")), IsOk());
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{not json", "spec: not valid JSON"},
       {"[1, 2]", "spec: must be a JSON object"},
@@ -160,24 +167,27 @@ TEST_F(StaticSitePluginTest, RefusesSpecsThatCanNeverWorkNamingTheField) {
   };
   for (const auto& [spec, message] : cases) {
     const absl::Status st = plugin_->apply(site("blog", 2, spec));
-    EXPECT_TRUE(absl::IsInvalidArgument(st)) << spec << " -> " << st;
-    EXPECT_THAT(std::string(st.message()), HasSubstr(message)) << spec;
+    INFO(spec << " -> " << st);
+    CHECK(absl::IsInvalidArgument(st));
+    INFO(spec);
+    CHECK_THAT(std::string(st.message()), Catch::Contains(message));
   }
   auto wrong_type = site("blog", 2, R"({"files": {}})");
   wrong_type.mutable_resource()->mutable_generic()->set_content_type("text/yaml");
-  EXPECT_THAT(std::string(plugin_->apply(wrong_type).message()),
-              HasSubstr("content_type: \"text/yaml\" is not supported"));
-  EXPECT_THAT(std::string(plugin_->apply(site(".hidden", 2, R"({"files": {}})")).message()),
-              HasSubstr("may not be empty, contain '/' or start with '.'"));
+  CHECK_THAT(std::string(plugin_->apply(wrong_type).message()),
+             Catch::Contains("content_type: \"text/yaml\" is not supported"));
+  CHECK_THAT(std::string(plugin_->apply(site(".hidden", 2, R"({"files": {}})")).message()),
+             Catch::Contains("may not be empty, contain '/' or start with '.'"));
   // None of them touched the site that was there.
-  EXPECT_EQ(slurp(root_ + "/blog/index.html"), "kept");
-  EXPECT_FALSE(fs::exists(dir_ + "/escape.html"));
+  CHECK(slurp(root_ + "/blog/index.html") == "kept");
+  CHECK_FALSE(fs::exists(dir_ + "/escape.html"));
 }
 
-TEST_F(StaticSitePluginTest, GarbageCollectionRemovesOnlyItsOwnUnlistedSites) {
+TEST_CASE_METHOD(StaticSitePluginTest, "garbage collection removes only its own unlisted sites",
+                 "[static-site-plugin]") {
   loadDefault();
   for (const char* id : {"keep", "drop-1", "drop-2"}) {
-    ASSERT_TRUE(plugin_->apply(site(id, 1, R"({"files": {"index.html": "x"}})")).ok());
+    REQUIRE_THAT(plugin_->apply(site(id, 1, R"({"files": {"index.html": "x"}})")), IsOk());
   }
   fs::create_directories(root_ + "/not-a-site");
   std::ofstream(root_ + "/not-a-site/data") << "someone else's";
@@ -187,20 +197,22 @@ TEST_F(StaticSitePluginTest, GarbageCollectionRemovesOnlyItsOwnUnlistedSites) {
   auto* group = end.add_resources();
   group->set_resource_type(kType);
   group->add_ids("keep");
-  ASSERT_TRUE(plugin_->syncEnd(end).ok());
-  EXPECT_TRUE(fs::exists(root_ + "/keep/index.html"));
-  EXPECT_FALSE(fs::exists(root_ + "/drop-1"));
-  EXPECT_FALSE(fs::exists(root_ + "/drop-2"));
-  EXPECT_EQ(slurp(root_ + "/not-a-site/data"), "someone else's") << "not made by the plugin";
-  EXPECT_EQ(lastReport("drop-1").phase(), cluster::v1::RESOURCE_PHASE_DELETED);
-  EXPECT_EQ(lastReport("drop-1").version(), 9u);
+  REQUIRE_THAT(plugin_->syncEnd(end), IsOk());
+  CHECK(fs::exists(root_ + "/keep/index.html"));
+  CHECK_FALSE(fs::exists(root_ + "/drop-1"));
+  CHECK_FALSE(fs::exists(root_ + "/drop-2"));
+  INFO("not made by the plugin");
+  CHECK(slurp(root_ + "/not-a-site/data") == "someone else's");
+  CHECK(lastReport("drop-1").phase() == cluster::v1::RESOURCE_PHASE_DELETED);
+  CHECK(lastReport("drop-1").version() == 9u);
 }
 
-TEST_F(StaticSitePluginTest, ObserveRebuildsStatusFromDiskInANewInstance) {
+TEST_CASE_METHOD(StaticSitePluginTest, "observe rebuilds status from disk in a new instance",
+                 "[static-site-plugin]") {
   loadDefault();
-  ASSERT_TRUE(
-      plugin_->apply(site("a", 4, R"({"files": {"index.html": "x", "about.html": "y"}})")).ok());
-  ASSERT_TRUE(plugin_->apply(site("b", 5, R"({"files": {"index.html": "x"}})")).ok());
+  REQUIRE_THAT(plugin_->apply(site("a", 4, R"({"files": {"index.html": "x", "about.html": "y"}})")),
+               IsOk());
+  REQUIRE_THAT(plugin_->apply(site("b", 5, R"({"files": {"index.html": "x"}})")), IsOk());
   // A new instance (a restarted plugin host) knows nothing in memory.
   plugin_.reset();
   {
@@ -209,12 +221,12 @@ TEST_F(StaticSitePluginTest, ObserveRebuildsStatusFromDiskInANewInstance) {
   }
   loadDefault();
   fs::remove(root_ + "/b/index.html");
-  ASSERT_TRUE(plugin_->observe().ok());
-  EXPECT_EQ(lastReport("a").phase(), cluster::v1::RESOURCE_PHASE_READY);
-  EXPECT_EQ(lastReport("a").version(), 4u);
-  EXPECT_EQ(lastReport("a").region(), "eu-1");
-  EXPECT_EQ(lastReport("b").phase(), cluster::v1::RESOURCE_PHASE_DEGRADED);
-  EXPECT_EQ(lastReport("b").message(), "index.html is missing");
+  REQUIRE_THAT(plugin_->observe(), IsOk());
+  CHECK(lastReport("a").phase() == cluster::v1::RESOURCE_PHASE_READY);
+  CHECK(lastReport("a").version() == 4u);
+  CHECK(lastReport("a").region() == "eu-1");
+  CHECK(lastReport("b").phase() == cluster::v1::RESOURCE_PHASE_DEGRADED);
+  CHECK(lastReport("b").message() == "index.html is missing");
 }
 
 }  // namespace

@@ -18,12 +18,13 @@
 #include <thread>
 #include <vector>
 
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "ipc/cursor_store.h"
 #include "tests/ipc/crash_model.h"
 #include "tests/ipc/temp_dir.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane::ipc::testing {
@@ -160,10 +161,10 @@ class ConcurrentReader {
   std::atomic<uint64_t> heartbeats_seen_{0};
 };
 
-TEST(CursorStoreCrashTest, SurvivesSigkillAtRandomMoments) {
+TEST_CASE("survives sigkill at random moments", "[cursor-store-crash][slow]") {
   TempDir dir;
   const std::string child = runfile("tests/ipc/store_child");
-  ASSERT_TRUE(CursorStore::open(dir.path(), writerOptions(8192)).ok());
+  REQUIRE_THAT(CursorStore::open(dir.path(), writerOptions(8192)), IsOk());
 
   const uint64_t test_seed = std::random_device{}();
   std::printf("crash test seed %lu (state dir %s)\n", static_cast<unsigned long>(test_seed),
@@ -192,31 +193,37 @@ TEST(CursorStoreCrashTest, SurvivesSigkillAtRandomMoments) {
       std::this_thread::sleep_for(delay);
       writer.signal(SIGKILL);
       const int result = writer.wait();
-      ASSERT_EQ(result, -SIGKILL) << "the writer ended on its own:\n" << readLog(log_path).text;
+      INFO("the writer ended on its own:\n" << readLog(log_path).text);
+      REQUIRE(result == -SIGKILL);
     }
     const WriterLog log = readLog(log_path);
 
     // Reopen as the restarted agent would (no growth asked: the smallest capacity).
     auto opened = CursorStore::open(dir.path(), writerOptions(1));
-    ASSERT_TRUE(opened.ok()) << "run " << run << ": " << opened.status();
+    INFO("run " << run << ": " << opened.status());
+    REQUIRE_THAT(opened, IsOk());
     CursorStore& store = **opened;
     const uint64_t watermark = store.watermark();
-    ASSERT_GE(watermark, last_watermark) << "run " << run << ": the watermark went back";
-    ASSERT_GE(watermark, log.last_done) << "run " << run << ": the writer reported more";
+    INFO("run " << run << ": the watermark went back");
+    REQUIRE(watermark >= last_watermark);
+    INFO("run " << run << ": the writer reported more");
+    REQUIRE(watermark >= log.last_done);
     if (log.start) {
-      ASSERT_EQ(*log.start, last_watermark + 1) << "run " << run;
+      INFO("run " << run);
+      REQUIRE(*log.start == (last_watermark + 1));
       model.completed(seed, *log.start, watermark);
       model.maybe(seed, watermark + 1);
     } else {
-      ASSERT_EQ(watermark, last_watermark) << "run " << run << ": no operation was started";
+      INFO("run " << run << ": no operation was started");
+      REQUIRE(watermark == last_watermark);
     }
     const std::vector<std::string> problems = model.check(store);
-    for (const std::string& p : problems) ADD_FAILURE() << "run " << run << ": " << p;
-    ASSERT_TRUE(problems.empty());
+    for (const std::string& p : problems) FAIL_CHECK("run " << run << ": " << p);
+    REQUIRE(problems.empty());
     if (auto slot = store.findPlugin(kCrashPlugin); slot.ok()) {
       const uint64_t acked = store.plugin(*slot)->acked_version;
-      EXPECT_LE(acked, watermark);
-      EXPECT_LE(watermark - acked, 2u);  // acked right after the watermark moves
+      CHECK(acked <= watermark);
+      CHECK((watermark - acked) <= 2u);  // acked right after the watermark moves
     }
     const RecoveryReport& r = store.recovery();
     repairs.half_written_entries_cleared += r.half_written_entries_cleared;
@@ -225,7 +232,8 @@ TEST(CursorStoreCrashTest, SurvivesSigkillAtRandomMoments) {
     repairs.parked_duplicates_dropped += r.parked_duplicates_dropped;
     repairs.slots_half_written_cleared += r.slots_half_written_cleared;
     repairs.stale_temp_files_removed += r.stale_temp_files_removed;
-    EXPECT_EQ(r.damaged_entries_dropped, 0u) << "run " << run;
+    INFO("run " << run);
+    CHECK(r.damaged_entries_dropped == 0u);
     const uint64_t ops = log.start ? watermark + 1 - *log.start : 0;
     total_ops += ops;
     std::printf(
@@ -237,10 +245,10 @@ TEST(CursorStoreCrashTest, SurvivesSigkillAtRandomMoments) {
     last_watermark = watermark;
   }
   reader.stop();
-  for (const std::string& p : reader.problems()) ADD_FAILURE() << "reader: " << p;
-  EXPECT_GT(total_ops, 0u);
-  EXPECT_GT(reader.lookups(), 0u);
-  EXPECT_GT(reader.heartbeatsSeen(), 0u);
+  for (const std::string& p : reader.problems()) FAIL_CHECK("reader: " << p);
+  CHECK(total_ops > 0u);
+  CHECK(reader.lookups() > 0u);
+  CHECK(reader.heartbeatsSeen() > 0u);
   std::printf(
       "crash test: %d kills, %lu ops; reader: %lu lookups, %lu scans, %lu reopens, %lu "
       "heartbeats seen; repairs on reopen: %lu half-written entries, %lu tombstones "
@@ -260,17 +268,17 @@ TEST(CursorStoreCrashTest, SurvivesSigkillAtRandomMoments) {
 // The checks above must be able to fail: damage a store the way a wrong write order would
 // (a key published over another key's version, an update lost, a version from the future, the
 // watermark moved before the write) and expect the model to say so.
-class CrashModelSelfTest : public ::testing::Test {
+class CrashModelSelfTest {
  protected:
   static constexpr uint64_t kSeed = 7;
   static constexpr uint64_t kOps = 3000;
 
-  void SetUp() override {
+  CrashModelSelfTest() {
     auto opened = CursorStore::open(dir_.path(), writerOptions(8192));
-    ASSERT_TRUE(opened.ok()) << opened.status();
+    REQUIRE_THAT(opened, IsOk());
     store_ = std::move(*opened);
     for (uint64_t seq = 1; seq <= kOps; ++seq) {
-      ASSERT_TRUE(runCrashOp(*store_, kSeed, seq).ok());
+      REQUIRE_THAT(runCrashOp(*store_, kSeed, seq), IsOk());
     }
     model_.completed(kSeed, 1, kOps);
   }
@@ -300,52 +308,58 @@ class CrashModelSelfTest : public ::testing::Test {
   CrashModel model_;
 };
 
-TEST_F(CrashModelSelfTest, AcceptsTheTruth) { EXPECT_TRUE(model_.check(*store_).empty()); }
-
-TEST_F(CrashModelSelfTest, CatchesAForeignVersion) {
-  RawFile raw(store_->path());
-  const uint64_t k = someLiveKey();
-  layout::TableEntry* e = entryOf(raw, k);
-  ASSERT_NE(e, nullptr);
-  e->version.store(crashVersion(seqOfVersion(e->version.load()), (k + 1) % kCrashKeys));
-  const auto problems = model_.check(*store_);
-  ASSERT_FALSE(problems.empty());
-  EXPECT_NE(problems[0].find("which belongs to key"), std::string::npos) << problems[0];
+TEST_CASE_METHOD(CrashModelSelfTest, "accepts the truth", "[crash-model-self][slow]") {
+  CHECK(model_.check(*store_).empty());
 }
 
-TEST_F(CrashModelSelfTest, CatchesALostUpdateAndAFutureVersion) {
+TEST_CASE_METHOD(CrashModelSelfTest, "catches a foreign version", "[crash-model-self][slow]") {
   RawFile raw(store_->path());
   const uint64_t k = someLiveKey();
   layout::TableEntry* e = entryOf(raw, k);
-  ASSERT_NE(e, nullptr);
+  REQUIRE(e != nullptr);
+  e->version.store(crashVersion(seqOfVersion(e->version.load()), (k + 1) % kCrashKeys));
+  const auto problems = model_.check(*store_);
+  REQUIRE_FALSE(problems.empty());
+  INFO(problems[0]);
+  CHECK(problems[0].find("which belongs to key") != std::string::npos);
+}
+
+TEST_CASE_METHOD(CrashModelSelfTest, "catches a lost update and a future version",
+                 "[crash-model-self][slow]") {
+  RawFile raw(store_->path());
+  const uint64_t k = someLiveKey();
+  layout::TableEntry* e = entryOf(raw, k);
+  REQUIRE(e != nullptr);
   e->version.store(crashVersion(seqOfVersion(e->version.load()) - 1, k));
-  EXPECT_FALSE(model_.check(*store_).empty());
+  CHECK_FALSE(model_.check(*store_).empty());
   // check() took the damaged store as the new truth; put the model back and try the future.
   CrashModel fresh;
   fresh.completed(kSeed, 1, kOps);
   e->version.store(crashVersion(kOps + 5, k));
-  EXPECT_FALSE(fresh.check(*store_).empty());
+  CHECK_FALSE(fresh.check(*store_).empty());
 }
 
-TEST_F(CrashModelSelfTest, CatchesAWatermarkAheadOfTheWrite) {
+TEST_CASE_METHOD(CrashModelSelfTest, "catches a watermark ahead of the write",
+                 "[crash-model-self][slow]") {
   // The model believes the next record completed (as a watermark stored before the entry would
   // claim) but the store never saw it.
   uint64_t seq = kOps + 1;
   while (crashOp(kSeed, seq).kind != CrashOpKind::kRecord) ++seq;
-  for (uint64_t s = kOps + 1; s < seq; ++s) ASSERT_TRUE(runCrashOp(*store_, kSeed, s).ok());
+  for (uint64_t s = kOps + 1; s < seq; ++s) REQUIRE_THAT(runCrashOp(*store_, kSeed, s), IsOk());
   model_.completed(kSeed, kOps + 1, seq);
-  EXPECT_FALSE(model_.check(*store_).empty());
+  CHECK_FALSE(model_.check(*store_).empty());
 }
 
-TEST_F(CrashModelSelfTest, CatchesATornParkedEvent) {
+TEST_CASE_METHOD(CrashModelSelfTest, "catches a torn parked event", "[crash-model-self][slow]") {
   RawFile raw(store_->path());
   auto* parked = raw.at<layout::ParkedRecord>(store_->layout().parked_offset);
   uint32_t i = 0;
   while (!layout::isValidState(parked[i].state.load())) ++i;
   parked[i].version.store(parked[i].version.load() + (uint64_t{1} << kKeyBits));
   const auto problems = model_.check(*store_);
-  ASSERT_FALSE(problems.empty());
-  EXPECT_NE(problems[0].find("torn parked event"), std::string::npos) << problems[0];
+  REQUIRE_FALSE(problems.empty());
+  INFO(problems[0]);
+  CHECK(problems[0].find("torn parked event") != std::string::npos);
 }
 
 }  // namespace

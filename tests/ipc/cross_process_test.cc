@@ -1,14 +1,17 @@
 // A plugin host in another process and the agent see each other's writes through the mapping:
 // the host's heartbeat and acknowledgements reach the agent, the agent's recorded versions reach
 // the host.
+#include <signal.h>
+
 #include <chrono>
 #include <functional>
 #include <thread>
 
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "ipc/cursor_store.h"
 #include "tests/ipc/temp_dir.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane::ipc {
@@ -28,41 +31,41 @@ bool waitFor(const std::function<bool()>& condition,
   return condition();
 }
 
-TEST(CursorStoreCrossProcessTest, HostAndAgentSeeEachOthersWrites) {
+TEST_CASE("host and agent see each others writes", "[cursor-store-cross-process]") {
   TempDir dir;
   auto opened = CursorStore::open(dir.path(), {});
-  ASSERT_TRUE(opened.ok()) << opened.status();
+  REQUIRE_THAT(opened, IsOk());
   CursorStore& agent = **opened;
   const int slot = agent.registerPlugin("echo").value();
-  ASSERT_TRUE(agent.recordApplied("echo", "probe", 100).ok());
+  REQUIRE_THAT(agent.recordApplied("echo", "probe", 100), IsOk());
 
   ChildProcess host({runfile("tests/ipc/store_child"), "host", "--state-dir", dir.path(),
                      "--plugin", "echo", "--seconds", "30"},
                     dir.file("host.log"));
-  ASSERT_TRUE(waitFor([&] { return agent.plugin(slot)->pid == host.pid(); }))
-      << "the host never wrote its pid";
+  INFO("the host never wrote its pid");
+  REQUIRE(waitFor([&] { return agent.plugin(slot)->pid == host.pid(); }));
 
   // Its heartbeat moves, on both clocks.
   uint64_t last = agent.plugin(slot)->heartbeat_mono_ns;
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(waitFor([&] { return agent.plugin(slot)->heartbeat_mono_ns > last; }));
+    REQUIRE(waitFor([&] { return agent.plugin(slot)->heartbeat_mono_ns > last; }));
     last = agent.plugin(slot)->heartbeat_mono_ns;
   }
-  EXPECT_GT(agent.plugin(slot)->heartbeat_unix_ms, 0);
-  EXPECT_GT(agent.plugin(slot)->applied, 0u);
+  CHECK(agent.plugin(slot)->heartbeat_unix_ms > 0);
+  CHECK(agent.plugin(slot)->applied > 0u);
 
   // The host reads what the agent records and acknowledges it.
-  ASSERT_TRUE(waitFor([&] { return agent.plugin(slot)->acked_version == 100; }));
-  ASSERT_TRUE(agent.recordApplied("echo", "probe", 200).ok());
-  ASSERT_TRUE(waitFor([&] { return agent.plugin(slot)->acked_version == 200; }));
+  REQUIRE(waitFor([&] { return agent.plugin(slot)->acked_version == 100; }));
+  REQUIRE_THAT(agent.recordApplied("echo", "probe", 200), IsOk());
+  REQUIRE(waitFor([&] { return agent.plugin(slot)->acked_version == 200; }));
 
   // Killed, it stops heartbeating; its slot keeps the last values for the agent to judge.
   host.signal(SIGKILL);
   host.wait();
   const uint64_t final_beat = agent.plugin(slot)->heartbeat_mono_ns;
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(agent.plugin(slot)->heartbeat_mono_ns, final_beat);
-  EXPECT_EQ(agent.plugin(slot)->acked_version, 200u);
+  CHECK(agent.plugin(slot)->heartbeat_mono_ns == final_beat);
+  CHECK(agent.plugin(slot)->acked_version == 200u);
 }
 
 }  // namespace

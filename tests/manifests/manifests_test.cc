@@ -9,22 +9,20 @@
 #include <map>
 #include <set>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "common/strings.h"
 #include "controlplane/config.h"
 #include "nlohmann/json.hpp"
 #include "tests/schema/node_validator.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane {
 namespace {
 
 using nlohmann::json;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 using testing::runCommand;
 using testing::runfile;
 
@@ -65,7 +63,8 @@ std::map<std::string, json> documents() {
       const std::string key =
           strCat(j["kind"].get<std::string>(), " ", j["metadata"].value("namespace", ""), "/",
                  j["metadata"]["name"].get<std::string>());
-      EXPECT_FALSE(out.count(key)) << key << " twice";
+      INFO(key << " twice");
+      CHECK_FALSE(out.count(key));
       out[key] = j;
     }
   }
@@ -84,7 +83,7 @@ const json& container(const json& workload, const std::string& name) {
     if (c["name"] == name) return c;
   }
   static const json none;
-  ADD_FAILURE() << "no container " << name;
+  FAIL_CHECK("no container " << name);
   return none;
 }
 
@@ -93,7 +92,7 @@ std::string mountPath(const json& c, const std::string& volume) {
   for (const auto& m : c["volumeMounts"]) {
     if (m["name"] == volume) return m["mountPath"];
   }
-  ADD_FAILURE() << "volume " << volume << " is not mounted";
+  FAIL_CHECK("volume " << volume << " is not mounted");
   return "";
 }
 
@@ -102,93 +101,99 @@ const json& volume(const json& workload, const std::string& name) {
     if (v["name"] == name) return v;
   }
   static const json none;
-  ADD_FAILURE() << "no volume " << name;
+  FAIL_CHECK("no volume " << name);
   return none;
 }
 
-TEST(Manifests, EveryDocumentMatchesTheUpstreamSchemas) {
+TEST_CASE("every document matches the upstream schemas", "[manifests]") {
   std::vector<std::string> files;
   for (const char* f : kFiles) files.push_back(runfile(f));
   auto result = schema::validateYamlFiles(files);
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 0) << result->output;
-  EXPECT_THAT(result->violations, IsEmpty()) << result->output;
-  EXPECT_THAT(result->output,
-              HasSubstr(strCat("validate: ", documents().size(), " objects, 0 violations")));
+  REQUIRE_THAT(result, IsOk());
+  INFO(result->output);
+  CHECK(result->exit_code == 0);
+  INFO(result->output);
+  CHECK(result->violations.empty());
+  CHECK_THAT(result->output,
+             Catch::Contains(strCat("validate: ", documents().size(), " objects, 0 violations")));
 }
 
-TEST(Manifests, TheValidatorRejectsABrokenManifest) {
+TEST_CASE("the validator rejects a broken manifest", "[manifests]") {
   std::string text = testing::slurp(runfile("manifests/agent.yaml"));
   // A misspelt field and a wrong type, the mistakes a hand-edited manifest gets.
   const std::string mount = "          volumeMounts:";
-  ASSERT_NE(text.find(mount), std::string::npos);
+  REQUIRE(text.find(mount) != std::string::npos);
   text.replace(text.find(mount), mount.size(), "          volumeMount:");
   const std::string unavailable = "maxUnavailable: 1";
-  ASSERT_NE(text.find(unavailable), std::string::npos);
+  REQUIRE(text.find(unavailable) != std::string::npos);
   text.replace(text.find(unavailable), unavailable.size(), "maxUnavailable: [1]");
   auto result = schema::validateYamlFiles({tmpFile("broken-agent.yaml", text)});
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 1) << result->output;
-  EXPECT_THAT(result->output,
-              HasSubstr("DaemonSet krane-system/krane-agent: "
-                        "spec.template.spec.containers[0].volumeMount: unknown field"));
-  EXPECT_THAT(
+  REQUIRE_THAT(result, IsOk());
+  INFO(result->output);
+  CHECK(result->exit_code == 1);
+  CHECK_THAT(result->output,
+             Catch::Contains("DaemonSet krane-system/krane-agent: "
+                             "spec.template.spec.containers[0].volumeMount: unknown field"));
+  CHECK_THAT(
       result->output,
-      HasSubstr(
+      Catch::Contains(
           "DaemonSet krane-system/krane-agent: spec.updateStrategy.rollingUpdate.maxUnavailable"));
 }
 
-TEST(Manifests, TheAgentConfigIsAcceptedByKraneAndMatchesTheDaemonSet) {
+TEST_CASE("the agent config is accepted by krane and matches the daemon set", "[manifests]") {
   auto docs = documents();
   const json& cm = docs.at("ConfigMap krane-system/krane-agent");
   const std::string config_text = cm["data"]["agent.yaml"];
   const std::string config = tmpFile("agent.yaml", config_text);
   const auto checked = runCommand({runfile("agent/krane"), "check-config", "--config", config});
-  EXPECT_EQ(checked.exit_code, 0) << checked.out << checked.err;
-  EXPECT_THAT(checked.out, HasSubstr("valid (region eu-west-1, runtime kubernetes, leader lease, "
-                                     "plugins: deployment, sentinel, cilium)"));
+  INFO(checked.out << checked.err);
+  CHECK(checked.exit_code == 0);
+  CHECK_THAT(checked.out,
+             Catch::Contains("valid (region eu-west-1, runtime kubernetes, leader lease, "
+                             "plugins: deployment, sentinel, cilium)"));
 
   // The same loader refuses a mistake, naming the key.
   const auto bad = runCommand({runfile("agent/krane"), "check-config", "--config",
                                tmpFile("bad.yaml", config_text + "resync_intervall_s: 5\n")});
-  EXPECT_EQ(bad.exit_code, 1);
-  EXPECT_THAT(bad.err, HasSubstr("resync_intervall_s"));
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("resync_intervall_s"));
 
   const YAML::Node agent = YAML::Load(config_text);
   const json& ds = docs.at("DaemonSet krane-system/krane-agent");
   const json& krane = container(ds, "krane");
-  EXPECT_EQ(ds["spec"]["updateStrategy"]["type"], "RollingUpdate");
+  CHECK(ds["spec"]["updateStrategy"]["type"] == "RollingUpdate");
   // The configuration is read from where the ConfigMap is mounted.
-  EXPECT_EQ(volume(ds, "config")["configMap"]["name"], "krane-agent");
+  CHECK(volume(ds, "config")["configMap"]["name"] == "krane-agent");
   const json args = krane["args"];
   const auto flag = std::find(args.begin(), args.end(), "--config");
-  ASSERT_NE(flag, args.end());
-  EXPECT_EQ(*std::next(flag), strCat(mountPath(krane, "config"), "/agent.yaml"));
+  REQUIRE(flag != args.end());
+  CHECK(*std::next(flag) == strCat(mountPath(krane, "config"), "/agent.yaml"));
   // The state directory is the node's, so a replaced pod on the node resumes from its cursors.
-  EXPECT_EQ(agent["state_dir"].as<std::string>(), mountPath(krane, "state"));
-  EXPECT_TRUE(volume(ds, "state").contains("hostPath"));
+  CHECK(agent["state_dir"].as<std::string>() == mountPath(krane, "state"));
+  CHECK(volume(ds, "state").contains("hostPath"));
   // The token is the mounted Secret.
-  EXPECT_EQ(agent["control_plane"]["token_file"].as<std::string>(),
-            strCat(mountPath(krane, "token"), "/token"));
-  EXPECT_EQ(volume(ds, "token")["secret"]["secretName"], "krane-agent-token");
+  CHECK(agent["control_plane"]["token_file"].as<std::string>() ==
+        strCat(mountPath(krane, "token"), "/token"));
+  CHECK(volume(ds, "token")["secret"]["secretName"] == "krane-agent-token");
   // The control plane's address is its Service.
-  EXPECT_EQ(agent["control_plane"]["address"].as<std::string>(),
-            "krane-ctrl.krane-system.svc:7070");
-  EXPECT_TRUE(docs.count("Service krane-system/krane-ctrl"));
+  CHECK(agent["control_plane"]["address"].as<std::string>() == "krane-ctrl.krane-system.svc:7070");
+  CHECK(docs.count("Service krane-system/krane-ctrl"));
 
   // Every plugin the configuration loads is in the agent image.
   const std::string image = testing::slurp(runfile("manifests/images/krane.Containerfile"));
   for (const auto& plugin : agent["plugins"]) {
     const std::string path = plugin["path"].as<std::string>();
     const std::string file = path.substr(path.rfind('/') + 1);
-    EXPECT_THAT(image, HasSubstr("plugins/" + file)) << path;
-    EXPECT_EQ(path.rfind("/usr/lib/krane/plugins/", 0), 0u) << path;
+    INFO(path);
+    CHECK_THAT(image, Catch::Contains("plugins/" + file));
+    INFO(path);
+    CHECK(path.rfind("/usr/lib/krane/plugins/", 0) == 0u);
   }
-  EXPECT_THAT(image, HasSubstr("FROM debian:12-slim"));
-  EXPECT_THAT(image, HasSubstr("bin/krane-plugin-host"));
+  CHECK_THAT(image, Catch::Contains("FROM debian:12-slim"));
+  CHECK_THAT(image, Catch::Contains("bin/krane-plugin-host"));
 }
 
-TEST(Manifests, RbacGrantsWhatThePluginsUseAndNothingMore) {
+TEST_CASE("rbac grants what the plugins use and nothing more", "[manifests]") {
   auto docs = documents();
   const json& role = docs.at("ClusterRole /krane-agent");
   std::map<std::string, std::set<std::string>> grants;  // "group/resource" -> verbs
@@ -196,8 +201,8 @@ TEST(Manifests, RbacGrantsWhatThePluginsUseAndNothingMore) {
     for (const auto& group : rule["apiGroups"]) {
       for (const auto& resource : rule["resources"]) {
         for (const auto& verb : rule["verbs"]) {
-          EXPECT_NE(verb, "*");
-          EXPECT_NE(resource, "*");
+          CHECK(verb != "*");
+          CHECK(resource != "*");
           grants[strCat(group.get<std::string>(), "/", resource.get<std::string>())].insert(verb);
         }
       }
@@ -217,60 +222,64 @@ TEST(Manifests, RbacGrantsWhatThePluginsUseAndNothingMore) {
       {"policy/poddisruptionbudgets", write},
       {"cilium.io/ciliumnetworkpolicies", write},
   };
-  EXPECT_EQ(grants, expected);
+  CHECK(grants == expected);
 
   // Leases only in the agents' namespace.
   const json& leader = docs.at("Role krane-system/krane-agent-leader");
-  ASSERT_EQ(leader["rules"].size(), 1u);
-  EXPECT_EQ(leader["rules"][0]["apiGroups"], json::array({"coordination.k8s.io"}));
-  EXPECT_EQ(leader["rules"][0]["resources"], json::array({"leases"}));
+  REQUIRE(leader["rules"].size() == 1u);
+  CHECK(leader["rules"][0]["apiGroups"] == json::array({"coordination.k8s.io"}));
+  CHECK(leader["rules"][0]["resources"] == json::array({"leases"}));
 
   // The bindings name the account the DaemonSet runs as.
   const std::string account = docs.at(
       "DaemonSet krane-system/krane-agent")["spec"]["template"]["spec"]["serviceAccountName"];
-  EXPECT_TRUE(docs.count("ServiceAccount krane-system/" + account));
+  CHECK(docs.count("ServiceAccount krane-system/" + account));
   for (const char* binding :
        {"ClusterRoleBinding /krane-agent", "RoleBinding krane-system/krane-agent-leader"}) {
-    EXPECT_EQ(docs.at(binding)["subjects"][0]["name"], account) << binding;
-    EXPECT_EQ(docs.at(binding)["subjects"][0]["namespace"], "krane-system") << binding;
+    INFO(binding);
+    CHECK(docs.at(binding)["subjects"][0]["name"] == account);
+    INFO(binding);
+    CHECK(docs.at(binding)["subjects"][0]["namespace"] == "krane-system");
   }
 }
 
-TEST(Manifests, TheCtrlConfigIsAcceptedAndMatchesItsDeployment) {
+TEST_CASE("the ctrl config is accepted and matches its deployment", "[manifests]") {
   auto docs = documents();
   const std::string config_text = docs.at("ConfigMap krane-system/krane-ctrl")["data"]["ctrl.yaml"];
   auto config = ctrl::parseCtrlConfig(config_text, "ctrl.yaml");
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_TRUE(config->database.dsn.empty()) << "the DSN is a secret: $KRANE_DSN from the Secret";
+  REQUIRE_THAT(config, IsOk());
+  INFO("the DSN is a secret: $KRANE_DSN from the Secret");
+  CHECK(config->database.dsn.empty());
 
   const json& deployment = docs.at("Deployment krane-system/krane-ctrl");
-  ASSERT_EQ(deployment["spec"]["template"]["spec"]["containers"].size(), 1u);
+  REQUIRE(deployment["spec"]["template"]["spec"]["containers"].size() == 1u);
   const json& ctrl = container(deployment, "krane-ctrl");
   const json args = ctrl["args"];
   const auto flag = std::find(args.begin(), args.end(), "--config");
-  ASSERT_NE(flag, args.end());
-  EXPECT_EQ(*std::next(flag), strCat(mountPath(ctrl, "config"), "/ctrl.yaml"));
-  EXPECT_EQ(config->auth.operator_tokens_file,
-            strCat(mountPath(ctrl, "secrets"), "/operator-tokens"));
-  EXPECT_EQ(volume(deployment, "secrets")["secret"]["secretName"], "krane-ctrl");
+  REQUIRE(flag != args.end());
+  CHECK(*std::next(flag) == strCat(mountPath(ctrl, "config"), "/ctrl.yaml"));
+  CHECK(config->auth.operator_tokens_file ==
+        strCat(mountPath(ctrl, "secrets"), "/operator-tokens"));
+  CHECK(volume(deployment, "secrets")["secret"]["secretName"] == "krane-ctrl");
   bool dsn_from_secret = false;
   for (const auto& env : ctrl["env"]) {
     if (env["name"] == "KRANE_DSN") {
       dsn_from_secret = env["valueFrom"]["secretKeyRef"]["name"] == "krane-ctrl";
     }
   }
-  EXPECT_TRUE(dsn_from_secret);
+  CHECK(dsn_from_secret);
 
   // The Service's ports are the container's, and the config listens on them.
   std::set<std::string> ports;
   for (const auto& p : ctrl["ports"]) ports.insert(p["name"]);
   for (const auto& p : docs.at("Service krane-system/krane-ctrl")["spec"]["ports"]) {
-    EXPECT_TRUE(ports.count(p["targetPort"])) << p.dump();
+    INFO(p.dump());
+    CHECK(ports.count(p["targetPort"]));
   }
-  EXPECT_EQ(config->listen, "0.0.0.0:7070");
-  EXPECT_EQ(config->http_listen, "0.0.0.0:7071");
-  EXPECT_THAT(testing::slurp(runfile("manifests/images/krane-ctrl.Containerfile")),
-              HasSubstr("COPY bin/krane-ctrl /usr/bin/"));
+  CHECK(config->listen == "0.0.0.0:7070");
+  CHECK(config->http_listen == "0.0.0.0:7071");
+  CHECK_THAT(testing::slurp(runfile("manifests/images/krane-ctrl.Containerfile")),
+             Catch::Contains("COPY bin/krane-ctrl /usr/bin/"));
 }
 
 }  // namespace

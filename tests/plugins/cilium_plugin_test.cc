@@ -7,13 +7,13 @@
 #include <fstream>
 #include <mutex>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/fake_kube_api.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane {
@@ -22,7 +22,6 @@ namespace {
 using krane::testing::FakeKubeApi;
 using krane::testing::runfile;
 using nlohmann::json;
-using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 using Report = cluster::v1::ReportResourceStatusRequest;
 
@@ -78,13 +77,13 @@ plugin::v1::SyncEnd syncEnd(std::initializer_list<std::string> ids, uint64_t ver
   return end;
 }
 
-class CiliumPluginTest : public ::testing::Test {
+class CiliumPluginTest {
  protected:
-  void SetUp() override {
+  CiliumPluginTest() {
     char pattern[] = "/tmp/krane-cil-XXXXXX";
     dir_ = ::mkdtemp(pattern);
   }
-  void TearDown() override {
+  ~CiliumPluginTest() {
     plugin_.reset();
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -123,42 +122,42 @@ class CiliumPluginTest : public ::testing::Test {
 
 // --- configuration -------------------------------------------------------------------------
 
-TEST_F(CiliumPluginTest, ConfigurationErrorsNameTheKey) {
+TEST_CASE_METHOD(CiliumPluginTest, "configuration errors name the key", "[cilium-plugin]") {
   const auto message = [&](const json& config) {
     auto st = load(config);
-    EXPECT_FALSE(st.ok()) << config.dump();
+    INFO(config.dump());
+    CHECK_FALSE(st.ok());
     return std::string(st.message());
   };
-  EXPECT_THAT(message({{"runtime", "process"}, {"process", {{"stat_dir", dir_}}}}),
-              HasSubstr("process.stat_dir: unknown key"));
-  EXPECT_THAT(message({{"runtime", "process"}, {"extra", 1}}), HasSubstr("extra: unknown key"));
-  EXPECT_THAT(message({{"runtime", "process"}}), HasSubstr("process.state_dir: required"));
-  EXPECT_THAT(message({{"runtime", "docker"}}),
-              HasSubstr("runtime: must be process or kubernetes, got \"docker\""));
-  EXPECT_THAT(message({{"runtime", "kubernetes"}, {"kubernetes", {{"qqps", 1}}}}),
-              HasSubstr("kubernetes.qqps: unknown key"));
-  EXPECT_THAT(message({{"runtime", "kubernetes"}, {"kubernetes", {{"qps", "fast"}}}}),
-              HasSubstr("kubernetes.qps: must be a whole number"));
-  EXPECT_THAT(
-      message({{"runtime", "kubernetes"}, {"kubernetes", {{"kubeconfig", dir_ + "/none"}}}}),
-      HasSubstr("kubernetes: cannot read kubeconfig"));
-  EXPECT_THAT(message({{"runtime", "kubernetes"}, {"process", {{"state_dir", dir_}}}}),
-              HasSubstr("process: only for runtime process"));
-  EXPECT_THAT(message({{"runtime", "kubernetes"},
-                       {"kubernetes", {{"kubeconfig", "k"}, {"namespace", "Bad_NS"}}}}),
-              HasSubstr("kubernetes.namespace: \"Bad_NS\" is not a valid namespace"));
-  EXPECT_THAT(message("not an object"), HasSubstr("must be a mapping"));
+  CHECK_THAT(message({{"runtime", "process"}, {"process", {{"stat_dir", dir_}}}}),
+             Catch::Contains("process.stat_dir: unknown key"));
+  CHECK_THAT(message({{"runtime", "process"}, {"extra", 1}}),
+             Catch::Contains("extra: unknown key"));
+  CHECK_THAT(message({{"runtime", "process"}}), Catch::Contains("process.state_dir: required"));
+  CHECK_THAT(message({{"runtime", "docker"}}),
+             Catch::Contains("runtime: must be process or kubernetes, got \"docker\""));
+  CHECK_THAT(message({{"runtime", "kubernetes"}, {"kubernetes", {{"qqps", 1}}}}),
+             Catch::Contains("kubernetes.qqps: unknown key"));
+  CHECK_THAT(message({{"runtime", "kubernetes"}, {"kubernetes", {{"qps", "fast"}}}}),
+             Catch::Contains("kubernetes.qps: must be a whole number"));
+  CHECK_THAT(message({{"runtime", "kubernetes"}, {"kubernetes", {{"kubeconfig", dir_ + "/none"}}}}),
+             Catch::Contains("kubernetes: cannot read kubeconfig"));
+  CHECK_THAT(message({{"runtime", "kubernetes"}, {"process", {{"state_dir", dir_}}}}),
+             Catch::Contains("process: only for runtime process"));
+  CHECK_THAT(message({{"runtime", "kubernetes"},
+                      {"kubernetes", {{"kubeconfig", "k"}, {"namespace", "Bad_NS"}}}}),
+             Catch::Contains("kubernetes.namespace: \"Bad_NS\" is not a valid namespace"));
+  CHECK_THAT(message("not an object"), Catch::Contains("must be a mapping"));
 }
 
 // --- process runtime -----------------------------------------------------------------------
 
 class CiliumProcessTest : public CiliumPluginTest {
  protected:
-  void SetUp() override {
-    CiliumPluginTest::SetUp();
-    ASSERT_TRUE(
-        load({{"runtime", "process"}, {"process", {{"state_dir", dir_ + "/cilium"}}}}).ok());
-    EXPECT_EQ(plugin_->resourceTypes(), std::vector<std::string>{"cilium_network_policy"});
+  CiliumProcessTest() {
+    REQUIRE_THAT(load({{"runtime", "process"}, {"process", {{"state_dir", dir_ + "/cilium"}}}}),
+                 IsOk());
+    CHECK(plugin_->resourceTypes() == std::vector<std::string>{"cilium_network_policy"});
   }
   std::vector<json> records() {
     std::vector<json> out;
@@ -170,93 +169,99 @@ class CiliumProcessTest : public CiliumPluginTest {
   }
 };
 
-TEST_F(CiliumProcessTest, RecordsThePolicyAndReportsItNotEnforced) {
-  ASSERT_TRUE(plugin_->apply(policyChange("pol_1", rule("web"), 7)).ok());
+TEST_CASE_METHOD(CiliumProcessTest, "records the policy and reports it not enforced",
+                 "[cilium-process]") {
+  REQUIRE_THAT(plugin_->apply(policyChange("pol_1", rule("web"), 7)), IsOk());
   auto r = latest("pol_1");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->type(), "cilium_network_policy");
-  EXPECT_EQ(r->phase(), cluster::v1::RESOURCE_PHASE_READY);
-  EXPECT_EQ(r->version(), 7u);
-  EXPECT_EQ(r->region(), "eu-1");
-  EXPECT_EQ(r->plugin(), "cilium");
-  EXPECT_THAT(r->message(), HasSubstr("not enforced on the process runtime"));
+  REQUIRE(r);
+  CHECK(r->type() == "cilium_network_policy");
+  CHECK(r->phase() == cluster::v1::RESOURCE_PHASE_READY);
+  CHECK(r->version() == 7u);
+  CHECK(r->region() == "eu-1");
+  CHECK(r->plugin() == "cilium");
+  CHECK_THAT(r->message(), Catch::Contains("not enforced on the process runtime"));
   auto held = records();
-  ASSERT_EQ(held.size(), 1u);
-  EXPECT_EQ(held[0]["id"], "pol_1");
-  EXPECT_EQ(held[0]["version"], 7);
-  EXPECT_EQ(held[0]["object"]["kind"], "CiliumNetworkPolicy");
-  EXPECT_EQ(held[0]["object"]["spec"], rule("web"));
+  REQUIRE(held.size() == 1u);
+  CHECK(held[0]["id"] == "pol_1");
+  CHECK(held[0]["version"] == 7);
+  CHECK(held[0]["object"]["kind"] == "CiliumNetworkPolicy");
+  CHECK(held[0]["object"]["spec"] == rule("web"));
 
   // An update replaces the record; a redelivery changes nothing.
-  ASSERT_TRUE(plugin_->apply(policyChange("pol_1", rule("admin"), 8)).ok());
-  ASSERT_TRUE(plugin_->apply(policyChange("pol_1", rule("admin"), 8)).ok());
+  REQUIRE_THAT(plugin_->apply(policyChange("pol_1", rule("admin"), 8)), IsOk());
+  REQUIRE_THAT(plugin_->apply(policyChange("pol_1", rule("admin"), 8)), IsOk());
   held = records();
-  ASSERT_EQ(held.size(), 1u);
-  EXPECT_EQ(held[0]["object"]["spec"], rule("admin"));
-  EXPECT_EQ(held[0]["version"], 8);
+  REQUIRE(held.size() == 1u);
+  CHECK(held[0]["object"]["spec"] == rule("admin"));
+  CHECK(held[0]["version"] == 8);
 
   // observe() repeats the latest state.
   const size_t before = reportCount();
-  ASSERT_TRUE(plugin_->observe().ok());
-  EXPECT_EQ(reportCount(), before + 1);
+  REQUIRE_THAT(plugin_->observe(), IsOk());
+  CHECK(reportCount() == (before + 1));
 
-  ASSERT_TRUE(plugin_->remove(deleteChange("pol_1", 9)).ok());
-  EXPECT_TRUE(records().empty());
-  EXPECT_EQ(latest("pol_1")->phase(), cluster::v1::RESOURCE_PHASE_DELETED);
-  EXPECT_EQ(latest("pol_1")->version(), 9u);
+  REQUIRE_THAT(plugin_->remove(deleteChange("pol_1", 9)), IsOk());
+  CHECK(records().empty());
+  CHECK(latest("pol_1")->phase() == cluster::v1::RESOURCE_PHASE_DELETED);
+  CHECK(latest("pol_1")->version() == 9u);
   // Deleting what is gone is fine.
-  EXPECT_TRUE(plugin_->remove(deleteChange("pol_1", 10)).ok());
+  CHECK_THAT(plugin_->remove(deleteChange("pol_1", 10)), IsOk());
 }
 
-TEST_F(CiliumProcessTest, AnInvalidPolicyIsReportedWithTheReasonAndRefusedForGood) {
+TEST_CASE_METHOD(CiliumProcessTest,
+                 "an invalid policy is reported with the reason and refused for good",
+                 "[cilium-process]") {
   json bad = rule("web");
   bad["ingress"] = "everyone";
   const auto st = plugin_->apply(policyChange("pol_bad", bad, 3));
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-  EXPECT_THAT(std::string(st.message()), HasSubstr("policy_json.ingress: must be an array"));
+  INFO(st);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(st.message()), Catch::Contains("policy_json.ingress: must be an array"));
   auto r = latest("pol_bad");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->phase(), cluster::v1::RESOURCE_PHASE_FAILED);
-  EXPECT_EQ(r->version(), 3u);
-  EXPECT_THAT(r->message(), HasSubstr("invalid policy: policy_json.ingress: must be an array"));
-  ASSERT_TRUE(r->has_apply_error());
-  EXPECT_FALSE(r->apply_error().retryable());
-  EXPECT_EQ(r->apply_error().code(), KRANE_INVALID);
-  EXPECT_THAT(r->apply_error().message(), HasSubstr("policy_json.ingress"));
-  EXPECT_TRUE(records().empty());
+  REQUIRE(r);
+  CHECK(r->phase() == cluster::v1::RESOURCE_PHASE_FAILED);
+  CHECK(r->version() == 3u);
+  CHECK_THAT(r->message(),
+             Catch::Contains("invalid policy: policy_json.ingress: must be an array"));
+  REQUIRE(r->has_apply_error());
+  CHECK_FALSE(r->apply_error().retryable());
+  CHECK(r->apply_error().code() == KRANE_INVALID);
+  CHECK_THAT(r->apply_error().message(), Catch::Contains("policy_json.ingress"));
+  CHECK(records().empty());
 
   // A change without a policy at all.
   cluster::v1::Change empty = policyChange("pol_none", rule("web"), 4);
   empty.mutable_resource()->clear_kind();
-  EXPECT_EQ(plugin_->apply(empty).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(latest("pol_none")->phase(), cluster::v1::RESOURCE_PHASE_FAILED);
+  CHECK(plugin_->apply(empty).code() == absl::StatusCode::kInvalidArgument);
+  CHECK(latest("pol_none")->phase() == cluster::v1::RESOURCE_PHASE_FAILED);
 }
 
-TEST_F(CiliumProcessTest, GarbageCollectsWhatTheSyncDidNotList) {
+TEST_CASE_METHOD(CiliumProcessTest, "garbage collects what the sync did not list",
+                 "[cilium-process]") {
   for (const std::string id : {"a", "b", "c"}) {
-    ASSERT_TRUE(plugin_->apply(policyChange(id, rule("web"), 1)).ok());
+    REQUIRE_THAT(plugin_->apply(policyChange(id, rule("web"), 1)), IsOk());
   }
-  ASSERT_TRUE(plugin_->syncEnd(syncEnd({"a", "c"}, 5)).ok());
+  REQUIRE_THAT(plugin_->syncEnd(syncEnd({"a", "c"}, 5)), IsOk());
   std::set<std::string> ids;
   for (const auto& r : records()) ids.insert(r["id"]);
-  EXPECT_EQ(ids, (std::set<std::string>{"a", "c"}));
-  EXPECT_EQ(latest("b")->phase(), cluster::v1::RESOURCE_PHASE_DELETED);
-  EXPECT_EQ(latest("a")->phase(), cluster::v1::RESOURCE_PHASE_READY);
+  CHECK(ids == (std::set<std::string>{"a", "c"}));
+  CHECK(latest("b")->phase() == cluster::v1::RESOURCE_PHASE_DELETED);
+  CHECK(latest("a")->phase() == cluster::v1::RESOURCE_PHASE_READY);
 
   // Records survive a restart of the plugin; a sync listing nothing removes them all.
   plugin_.reset();
-  ASSERT_TRUE(load({{"runtime", "process"}, {"process", {{"state_dir", dir_ + "/cilium"}}}}).ok());
-  EXPECT_EQ(records().size(), 2u);
-  ASSERT_TRUE(plugin_->syncEnd(syncEnd({}, 6)).ok());
-  EXPECT_TRUE(records().empty());
+  REQUIRE_THAT(load({{"runtime", "process"}, {"process", {{"state_dir", dir_ + "/cilium"}}}}),
+               IsOk());
+  CHECK(records().size() == 2u);
+  REQUIRE_THAT(plugin_->syncEnd(syncEnd({}, 6)), IsOk());
+  CHECK(records().empty());
 }
 
 // --- Kubernetes runtime --------------------------------------------------------------------
 
 class CiliumKubeTest : public CiliumPluginTest {
  protected:
-  void SetUp() override {
-    CiliumPluginTest::SetUp();
+  CiliumKubeTest() {
     loadKube();
     api_.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ws1"}}}});
   }
@@ -264,9 +269,9 @@ class CiliumKubeTest : public CiliumPluginTest {
   void loadKube() {
     const std::string kubeconfig = dir_ + "/kubeconfig";
     std::ofstream(kubeconfig) << api_.kubeconfigYaml();
-    ASSERT_TRUE(
-        load({{"runtime", "kubernetes"}, {"kubernetes", {{"kubeconfig", kubeconfig}, {"qps", 0}}}})
-            .ok());
+    REQUIRE_THAT(
+        load({{"runtime", "kubernetes"}, {"kubernetes", {{"kubeconfig", kubeconfig}, {"qps", 0}}}}),
+        IsOk());
   }
 
   std::set<std::string> cnpNames() {
@@ -281,58 +286,61 @@ class CiliumKubeTest : public CiliumPluginTest {
   FakeKubeApi api_;
 };
 
-TEST_F(CiliumKubeTest, AppliesUpdatesAndDeletes) {
-  ASSERT_TRUE(plugin_->apply(policyChange("pol_1", rule("web"), 1)).ok());
+TEST_CASE_METHOD(CiliumKubeTest, "applies updates and deletes", "[cilium-kube]") {
+  REQUIRE_THAT(plugin_->apply(policyChange("pol_1", rule("web"), 1)), IsOk());
   // The name is derived from the id; the annotation carries the id itself.
   auto all = api_.objects(kCnpVersion, kCnp, "ws1");
-  ASSERT_EQ(all.size(), 1u);
+  REQUIRE(all.size() == 1u);
   const json stored = all[0];
-  EXPECT_EQ(stored["metadata"]["annotations"]["krane.dev/policy.id"], "pol_1");
-  EXPECT_EQ(stored["metadata"]["labels"]["app.kubernetes.io/managed-by"], "krane");
-  EXPECT_EQ(stored["metadata"]["labels"]["app.kubernetes.io/component"], "cilium-policy");
-  EXPECT_EQ(stored["spec"], rule("web"));
+  CHECK(stored["metadata"]["annotations"]["krane.dev/policy.id"] == "pol_1");
+  CHECK(stored["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "krane");
+  CHECK(stored["metadata"]["labels"]["app.kubernetes.io/component"] == "cilium-policy");
+  CHECK(stored["spec"] == rule("web"));
   const int64_t generation = stored["metadata"]["generation"];
   auto r = latest("pol_1");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->phase(), cluster::v1::RESOURCE_PHASE_READY);
-  EXPECT_THAT(r->message(), HasSubstr("applied as ws1/"));
+  REQUIRE(r);
+  CHECK(r->phase() == cluster::v1::RESOURCE_PHASE_READY);
+  CHECK_THAT(r->message(), Catch::Contains("applied as ws1/"));
   // Server-side apply, as field manager krane.
   bool saw_apply = false;
   for (const auto& req : api_.requests()) {
     if (req.method == "PATCH" && req.path.find("/apis/cilium.io/v2/namespaces/ws1/") == 0) {
       saw_apply = true;
-      EXPECT_EQ(req.content_type, "application/apply-patch+yaml");
-      EXPECT_THAT(req.query, HasSubstr("fieldManager=krane"));
-      EXPECT_THAT(req.query, HasSubstr("force=true"));
+      CHECK(req.content_type == "application/apply-patch+yaml");
+      CHECK_THAT(req.query, Catch::Contains("fieldManager=krane"));
+      CHECK_THAT(req.query, Catch::Contains("force=true"));
     }
   }
-  EXPECT_TRUE(saw_apply);
+  CHECK(saw_apply);
 
   // Update: the spec changes in place.
-  ASSERT_TRUE(plugin_->apply(policyChange("pol_1", rule("admin", "9090"), 2)).ok());
+  REQUIRE_THAT(plugin_->apply(policyChange("pol_1", rule("admin", "9090"), 2)), IsOk());
   all = api_.objects(kCnpVersion, kCnp, "ws1");
-  ASSERT_EQ(all.size(), 1u);
-  EXPECT_EQ(all[0]["spec"], rule("admin", "9090"));
-  EXPECT_GT(all[0]["metadata"]["generation"].get<int64_t>(), generation);
-  EXPECT_EQ(latest("pol_1")->version(), 2u);
+  REQUIRE(all.size() == 1u);
+  CHECK(all[0]["spec"] == rule("admin", "9090"));
+  CHECK(all[0]["metadata"]["generation"].get<int64_t>() > generation);
+  CHECK(latest("pol_1")->version() == 2u);
 
   // A new name (and namespace): the old object goes.
   json moved = {{"metadata", {{"namespace", "shop"}}}, {"spec", rule("admin")}};
-  ASSERT_TRUE(plugin_->apply(policyChange("pol_1", moved, 3, "allow-admin")).ok());
-  EXPECT_EQ(cnpNames(), (std::set<std::string>{"shop/allow-admin"}));
-  EXPECT_TRUE(api_.object("v1", "Namespace", "", "shop")) << "a missing namespace is created";
+  REQUIRE_THAT(plugin_->apply(policyChange("pol_1", moved, 3, "allow-admin")), IsOk());
+  CHECK(cnpNames() == (std::set<std::string>{"shop/allow-admin"}));
+  INFO("a missing namespace is created");
+  CHECK(api_.object("v1", "Namespace", "", "shop"));
 
-  ASSERT_TRUE(plugin_->remove(deleteChange("pol_1", 4)).ok());
-  EXPECT_TRUE(cnpNames().empty());
-  EXPECT_EQ(latest("pol_1")->phase(), cluster::v1::RESOURCE_PHASE_DELETED);
-  EXPECT_EQ(latest("pol_1")->message(), "removed");
-  ASSERT_TRUE(plugin_->remove(deleteChange("pol_1", 5)).ok()) << "deleting twice is fine";
-  EXPECT_EQ(latest("pol_1")->message(), "nothing to remove");
+  REQUIRE_THAT(plugin_->remove(deleteChange("pol_1", 4)), IsOk());
+  CHECK(cnpNames().empty());
+  CHECK(latest("pol_1")->phase() == cluster::v1::RESOURCE_PHASE_DELETED);
+  CHECK(latest("pol_1")->message() == "removed");
+  INFO("deleting twice is fine");
+  REQUIRE_THAT(plugin_->remove(deleteChange("pol_1", 5)), IsOk());
+  CHECK(latest("pol_1")->message() == "nothing to remove");
 }
 
-TEST_F(CiliumKubeTest, GarbageCollectsOnlyItsOwnPoliciesAfterASync) {
+TEST_CASE_METHOD(CiliumKubeTest, "garbage collects only its own policies after a sync",
+                 "[cilium-kube]") {
   for (const std::string id : {"a", "b", "c"}) {
-    ASSERT_TRUE(plugin_->apply(policyChange(id, rule("web"), 1, "p-" + id)).ok());
+    REQUIRE_THAT(plugin_->apply(policyChange(id, rule("web"), 1, "p-" + id)), IsOk());
   }
   // Objects that are not the plugin's: the sentinel plugin's gossip policy and a hand-made one.
   api_.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "sentinel"}}}});
@@ -350,56 +358,59 @@ TEST_F(CiliumKubeTest, GarbageCollectsOnlyItsOwnPoliciesAfterASync) {
             {"metadata", {{"name", "by-hand"}, {"namespace", "ws1"}}},
             {"spec", rule("ops")}});
 
-  ASSERT_TRUE(plugin_->syncEnd(syncEnd({"b"}, 10)).ok());
-  EXPECT_EQ(cnpNames(),
-            (std::set<std::string>{"sentinel/sentinel-gossip-e1", "ws1/by-hand", "ws1/p-b"}));
-  EXPECT_EQ(latest("a")->phase(), cluster::v1::RESOURCE_PHASE_DELETED);
-  EXPECT_EQ(latest("c")->phase(), cluster::v1::RESOURCE_PHASE_DELETED);
-  EXPECT_EQ(latest("a")->version(), 10u);
-  EXPECT_EQ(latest("b")->phase(), cluster::v1::RESOURCE_PHASE_READY);
+  REQUIRE_THAT(plugin_->syncEnd(syncEnd({"b"}, 10)), IsOk());
+  CHECK(cnpNames() ==
+        (std::set<std::string>{"sentinel/sentinel-gossip-e1", "ws1/by-hand", "ws1/p-b"}));
+  CHECK(latest("a")->phase() == cluster::v1::RESOURCE_PHASE_DELETED);
+  CHECK(latest("c")->phase() == cluster::v1::RESOURCE_PHASE_DELETED);
+  CHECK(latest("a")->version() == 10u);
+  CHECK(latest("b")->phase() == cluster::v1::RESOURCE_PHASE_READY);
 
   // GC asked the server only for Krane's Cilium policies.
   bool listed = false;
   for (const auto& req : api_.requests()) {
     if (req.method == "GET" && req.path == "/apis/cilium.io/v2/ciliumnetworkpolicies") {
       listed = true;
-      EXPECT_THAT(req.query, HasSubstr("labelSelector="));
-      EXPECT_THAT(req.query, HasSubstr("cilium-policy"));
+      CHECK_THAT(req.query, Catch::Contains("labelSelector="));
+      CHECK_THAT(req.query, Catch::Contains("cilium-policy"));
     }
   }
-  EXPECT_TRUE(listed);
+  CHECK(listed);
 
   // Restarted plugin, empty sync: everything of its own goes, nothing else.
   plugin_.reset();
   loadKube();
-  ASSERT_TRUE(plugin_->syncEnd(syncEnd({}, 11)).ok());
-  EXPECT_EQ(cnpNames(), (std::set<std::string>{"sentinel/sentinel-gossip-e1", "ws1/by-hand"}));
+  REQUIRE_THAT(plugin_->syncEnd(syncEnd({}, 11)), IsOk());
+  CHECK(cnpNames() == (std::set<std::string>{"sentinel/sentinel-gossip-e1", "ws1/by-hand"}));
 }
 
-TEST_F(CiliumKubeTest, InvalidPoliciesNeverReachTheServerAndRefusalsAreReported) {
+TEST_CASE_METHOD(CiliumKubeTest,
+                 "invalid policies never reach the server and refusals are reported",
+                 "[cilium-kube]") {
   api_.clearRequests();
   json bad = rule("web");
   bad["toPorts"] = json::array();  // a field of ingress rules, not of the policy
   const auto st = plugin_->apply(policyChange("pol_bad", bad, 2));
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(api_.countRequests("PATCH"), 0u);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK(api_.countRequests("PATCH") == 0u);
   auto r = latest("pol_bad");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->phase(), cluster::v1::RESOURCE_PHASE_FAILED);
-  EXPECT_THAT(r->apply_error().message(), HasSubstr("policy_json.toPorts: unknown field"));
+  REQUIRE(r);
+  CHECK(r->phase() == cluster::v1::RESOURCE_PHASE_FAILED);
+  CHECK_THAT(r->apply_error().message(), Catch::Contains("policy_json.toPorts: unknown field"));
 
   // The API server refusing the object (422) is final too, with the server's reason.
   api_.failNext(1, 422, -1, "PATCH");
   const auto refused = plugin_->apply(policyChange("pol_2", rule("web"), 3));
-  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  INFO(refused);
+  CHECK(refused.code() == absl::StatusCode::kInvalidArgument);
   r = latest("pol_2");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->phase(), cluster::v1::RESOURCE_PHASE_FAILED);
-  EXPECT_FALSE(r->apply_error().retryable());
-  EXPECT_THAT(r->apply_error().message(), HasSubstr("422"));
+  REQUIRE(r);
+  CHECK(r->phase() == cluster::v1::RESOURCE_PHASE_FAILED);
+  CHECK_FALSE(r->apply_error().retryable());
+  CHECK_THAT(r->apply_error().message(), Catch::Contains("422"));
   // The next version goes through.
-  ASSERT_TRUE(plugin_->apply(policyChange("pol_2", rule("web"), 4)).ok());
-  EXPECT_EQ(latest("pol_2")->phase(), cluster::v1::RESOURCE_PHASE_READY);
+  REQUIRE_THAT(plugin_->apply(policyChange("pol_2", rule("web"), 4)), IsOk());
+  CHECK(latest("pol_2")->phase() == cluster::v1::RESOURCE_PHASE_READY);
 }
 
 }  // namespace

@@ -2,17 +2,16 @@
 // refused (each error names the field).
 #include <set>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "plugins/cilium/policy.h"
+#include "tests/support/matchers.h"
 
 namespace krane::cilium {
 namespace {
 
 using nlohmann::json;
-using ::testing::HasSubstr;
 
 json rule() {
   return {
@@ -38,32 +37,33 @@ cluster::v1::CiliumNetworkPolicy policy(const json& body) {
 
 std::string error(const cluster::v1::CiliumNetworkPolicy& p, const std::string& ns = "") {
   auto object = policyObject(p, p.policy_id(), ns);
-  EXPECT_FALSE(object.ok()) << object->dump();
-  EXPECT_EQ(object.status().code(), absl::StatusCode::kInvalidArgument);
+  INFO((object.ok() ? object->dump() : std::string("an error, as expected")));
+  CHECK_FALSE(object.ok());
+  CHECK(object.status().code() == absl::StatusCode::kInvalidArgument);
   return std::string(object.status().message());
 }
 
-TEST(CiliumPolicy, JustASpecBecomesAWholeObjectWithKranesMetadata) {
+TEST_CASE("just a spec becomes a whole object with kranes metadata", "[cilium-policy]") {
   auto object = policyObject(policy(rule()), "pol_1");
-  ASSERT_TRUE(object.ok()) << object.status();
-  EXPECT_EQ((*object)["apiVersion"], "cilium.io/v2");
-  EXPECT_EQ((*object)["kind"], "CiliumNetworkPolicy");
-  EXPECT_EQ((*object)["spec"], rule());
+  REQUIRE_THAT(object, IsOk());
+  CHECK((*object)["apiVersion"] == "cilium.io/v2");
+  CHECK((*object)["kind"] == "CiliumNetworkPolicy");
+  CHECK((*object)["spec"] == rule());
   const json& meta = (*object)["metadata"];
-  EXPECT_EQ(meta["name"], dnsLabel("krane-policy", "pol_1"));
-  EXPECT_TRUE(isDnsSubdomain(meta["name"]));
-  EXPECT_EQ(meta["namespace"], workspaceNamespace("ws_Acme"));
-  EXPECT_TRUE(isDnsLabel(meta["namespace"]));
-  EXPECT_EQ(meta["labels"]["app.kubernetes.io/managed-by"], "krane");
-  EXPECT_EQ(meta["labels"]["app.kubernetes.io/component"], "cilium-policy");
-  EXPECT_EQ(meta["labels"]["krane.dev/workspace.id"], "ws_Acme");
-  EXPECT_EQ(meta["labels"]["krane.dev/project.id"], "proj1");
-  EXPECT_EQ(meta["labels"]["krane.dev/environment.id"], "env1");
-  EXPECT_EQ(meta["labels"]["krane.dev/policy.id"], "pol_1");
-  EXPECT_EQ(meta["annotations"]["krane.dev/policy.id"], "pol_1");
+  CHECK(meta["name"] == dnsLabel("krane-policy", "pol_1"));
+  CHECK(isDnsSubdomain(meta["name"]));
+  CHECK(meta["namespace"] == workspaceNamespace("ws_Acme"));
+  CHECK(isDnsLabel(meta["namespace"]));
+  CHECK(meta["labels"]["app.kubernetes.io/managed-by"] == "krane");
+  CHECK(meta["labels"]["app.kubernetes.io/component"] == "cilium-policy");
+  CHECK(meta["labels"]["krane.dev/workspace.id"] == "ws_Acme");
+  CHECK(meta["labels"]["krane.dev/project.id"] == "proj1");
+  CHECK(meta["labels"]["krane.dev/environment.id"] == "env1");
+  CHECK(meta["labels"]["krane.dev/policy.id"] == "pol_1");
+  CHECK(meta["annotations"]["krane.dev/policy.id"] == "pol_1");
 }
 
-TEST(CiliumPolicy, AWholeObjectKeepsItsMetadataButKranesLabelsWin) {
+TEST_CASE("a whole object keeps its metadata but kranes labels win", "[cilium-policy]") {
   json body = {{"apiVersion", "cilium.io/v2"},
                {"kind", "CiliumNetworkPolicy"},
                {"metadata",
@@ -76,131 +76,138 @@ TEST(CiliumPolicy, AWholeObjectKeepsItsMetadataButKranesLabelsWin) {
                {"spec", rule()},
                {"status", {{"nodes", json::object()}}}};
   auto object = policyObject(policy(body), "pol_1");
-  ASSERT_TRUE(object.ok()) << object.status();
+  REQUIRE_THAT(object, IsOk());
   const json& meta = (*object)["metadata"];
-  EXPECT_EQ(meta["name"], "allow-web");
-  EXPECT_EQ(meta["namespace"], "shop");
-  EXPECT_EQ(meta["labels"]["team"], "web");
-  EXPECT_EQ(meta["labels"]["app.kubernetes.io/managed-by"], "krane");
-  EXPECT_EQ(meta["annotations"]["note"], "hi");
-  EXPECT_EQ(meta["annotations"]["krane.dev/policy.id"], "pol_1");
-  EXPECT_FALSE(meta.contains("resourceVersion"));
-  EXPECT_FALSE(meta.contains("uid"));
-  EXPECT_FALSE(object->contains("status")) << "status is Cilium's to write";
+  CHECK(meta["name"] == "allow-web");
+  CHECK(meta["namespace"] == "shop");
+  CHECK(meta["labels"]["team"] == "web");
+  CHECK(meta["labels"]["app.kubernetes.io/managed-by"] == "krane");
+  CHECK(meta["annotations"]["note"] == "hi");
+  CHECK(meta["annotations"]["krane.dev/policy.id"] == "pol_1");
+  CHECK_FALSE(meta.contains("resourceVersion"));
+  CHECK_FALSE(meta.contains("uid"));
+  INFO("status is Cilium's to write");
+  CHECK_FALSE(object->contains("status"));
 }
 
-TEST(CiliumPolicy, SpecsNameAndNamespaceChoices) {
+TEST_CASE("specs name and namespace choices", "[cilium-policy]") {
   json body = {
       {"specs",
        json::array({rule(), {{"nodeSelector", json::object()}, {"egress", json::array()}}})}};
   auto p = policy(body);
   p.set_name("named-by-the-message");
   auto object = policyObject(p, "pol_1", "fallback-ns");
-  ASSERT_TRUE(object.ok()) << object.status();
-  EXPECT_EQ((*object)["specs"].size(), 2u);
-  EXPECT_FALSE(object->contains("spec"));
-  EXPECT_EQ((*object)["metadata"]["name"], "named-by-the-message");
-  EXPECT_EQ((*object)["metadata"]["namespace"], "fallback-ns");
+  REQUIRE_THAT(object, IsOk());
+  CHECK((*object)["specs"].size() == 2u);
+  CHECK_FALSE(object->contains("spec"));
+  CHECK((*object)["metadata"]["name"] == "named-by-the-message");
+  CHECK((*object)["metadata"]["namespace"] == "fallback-ns");
 
   // The same name in the message and in the object is fine.
   json same = {{"metadata", {{"name", "named-by-the-message"}}}, {"spec", rule()}};
   p.set_policy_json(same.dump());
-  EXPECT_TRUE(policyObject(p, "pol_1").ok());
+  CHECK_THAT(policyObject(p, "pol_1"), IsOk());
 
   // Ids that are not label values are still identified through the annotation.
   auto odd = policy(rule());
   auto object2 = policyObject(odd, "pol/with spaces");
-  ASSERT_TRUE(object2.ok()) << object2.status();
-  EXPECT_FALSE((*object2)["metadata"]["labels"].contains("krane.dev/policy.id"));
-  EXPECT_EQ((*object2)["metadata"]["annotations"]["krane.dev/policy.id"], "pol/with spaces");
-  EXPECT_TRUE(isDnsSubdomain((*object2)["metadata"]["name"]));
+  REQUIRE_THAT(object2, IsOk());
+  CHECK_FALSE((*object2)["metadata"]["labels"].contains("krane.dev/policy.id"));
+  CHECK((*object2)["metadata"]["annotations"]["krane.dev/policy.id"] == "pol/with spaces");
+  CHECK(isDnsSubdomain((*object2)["metadata"]["name"]));
 }
 
-TEST(CiliumPolicy, RefusesWhatCanNeverBeApplied) {
+TEST_CASE("refuses what can never be applied", "[cilium-policy]") {
   auto p = policy(rule());
   p.set_policy_json("");
-  EXPECT_THAT(error(p), HasSubstr("policy_json: required"));
+  CHECK_THAT(error(p), Catch::Contains("policy_json: required"));
   p.set_policy_json("{\"endpointSelector\": ");
-  EXPECT_THAT(error(p), HasSubstr("policy_json: not valid JSON"));
+  CHECK_THAT(error(p), Catch::Contains("policy_json: not valid JSON"));
   p.set_policy_json("[1]");
-  EXPECT_THAT(error(p), HasSubstr("policy_json: must be a JSON object, got an array"));
+  CHECK_THAT(error(p), Catch::Contains("policy_json: must be a JSON object, got an array"));
 
   json wrong_kind = {{"kind", "NetworkPolicy"}, {"spec", rule()}};
-  EXPECT_THAT(error(policy(wrong_kind)),
-              HasSubstr("policy_json.kind: must be CiliumNetworkPolicy, got \"NetworkPolicy\""));
+  CHECK_THAT(
+      error(policy(wrong_kind)),
+      Catch::Contains("policy_json.kind: must be CiliumNetworkPolicy, got \"NetworkPolicy\""));
   json wrong_version = {{"apiVersion", "cilium.io/v1"}, {"spec", rule()}};
-  EXPECT_THAT(error(policy(wrong_version)),
-              HasSubstr("policy_json.apiVersion: must be cilium.io/v2"));
+  CHECK_THAT(error(policy(wrong_version)),
+             Catch::Contains("policy_json.apiVersion: must be cilium.io/v2"));
   json extra = {{"spec", rule()}, {"data", 1}};
-  EXPECT_THAT(error(policy(extra)), HasSubstr("policy_json.data: unknown field"));
+  CHECK_THAT(error(policy(extra)), Catch::Contains("policy_json.data: unknown field"));
   json no_spec = {{"metadata", {{"name", "x"}}}};
-  EXPECT_THAT(error(policy(no_spec)), HasSubstr("policy_json: spec required"));
+  CHECK_THAT(error(policy(no_spec)), Catch::Contains("policy_json: spec required"));
   json empty_specs = {{"specs", json::array()}};
-  EXPECT_THAT(error(policy(empty_specs)), HasSubstr("policy_json: spec required"));
+  CHECK_THAT(error(policy(empty_specs)), Catch::Contains("policy_json: spec required"));
 
   json typo = rule();
   typo["ingres"] = json::array();
-  EXPECT_THAT(error(policy(typo)), HasSubstr("policy_json.ingres: unknown field"));
+  CHECK_THAT(error(policy(typo)), Catch::Contains("policy_json.ingres: unknown field"));
   json not_array = rule();
   not_array["ingress"] = json::object();
-  EXPECT_THAT(error(policy(not_array)),
-              HasSubstr("policy_json.ingress: must be an array, got an object"));
+  CHECK_THAT(error(policy(not_array)),
+             Catch::Contains("policy_json.ingress: must be an array, got an object"));
   json not_object = rule();
   not_object["egress"] = json::array({"x"});
-  EXPECT_THAT(error(policy({{"spec", not_object}})),
-              HasSubstr("policy_json.spec.egress[0]: must be an object, got a string"));
+  CHECK_THAT(error(policy({{"spec", not_object}})),
+             Catch::Contains("policy_json.spec.egress[0]: must be an object, got a string"));
   json no_selector = {{"ingress", json::array()}};
-  EXPECT_THAT(error(policy(no_selector)), HasSubstr("policy_json: endpointSelector required"));
+  CHECK_THAT(error(policy(no_selector)), Catch::Contains("policy_json: endpointSelector required"));
   json both = rule();
   both["nodeSelector"] = json::object();
-  EXPECT_THAT(error(policy({{"specs", json::array({rule(), both})}})),
-              HasSubstr("policy_json.specs[1]: endpointSelector and nodeSelector are mutually"));
+  CHECK_THAT(
+      error(policy({{"specs", json::array({rule(), both})}})),
+      Catch::Contains("policy_json.specs[1]: endpointSelector and nodeSelector are mutually"));
 
   json owner = {{"metadata", {{"ownerReferences", json::array()}}}, {"spec", rule()}};
-  EXPECT_THAT(error(policy(owner)),
-              HasSubstr("policy_json.metadata.ownerReferences: not supported"));
+  CHECK_THAT(error(policy(owner)),
+             Catch::Contains("policy_json.metadata.ownerReferences: not supported"));
   json label_type = {{"metadata", {{"labels", {{"a", 1}}}}}, {"spec", rule()}};
-  EXPECT_THAT(error(policy(label_type)),
-              HasSubstr("policy_json.metadata.labels.a: must be a string"));
+  CHECK_THAT(error(policy(label_type)),
+             Catch::Contains("policy_json.metadata.labels.a: must be a string"));
 
   json bad_name = {{"metadata", {{"name", "Allow_Web"}}}, {"spec", rule()}};
-  EXPECT_THAT(error(policy(bad_name)),
-              HasSubstr("policy_json.metadata.name: \"Allow_Web\" is not a valid object name"));
+  CHECK_THAT(
+      error(policy(bad_name)),
+      Catch::Contains("policy_json.metadata.name: \"Allow_Web\" is not a valid object name"));
   auto mismatch = policy({{"metadata", {{"name", "a"}}}, {"spec", rule()}});
   mismatch.set_name("b");
-  EXPECT_THAT(error(mismatch), HasSubstr("policy_json.metadata.name: \"a\" differs"));
+  CHECK_THAT(error(mismatch), Catch::Contains("policy_json.metadata.name: \"a\" differs"));
   auto bad_message_name = policy(rule());
   bad_message_name.set_name("-x");
-  EXPECT_THAT(error(bad_message_name), HasSubstr("name: \"-x\" is not a valid object name"));
+  CHECK_THAT(error(bad_message_name), Catch::Contains("name: \"-x\" is not a valid object name"));
   json bad_ns = {{"metadata", {{"namespace", "a.b"}}}, {"spec", rule()}};
-  EXPECT_THAT(error(policy(bad_ns)),
-              HasSubstr("policy_json.metadata.namespace: \"a.b\" is not a valid namespace"));
+  CHECK_THAT(error(policy(bad_ns)),
+             Catch::Contains("policy_json.metadata.namespace: \"a.b\" is not a valid namespace"));
   auto no_workspace = policy(rule());
   no_workspace.clear_workspace_id();
-  EXPECT_THAT(error(no_workspace), HasSubstr("workspace_id: required"));
+  CHECK_THAT(error(no_workspace), Catch::Contains("workspace_id: required"));
   // ... unless the plugin is configured with a namespace.
-  EXPECT_TRUE(policyObject(no_workspace, "pol_1", "policies").ok());
+  CHECK_THAT(policyObject(no_workspace, "pol_1", "policies"), IsOk());
 
   auto no_id = policy(rule());
-  EXPECT_FALSE(policyObject(no_id, "").ok());
+  CHECK_FALSE(policyObject(no_id, "").ok());
 }
 
-TEST(CiliumPolicy, DnsLabelsAreValidAndDistinct) {
+TEST_CASE("dns labels are valid and distinct", "[cilium-policy]") {
   std::set<std::string> seen;
   for (const std::string& id :
        std::vector<std::string>{"abc", "ABC", "a_b", "a-b", "a.b", "_", "-a-", std::string(80, 'x'),
                                 std::string(80, 'x') + "y", "ws_1", "ws-1"}) {
     const std::string label = dnsLabel("", id);
-    EXPECT_TRUE(isDnsLabel(label)) << id << " -> " << label;
-    EXPECT_TRUE(seen.insert(label).second) << id << " collides: " << label;
-    EXPECT_TRUE(isDnsLabel(dnsLabel("krane-policy", id)));
+    INFO(id << " -> " << label);
+    CHECK(isDnsLabel(label));
+    INFO(id << " collides: " << label);
+    CHECK(seen.insert(label).second);
+    CHECK(isDnsLabel(dnsLabel("krane-policy", id)));
   }
-  EXPECT_EQ(dnsLabel("", "abc"), "abc") << "a clean id is kept as it is";
-  EXPECT_FALSE(isDnsLabel("a.b"));
-  EXPECT_TRUE(isDnsSubdomain("a.b"));
-  EXPECT_FALSE(isDnsSubdomain("a..b"));
-  EXPECT_TRUE(isLabelValue("Pol_1.x"));
-  EXPECT_FALSE(isLabelValue("pol 1"));
+  INFO("a clean id is kept as it is");
+  CHECK(dnsLabel("", "abc") == "abc");
+  CHECK_FALSE(isDnsLabel("a.b"));
+  CHECK(isDnsSubdomain("a.b"));
+  CHECK_FALSE(isDnsSubdomain("a..b"));
+  CHECK(isLabelValue("Pol_1.x"));
+  CHECK_FALSE(isLabelValue("pol 1"));
 }
 
 }  // namespace

@@ -2,14 +2,14 @@
 // objects, or is listed in kNotOnProcessRuntime / kNotOnKubernetes with its reason. A field added
 // to the proto and forgotten on either runtime fails here, by name (the original lost the command
 // override five times).
-#include <gmock/gmock.h>
+#include <catch2/catch.hpp>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/reflection.h>
-#include <gtest/gtest.h>
 
 #include "common/strings.h"
 #include "plugins/deployment/kube_objects.h"
 #include "plugins/deployment/workload.h"
+#include "tests/support/matchers.h"
 
 namespace krane::deployment {
 namespace {
@@ -50,7 +50,7 @@ void setDistinct(Message& m, const FieldDescriptor* field) {
         return;
       }
       default:
-        FAIL() << "repeated " << field->full_name() << ": teach this test its type";
+        FAIL("repeated " << field->full_name() << ": teach this test its type");
     }
   }
   switch (field->cpp_type()) {
@@ -72,13 +72,13 @@ void setDistinct(Message& m, const FieldDescriptor* field) {
       return;
     }
     default:
-      FAIL() << field->full_name() << ": teach this test its type";
+      FAIL(field->full_name() << ": teach this test its type");
   }
 }
 
 std::string rendered(const cluster::v1::DeploymentTopology& t) {
   auto w = toWorkload(t, "d-1");
-  EXPECT_TRUE(w.ok()) << w.status();
+  CHECK_THAT(w, IsOk());
   return w.ok() ? runtime::toJson(*w) : "";
 }
 
@@ -100,7 +100,7 @@ bool exempt(const std::string& name, const Exemptions& list = kNotOnProcessRunti
   return false;
 }
 
-TEST(DeploymentFields, EveryTopologyFieldReachesTheWorkloadOrSaysWhyNot) {
+TEST_CASE("every topology field reaches the workload or says why not", "[deployment-fields]") {
   const std::string baseline = rendered(base());
   const auto* d = cluster::v1::DeploymentTopology::descriptor();
   for (int i = 0; i < d->field_count(); ++i) {
@@ -110,15 +110,17 @@ TEST(DeploymentFields, EveryTopologyFieldReachesTheWorkloadOrSaysWhyNot) {
     t.GetReflection()->ClearField(&t, field);
     const std::string without = rendered(t);
     setDistinct(t, field);
-    EXPECT_NE(rendered(t), without)
-        << "DeploymentTopology." << field->name()
-        << " does not reach the process runtime's workload: carry it in toWorkload(), or list it "
-           "in kNotOnProcessRuntime with the reason";
+    INFO("DeploymentTopology."
+         << field->name()
+         << " does not reach the process runtime's workload: carry it in toWorkload(), or list it "
+            "in kNotOnProcessRuntime with the reason");
+    CHECK(rendered(t) != without);
   }
 }
 
-TEST(DeploymentFields, EveryTopologyFieldReachesAKubernetesObjectOrSaysWhyNot) {
-  ASSERT_THAT(renderedKube(base()), ::testing::Not(::testing::StartsWith("error")));
+TEST_CASE("every topology field reaches a kubernetes object or says why not",
+          "[deployment-fields]") {
+  REQUIRE_THAT(renderedKube(base()), !Catch::StartsWith("error"));
   const auto* d = cluster::v1::DeploymentTopology::descriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* field = d->field(i);
@@ -128,26 +130,28 @@ TEST(DeploymentFields, EveryTopologyFieldReachesAKubernetesObjectOrSaysWhyNot) {
     const std::string without = renderedKube(t);
     setDistinct(t, field);
     const std::string with = renderedKube(t);
-    EXPECT_THAT(with, ::testing::Not(::testing::StartsWith("error")))
-        << "DeploymentTopology." << field->name() << " set to a valid value is refused: " << with;
-    EXPECT_NE(with, without)
-        << "DeploymentTopology." << field->name()
-        << " does not reach any Kubernetes object: carry it in kubeObjects(), or list it in "
-           "kNotOnKubernetes with the reason";
+    INFO("DeploymentTopology." << field->name() << " set to a valid value is refused: " << with);
+    CHECK_THAT(with, !Catch::StartsWith("error"));
+    INFO("DeploymentTopology."
+         << field->name()
+         << " does not reach any Kubernetes object: carry it in kubeObjects(), or list it in "
+            "kNotOnKubernetes with the reason");
+    CHECK(with != without);
   }
 }
 
-TEST(DeploymentFields, ExemptionsNameRealFields) {
+TEST_CASE("exemptions name real fields", "[deployment-fields]") {
   const auto* d = cluster::v1::DeploymentTopology::descriptor();
   for (const auto* list : {&kNotOnProcessRuntime, &kNotOnKubernetes}) {
     for (const auto& [field, reason] : *list) {
-      EXPECT_NE(d->FindFieldByName(field), nullptr) << field << " is not a field any more";
-      EXPECT_FALSE(reason.empty());
+      INFO(field << " is not a field any more");
+      CHECK(d->FindFieldByName(field) != nullptr);
+      CHECK_FALSE(reason.empty());
     }
   }
 }
 
-TEST(DeploymentFields, KubernetesProbesCarryEveryField) {
+TEST_CASE("kubernetes probes carry every field", "[deployment-fields]") {
   // Every field of a probe reaches the pod spec; a liveness probe's success threshold is the
   // one exception (Kubernetes requires 1 there).
   const auto* d = cluster::v1::HttpProbe::descriptor();
@@ -162,13 +166,13 @@ TEST(DeploymentFields, KubernetesProbesCarryEveryField) {
       const std::string before = renderedKube(t);
       setDistinct(*probe, field);
       if (field->name() == "path") probe->set_path("/other");
-      EXPECT_NE(renderedKube(t), before)
-          << (liveness ? "liveness." : "readiness.") << field->name();
+      INFO((liveness ? "liveness." : "readiness.") << field->name());
+      CHECK(renderedKube(t) != before);
     }
   }
 }
 
-TEST(DeploymentFields, ProbesCarryEveryTimingField) {
+TEST_CASE("probes carry every timing field", "[deployment-fields]") {
   // Each numeric field of a probe changes the workload (0 keeps the default).
   const auto* d = cluster::v1::HttpProbe::descriptor();
   const std::vector<std::string> not_carried = {"port", "success_threshold"};
@@ -185,41 +189,42 @@ TEST(DeploymentFields, ProbesCarryEveryTimingField) {
       const std::string before = rendered(t);
       setDistinct(*probe, field);
       if (field->name() == "path") probe->set_path("/other");
-      EXPECT_NE(rendered(t), before) << (liveness ? "liveness." : "readiness.") << field->name();
+      INFO((liveness ? "liveness." : "readiness.") << field->name());
+      CHECK(rendered(t) != before);
     }
   }
 }
 
-TEST(DeploymentFields, TheCommandOverrideIsKept) {
+TEST_CASE("the command override is kept", "[deployment-fields]") {
   auto t = base();
   t.add_command("/opt/app/server");
   t.add_command("--serve");
   t.add_args("--port=8080");
   auto w = toWorkload(t, "d-1");
-  ASSERT_TRUE(w.ok());
-  EXPECT_THAT(w->command, ::testing::ElementsAre("/opt/app/server", "--serve"));
-  EXPECT_THAT(w->args, ::testing::ElementsAre("--port=8080"));
+  REQUIRE_THAT(w, IsOk());
+  CHECK(w->command == std::vector<std::string>{"/opt/app/server", "--serve"});
+  CHECK(w->args == std::vector<std::string>{"--port=8080"});
 }
 
-TEST(DeploymentFields, StoppedMeansNoInstancesAndAutoscalingClamps) {
+TEST_CASE("stopped means no instances and autoscaling clamps", "[deployment-fields]") {
   auto t = base();
   t.set_replicas(10);
   t.mutable_autoscaling()->set_min_replicas(1);
   t.mutable_autoscaling()->set_max_replicas(4);
-  EXPECT_EQ(toWorkload(t, "d")->replicas, 4);
+  CHECK(toWorkload(t, "d")->replicas == 4);
   t.set_desired_status(cluster::v1::DESIRED_STATUS_STOPPED);
-  EXPECT_EQ(toWorkload(t, "d")->replicas, 0);
+  CHECK(toWorkload(t, "d")->replicas == 0);
 }
 
-TEST(DeploymentFields, AnUnknownShutdownSignalIsRefusedByName) {
+TEST_CASE("an unknown shutdown signal is refused by name", "[deployment-fields]") {
   auto t = base();
   t.set_shutdown_signal("SIGBOGUS");
   auto w = toWorkload(t, "d");
-  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(toStd(w.status().message())),
-              ::testing::HasSubstr("shutdown_signal: \"SIGBOGUS\" is not one of"));
+  CHECK(w.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(toStd(w.status().message())),
+             Catch::Contains("shutdown_signal: \"SIGBOGUS\" is not one of"));
   t.set_shutdown_signal("INT");
-  EXPECT_EQ(toWorkload(t, "d")->shutdown_signal, SIGINT);
+  CHECK(toWorkload(t, "d")->shutdown_signal == SIGINT);
 }
 
 }  // namespace

@@ -4,19 +4,17 @@
 // instances (kube_status.h).
 #include <regex>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "plugins/deployment/kube_objects.h"
 #include "plugins/deployment/kube_status.h"
+#include "tests/support/matchers.h"
 
 namespace krane::deployment {
 namespace {
 
 using nlohmann::json;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 
 cluster::v1::DeploymentTopology topology() {
   cluster::v1::DeploymentTopology t;
@@ -58,7 +56,7 @@ cluster::v1::DeploymentTopology topology() {
 
 std::vector<json> render(const cluster::v1::DeploymentTopology& t, const KubeOptions& o = {}) {
   auto objects = kubeObjects(t, "dep_42", o);
-  EXPECT_TRUE(objects.ok()) << objects.status();
+  CHECK_THAT(objects, IsOk());
   return objects.ok() ? *objects : std::vector<json>{};
 }
 
@@ -71,90 +69,97 @@ const json* find(const std::vector<json>& objects, const std::string& kind) {
 
 std::string refusal(const cluster::v1::DeploymentTopology& t) {
   auto objects = kubeObjects(t, "dep_42");
-  EXPECT_EQ(objects.status().code(), absl::StatusCode::kInvalidArgument);
+  CHECK(objects.status().code() == absl::StatusCode::kInvalidArgument);
   return std::string(toStd(objects.status().message()));
 }
 
-TEST(DeploymentKubeObjects, KindsNamesAndLabels) {
+TEST_CASE("kinds names and labels", "[deployment-kube-objects]") {
   const auto objects = render(topology());
   std::vector<std::string> kinds;
   kinds.reserve(objects.size());
   for (const auto& o : objects) kinds.push_back(o["kind"]);
-  EXPECT_THAT(kinds, ElementsAre("Namespace", "Deployment", "Service", "NetworkPolicy"));
+  CHECK(kinds == std::vector<std::string>{"Namespace", "Deployment", "Service", "NetworkPolicy"});
   const std::regex dns_label("[a-z]([-a-z0-9]{0,61}[a-z0-9])?");
   const std::string ns = objects[0]["metadata"]["name"];
-  EXPECT_TRUE(std::regex_match(ns, dns_label)) << ns;
-  EXPECT_THAT(ns, ::testing::StartsWith("ws-ws-acme-"));
-  EXPECT_EQ(ns, workspaceNamespace("ws_Acme", {}));
-  EXPECT_NE(workspaceNamespace("ws_acme", {}), ns) << "ids differing in case stay apart";
-  EXPECT_EQ(objects[0]["metadata"]["labels"]["app.kubernetes.io/component"], "workspace");
+  INFO(ns);
+  CHECK(std::regex_match(ns, dns_label));
+  CHECK_THAT(ns, Catch::StartsWith("ws-ws-acme-"));
+  CHECK(ns == workspaceNamespace("ws_Acme", {}));
+  INFO("ids differing in case stay apart");
+  CHECK(workspaceNamespace("ws_acme", {}) != ns);
+  CHECK(objects[0]["metadata"]["labels"]["app.kubernetes.io/component"] == "workspace");
   for (size_t i = 1; i < objects.size(); ++i) {
     const json& m = objects[i]["metadata"];
-    EXPECT_EQ(m["namespace"], ns);
-    EXPECT_EQ(m["name"], objectName("dep_42"));
-    EXPECT_TRUE(std::regex_match(m["name"].get<std::string>(), dns_label)) << m["name"];
+    CHECK(m["namespace"] == ns);
+    CHECK(m["name"] == objectName("dep_42"));
+    INFO(m["name"]);
+    CHECK(std::regex_match(m["name"].get<std::string>(), dns_label));
     const json& labels = m["labels"];
-    EXPECT_EQ(labels["app.kubernetes.io/managed-by"], "krane");
-    EXPECT_EQ(labels["app.kubernetes.io/component"], "deployment");
-    EXPECT_EQ(labels["krane.dev/workspace.id"], "ws_Acme");
-    EXPECT_EQ(labels["krane.dev/project.id"], "proj_1");
-    EXPECT_EQ(labels["krane.dev/app.id"], "app_1") << "Krane's ids win over the topology's labels";
-    EXPECT_EQ(labels["krane.dev/environment.id"], "env_prod");
-    EXPECT_EQ(labels["krane.dev/deployment.id"], "dep_42");
-    EXPECT_EQ(labels["krane.dev/region"], "eu-west-1");
-    EXPECT_EQ(labels["team"], "payments");
+    CHECK(labels["app.kubernetes.io/managed-by"] == "krane");
+    CHECK(labels["app.kubernetes.io/component"] == "deployment");
+    CHECK(labels["krane.dev/workspace.id"] == "ws_Acme");
+    CHECK(labels["krane.dev/project.id"] == "proj_1");
+    INFO("Krane's ids win over the topology's labels");
+    CHECK(labels["krane.dev/app.id"] == "app_1");
+    CHECK(labels["krane.dev/environment.id"] == "env_prod");
+    CHECK(labels["krane.dev/deployment.id"] == "dep_42");
+    CHECK(labels["krane.dev/region"] == "eu-west-1");
+    CHECK(labels["team"] == "payments");
   }
   const json& d = *find(objects, "Deployment");
-  EXPECT_EQ(d["spec"]["selector"]["matchLabels"], json({{"krane.dev/deployment.id", "dep_42"}}));
-  EXPECT_EQ(d["spec"]["template"]["metadata"]["labels"], d["metadata"]["labels"]);
-  EXPECT_EQ(d["spec"]["strategy"]["rollingUpdate"], json({{"maxSurge", 1}, {"maxUnavailable", 0}}));
+  CHECK(d["spec"]["selector"]["matchLabels"] == json({{"krane.dev/deployment.id", "dep_42"}}));
+  CHECK(d["spec"]["template"]["metadata"]["labels"] == d["metadata"]["labels"]);
+  CHECK(d["spec"]["strategy"]["rollingUpdate"] == json({{"maxSurge", 1}, {"maxUnavailable", 0}}));
 }
 
-TEST(DeploymentKubeObjects, TheContainerCarriesEverySetting) {
+TEST_CASE("the container carries every setting", "[deployment-kube-objects]") {
   const auto objects = render(topology());
   const json& d = *find(objects, "Deployment");
-  EXPECT_EQ(d["spec"]["replicas"], 3);
+  CHECK(d["spec"]["replicas"] == 3);
   const json& pod = d["spec"]["template"]["spec"];
-  EXPECT_EQ(pod["terminationGracePeriodSeconds"], 45);
-  EXPECT_EQ(pod["automountServiceAccountToken"], false);
-  ASSERT_EQ(pod["containers"].size(), 1u);
+  CHECK(pod["terminationGracePeriodSeconds"] == 45);
+  CHECK(pod["automountServiceAccountToken"] == false);
+  REQUIRE(pod["containers"].size() == 1u);
   const json& c = pod["containers"][0];
-  EXPECT_EQ(c["image"], "registry.example/app@sha256:abc");
-  EXPECT_EQ(c["command"], json({"/srv/app"}));
-  EXPECT_EQ(c["args"], json({"serve", "--verbose"}));
+  CHECK(c["image"] == "registry.example/app@sha256:abc");
+  CHECK(c["command"] == json({"/srv/app"}));
+  CHECK(c["args"] == json({"serve", "--verbose"}));
   // The user's order first (a value may refer to an earlier one), then Krane's.
   std::vector<std::string> names;
   for (const auto& e : c["env"]) names.push_back(e["name"]);
-  EXPECT_THAT(names, ElementsAre("B", "A", "KRANE_DEPLOYMENT_ID", "KRANE_APP_ID",
-                                 "KRANE_ENVIRONMENT_ID", "KRANE_REGION", "KRANE_APP_PORT", "PORT"));
-  EXPECT_EQ(c["env"][1]["value"], "$(B)1");
-  EXPECT_EQ(c["env"][2]["value"], "dep_42");
-  EXPECT_EQ(c["env"][7]["value"], "8080");
-  EXPECT_EQ(c["ports"], json::parse(R"([{"name":"http","containerPort":8080,"protocol":"TCP"}])"));
-  EXPECT_EQ(c["livenessProbe"], json::parse(R"({"httpGet": {"path": "/healthz/live", "port": 8080,
-      "scheme": "HTTP"}, "periodSeconds": 10, "failureThreshold": 3})"));
-  EXPECT_EQ(c["readinessProbe"], json::parse(R"({"httpGet": {"path": "/healthz/ready", "port": 9090,
-      "scheme": "HTTP"}, "initialDelaySeconds": 2, "timeoutSeconds": 1, "successThreshold": 2})"));
-  EXPECT_EQ(c["resources"], json::parse(R"({"requests": {"cpu": "250m", "memory": "512Mi"},
-      "limits": {"cpu": "250m", "memory": "512Mi"}})"));
-  EXPECT_FALSE(c.contains("lifecycle")) << "SIGTERM is what Kubernetes sends anyway";
+  CHECK(names == std::vector<std::string>{"B", "A", "KRANE_DEPLOYMENT_ID", "KRANE_APP_ID",
+                                          "KRANE_ENVIRONMENT_ID", "KRANE_REGION", "KRANE_APP_PORT",
+                                          "PORT"});
+  CHECK(c["env"][1]["value"] == "$(B)1");
+  CHECK(c["env"][2]["value"] == "dep_42");
+  CHECK(c["env"][7]["value"] == "8080");
+  CHECK(c["ports"] == json::parse(R"([{"name":"http","containerPort":8080,"protocol":"TCP"}])"));
+  CHECK(c["livenessProbe"] == json::parse(R"({"httpGet": {"path": "/healthz/live", "port": 8080,
+        "scheme": "HTTP"}, "periodSeconds": 10, "failureThreshold": 3})"));
+  CHECK(c["readinessProbe"] == json::parse(R"({"httpGet": {"path": "/healthz/ready", "port": 9090,
+        "scheme": "HTTP"}, "initialDelaySeconds": 2, "timeoutSeconds": 1, "successThreshold": 2})"));
+  CHECK(c["resources"] == json::parse(R"({"requests": {"cpu": "250m", "memory": "512Mi"},
+        "limits": {"cpu": "250m", "memory": "512Mi"}})"));
+  INFO("SIGTERM is what Kubernetes sends anyway");
+  CHECK_FALSE(c.contains("lifecycle"));
 }
 
-TEST(DeploymentKubeObjects, AnotherShutdownSignalIsSentByAPreStopHook) {
+TEST_CASE("another shutdown signal is sent by a pre stop hook", "[deployment-kube-objects]") {
   auto t = topology();
   t.set_shutdown_signal("SIGINT");
   const json c = find(render(t), "Deployment")->at("spec")["template"]["spec"]["containers"][0];
   const json command = c["lifecycle"]["preStop"]["exec"]["command"];
-  ASSERT_EQ(command.size(), 3u);
-  EXPECT_EQ(command[0], "/bin/sh");
-  EXPECT_THAT(command[2].get<std::string>(), HasSubstr("kill -s INT 1"));
+  REQUIRE(command.size() == 3u);
+  CHECK(command[0] == "/bin/sh");
+  CHECK_THAT(command[2].get<std::string>(), Catch::Contains("kill -s INT 1"));
   t.set_shutdown_signal("QUIT");
   const json q = find(render(t), "Deployment")->at("spec")["template"]["spec"]["containers"][0];
-  EXPECT_THAT(q["lifecycle"]["preStop"]["exec"]["command"][2].get<std::string>(),
-              HasSubstr("kill -s QUIT 1"));
+  CHECK_THAT(q["lifecycle"]["preStop"]["exec"]["command"][2].get<std::string>(),
+             Catch::Contains("kill -s QUIT 1"));
 }
 
-TEST(DeploymentKubeObjects, UserEnvironmentCannotOverrideKranesIdentityButMayItsPort) {
+TEST_CASE("user environment cannot override kranes identity but may its port",
+          "[deployment-kube-objects]") {
   auto t = topology();
   auto* e = t.add_env();
   e->set_name("KRANE_DEPLOYMENT_ID");
@@ -166,38 +171,39 @@ TEST(DeploymentKubeObjects, UserEnvironmentCannotOverrideKranesIdentityButMayIts
       find(render(t), "Deployment")->at("spec")["template"]["spec"]["containers"][0]["env"];
   std::map<std::string, std::string> values;
   for (const auto& v : env) values[v["name"]] = v["value"];
-  EXPECT_EQ(values["KRANE_DEPLOYMENT_ID"], "dep_42");
-  EXPECT_EQ(values["PORT"], "3000");
-  EXPECT_EQ(env.size(), values.size()) << "no name twice (server-side apply keys env by name)";
+  CHECK(values["KRANE_DEPLOYMENT_ID"] == "dep_42");
+  CHECK(values["PORT"] == "3000");
+  INFO("no name twice (server-side apply keys env by name)");
+  CHECK(env.size() == values.size());
 }
 
-TEST(DeploymentKubeObjects, ServiceAndPolicyLetOnlyTheSentinelNamespaceIn) {
+TEST_CASE("service and policy let only the sentinel namespace in", "[deployment-kube-objects]") {
   KubeOptions o;
   o.sentinel_namespace = "edge";
   const auto objects = render(topology(), o);
   const json& svc = *find(objects, "Service");
-  EXPECT_EQ(svc["spec"]["type"], "ClusterIP");
-  EXPECT_EQ(svc["spec"]["selector"], json({{"krane.dev/deployment.id", "dep_42"}}));
-  EXPECT_EQ(svc["spec"]["ports"][0]["port"], 8080);
-  EXPECT_EQ(svc["spec"]["ports"][0]["targetPort"], 8080);
+  CHECK(svc["spec"]["type"] == "ClusterIP");
+  CHECK(svc["spec"]["selector"] == json({{"krane.dev/deployment.id", "dep_42"}}));
+  CHECK(svc["spec"]["ports"][0]["port"] == 8080);
+  CHECK(svc["spec"]["ports"][0]["targetPort"] == 8080);
   const json& np = *find(objects, "NetworkPolicy");
-  EXPECT_EQ(np["spec"]["podSelector"]["matchLabels"],
-            json({{"krane.dev/deployment.id", "dep_42"}}));
-  EXPECT_EQ(np["spec"]["policyTypes"], json({"Ingress"}));
-  ASSERT_EQ(np["spec"]["ingress"].size(), 1u);
-  EXPECT_EQ(np["spec"]["ingress"][0], json::parse(R"({"from": [{"namespaceSelector":
-      {"matchLabels": {"kubernetes.io/metadata.name": "edge"}}}],
-      "ports": [{"protocol": "TCP", "port": 8080}]})"));
+  CHECK(np["spec"]["podSelector"]["matchLabels"] == json({{"krane.dev/deployment.id", "dep_42"}}));
+  CHECK(np["spec"]["policyTypes"] == json({"Ingress"}));
+  REQUIRE(np["spec"]["ingress"].size() == 1u);
+  CHECK(np["spec"]["ingress"][0] == json::parse(R"({"from": [{"namespaceSelector":
+        {"matchLabels": {"kubernetes.io/metadata.name": "edge"}}}],
+        "ports": [{"protocol": "TCP", "port": 8080}]})"));
 
   auto portless = topology();
   portless.set_port(0);
   portless.clear_healthcheck();
   const auto none = render(portless);
-  EXPECT_EQ(find(none, "Service"), nullptr);
-  EXPECT_FALSE(find(none, "NetworkPolicy")->at("spec").contains("ingress")) << "nothing gets in";
+  CHECK(find(none, "Service") == nullptr);
+  INFO("nothing gets in");
+  CHECK_FALSE(find(none, "NetworkPolicy")->at("spec").contains("ingress"));
 }
 
-TEST(DeploymentKubeObjects, ReplicasAutoscalerAndStop) {
+TEST_CASE("replicas autoscaler and stop", "[deployment-kube-objects]") {
   auto t = topology();
   t.set_replicas(10);
   auto* as = t.mutable_autoscaling();
@@ -205,61 +211,62 @@ TEST(DeploymentKubeObjects, ReplicasAutoscalerAndStop) {
   as->set_max_replicas(8);
   auto objects = render(t);
   const json* hpa = find(objects, "HorizontalPodAutoscaler");
-  ASSERT_NE(hpa, nullptr);
-  EXPECT_EQ((*hpa)["apiVersion"], "autoscaling/v2");
-  EXPECT_EQ(
-      (*hpa)["spec"]["scaleTargetRef"],
-      json({{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"name", objectName("dep_42")}}));
-  EXPECT_EQ((*hpa)["spec"]["minReplicas"], 2);
-  EXPECT_EQ((*hpa)["spec"]["maxReplicas"], 8);
-  EXPECT_EQ((*hpa)["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"], 80)
-      << "the default target";
-  EXPECT_FALSE(find(objects, "Deployment")->at("spec").contains("replicas"))
-      << "the autoscaler owns the count";
+  REQUIRE(hpa != nullptr);
+  CHECK((*hpa)["apiVersion"] == "autoscaling/v2");
+  CHECK((*hpa)["spec"]["scaleTargetRef"] ==
+        json({{"apiVersion", "apps/v1"}, {"kind", "Deployment"}, {"name", objectName("dep_42")}}));
+  CHECK((*hpa)["spec"]["minReplicas"] == 2);
+  CHECK((*hpa)["spec"]["maxReplicas"] == 8);
+  INFO("the default target");
+  CHECK((*hpa)["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 80);
+  INFO("the autoscaler owns the count");
+  CHECK_FALSE(find(objects, "Deployment")->at("spec").contains("replicas"));
 
   as->set_min_replicas(5);
   as->set_max_replicas(5);
   objects = render(t);
-  EXPECT_EQ(find(objects, "HorizontalPodAutoscaler"), nullptr);
-  EXPECT_EQ(find(objects, "Deployment")->at("spec")["replicas"], 5) << "clamped into min..max";
+  CHECK(find(objects, "HorizontalPodAutoscaler") == nullptr);
+  INFO("clamped into min..max");
+  CHECK(find(objects, "Deployment")->at("spec")["replicas"] == 5);
 
   as->set_max_replicas(9);
   t.set_desired_status(cluster::v1::DESIRED_STATUS_STOPPED);
   objects = render(t);
-  EXPECT_EQ(find(objects, "HorizontalPodAutoscaler"), nullptr) << "nothing to scale when stopped";
-  EXPECT_EQ(find(objects, "Deployment")->at("spec")["replicas"], 0);
+  INFO("nothing to scale when stopped");
+  CHECK(find(objects, "HorizontalPodAutoscaler") == nullptr);
+  CHECK(find(objects, "Deployment")->at("spec")["replicas"] == 0);
 }
 
-TEST(DeploymentKubeObjects, RefusalsNameTheField) {
+TEST_CASE("refusals name the field", "[deployment-kube-objects]") {
   auto t = topology();
   t.clear_workspace_id();
-  EXPECT_THAT(refusal(t), HasSubstr("workspace_id: required"));
+  CHECK_THAT(refusal(t), Catch::Contains("workspace_id: required"));
   t = topology();
   t.clear_image();
-  EXPECT_THAT(refusal(t), HasSubstr("image: required"));
+  CHECK_THAT(refusal(t), Catch::Contains("image: required"));
   t = topology();
   t.set_environment_id("env prod");
-  EXPECT_THAT(refusal(t), HasSubstr("environment_id: \"env prod\" must be at most 63"));
+  CHECK_THAT(refusal(t), Catch::Contains("environment_id: \"env prod\" must be at most 63"));
   t = topology();
   (*t.mutable_labels())["bad key!"] = "x";
-  EXPECT_THAT(refusal(t), HasSubstr("labels: key \"bad key!\""));
+  CHECK_THAT(refusal(t), Catch::Contains("labels: key \"bad key!\""));
   t = topology();
   t.add_env()->set_name("B");
-  EXPECT_THAT(refusal(t), HasSubstr("env[2].name: \"B\" is set twice"));
+  CHECK_THAT(refusal(t), Catch::Contains("env[2].name: \"B\" is set twice"));
   t = topology();
   t.add_env();
-  EXPECT_THAT(refusal(t), HasSubstr("env[2].name: required"));
+  CHECK_THAT(refusal(t), Catch::Contains("env[2].name: required"));
   t = topology();
   t.mutable_autoscaling()->set_min_replicas(4);
   t.mutable_autoscaling()->set_max_replicas(2);
-  EXPECT_THAT(refusal(t), HasSubstr("autoscaling.min_replicas: 4 is above max_replicas 2"));
+  CHECK_THAT(refusal(t), Catch::Contains("autoscaling.min_replicas: 4 is above max_replicas 2"));
   t = topology();
   t.set_port(0);
   t.mutable_healthcheck()->mutable_readiness()->set_port(0);
-  EXPECT_THAT(refusal(t), HasSubstr("healthcheck.liveness.port: required"));
+  CHECK_THAT(refusal(t), Catch::Contains("healthcheck.liveness.port: required"));
   t = topology();
   t.set_shutdown_signal("SIGSTOP");
-  EXPECT_THAT(refusal(t), HasSubstr("shutdown_signal: \"SIGSTOP\" is not one of"));
+  CHECK_THAT(refusal(t), Catch::Contains("shutdown_signal: \"SIGSTOP\" is not one of"));
 }
 
 json pod(const std::string& name, const std::string& phase, const json& container_status,
@@ -277,39 +284,40 @@ json pod(const std::string& name, const std::string& phase, const json& containe
         {"containerStatuses", json::array({container_status})}}}};
 }
 
-TEST(DeploymentKubeStatus, PodsBecomeInstances) {
+TEST_CASE("pods become instances", "[deployment-kube-status]") {
   using runtime::InstancePhase;
   const json running = {{"restartCount", 0}, {"state", {{"running", json::object()}}}};
   auto i = podInstance(pod("p1", "Running", running, true));
-  ASSERT_TRUE(i);
-  EXPECT_EQ(i->phase, InstancePhase::kRunning);
-  EXPECT_TRUE(i->ready);
-  EXPECT_EQ(i->address, "10.0.0.7:8080");
+  REQUIRE(i);
+  CHECK(i->phase == InstancePhase::kRunning);
+  CHECK(i->ready);
+  CHECK(i->address == "10.0.0.7:8080");
 
   i = podInstance(pod("p2", "Running", running, false));
-  EXPECT_EQ(i->phase, InstancePhase::kRunning);
-  EXPECT_FALSE(i->ready) << "running but not ready is reported pending";
+  CHECK(i->phase == InstancePhase::kRunning);
+  INFO("running but not ready is reported pending");
+  CHECK_FALSE(i->ready);
 
-  EXPECT_FALSE(podInstance(pod("done", "Succeeded", running)));
-  EXPECT_FALSE(podInstance(pod("dead", "Failed", running)));
+  CHECK_FALSE(podInstance(pod("done", "Succeeded", running)));
+  CHECK_FALSE(podInstance(pod("dead", "Failed", running)));
 
   json deleting = pod("p3", "Running", running, true);
   deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
-  EXPECT_EQ(podInstance(deleting)->phase, InstancePhase::kTerminating);
+  CHECK(podInstance(deleting)->phase == InstancePhase::kTerminating);
 
   const json crash = {{"restartCount", 4},
                       {"state", {{"waiting", {{"reason", "CrashLoopBackOff"}, {"message", "m"}}}}},
                       {"lastState", {{"terminated", {{"exitCode", 137}, {"signal", 9}}}}}};
   i = podInstance(pod("p4", "Running", crash));
-  EXPECT_EQ(i->phase, InstancePhase::kFailed);
-  EXPECT_EQ(i->reason, "CrashLoopBackOff: exit code 137, signal 9, 4 restarts: m");
+  CHECK(i->phase == InstancePhase::kFailed);
+  CHECK(i->reason == "CrashLoopBackOff: exit code 137, signal 9, 4 restarts: m");
 
   const json config_error = {
       {"state",
        {{"waiting", {{"reason", "CreateContainerConfigError"}, {"message", "no secret"}}}}}};
   i = podInstance(pod("p5", "Pending", config_error));
-  EXPECT_EQ(i->phase, InstancePhase::kFailed);
-  EXPECT_EQ(i->reason, "CreateContainerConfigError: no secret");
+  CHECK(i->phase == InstancePhase::kFailed);
+  CHECK(i->reason == "CreateContainerConfigError: no secret");
 
   json unscheduled = pod("p6", "Pending", json::object());
   unscheduled["status"].erase("podIP");
@@ -318,16 +326,16 @@ TEST(DeploymentKubeStatus, PodsBecomeInstances) {
                                                       {"reason", "Unschedulable"},
                                                       {"message", "0/3 nodes are available"}}});
   i = podInstance(unscheduled);
-  EXPECT_EQ(i->phase, InstancePhase::kPending);
-  EXPECT_EQ(i->reason, "Unschedulable: 0/3 nodes are available");
-  EXPECT_EQ(i->address, "");
+  CHECK(i->phase == InstancePhase::kPending);
+  CHECK(i->reason == "Unschedulable: 0/3 nodes are available");
+  CHECK(i->address == "");
 
   const auto status = podsStatus(
       "deployment/d", {pod("b", "Running", running, true), pod("a", "Running", running, false),
                        pod("c", "Succeeded", running)});
-  ASSERT_EQ(status.instances.size(), 2u);
-  EXPECT_EQ(status.instances[0].name, "a");
-  EXPECT_EQ(status.ready, 1);
+  REQUIRE(status.instances.size() == 2u);
+  CHECK(status.instances[0].name == "a");
+  CHECK(status.ready == 1);
 }
 
 }  // namespace

@@ -8,13 +8,13 @@
 #include <fstream>
 #include <mutex>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/fake_kube_api.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -25,7 +25,6 @@ using krane::testing::eventually;
 using krane::testing::FakeKubeApi;
 using krane::testing::runfile;
 using nlohmann::json;
-using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 constexpr char kNs[] = "ws-ws1";
@@ -66,16 +65,16 @@ cluster::v1::Change deletion(const std::string& id, uint64_t version) {
   return c;
 }
 
-class DeploymentKubePluginTest : public ::testing::Test {
+class DeploymentKubePluginTest {
  protected:
-  void SetUp() override {
+  DeploymentKubePluginTest() {
     char pattern[] = "/tmp/krane-dk-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     kubeconfig_ = dir_ + "/kubeconfig";
     std::ofstream(kubeconfig_) << api_.kubeconfigYaml();
   }
 
-  void TearDown() override {
+  ~DeploymentKubePluginTest() {
     plugin_.reset();
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -137,55 +136,58 @@ class DeploymentKubePluginTest : public ::testing::Test {
   std::vector<cluster::v1::ReportDeploymentStatusRequest> reports_;
 };
 
-TEST_F(DeploymentKubePluginTest, AppliesTheObjectsAndReportsReadyPodsAsRunningInstances) {
-  ASSERT_TRUE(load(config()).ok());
-  EXPECT_THAT(plugin_->resourceTypes(), ::testing::ElementsAre("deployment_topology"));
+TEST_CASE_METHOD(DeploymentKubePluginTest,
+                 "applies the objects and reports ready pods as running instances",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
+  CHECK(plugin_->resourceTypes() == std::vector<std::string>{"deployment_topology"});
   auto change = topology("d1", 3, 5);
   change.mutable_resource()->mutable_deployment_topology()->add_command("/srv/app");
-  ASSERT_TRUE(plugin_->apply(change).ok());
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
 
   const auto ns = api_.object("v1", "Namespace", "", kNs);
-  ASSERT_TRUE(ns);
-  EXPECT_EQ((*ns)["metadata"]["labels"]["krane.dev/workspace.id"], "ws1");
+  REQUIRE(ns);
+  CHECK((*ns)["metadata"]["labels"]["krane.dev/workspace.id"] == "ws1");
   const auto deployment = object("apps/v1", "Deployment", "d-d1");
-  ASSERT_TRUE(deployment);
-  EXPECT_EQ((*deployment)["spec"]["replicas"], 3);
-  EXPECT_EQ((*deployment)["metadata"]["labels"]["app.kubernetes.io/managed-by"], "krane");
-  EXPECT_EQ((*deployment)["spec"]["template"]["spec"]["containers"][0]["command"][0], "/srv/app");
-  EXPECT_TRUE(object("v1", "Service", "d-d1"));
-  EXPECT_TRUE(object("networking.k8s.io/v1", "NetworkPolicy", "d-d1"));
-  EXPECT_FALSE(object("autoscaling/v2", "HorizontalPodAutoscaler", "d-d1"));
+  REQUIRE(deployment);
+  CHECK((*deployment)["spec"]["replicas"] == 3);
+  CHECK((*deployment)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "krane");
+  CHECK((*deployment)["spec"]["template"]["spec"]["containers"][0]["command"][0] == "/srv/app");
+  CHECK(object("v1", "Service", "d-d1"));
+  CHECK(object("networking.k8s.io/v1", "NetworkPolicy", "d-d1"));
+  CHECK_FALSE(object("autoscaling/v2", "HorizontalPodAutoscaler", "d-d1"));
   // Every write is a server-side apply by field manager krane.
   for (const auto& r : api_.requests()) {
     if (r.method == "PATCH") {
-      EXPECT_EQ(r.content_type, "application/apply-patch+yaml");
-      EXPECT_THAT(r.query, HasSubstr("fieldManager=krane"));
+      CHECK(r.content_type == "application/apply-patch+yaml");
+      CHECK_THAT(r.query, Catch::Contains("fieldManager=krane"));
     }
   }
 
   // Applied, no pods yet: an empty instance set at the applied version.
-  ASSERT_TRUE(eventually([&] { return instances("d1", 0, cluster::v1::INSTANCE_STATUS_RUNNING); }));
-  EXPECT_EQ(latest("d1")->applied_version(), 5u);
+  REQUIRE(eventually([&] { return instances("d1", 0, cluster::v1::INSTANCE_STATUS_RUNNING); }));
+  CHECK(latest("d1")->applied_version() == 5u);
 
-  ASSERT_TRUE(api_.makePodsReady(kNs, "d-d1").ok());
-  ASSERT_TRUE(eventually([&] { return instances("d1", 3, cluster::v1::INSTANCE_STATUS_RUNNING); }));
+  REQUIRE_THAT(api_.makePodsReady(kNs, "d-d1"), IsOk());
+  REQUIRE(eventually([&] { return instances("d1", 3, cluster::v1::INSTANCE_STATUS_RUNNING); }));
   const auto report = *latest("d1");
-  EXPECT_EQ(report.region(), "eu-west-1");
-  EXPECT_EQ(report.applied_version(), 5u);
+  CHECK(report.region() == "eu-west-1");
+  CHECK(report.applied_version() == 5u);
   for (const auto& i : report.instances().instances()) {
-    EXPECT_THAT(i.address(), ::testing::MatchesRegex("10\\.244\\.[0-9]+\\.[0-9]+:8080"));
-    EXPECT_THAT(i.id(), ::testing::StartsWith("d-d1-"));
+    CHECK_THAT(i.address(), Catch::Matches("10\\.244\\.[0-9]+\\.[0-9]+:8080"));
+    CHECK_THAT(i.id(), Catch::StartsWith("d-d1-"));
   }
 
   // The same change again changes nothing in the cluster.
   const uint64_t rv = api_.resourceVersion();
-  ASSERT_TRUE(plugin_->apply(change).ok());
-  EXPECT_EQ(api_.resourceVersion(), rv);
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  CHECK(api_.resourceVersion() == rv);
 }
 
-TEST_F(DeploymentKubePluginTest, UpdatesAddAndRemoveTheAutoscalerAndTheService) {
-  ASSERT_TRUE(load(config()).ok());
-  ASSERT_TRUE(plugin_->apply(topology("d1", 2, 1)).ok());
+TEST_CASE_METHOD(DeploymentKubePluginTest, "updates add and remove the autoscaler and the service",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("d1", 2, 1)), IsOk());
   const int64_t generation = (*object("apps/v1", "Deployment", "d-d1"))["metadata"]["generation"];
 
   // min != max: an autoscaler owns the replica count.
@@ -194,14 +196,14 @@ TEST_F(DeploymentKubePluginTest, UpdatesAddAndRemoveTheAutoscalerAndTheService) 
   as->set_min_replicas(2);
   as->set_max_replicas(6);
   as->set_target_cpu_percent(65);
-  ASSERT_TRUE(plugin_->apply(scaled).ok());
+  REQUIRE_THAT(plugin_->apply(scaled), IsOk());
   const auto hpa = object("autoscaling/v2", "HorizontalPodAutoscaler", "d-d1");
-  ASSERT_TRUE(hpa);
-  EXPECT_EQ((*hpa)["spec"]["minReplicas"], 2);
-  EXPECT_EQ((*hpa)["spec"]["maxReplicas"], 6);
-  EXPECT_EQ((*hpa)["spec"]["scaleTargetRef"]["name"], "d-d1");
-  EXPECT_EQ((*hpa)["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"], 65);
-  EXPECT_FALSE((*object("apps/v1", "Deployment", "d-d1"))["spec"].contains("replicas"));
+  REQUIRE(hpa);
+  CHECK((*hpa)["spec"]["minReplicas"] == 2);
+  CHECK((*hpa)["spec"]["maxReplicas"] == 6);
+  CHECK((*hpa)["spec"]["scaleTargetRef"]["name"] == "d-d1");
+  CHECK((*hpa)["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"] == 65);
+  CHECK_FALSE((*object("apps/v1", "Deployment", "d-d1"))["spec"].contains("replicas"));
 
   // min == max again: the autoscaler goes, the count is fixed.
   auto fixed = topology("d1", 9, 3);
@@ -209,112 +211,120 @@ TEST_F(DeploymentKubePluginTest, UpdatesAddAndRemoveTheAutoscalerAndTheService) 
       4);
   fixed.mutable_resource()->mutable_deployment_topology()->mutable_autoscaling()->set_max_replicas(
       4);
-  ASSERT_TRUE(plugin_->apply(fixed).ok());
-  EXPECT_FALSE(object("autoscaling/v2", "HorizontalPodAutoscaler", "d-d1"));
-  EXPECT_EQ((*object("apps/v1", "Deployment", "d-d1"))["spec"]["replicas"], 4);
+  REQUIRE_THAT(plugin_->apply(fixed), IsOk());
+  CHECK_FALSE(object("autoscaling/v2", "HorizontalPodAutoscaler", "d-d1"));
+  CHECK((*object("apps/v1", "Deployment", "d-d1"))["spec"]["replicas"] == 4);
 
   // No port: no Service, and the policy lets nothing in.
   auto portless = topology("d1", 1, 4);
   portless.mutable_resource()->mutable_deployment_topology()->set_port(0);
   portless.mutable_resource()->mutable_deployment_topology()->clear_healthcheck();
   portless.mutable_resource()->mutable_deployment_topology()->add_env()->set_name("MODE");
-  ASSERT_TRUE(plugin_->apply(portless).ok());
-  EXPECT_FALSE(object("v1", "Service", "d-d1"));
+  REQUIRE_THAT(plugin_->apply(portless), IsOk());
+  CHECK_FALSE(object("v1", "Service", "d-d1"));
   const auto policy = object("networking.k8s.io/v1", "NetworkPolicy", "d-d1");
-  ASSERT_TRUE(policy);
-  EXPECT_FALSE((*policy)["spec"].contains("ingress"));
+  REQUIRE(policy);
+  CHECK_FALSE((*policy)["spec"].contains("ingress"));
   const auto deployment = *object("apps/v1", "Deployment", "d-d1");
-  EXPECT_GT(deployment["metadata"]["generation"].get<int64_t>(), generation);
+  CHECK(deployment["metadata"]["generation"].get<int64_t>() > generation);
   const json container = deployment["spec"]["template"]["spec"]["containers"][0];
-  EXPECT_FALSE(container.contains("readinessProbe"));
-  EXPECT_FALSE(container.contains("ports"));
-  EXPECT_EQ(container["env"][0]["name"], "MODE");
+  CHECK_FALSE(container.contains("readinessProbe"));
+  CHECK_FALSE(container.contains("ports"));
+  CHECK(container["env"][0]["name"] == "MODE");
 
   // Stopped: zero replicas, everything else stays.
   auto stopped = topology("d1", 3, 5);
   stopped.mutable_resource()->mutable_deployment_topology()->set_desired_status(
       cluster::v1::DESIRED_STATUS_STOPPED);
-  ASSERT_TRUE(plugin_->apply(stopped).ok());
-  EXPECT_EQ((*object("apps/v1", "Deployment", "d-d1"))["spec"]["replicas"], 0);
-  EXPECT_TRUE(object("v1", "Service", "d-d1"));
+  REQUIRE_THAT(plugin_->apply(stopped), IsOk());
+  CHECK((*object("apps/v1", "Deployment", "d-d1"))["spec"]["replicas"] == 0);
+  CHECK(object("v1", "Service", "d-d1"));
 }
 
-TEST_F(DeploymentKubePluginTest, ACrashLoopIsReportedAsFailedWithTheExitCode) {
-  ASSERT_TRUE(load(config()).ok());
-  ASSERT_TRUE(plugin_->apply(topology("broken", 2, 3)).ok());
-  ASSERT_TRUE(api_.makePodsCrashLoop(kNs, "d-broken", 6, 3).ok());
-  ASSERT_TRUE(
-      eventually([&] { return instances("broken", 2, cluster::v1::INSTANCE_STATUS_FAILED); }));
+TEST_CASE_METHOD(DeploymentKubePluginTest, "a crash loop is reported as failed with the exit code",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("broken", 2, 3)), IsOk());
+  REQUIRE_THAT(api_.makePodsCrashLoop(kNs, "d-broken", 6, 3), IsOk());
+  REQUIRE(eventually([&] { return instances("broken", 2, cluster::v1::INSTANCE_STATUS_FAILED); }));
   const auto report = *latest("broken");
   for (const auto& i : report.instances().instances()) {
-    EXPECT_THAT(i.failure_reason(), HasSubstr("CrashLoopBackOff: exit code 3, 6 restarts"));
-    EXPECT_THAT(i.failure_reason(), HasSubstr("back-off"));
-    EXPECT_THAT(i.address(), ::testing::EndsWith(":8080"));
+    CHECK_THAT(i.failure_reason(), Catch::Contains("CrashLoopBackOff: exit code 3, 6 restarts"));
+    CHECK_THAT(i.failure_reason(), Catch::Contains("back-off"));
+    CHECK_THAT(i.address(), Catch::EndsWith(":8080"));
   }
   // Fixed: the same deployment's pods become ready and the report says so.
-  ASSERT_TRUE(api_.makePodsReady(kNs, "d-broken").ok());
-  ASSERT_TRUE(
-      eventually([&] { return instances("broken", 2, cluster::v1::INSTANCE_STATUS_RUNNING); }));
+  REQUIRE_THAT(api_.makePodsReady(kNs, "d-broken"), IsOk());
+  REQUIRE(eventually([&] { return instances("broken", 2, cluster::v1::INSTANCE_STATUS_RUNNING); }));
 }
 
-TEST_F(DeploymentKubePluginTest, AnImagePullFailureIsReportedAsFailedWithTheReason) {
-  ASSERT_TRUE(load(config()).ok());
-  ASSERT_TRUE(plugin_->apply(topology("nopull", 1, 3)).ok());
-  ASSERT_TRUE(api_.makePodsFailImagePull(kNs, "d-nopull", "ErrImagePull").ok());
-  ASSERT_TRUE(
-      eventually([&] { return instances("nopull", 1, cluster::v1::INSTANCE_STATUS_FAILED); }));
+TEST_CASE_METHOD(DeploymentKubePluginTest,
+                 "an image pull failure is reported as failed with the reason",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("nopull", 1, 3)), IsOk());
+  REQUIRE_THAT(api_.makePodsFailImagePull(kNs, "d-nopull", "ErrImagePull"), IsOk());
+  REQUIRE(eventually([&] { return instances("nopull", 1, cluster::v1::INSTANCE_STATUS_FAILED); }));
   const auto i = latest("nopull")->instances().instances(0);
-  EXPECT_THAT(i.failure_reason(), HasSubstr("ErrImagePull"));
-  EXPECT_THAT(i.failure_reason(), HasSubstr("registry.example/app:v1"));
-  EXPECT_EQ(i.address(), "") << "a pod that never started has no IP";
+  CHECK_THAT(i.failure_reason(), Catch::Contains("ErrImagePull"));
+  CHECK_THAT(i.failure_reason(), Catch::Contains("registry.example/app:v1"));
+  INFO("a pod that never started has no IP");
+  CHECK(i.address() == "");
 
-  ASSERT_TRUE(api_.makePodsFailImagePull(kNs, "d-nopull", "ImagePullBackOff").ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(api_.makePodsFailImagePull(kNs, "d-nopull", "ImagePullBackOff"), IsOk());
+  REQUIRE(eventually([&] {
     auto r = latest("nopull");
     return r && r->instances().instances_size() == 1 &&
            r->instances().instances(0).failure_reason().find("ImagePullBackOff") == 0;
   }));
 }
 
-TEST_F(DeploymentKubePluginTest, DeleteRemovesEveryObjectAndReportsTheDeploymentDeleted) {
-  ASSERT_TRUE(load(config()).ok());
+TEST_CASE_METHOD(DeploymentKubePluginTest,
+                 "delete removes every object and reports the deployment deleted",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
   auto change = topology("d1", 2, 1);
   change.mutable_resource()->mutable_deployment_topology()->mutable_autoscaling()->set_min_replicas(
       1);
   change.mutable_resource()->mutable_deployment_topology()->mutable_autoscaling()->set_max_replicas(
       3);
-  ASSERT_TRUE(plugin_->apply(change).ok());
-  ASSERT_TRUE(plugin_->apply(topology("other", 1, 2)).ok());
-  ASSERT_TRUE(api_.makePodsReady(kNs, "d-d1").ok());
-  ASSERT_TRUE(eventually([&] { return instances("d1", 1, cluster::v1::INSTANCE_STATUS_RUNNING); }));
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("other", 1, 2)), IsOk());
+  REQUIRE_THAT(api_.makePodsReady(kNs, "d-d1"), IsOk());
+  REQUIRE(eventually([&] { return instances("d1", 1, cluster::v1::INSTANCE_STATUS_RUNNING); }));
 
-  ASSERT_TRUE(plugin_->remove(deletion("d1", 7)).ok());
-  EXPECT_TRUE(latest("d1")->deleted());
-  EXPECT_EQ(latest("d1")->applied_version(), 7u);
-  EXPECT_EQ(latest("d1")->region(), "eu-west-1");
-  EXPECT_FALSE(object("apps/v1", "Deployment", "d-d1"));
-  EXPECT_FALSE(object("v1", "Service", "d-d1"));
-  EXPECT_FALSE(object("autoscaling/v2", "HorizontalPodAutoscaler", "d-d1"));
-  EXPECT_FALSE(object("networking.k8s.io/v1", "NetworkPolicy", "d-d1"));
-  EXPECT_TRUE(api_.objects("v1", "Pod", kNs).empty()) << "the pods go with their Deployment";
-  EXPECT_TRUE(object("apps/v1", "Deployment", "d-other")) << "another deployment is untouched";
-  EXPECT_TRUE(api_.object("v1", "Namespace", "", kNs)) << "the workspace namespace stays";
+  REQUIRE_THAT(plugin_->remove(deletion("d1", 7)), IsOk());
+  CHECK(latest("d1")->deleted());
+  CHECK(latest("d1")->applied_version() == 7u);
+  CHECK(latest("d1")->region() == "eu-west-1");
+  CHECK_FALSE(object("apps/v1", "Deployment", "d-d1"));
+  CHECK_FALSE(object("v1", "Service", "d-d1"));
+  CHECK_FALSE(object("autoscaling/v2", "HorizontalPodAutoscaler", "d-d1"));
+  CHECK_FALSE(object("networking.k8s.io/v1", "NetworkPolicy", "d-d1"));
+  INFO("the pods go with their Deployment");
+  CHECK(api_.objects("v1", "Pod", kNs).empty());
+  INFO("another deployment is untouched");
+  CHECK(object("apps/v1", "Deployment", "d-other"));
+  INFO("the workspace namespace stays");
+  CHECK(api_.object("v1", "Namespace", "", kNs));
 
   // The pods' deletion events do not bring the deployment back in the reports.
   const size_t reports = reportCount("d1");
-  ASSERT_TRUE(plugin_->observe().ok());
+  REQUIRE_THAT(plugin_->observe(), IsOk());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(reportCount("d1"), reports);
-  EXPECT_TRUE(latest("d1")->deleted());
+  CHECK(reportCount("d1") == reports);
+  CHECK(latest("d1")->deleted());
 
   // Deleting what is already gone is fine.
-  EXPECT_TRUE(plugin_->remove(deletion("d1", 8)).ok());
+  CHECK_THAT(plugin_->remove(deletion("d1", 8)), IsOk());
 }
 
-TEST_F(DeploymentKubePluginTest, AfterASyncExactlyTheObjectsOfUnlistedDeploymentsAreDeleted) {
-  ASSERT_TRUE(load(config()).ok());
-  ASSERT_TRUE(plugin_->apply(topology("keep", 1, 1)).ok());
-  ASSERT_TRUE(plugin_->apply(topology("gone", 1, 2, "ws2")).ok());
+TEST_CASE_METHOD(DeploymentKubePluginTest,
+                 "after a sync exactly the objects of unlisted deployments are deleted",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("keep", 1, 1)), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("gone", 1, 2, "ws2")), IsOk());
   // Not the plugin's: another component of Krane, and an object nobody labelled.
   json foreign = *object("v1", "Service", "d-keep");
   foreign["metadata"] = {{"name", "sentinel-x"},
@@ -343,95 +353,107 @@ TEST_F(DeploymentKubePluginTest, AfterASyncExactlyTheObjectsOfUnlistedDeployment
   auto* other = end.add_resources();
   other->set_resource_type("sentinel");
   other->add_ids("gone");  // a sentinel's id keeps no deployment
-  ASSERT_TRUE(plugin_->syncEnd(end).ok());
+  REQUIRE_THAT(plugin_->syncEnd(end), IsOk());
 
-  EXPECT_TRUE(latest("gone")->deleted());
-  EXPECT_EQ(latest("gone")->applied_version(), 9u);
-  EXPECT_TRUE(latest("stale")->deleted());
+  CHECK(latest("gone")->deleted());
+  CHECK(latest("gone")->applied_version() == 9u);
+  CHECK(latest("stale")->deleted());
   for (const auto& [api_version, kind] : std::vector<std::pair<std::string, std::string>>{
            {"apps/v1", "Deployment"},
            {"v1", "Service"},
            {"networking.k8s.io/v1", "NetworkPolicy"}}) {
-    EXPECT_TRUE(object(api_version, kind, "d-keep")) << kind;
-    EXPECT_FALSE(object(api_version, kind, "d-gone", "ws-ws2")) << kind;
+    INFO(kind);
+    CHECK(object(api_version, kind, "d-keep"));
+    INFO(kind);
+    CHECK_FALSE(object(api_version, kind, "d-gone", "ws-ws2"));
   }
-  EXPECT_FALSE(object("networking.k8s.io/v1", "NetworkPolicy", "d-stale"));
-  EXPECT_TRUE(object("v1", "Service", "sentinel-x"));
-  EXPECT_TRUE(object("apps/v1", "Deployment", "hand-made", "ws-ws2"));
-  EXPECT_TRUE(api_.object("v1", "Namespace", "", "ws-ws2"));
+  CHECK_FALSE(object("networking.k8s.io/v1", "NetworkPolicy", "d-stale"));
+  CHECK(object("v1", "Service", "sentinel-x"));
+  CHECK(object("apps/v1", "Deployment", "hand-made", "ws-ws2"));
+  CHECK(api_.object("v1", "Namespace", "", "ws-ws2"));
 }
 
-TEST_F(DeploymentKubePluginTest, ANewPluginInstanceReportsThePodsItFinds) {
-  ASSERT_TRUE(load(config()).ok());
-  ASSERT_TRUE(plugin_->apply(topology("d1", 2, 4)).ok());
-  ASSERT_TRUE(api_.makePodsReady(kNs, "d-d1").ok());
-  ASSERT_TRUE(eventually([&] { return instances("d1", 2, cluster::v1::INSTANCE_STATUS_RUNNING); }));
+TEST_CASE_METHOD(DeploymentKubePluginTest, "a new plugin instance reports the pods it finds",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("d1", 2, 4)), IsOk());
+  REQUIRE_THAT(api_.makePodsReady(kNs, "d-d1"), IsOk());
+  REQUIRE(eventually([&] { return instances("d1", 2, cluster::v1::INSTANCE_STATUS_RUNNING); }));
   {
     std::lock_guard lock(mutex_);
     reports_.clear();
   }
-  ASSERT_TRUE(load(config()).ok());  // a restarted host: nothing applied yet
-  ASSERT_TRUE(eventually([&] { return instances("d1", 2, cluster::v1::INSTANCE_STATUS_RUNNING); }));
-  EXPECT_EQ(latest("d1")->region(), "eu-west-1") << "from the pods' labels";
+  REQUIRE_THAT(load(config()), IsOk());  // a restarted host: nothing applied yet
+  REQUIRE(eventually([&] { return instances("d1", 2, cluster::v1::INSTANCE_STATUS_RUNNING); }));
+  INFO("from the pods' labels");
+  CHECK(latest("d1")->region() == "eu-west-1");
   // A delete after the restart still finds every object.
-  ASSERT_TRUE(plugin_->remove(deletion("d1", 5)).ok());
-  EXPECT_FALSE(object("apps/v1", "Deployment", "d-d1"));
-  EXPECT_FALSE(object("v1", "Service", "d-d1"));
+  REQUIRE_THAT(plugin_->remove(deletion("d1", 5)), IsOk());
+  CHECK_FALSE(object("apps/v1", "Deployment", "d-d1"));
+  CHECK_FALSE(object("v1", "Service", "d-d1"));
 }
 
-TEST_F(DeploymentKubePluginTest, TheWatchSurvivesAnExpiredVersion) {
-  ASSERT_TRUE(load(config()).ok());
-  ASSERT_TRUE(plugin_->apply(topology("d1", 1, 1)).ok());
+TEST_CASE_METHOD(DeploymentKubePluginTest, "the watch survives an expired version",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("d1", 1, 1)), IsOk());
   api_.compactHistory();
-  ASSERT_TRUE(api_.makePodsReady(kNs, "d-d1").ok());
-  ASSERT_TRUE(eventually([&] { return instances("d1", 1, cluster::v1::INSTANCE_STATUS_RUNNING); }));
+  REQUIRE_THAT(api_.makePodsReady(kNs, "d-d1"), IsOk());
+  REQUIRE(eventually([&] { return instances("d1", 1, cluster::v1::INSTANCE_STATUS_RUNNING); }));
 }
 
-TEST_F(DeploymentKubePluginTest, AnUnavailableApiServerIsARetryableFailure) {
-  ASSERT_TRUE(load(config()).ok());
+TEST_CASE_METHOD(DeploymentKubePluginTest, "an unavailable api server is a retryable failure",
+                 "[deployment-kube-plugin]") {
+  REQUIRE_THAT(load(config()), IsOk());
   api_.failNext(100, 503, -1, "PATCH");
   const auto st = plugin_->apply(topology("d1", 1, 1));
-  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("deployment_topology d1"));
+  INFO(st);
+  CHECK(st.code() == absl::StatusCode::kUnavailable);
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("deployment_topology d1"));
   api_.failNext(0, 503);
-  EXPECT_TRUE(plugin_->apply(topology("d1", 1, 1)).ok());
+  CHECK_THAT(plugin_->apply(topology("d1", 1, 1)), IsOk());
 }
 
-TEST_F(DeploymentKubePluginTest, BadConfigurationAndBadTopologiesAreRefusedByName) {
+TEST_CASE_METHOD(DeploymentKubePluginTest,
+                 "bad configuration and bad topologies are refused by name",
+                 "[deployment-kube-plugin]") {
   const auto message = [&](const std::string& config) {
     return std::string(toStd(load(config).message()));
   };
-  EXPECT_THAT(message(R"({"runtime": "kubernetes", "kubernetes": {"in_cluster": false}})"),
-              HasSubstr("kubernetes: set exactly one of in_cluster: true"));
-  EXPECT_THAT(message(json{{"runtime", "kubernetes"},
-                           {"kubernetes", {{"kubeconfig", kubeconfig_}, {"qsp", 5}}}}
-                          .dump()),
-              HasSubstr("kubernetes.qsp: unknown key"));
-  EXPECT_THAT(message(json{{"runtime", "kubernetes"},
-                           {"kubernetes", {{"kubeconfig", kubeconfig_}, {"burst", 0}}}}
-                          .dump()),
-              HasSubstr("kubernetes.burst: must be a whole number between 1 and 100000, got 0"));
-  EXPECT_THAT(message(R"({"runtime": "kubernetes", "kubernetes": {"kubeconfig": "/nonexistent"}})"),
-              HasSubstr("/nonexistent"));
-  EXPECT_THAT(message(R"({"runtime": "kubernetes"})"),
-              HasSubstr("kubernetes: required with runtime kubernetes"));
-  EXPECT_THAT(message(R"({"runtime": "kubernetes", "kubernets": {}})"),
-              HasSubstr("kubernets: unknown key"));
-  EXPECT_THAT(message(R"({"runtime": "nomad"})"), HasSubstr("runtime: \"nomad\" is not one of"));
+  CHECK_THAT(message(R"({"runtime": "kubernetes", "kubernetes": {"in_cluster": false}})"),
+             Catch::Contains("kubernetes: set exactly one of in_cluster: true"));
+  CHECK_THAT(message(json{{"runtime", "kubernetes"},
+                          {"kubernetes", {{"kubeconfig", kubeconfig_}, {"qsp", 5}}}}
+                         .dump()),
+             Catch::Contains("kubernetes.qsp: unknown key"));
+  CHECK_THAT(
+      message(json{{"runtime", "kubernetes"},
+                   {"kubernetes", {{"kubeconfig", kubeconfig_}, {"burst", 0}}}}
+                  .dump()),
+      Catch::Contains("kubernetes.burst: must be a whole number between 1 and 100000, got 0"));
+  CHECK_THAT(message(R"({"runtime": "kubernetes", "kubernetes": {"kubeconfig": "/nonexistent"}})"),
+             Catch::Contains("/nonexistent"));
+  CHECK_THAT(message(R"({"runtime": "kubernetes"})"),
+             Catch::Contains("kubernetes: required with runtime kubernetes"));
+  CHECK_THAT(message(R"({"runtime": "kubernetes", "kubernets": {}})"),
+             Catch::Contains("kubernets: unknown key"));
+  CHECK_THAT(message(R"({"runtime": "nomad"})"),
+             Catch::Contains("runtime: \"nomad\" is not one of"));
 
-  ASSERT_TRUE(load(config()).ok());
+  REQUIRE_THAT(load(config()), IsOk());
   api_.clearRequests();
   auto bad = topology("bad", 1, 1);
   bad.mutable_resource()->mutable_deployment_topology()->set_shutdown_signal("SIGNOPE");
   auto st = plugin_->apply(bad);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(toStd(st.message())),
-              HasSubstr("deployment_topology bad: shutdown_signal: \"SIGNOPE\""));
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(toStd(st.message())),
+             Catch::Contains("deployment_topology bad: shutdown_signal: \"SIGNOPE\""));
   auto label = topology("label", 1, 1);
   (*label.mutable_resource()->mutable_deployment_topology()->mutable_labels())["team"] = "a b";
   st = plugin_->apply(label);
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("labels[team]: \"a b\""));
-  EXPECT_EQ(api_.countRequests("PATCH"), 0u) << "nothing of a refused topology is applied";
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("labels[team]: \"a b\""));
+  INFO("nothing of a refused topology is applied");
+  CHECK(api_.countRequests("PATCH") == 0u);
 }
 
 }  // namespace

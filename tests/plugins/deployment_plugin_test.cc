@@ -9,12 +9,12 @@
 #include <fstream>
 #include <mutex>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -23,7 +23,6 @@ namespace {
 
 using krane::testing::eventually;
 using krane::testing::runfile;
-using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 std::string get(const std::string& address) {
@@ -55,14 +54,14 @@ cluster::v1::Change topology(const std::string& id, uint32_t replicas, const std
   return c;
 }
 
-class DeploymentPluginTest : public ::testing::Test {
+class DeploymentPluginTest {
  protected:
-  void SetUp() override {
+  DeploymentPluginTest() {
     char pattern[] = "/tmp/krane-dp-XXXXXX";
     dir_ = ::mkdtemp(pattern);
   }
 
-  void TearDown() override {
+  ~DeploymentPluginTest() {
     plugin_.reset();  // instances keep running across a plugin restart: stop them here
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(dir_, ec);
@@ -126,22 +125,22 @@ class DeploymentPluginTest : public ::testing::Test {
   std::vector<plugin::v1::StatusReport> reports_;
 };
 
-TEST_F(DeploymentPluginTest, AppliesReportsRollsAndDeletes) {
-  ASSERT_TRUE(load(config(23000)).ok());
-  EXPECT_THAT(plugin_->resourceTypes(), ::testing::ElementsAre("deployment_topology"));
-  ASSERT_TRUE(plugin_->apply(topology("d1", 3, "v1", 5)).ok());
-  ASSERT_TRUE(eventually([&] { return running("d1", 3); }));
+TEST_CASE_METHOD(DeploymentPluginTest, "applies reports rolls and deletes", "[deployment-plugin]") {
+  REQUIRE_THAT(load(config(23000)), IsOk());
+  CHECK(plugin_->resourceTypes() == std::vector<std::string>{"deployment_topology"});
+  REQUIRE_THAT(plugin_->apply(topology("d1", 3, "v1", 5)), IsOk());
+  REQUIRE(eventually([&] { return running("d1", 3); }));
   auto report = *latest("d1");
-  EXPECT_EQ(report.applied_version(), 5u);
-  EXPECT_EQ(report.region(), "local-1");
+  CHECK(report.applied_version() == 5u);
+  CHECK(report.region() == "local-1");
   for (const auto& i : report.instances().instances()) {
-    EXPECT_THAT(i.address(), ::testing::StartsWith("127.0.0.1:230"));
-    EXPECT_THAT(get(i.address()), HasSubstr("krane-demo-app v1"));
+    CHECK_THAT(i.address(), Catch::StartsWith("127.0.0.1:230"));
+    CHECK_THAT(get(i.address()), Catch::Contains("krane-demo-app v1"));
   }
 
   // A new version rolls; the report ends with three instances of v2.
-  ASSERT_TRUE(plugin_->apply(topology("d1", 3, "v2", 9)).ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(plugin_->apply(topology("d1", 3, "v2", 9)), IsOk());
+  REQUIRE(eventually([&] {
     auto r = latest("d1");
     if (!running("d1", 3)) return false;
     for (const auto& i : r->instances().instances()) {
@@ -149,7 +148,7 @@ TEST_F(DeploymentPluginTest, AppliesReportsRollsAndDeletes) {
     }
     return true;
   }));
-  EXPECT_EQ(latest("d1")->applied_version(), 9u);
+  CHECK(latest("d1")->applied_version() == 9u);
 
   cluster::v1::Change del;
   del.set_op(cluster::v1::CHANGE_OP_DELETE);
@@ -157,9 +156,9 @@ TEST_F(DeploymentPluginTest, AppliesReportsRollsAndDeletes) {
   del.mutable_resource()->set_type("deployment_topology");
   del.mutable_resource()->set_id("d1");
   const auto last = latest("d1")->instances();
-  ASSERT_TRUE(plugin_->remove(del).ok());
-  EXPECT_TRUE(latest("d1")->deleted());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(plugin_->remove(del), IsOk());
+  CHECK(latest("d1")->deleted());
+  REQUIRE(eventually([&] {
     for (const auto& i : last.instances()) {
       if (!get(i.address()).empty()) return false;
     }
@@ -167,92 +166,106 @@ TEST_F(DeploymentPluginTest, AppliesReportsRollsAndDeletes) {
   }));
 }
 
-TEST_F(DeploymentPluginTest, ACrashLoopIsReportedAsAFailedInstanceWithTheReason) {
-  ASSERT_TRUE(load(config(23100)).ok());
+TEST_CASE_METHOD(DeploymentPluginTest,
+                 "a crash loop is reported as a failed instance with the reason",
+                 "[deployment-plugin]") {
+  REQUIRE_THAT(load(config(23100)), IsOk());
   auto change = topology("broken", 1, "v1", 3);
   change.mutable_resource()->mutable_deployment_topology()->add_args("--exit-on-start");
   change.mutable_resource()->mutable_deployment_topology()->add_args("4");
-  ASSERT_TRUE(plugin_->apply(change).ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  REQUIRE(eventually([&] {
     auto r = latest("broken");
     return r && r->has_instances() && r->instances().instances_size() == 1 &&
            r->instances().instances(0).status() == cluster::v1::INSTANCE_STATUS_FAILED;
   }));
   const auto i = latest("broken")->instances().instances(0);
-  EXPECT_THAT(i.failure_reason(), HasSubstr("crash loop: exited with code 4"));
-  EXPECT_THAT(i.failure_reason(), HasSubstr("exiting at start with code 4"));
+  CHECK_THAT(i.failure_reason(), Catch::Contains("crash loop: exited with code 4"));
+  CHECK_THAT(i.failure_reason(), Catch::Contains("exiting at start with code 4"));
 }
 
-TEST_F(DeploymentPluginTest, AfterASyncWhatItDidNotMentionIsRemoved) {
-  ASSERT_TRUE(load(config(23200)).ok());
-  ASSERT_TRUE(plugin_->apply(topology("keep", 1, "v1", 1)).ok());
-  ASSERT_TRUE(plugin_->apply(topology("gone", 1, "v1", 2)).ok());
-  ASSERT_TRUE(eventually([&] { return running("keep", 1) && running("gone", 1); }));
+TEST_CASE_METHOD(DeploymentPluginTest, "after a sync what it did not mention is removed",
+                 "[deployment-plugin]") {
+  REQUIRE_THAT(load(config(23200)), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("keep", 1, "v1", 1)), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("gone", 1, "v1", 2)), IsOk());
+  REQUIRE(eventually([&] { return running("keep", 1) && running("gone", 1); }));
   const std::string gone_address = latest("gone")->instances().instances(0).address();
   plugin::v1::SyncEnd end;
   end.set_snapshot_version(7);
   auto* ids = end.add_resources();
   ids->set_resource_type("deployment_topology");
   ids->add_ids("keep");
-  ASSERT_TRUE(plugin_->syncEnd(end).ok());
-  EXPECT_TRUE(latest("gone")->deleted());
-  ASSERT_TRUE(eventually([&] { return get(gone_address).empty(); }));
-  EXPECT_TRUE(running("keep", 1)) << "what the sync mentioned is untouched";
+  REQUIRE_THAT(plugin_->syncEnd(end), IsOk());
+  CHECK(latest("gone")->deleted());
+  REQUIRE(eventually([&] { return get(gone_address).empty(); }));
+  INFO("what the sync mentioned is untouched");
+  CHECK(running("keep", 1));
 }
 
-TEST_F(DeploymentPluginTest, ARestartedPluginAdoptsItsInstances) {
-  ASSERT_TRUE(load(config(23300)).ok());
-  ASSERT_TRUE(plugin_->apply(topology("d1", 2, "v1", 1)).ok());
-  ASSERT_TRUE(eventually([&] { return running("d1", 2); }));
+TEST_CASE_METHOD(DeploymentPluginTest, "a restarted plugin adopts its instances",
+                 "[deployment-plugin]") {
+  REQUIRE_THAT(load(config(23300)), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("d1", 2, "v1", 1)), IsOk());
+  REQUIRE(eventually([&] { return running("d1", 2); }));
   const auto before = latest("d1")->instances();
   plugin_.reset();  // the host went away; its instances did not
-  for (const auto& i : before.instances()) EXPECT_FALSE(get(i.address()).empty());
-  ASSERT_TRUE(load(config(23300)).ok());
-  ASSERT_TRUE(plugin_->observe().ok());
-  ASSERT_TRUE(eventually([&] { return running("d1", 2); }));
+  for (const auto& i : before.instances()) CHECK_FALSE(get(i.address()).empty());
+  REQUIRE_THAT(load(config(23300)), IsOk());
+  REQUIRE_THAT(plugin_->observe(), IsOk());
+  REQUIRE(eventually([&] { return running("d1", 2); }));
   std::set<std::string> ids;
   const auto after = *latest("d1");
   for (const auto& i : after.instances().instances()) ids.insert(i.id());
-  for (const auto& i : before.instances()) EXPECT_EQ(ids.count(i.id()), 1u) << i.id();
+  for (const auto& i : before.instances()) {
+    INFO(i.id());
+    CHECK(ids.count(i.id()) == 1u);
+  }
 }
 
 // stop_instances_on_shutdown (a local stack that must leave nothing behind): the instances go
 // with the plugin instead of waiting to be adopted.
-TEST_F(DeploymentPluginTest, WithStopOnShutdownTheInstancesStopWithThePlugin) {
+TEST_CASE_METHOD(DeploymentPluginTest, "with stop on shutdown the instances stop with the plugin",
+                 "[deployment-plugin]") {
   auto json = nlohmann::json::parse(config(23450));
   json["process"]["stop_instances_on_shutdown"] = true;
-  ASSERT_TRUE(load(json.dump()).ok());
-  ASSERT_TRUE(plugin_->apply(topology("d1", 2, "v1", 1)).ok());
-  ASSERT_TRUE(eventually([&] { return running("d1", 2); }));
+  REQUIRE_THAT(load(json.dump()), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("d1", 2, "v1", 1)), IsOk());
+  REQUIRE(eventually([&] { return running("d1", 2); }));
   const auto before = latest("d1")->instances();
   plugin_.reset();
-  for (const auto& i : before.instances()) EXPECT_TRUE(get(i.address()).empty()) << i.address();
+  for (const auto& i : before.instances()) {
+    INFO(i.address());
+    CHECK(get(i.address()).empty());
+  }
 }
 
-TEST_F(DeploymentPluginTest, BadConfigurationAndBadTopologiesAreRefusedByName) {
+TEST_CASE_METHOD(DeploymentPluginTest, "bad configuration and bad topologies are refused by name",
+                 "[deployment-plugin]") {
   auto st = load(R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "prots": {}}})");
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("process.prots: unknown key"));
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("process.prots: unknown key"));
   st = load(R"({"runtime": "process", "process": {}})");
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("process.state_dir: required"));
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("process.state_dir: required"));
   st = load(R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "ports": {"from": 0}}})");
-  EXPECT_THAT(std::string(toStd(st.message())),
-              HasSubstr("process.ports.from: must be a whole number between 1 and 65535, got 0"));
+  CHECK_THAT(
+      std::string(toStd(st.message())),
+      Catch::Contains("process.ports.from: must be a whole number between 1 and 65535, got 0"));
   st = load(
       R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "stop_instances_on_shutdown": 1}})");
-  EXPECT_THAT(std::string(toStd(st.message())),
-              HasSubstr("process.stop_instances_on_shutdown: must be true or false"));
+  CHECK_THAT(std::string(toStd(st.message())),
+             Catch::Contains("process.stop_instances_on_shutdown: must be true or false"));
   st = load(R"({"runtime": "nomad"})");
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("runtime: \"nomad\""));
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("runtime: \"nomad\""));
 
-  ASSERT_TRUE(load(config(23400)).ok());
+  REQUIRE_THAT(load(config(23400)), IsOk());
   auto bad = topology("bad", 1, "v1", 1);
   bad.mutable_resource()->mutable_deployment_topology()->set_shutdown_signal("SIGNOPE");
   st = plugin_->apply(bad);
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("shutdown_signal: \"SIGNOPE\""));
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("shutdown_signal: \"SIGNOPE\""));
   auto unknown = topology("unknown", 1, "v1", 2);
   unknown.mutable_resource()->mutable_deployment_topology()->set_image("registry.example/x:1");
   st = plugin_->apply(unknown);
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("image: \"registry.example/x:1\""));
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("image: \"registry.example/x:1\""));
 }
 
 }  // namespace

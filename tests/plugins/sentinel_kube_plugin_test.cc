@@ -8,13 +8,13 @@
 #include <fstream>
 #include <mutex>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/fake_kube_api.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -25,7 +25,6 @@ using krane::testing::eventually;
 using krane::testing::FakeKubeApi;
 using krane::testing::runfile;
 using nlohmann::json;
-using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 constexpr char kNs[] = "sentinel";
@@ -63,9 +62,9 @@ cluster::v1::Change deletion(const std::string& id, uint64_t version) {
   return c;
 }
 
-class SentinelKubePluginTest : public ::testing::Test {
+class SentinelKubePluginTest {
  protected:
-  void SetUp() override {
+  SentinelKubePluginTest() {
     char pattern[] = "/tmp/krane-sk-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     kubeconfig_ = dir_ + "/kubeconfig";
@@ -74,7 +73,7 @@ class SentinelKubePluginTest : public ::testing::Test {
     api_.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", kNs}}}});
   }
 
-  void TearDown() override {
+  ~SentinelKubePluginTest() {
     plugin_.reset();
     std::error_code ec;
     fs::remove_all(dir_, ec);
@@ -148,145 +147,154 @@ class SentinelKubePluginTest : public ::testing::Test {
   std::vector<cluster::v1::ReportSentinelStatusRequest> reports_;
 };
 
-TEST_F(SentinelKubePluginTest, AppliesFiveObjectsAndReportsTheRolloutAsItConverges) {
-  ASSERT_TRUE(load().ok());
-  EXPECT_THAT(plugin_->resourceTypes(), ::testing::ElementsAre("sentinel"));
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 3)).ok());
-  EXPECT_TRUE(hasSentinel("s1"));
-  EXPECT_TRUE(hasGossip("e1"));
+TEST_CASE_METHOD(SentinelKubePluginTest,
+                 "applies five objects and reports the rollout as it converges",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(), IsOk());
+  CHECK(plugin_->resourceTypes() == std::vector<std::string>{"sentinel"});
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 2, 3)), IsOk());
+  CHECK(hasSentinel("s1"));
+  CHECK(hasGossip("e1"));
   const auto d = *object("apps/v1", "Deployment", "sentinel-s1");
-  EXPECT_EQ(d["spec"]["replicas"], 2);
-  EXPECT_EQ(d["spec"]["template"]["spec"]["containers"][0]["image"],
-            "registry.example/sentinel:v1");
-  EXPECT_EQ(api_.objects("apps/v1", "Deployment", kNs).size() +
-                api_.objects("v1", "Service", kNs).size() +
-                api_.objects("policy/v1", "PodDisruptionBudget", kNs).size() +
-                api_.objects("cilium.io/v2", "CiliumNetworkPolicy", kNs).size(),
-            5u);
+  CHECK(d["spec"]["replicas"] == 2);
+  CHECK(d["spec"]["template"]["spec"]["containers"][0]["image"] == "registry.example/sentinel:v1");
+  CHECK((api_.objects("apps/v1", "Deployment", kNs).size() +
+         api_.objects("v1", "Service", kNs).size() +
+         api_.objects("policy/v1", "PodDisruptionBudget", kNs).size() +
+         api_.objects("cilium.io/v2", "CiliumNetworkPolicy", kNs).size()) == 5u);
 
   // Applied, no pod ready: unhealthy, and no image runs yet.
-  ASSERT_TRUE(eventually([&] { return latest("s1").has_value(); }));
+  REQUIRE(eventually([&] { return latest("s1").has_value(); }));
   auto r = *latest("s1");
-  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_UNHEALTHY);
-  EXPECT_EQ(r.running_image(), "");
-  EXPECT_EQ(r.available_replicas(), 0u);
+  CHECK(r.health() == cluster::v1::SENTINEL_HEALTH_UNHEALTHY);
+  CHECK(r.running_image() == "");
+  CHECK(r.available_replicas() == 0u);
 
-  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(api_.makePodsReady(kNs, "sentinel-s1"), IsOk());
+  REQUIRE(eventually([&] {
     auto x = latest("s1");
     return x && x->running_image() == "registry.example/sentinel:v1";
   }));
   r = *latest("s1");
-  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_HEALTHY);
-  EXPECT_EQ(r.available_replicas(), 2u);
-  EXPECT_EQ(r.updated_replicas(), 2u);
-  EXPECT_EQ(r.ready_replicas(), 2u);
-  EXPECT_EQ(r.observed_generation(), 1);
-  EXPECT_EQ(r.applied_version(), 3u);
-  EXPECT_EQ(r.region(), "eu-west-1");
+  CHECK(r.health() == cluster::v1::SENTINEL_HEALTH_HEALTHY);
+  CHECK(r.available_replicas() == 2u);
+  CHECK(r.updated_replicas() == 2u);
+  CHECK(r.ready_replicas() == 2u);
+  CHECK(r.observed_generation() == 1);
+  CHECK(r.applied_version() == 3u);
+  CHECK(r.region() == "eu-west-1");
 
   // A new image: until the controller rolled it out, the old image is what runs.
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v2", 2, 4)).ok());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v2", 2, 4)), IsOk());
   const int64_t generation =
       (*object("apps/v1", "Deployment", "sentinel-s1"))["metadata"]["generation"];
-  EXPECT_EQ(generation, 2);
-  ASSERT_TRUE(eventually([&] { return latest("s1")->applied_version() == 4u; }));
-  EXPECT_EQ(latest("s1")->running_image(), "registry.example/sentinel:v1");
-  EXPECT_EQ(latest("s1")->observed_generation(), 1);
-  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(eventually([&] {
+  CHECK(generation == 2);
+  REQUIRE(eventually([&] { return latest("s1")->applied_version() == 4u; }));
+  CHECK(latest("s1")->running_image() == "registry.example/sentinel:v1");
+  CHECK(latest("s1")->observed_generation() == 1);
+  REQUIRE_THAT(api_.makePodsReady(kNs, "sentinel-s1"), IsOk());
+  REQUIRE(eventually([&] {
     auto x = latest("s1");
     return x->running_image() == "registry.example/sentinel:v2" && x->observed_generation() == 2;
   }));
   for (const auto& report : all("s1")) {
     if (report.running_image() == "registry.example/sentinel:v2") {
-      EXPECT_EQ(report.observed_generation(), 2) << "never before the rollout converged";
+      INFO("never before the rollout converged");
+      CHECK(report.observed_generation() == 2);
     }
   }
 }
 
-TEST_F(SentinelKubePluginTest, StandbyIsPausedAtZeroReplicas) {
-  ASSERT_TRUE(load().ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 1)).ok());
-  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(
+TEST_CASE_METHOD(SentinelKubePluginTest, "standby is paused at zero replicas",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 2, 1)), IsOk());
+  REQUIRE_THAT(api_.makePodsReady(kNs, "sentinel-s1"), IsOk());
+  REQUIRE(
       eventually([&] { return latest("s1")->health() == cluster::v1::SENTINEL_HEALTH_HEALTHY; }));
-  ASSERT_TRUE(plugin_
-                  ->apply(sentinelChange("s1", "v1", 2, 2, "e1",
-                                         cluster::v1::SENTINEL_DESIRED_STATE_STANDBY))
-                  .ok());
-  EXPECT_EQ((*object("apps/v1", "Deployment", "sentinel-s1"))["spec"]["replicas"], 0);
-  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 2, 2, "e1",
+                                             cluster::v1::SENTINEL_DESIRED_STATE_STANDBY)),
+               IsOk());
+  CHECK((*object("apps/v1", "Deployment", "sentinel-s1"))["spec"]["replicas"] == 0);
+  REQUIRE_THAT(api_.makePodsReady(kNs, "sentinel-s1"), IsOk());
+  REQUIRE(eventually([&] {
     auto r = latest("s1");
     return r->health() == cluster::v1::SENTINEL_HEALTH_PAUSED && r->available_replicas() == 0;
   }));
-  EXPECT_TRUE(hasSentinel("s1")) << "standby keeps the objects";
+  INFO("standby keeps the objects");
+  CHECK(hasSentinel("s1"));
 }
 
-TEST_F(SentinelKubePluginTest, CrashLoopsAndImagePullFailuresAreUnhealthyAndKeepTheOldImage) {
-  ASSERT_TRUE(load().ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 1)).ok());
-  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(
+TEST_CASE_METHOD(SentinelKubePluginTest,
+                 "crash loops and image pull failures are unhealthy and keep the old image",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 1, 1)), IsOk());
+  REQUIRE_THAT(api_.makePodsReady(kNs, "sentinel-s1"), IsOk());
+  REQUIRE(
       eventually([&] { return latest("s1")->running_image() == "registry.example/sentinel:v1"; }));
 
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v2", 1, 2)).ok());
-  ASSERT_TRUE(api_.makePodsCrashLoop(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v2", 1, 2)), IsOk());
+  REQUIRE_THAT(api_.makePodsCrashLoop(kNs, "sentinel-s1"), IsOk());
+  REQUIRE(
       eventually([&] { return latest("s1")->health() == cluster::v1::SENTINEL_HEALTH_UNHEALTHY; }));
   auto r = *latest("s1");
-  EXPECT_EQ(r.available_replicas(), 0u);
-  EXPECT_EQ(r.running_image(), "registry.example/sentinel:v1") << "v2 never converged";
+  CHECK(r.available_replicas() == 0u);
+  INFO("v2 never converged");
+  CHECK(r.running_image() == "registry.example/sentinel:v1");
 
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v3", 1, 3)).ok());
-  ASSERT_TRUE(api_.makePodsFailImagePull(kNs, "sentinel-s1").ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v3", 1, 3)), IsOk());
+  REQUIRE_THAT(api_.makePodsFailImagePull(kNs, "sentinel-s1"), IsOk());
+  REQUIRE(eventually([&] {
     auto x = latest("s1");
     return x->applied_version() == 3u && x->observed_generation() == 3 &&
            x->health() == cluster::v1::SENTINEL_HEALTH_UNHEALTHY;
   }));
-  EXPECT_EQ(latest("s1")->running_image(), "registry.example/sentinel:v1");
+  CHECK(latest("s1")->running_image() == "registry.example/sentinel:v1");
 }
 
-TEST_F(SentinelKubePluginTest, TheGossipObjectsGoWithTheLastSentinelOfTheEnvironment) {
-  ASSERT_TRUE(load().ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 1)).ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s2", "v1", 1, 2)).ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s3", "v1", 1, 3, "e2")).ok());
-  ASSERT_TRUE(plugin_->remove(deletion("s1", 4)).ok());
-  EXPECT_TRUE(noSentinel("s1"));
-  EXPECT_TRUE(hasSentinel("s2"));
-  EXPECT_TRUE(hasGossip("e1")) << "s2 still gossips in e1";
+TEST_CASE_METHOD(SentinelKubePluginTest,
+                 "the gossip objects go with the last sentinel of the environment",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 1, 1)), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s2", "v1", 1, 2)), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s3", "v1", 1, 3, "e2")), IsOk());
+  REQUIRE_THAT(plugin_->remove(deletion("s1", 4)), IsOk());
+  CHECK(noSentinel("s1"));
+  CHECK(hasSentinel("s2"));
+  INFO("s2 still gossips in e1");
+  CHECK(hasGossip("e1"));
   auto r = *latest("s1");
-  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
-  EXPECT_EQ(r.applied_version(), 4u);
-  EXPECT_EQ(r.region(), "eu-west-1");
+  CHECK(r.health() == cluster::v1::SENTINEL_HEALTH_PAUSED);
+  CHECK(r.applied_version() == 4u);
+  CHECK(r.region() == "eu-west-1");
 
   // Archived is removed, as deleted; e1's last sentinel takes the gossip objects with it.
-  ASSERT_TRUE(plugin_
-                  ->apply(sentinelChange("s2", "v1", 1, 5, "e1",
-                                         cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED))
-                  .ok());
-  EXPECT_TRUE(noSentinel("s2"));
-  EXPECT_TRUE(noGossip("e1"));
-  EXPECT_TRUE(hasGossip("e2"));
-  EXPECT_EQ(latest("s2")->health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s2", "v1", 1, 5, "e1",
+                                             cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED)),
+               IsOk());
+  CHECK(noSentinel("s2"));
+  CHECK(noGossip("e1"));
+  CHECK(hasGossip("e2"));
+  CHECK(latest("s2")->health() == cluster::v1::SENTINEL_HEALTH_PAUSED);
 
   // After a restart (nothing remembered) a delete still finds the environment.
-  ASSERT_TRUE(load().ok());
-  ASSERT_TRUE(plugin_->remove(deletion("s3", 6)).ok());
-  EXPECT_TRUE(noSentinel("s3"));
-  EXPECT_TRUE(noGossip("e2"));
+  REQUIRE_THAT(load(), IsOk());
+  REQUIRE_THAT(plugin_->remove(deletion("s3", 6)), IsOk());
+  CHECK(noSentinel("s3"));
+  CHECK(noGossip("e2"));
   // And deleting what is gone is fine.
-  EXPECT_TRUE(plugin_->remove(deletion("s3", 7)).ok());
+  CHECK_THAT(plugin_->remove(deletion("s3", 7)), IsOk());
 }
 
-TEST_F(SentinelKubePluginTest, AfterASyncUnlistedSentinelsAndEmptyEnvironmentsAreDeleted) {
-  ASSERT_TRUE(load().ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("keep", "v1", 1, 1)).ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("gone", "v1", 1, 2)).ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("other", "v1", 1, 3, "e2")).ok());
+TEST_CASE_METHOD(SentinelKubePluginTest,
+                 "after a sync unlisted sentinels and empty environments are deleted",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("keep", "v1", 1, 1)), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("gone", "v1", 1, 2)), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("other", "v1", 1, 3, "e2")), IsOk());
   // Not the plugin's: a deployment's Service that happens to live here.
   api_.put({{"apiVersion", "v1"},
             {"kind", "Service"},
@@ -304,58 +312,60 @@ TEST_F(SentinelKubePluginTest, AfterASyncUnlistedSentinelsAndEmptyEnvironmentsAr
   auto* ids = end.add_resources();
   ids->set_resource_type("sentinel");
   ids->add_ids("keep");
-  ASSERT_TRUE(plugin_->syncEnd(end).ok());
-  EXPECT_TRUE(hasSentinel("keep"));
-  EXPECT_TRUE(hasGossip("e1"));
-  EXPECT_TRUE(noSentinel("gone"));
-  EXPECT_TRUE(noSentinel("other"));
-  EXPECT_TRUE(noGossip("e2"));
-  EXPECT_TRUE(object("v1", "Service", "foreign"));
-  EXPECT_EQ(latest("gone")->health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
-  EXPECT_EQ(latest("gone")->applied_version(), 11u);
-  EXPECT_EQ(latest("other")->applied_version(), 11u);
+  REQUIRE_THAT(plugin_->syncEnd(end), IsOk());
+  CHECK(hasSentinel("keep"));
+  CHECK(hasGossip("e1"));
+  CHECK(noSentinel("gone"));
+  CHECK(noSentinel("other"));
+  CHECK(noGossip("e2"));
+  CHECK(object("v1", "Service", "foreign"));
+  CHECK(latest("gone")->health() == cluster::v1::SENTINEL_HEALTH_PAUSED);
+  CHECK(latest("gone")->applied_version() == 11u);
+  CHECK(latest("other")->applied_version() == 11u);
 }
 
-TEST_F(SentinelKubePluginTest, ANewPluginInstanceReportsTheDeploymentsItFinds) {
-  ASSERT_TRUE(load().ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 1)).ok());
-  ASSERT_TRUE(api_.makePodsReady(kNs, "sentinel-s1").ok());
+TEST_CASE_METHOD(SentinelKubePluginTest, "a new plugin instance reports the deployments it finds",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 2, 1)), IsOk());
+  REQUIRE_THAT(api_.makePodsReady(kNs, "sentinel-s1"), IsOk());
   {
     std::lock_guard lock(mutex_);
     reports_.clear();
   }
-  ASSERT_TRUE(load().ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(load(), IsOk());
+  REQUIRE(eventually([&] {
     auto r = latest("s1");
     return r && r->health() == cluster::v1::SENTINEL_HEALTH_HEALTHY &&
            r->running_image() == "registry.example/sentinel:v1" && r->available_replicas() == 2;
   }));
 }
 
-TEST_F(SentinelKubePluginTest, ErrorsNameTheField) {
-  EXPECT_THAT(std::string(toStd(load(R"({"runtime": "kubernetes", "kubernetes": {
-      "in_cluster": true, "kubeconfig": "/k"}})")
-                                    .message())),
-              HasSubstr("sentinel plugin config: kubernetes: set exactly one of"));
-  EXPECT_THAT(
-      std::string(
-          toStd(load(json{{"runtime", "kubernetes"},
-                          {"kubernetes", {{"kubeconfig", kubeconfig_}, {"namespace_prefix", "x"}}}}
-                         .dump())
-                    .message())),
-      HasSubstr("kubernetes.namespace_prefix: unknown key"));
-  ASSERT_TRUE(load().ok());
+TEST_CASE_METHOD(SentinelKubePluginTest, "errors name the field", "[sentinel-kube-plugin]") {
+  CHECK_THAT(std::string(toStd(load(R"({"runtime": "kubernetes", "kubernetes": {
+        "in_cluster": true, "kubeconfig": "/k"}})")
+                                   .message())),
+             Catch::Contains("sentinel plugin config: kubernetes: set exactly one of"));
+  CHECK_THAT(std::string(toStd(
+                 load(json{{"runtime", "kubernetes"},
+                           {"kubernetes", {{"kubeconfig", kubeconfig_}, {"namespace_prefix", "x"}}}}
+                          .dump())
+                     .message())),
+             Catch::Contains("kubernetes.namespace_prefix: unknown key"));
+  REQUIRE_THAT(load(), IsOk());
   auto bad = sentinelChange("s1", "v1", 1, 1);
   bad.mutable_resource()->mutable_sentinel()->clear_image();
   auto st = plugin_->apply(bad);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("sentinel s1: sentinel.image: required"));
-  EXPECT_TRUE(noSentinel("s1"));
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(toStd(st.message())),
+             Catch::Contains("sentinel s1: sentinel.image: required"));
+  CHECK(noSentinel("s1"));
   // The API server refusing an object is final, with its message.
   api_.failNext(1, 422, -1, "PATCH");
   st = plugin_->apply(sentinelChange("s1", "v1", 1, 1));
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("sentinel s1: environment e1: Service"));
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(toStd(st.message())),
+             Catch::Contains("sentinel s1: environment e1: Service"));
 }
 
 }  // namespace

@@ -7,12 +7,12 @@
 #include <fstream>
 #include <mutex>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -46,9 +46,9 @@ cluster::v1::Change sentinelChange(
   return c;
 }
 
-class SentinelPluginTest : public ::testing::Test {
+class SentinelPluginTest {
  protected:
-  void SetUp() override {
+  SentinelPluginTest() {
     char pattern[] = "/tmp/krane-sp-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     agent::HostCallbacks callbacks;
@@ -66,11 +66,11 @@ class SentinelPluginTest : public ::testing::Test {
              {runfile("tests/support/demo_app/krane-demo-app"), "--version",
               "{tag}"}}}}}}}.dump();
     auto loaded = agent::loadPlugin(runfile("plugins/sentinel/libsentinel.so"), config, callbacks);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    REQUIRE_THAT(loaded, IsOk());
     plugin_ = *std::move(loaded);
   }
 
-  void TearDown() override {
+  ~SentinelPluginTest() {
     plugin_.reset();
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(dir_, ec);
@@ -106,22 +106,23 @@ class SentinelPluginTest : public ::testing::Test {
   std::vector<cluster::v1::ReportSentinelStatusRequest> reports_;
 };
 
-TEST_F(SentinelPluginTest, ReportsTheRunningImageOnlyOnceARolloutConverged) {
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 2, 1)).ok());
-  ASSERT_TRUE(eventually([&] {
+TEST_CASE_METHOD(SentinelPluginTest, "reports the running image only once a rollout converged",
+                 "[sentinel-plugin]") {
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 2, 1)), IsOk());
+  REQUIRE(eventually([&] {
     auto r = latest("s1");
     return r && r->ready_replicas() == 2 && r->running_image() == "krane.dev/sentinel:v1";
   }));
   auto r = *latest("s1");
-  EXPECT_EQ(r.health(), cluster::v1::SENTINEL_HEALTH_HEALTHY);
-  EXPECT_EQ(r.available_replicas(), 2u);
-  EXPECT_EQ(r.updated_replicas(), 2u);
-  EXPECT_EQ(r.observed_generation(), 1);
-  EXPECT_EQ(r.region(), "local-1");
+  CHECK(r.health() == cluster::v1::SENTINEL_HEALTH_HEALTHY);
+  CHECK(r.available_replicas() == 2u);
+  CHECK(r.updated_replicas() == 2u);
+  CHECK(r.observed_generation() == 1);
+  CHECK(r.region() == "local-1");
   const size_t before = all("s1").size();
 
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v2", 2, 2)).ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v2", 2, 2)), IsOk());
+  REQUIRE(eventually([&] {
     auto r = latest("s1");
     return r && r->running_image() == "krane.dev/sentinel:v2" && r->updated_replicas() == 2;
   }));
@@ -129,41 +130,44 @@ TEST_F(SentinelPluginTest, ReportsTheRunningImageOnlyOnceARolloutConverged) {
   const auto reports = all("s1");
   bool saw_progress = false;
   for (size_t i = before; i < reports.size(); ++i) {
-    EXPECT_EQ(reports[i].observed_generation(), 2);
+    CHECK(reports[i].observed_generation() == 2);
     if (reports[i].running_image() == "krane.dev/sentinel:v1") saw_progress = true;
     if (reports[i].updated_replicas() < 2) {
-      EXPECT_EQ(reports[i].running_image(), "krane.dev/sentinel:v1") << "not converged yet";
+      INFO("not converged yet");
+      CHECK(reports[i].running_image() == "krane.dev/sentinel:v1");
     }
   }
-  EXPECT_TRUE(saw_progress);
+  CHECK(saw_progress);
 }
 
-TEST_F(SentinelPluginTest, StandbyPausesArchiveRemovesAndGarbageCollectionCleansUp) {
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s1", "v1", 1, 1)).ok());
-  ASSERT_TRUE(plugin_->apply(sentinelChange("s2", "v1", 1, 2)).ok());
-  ASSERT_TRUE(eventually([&] {
+TEST_CASE_METHOD(SentinelPluginTest,
+                 "standby pauses archive removes and garbage collection cleans up",
+                 "[sentinel-plugin]") {
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 1, 1)), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s2", "v1", 1, 2)), IsOk());
+  REQUIRE(eventually([&] {
     auto a = latest("s1");
     auto b = latest("s2");
     return a && b && a->ready_replicas() == 1 && b->ready_replicas() == 1;
   }));
-  ASSERT_TRUE(
-      plugin_->apply(sentinelChange("s1", "v1", 1, 3, cluster::v1::SENTINEL_DESIRED_STATE_STANDBY))
-          .ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(
+      plugin_->apply(sentinelChange("s1", "v1", 1, 3, cluster::v1::SENTINEL_DESIRED_STATE_STANDBY)),
+      IsOk());
+  REQUIRE(eventually([&] {
     auto r = latest("s1");
     return r->health() == cluster::v1::SENTINEL_HEALTH_PAUSED && r->ready_replicas() == 0;
   }));
-  ASSERT_TRUE(
-      plugin_->apply(sentinelChange("s1", "v1", 1, 4, cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED))
-          .ok());
-  EXPECT_EQ(latest("s1")->applied_version(), 4u);
+  REQUIRE_THAT(plugin_->apply(
+                   sentinelChange("s1", "v1", 1, 4, cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED)),
+               IsOk());
+  CHECK(latest("s1")->applied_version() == 4u);
   // A sync that no longer mentions s2 removes it.
   plugin::v1::SyncEnd end;
   end.set_snapshot_version(10);
   end.add_resources()->set_resource_type("sentinel");
-  ASSERT_TRUE(plugin_->syncEnd(end).ok());
-  EXPECT_EQ(latest("s2")->health(), cluster::v1::SENTINEL_HEALTH_PAUSED);
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(plugin_->syncEnd(end), IsOk());
+  CHECK(latest("s2")->health() == cluster::v1::SENTINEL_HEALTH_PAUSED);
+  REQUIRE(eventually([&] {
     std::error_code ec;
     for (auto it = fs::recursive_directory_iterator(dir_, ec);
          it != fs::recursive_directory_iterator(); it.increment(ec)) {
@@ -173,12 +177,13 @@ TEST_F(SentinelPluginTest, StandbyPausesArchiveRemovesAndGarbageCollectionCleans
   }));
 }
 
-TEST_F(SentinelPluginTest, ABadSentinelIsRefusedNamingTheField) {
+TEST_CASE_METHOD(SentinelPluginTest, "a bad sentinel is refused naming the field",
+                 "[sentinel-plugin]") {
   auto bad = sentinelChange("s1", "v1", 1, 1);
   bad.mutable_resource()->mutable_sentinel()->clear_workspace_id();
   auto st = plugin_->apply(bad);
-  EXPECT_THAT(std::string(toStd(st.message())),
-              ::testing::HasSubstr("sentinel s1: sentinel.workspace_id: required"));
+  CHECK_THAT(std::string(toStd(st.message())),
+             Catch::Contains("sentinel s1: sentinel.workspace_id: required"));
 }
 
 }  // namespace

@@ -27,12 +27,12 @@
 #include <utility>
 #include <vector>
 
+#include <catch2/catch.hpp>
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/message.h>
 #include <google/protobuf/util/json_util.h>
 #include <google/protobuf/util/message_differencer.h>
-#include <gtest/gtest.h>
 
 #include "krane/api/v1/agents.pb.h"
 #include "krane/api/v1/resources.pb.h"
@@ -40,6 +40,7 @@
 #include "krane/cluster/v1/cluster.pb.h"
 #include "krane/cluster/v1/state.pb.h"
 #include "krane/plugin/v1/plugin.pb.h"
+#include "tests/support/matchers.h"
 
 namespace krane {
 namespace {
@@ -91,8 +92,8 @@ class Filler {
   explicit Filler(Choices choices = {}) : choices_(std::move(choices)) {}
 
   void Fill(pb::Message& message, int depth = 0) {
-    ASSERT_LT(depth, 10) << "messages nest too deep (recursive type?) at "
-                         << message.GetDescriptor()->full_name();
+    INFO("messages nest too deep (recursive type?) at " << message.GetDescriptor()->full_name());
+    REQUIRE(depth < 10);
     const pb::Descriptor* d = message.GetDescriptor();
     for (int i = 0; i < d->field_count(); ++i) {
       const pb::FieldDescriptor* field = d->field(i);
@@ -173,37 +174,37 @@ int SettableFieldCount(const pb::Descriptor* d) {
 }
 
 void ExpectRoundTrips(const pb::Message& original) {
-  SCOPED_TRACE(original.GetDescriptor()->full_name());
+  INFO(original.GetDescriptor()->full_name());
 
   std::string wire;
-  ASSERT_TRUE(original.SerializeToString(&wire));
+  REQUIRE(original.SerializeToString(&wire));
   std::unique_ptr<pb::Message> parsed(original.New());
-  ASSERT_TRUE(parsed->ParseFromString(wire));
-  EXPECT_TRUE(pb::util::MessageDifferencer::Equals(original, *parsed))
-      << "binary round trip changed the message:\n"
-      << original.DebugString() << "---\n"
-      << parsed->DebugString();
+  REQUIRE(parsed->ParseFromString(wire));
+  INFO("binary round trip changed the message:\n"
+       << original.DebugString() << "---\n"
+       << parsed->DebugString());
+  CHECK(pb::util::MessageDifferencer::Equals(original, *parsed));
 
   std::string json;
-  ASSERT_TRUE(pb::util::MessageToJsonString(original, &json).ok());
+  REQUIRE_THAT(pb::util::MessageToJsonString(original, &json), IsOk());
   std::unique_ptr<pb::Message> from_json(original.New());
   const auto status = pb::util::JsonStringToMessage(json, from_json.get());
-  ASSERT_TRUE(status.ok()) << status.ToString() << "\n" << json;
-  EXPECT_TRUE(pb::util::MessageDifferencer::Equals(original, *from_json))
-      << "JSON round trip changed the message:\n"
-      << json;
+  INFO(status.ToString() << "\n" << json);
+  REQUIRE_THAT(status, IsOk());
+  INFO("JSON round trip changed the message:\n" << json);
+  CHECK(pb::util::MessageDifferencer::Equals(original, *from_json));
 }
 
 constexpr char kGenericType[] = "example.krane.dev/Bucket";
 
-TEST(RoundTrip, ResourceOfEveryKind) {
+TEST_CASE("resource of every kind", "[round-trip]") {
   const pb::OneofDescriptor* kind = cluster::v1::Resource::descriptor()->FindOneofByName("kind");
-  ASSERT_NE(kind, nullptr);
-  ASSERT_EQ(kind->field_count(), 4);
+  REQUIRE(kind != nullptr);
+  REQUIRE(kind->field_count() == 4);
 
   for (int i = 0; i < kind->field_count(); ++i) {
     const pb::FieldDescriptor* member = kind->field(i);
-    SCOPED_TRACE(member->name());
+    INFO(member->name());
 
     cluster::v1::Resource resource;
     Filler({{kind, member}}).Fill(resource);
@@ -215,42 +216,46 @@ TEST(RoundTrip, ResourceOfEveryKind) {
     } else {
       resource.set_type(member->name());
     }
-    ASSERT_EQ(resource.kind_case(), member->number());
+    REQUIRE(resource.kind_case() == member->number());
 
     const pb::Message& payload = resource.GetReflection()->GetMessage(resource, member);
     std::vector<const pb::FieldDescriptor*> set;
     payload.GetReflection()->ListFields(payload, &set);
-    EXPECT_EQ(static_cast<int>(set.size()), SettableFieldCount(payload.GetDescriptor()))
-        << "not every field of " << payload.GetDescriptor()->full_name() << " is set";
+    INFO("not every field of " << payload.GetDescriptor()->full_name() << " is set");
+    CHECK(static_cast<int>(set.size()) == SettableFieldCount(payload.GetDescriptor()));
 
     ExpectRoundTrips(resource);
 
     std::string wire;
-    ASSERT_TRUE(resource.SerializeToString(&wire));
+    REQUIRE(resource.SerializeToString(&wire));
     cluster::v1::Resource parsed;
-    ASSERT_TRUE(parsed.ParseFromString(wire));
-    EXPECT_EQ(parsed.kind_case(), member->number());
-    EXPECT_EQ(parsed.type(), resource.type());
+    REQUIRE(parsed.ParseFromString(wire));
+    CHECK(parsed.kind_case() == member->number());
+    CHECK(parsed.type() == resource.type());
   }
 }
 
-TEST(RoundTrip, WellKnownTypeNamesMatchTheKindMembers) {
+TEST_CASE("well known type names match the kind members", "[round-trip]") {
   const pb::Descriptor* d = cluster::v1::Resource::descriptor();
   for (const char* type : {"deployment_topology", "sentinel", "cilium_network_policy"}) {
     const pb::FieldDescriptor* member = d->FindFieldByName(type);
-    ASSERT_NE(member, nullptr) << type;
-    ASSERT_NE(member->real_containing_oneof(), nullptr) << type;
-    EXPECT_EQ(member->real_containing_oneof()->name(), "kind") << type;
+    INFO(type);
+    REQUIRE(member != nullptr);
+    INFO(type);
+    REQUIRE(member->real_containing_oneof() != nullptr);
+    INFO(type);
+    CHECK(member->real_containing_oneof()->name() == "kind");
   }
 }
 
 // Every message of every file, once per member of each of its oneofs.
-TEST(RoundTrip, EveryMessageWithEveryOneofMember) {
+TEST_CASE("every message with every oneof member", "[round-trip]") {
   const std::vector<const pb::Descriptor*> messages = KraneMessages();
-  ASSERT_GT(messages.size(), 40u);
+  REQUIRE(messages.size() > 40u);
   for (const pb::Descriptor* d : messages) {
     const pb::Message* prototype = pb::MessageFactory::generated_factory()->GetPrototype(d);
-    ASSERT_NE(prototype, nullptr) << d->full_name();
+    INFO(d->full_name());
+    REQUIRE(prototype != nullptr);
 
     std::vector<Filler::Choices> variants = {{}};
     for (int o = 0; o < d->real_oneof_decl_count(); ++o) {
@@ -265,7 +270,7 @@ TEST(RoundTrip, EveryMessageWithEveryOneofMember) {
   }
 }
 
-TEST(RoundTrip, PluginFrameCarriesAChange) {
+TEST_CASE("plugin frame carries a change", "[round-trip]") {
   plugin::v1::Frame frame;
   plugin::v1::Event& event = *frame.mutable_event();
   event.set_sequence(7);
@@ -281,12 +286,12 @@ TEST(RoundTrip, PluginFrameCarriesAChange) {
   resource.mutable_sentinel()->set_image("sentinel:v2");
 
   std::string wire;
-  ASSERT_TRUE(frame.SerializeToString(&wire));
+  REQUIRE(frame.SerializeToString(&wire));
   plugin::v1::Frame parsed;
-  ASSERT_TRUE(parsed.ParseFromString(wire));
-  ASSERT_EQ(parsed.body_case(), plugin::v1::Frame::kEvent);
-  EXPECT_EQ(parsed.event().change().resource().sentinel().image(), "sentinel:v2");
-  EXPECT_EQ(parsed.event().change().version(), 42u);
+  REQUIRE(parsed.ParseFromString(wire));
+  REQUIRE(parsed.body_case() == plugin::v1::Frame::kEvent);
+  CHECK(parsed.event().change().resource().sentinel().image() == "sentinel:v2");
+  CHECK(parsed.event().change().version() == 42u);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -376,8 +381,8 @@ std::vector<Entry> ReadGolden(const std::string& path, bool* found) {
     Entry e;
     std::string extra;
     if (!(fields >> e.scope >> e.name >> e.number >> e.type) || (fields >> extra)) {
-      ADD_FAILURE() << path << ":" << line_number
-                    << ": expected `scope name number type`, got: " << line;
+      FAIL_CHECK(path << ":" << line_number
+                      << ": expected `scope name number type`, got: " << line);
       continue;
     }
     entries.push_back(e);
@@ -466,21 +471,23 @@ void UpdateGolden(const std::vector<Entry>& current) {
   bool found = false;
   const std::vector<Entry> golden = ReadGolden(path, &found);
   const Diff diff = Compare(golden, current);
-  for (const std::string& b : diff.breaks) ADD_FAILURE() << b;
+  for (const std::string& b : diff.breaks) FAIL_CHECK(b);
   if (!diff.breaks.empty()) {
-    ADD_FAILURE() << "not rewriting " << path
-                  << ": existing entries would change (see above). The golden only ever grows.";
+    FAIL_CHECK("not rewriting "
+               << path
+               << ": existing entries would change (see above). The golden only ever grows.");
     return;
   }
   std::ofstream out(path, std::ios::trunc);
   out << Render(current);
   out.close();
-  ASSERT_TRUE(out.good()) << "cannot write " << path;
+  INFO("cannot write " << path);
+  REQUIRE(out.good());
   std::cout << "wrote " << path << ": " << current.size() << " entries, " << diff.additions.size()
             << " new\n";
 }
 
-TEST(FieldNumbers, MatchTheGolden) {
+TEST_CASE("match the golden", "[field-numbers]") {
   const std::vector<Entry> current = CurrentListing();
   if (std::getenv(kUpdateEnv) != nullptr) {
     UpdateGolden(current);
@@ -490,17 +497,19 @@ TEST(FieldNumbers, MatchTheGolden) {
   const std::string path = RunfilesGoldenPath();
   bool found = false;
   const std::vector<Entry> golden = ReadGolden(path, &found);
-  ASSERT_TRUE(found) << "cannot read " << path;
-  ASSERT_FALSE(golden.empty()) << path << " has no entries; create it with: " << kUpdateCommand;
+  INFO("cannot read " << path);
+  REQUIRE(found);
+  INFO(path << " has no entries; create it with: " << kUpdateCommand);
+  REQUIRE_FALSE(golden.empty());
 
   const Diff diff = Compare(golden, current);
-  for (const std::string& b : diff.breaks) ADD_FAILURE() << b;
+  for (const std::string& b : diff.breaks) FAIL_CHECK(b);
   if (!diff.breaks.empty()) {
-    ADD_FAILURE() << "Field numbers and types are part of the wire format that agents, plugins and "
-                     "stored payloads rely "
-                     "on: restore the entries above instead of editing "
-                  << kGoldenPath
-                  << ". Regenerate the golden only after adding fields: " << kUpdateCommand;
+    FAIL_CHECK(
+        "Field numbers and types are part of the wire format that agents, plugins and "
+        "stored payloads rely "
+        "on: restore the entries above instead of editing "
+        << kGoldenPath << ". Regenerate the golden only after adding fields: " << kUpdateCommand);
   }
   if (!diff.additions.empty()) {
     std::cout << diff.additions.size() << " field(s) not yet recorded in " << kGoldenPath
@@ -510,7 +519,7 @@ TEST(FieldNumbers, MatchTheGolden) {
 }
 
 // The guard itself: it must catch a renumbered, retyped, removed or reused field.
-TEST(FieldNumbers, CompareCatchesEveryKindOfChange) {
+TEST_CASE("compare catches every kind of change", "[field-numbers]") {
   const std::vector<Entry> golden = {
       {"krane.test.M", "a", 1, "string"},
       {"krane.test.M", "b", 2, "uint64"},
@@ -525,35 +534,35 @@ TEST(FieldNumbers, CompareCatchesEveryKindOfChange) {
       {"krane.test.M", "f", 6, "bytes"},   // added
   };
   const Diff diff = Compare(golden, current);
-  ASSERT_EQ(diff.breaks.size(), 4u);
-  EXPECT_NE(diff.breaks[0].find("krane.test.M.a: number changed from 1 to 5"), std::string::npos)
-      << diff.breaks[0];
-  EXPECT_NE(diff.breaks[1].find("krane.test.M.b (number 2): type changed from uint64 to int64"),
-            std::string::npos)
-      << diff.breaks[1];
-  EXPECT_NE(diff.breaks[2].find("krane.test.M.c (number 3, bool) is gone"), std::string::npos)
-      << diff.breaks[2];
-  EXPECT_NE(diff.breaks[3].find("now used by `e`"), std::string::npos) << diff.breaks[3];
-  ASSERT_EQ(diff.additions.size(), 2u);
-  EXPECT_EQ(diff.additions[0], "krane.test.M.e");
-  EXPECT_EQ(diff.additions[1], "krane.test.M.f");
+  REQUIRE(diff.breaks.size() == 4u);
+  INFO(diff.breaks[0]);
+  CHECK(diff.breaks[0].find("krane.test.M.a: number changed from 1 to 5") != std::string::npos);
+  INFO(diff.breaks[1]);
+  CHECK(diff.breaks[1].find("krane.test.M.b (number 2): type changed from uint64 to int64") !=
+        std::string::npos);
+  INFO(diff.breaks[2]);
+  CHECK(diff.breaks[2].find("krane.test.M.c (number 3, bool) is gone") != std::string::npos);
+  INFO(diff.breaks[3]);
+  CHECK(diff.breaks[3].find("now used by `e`") != std::string::npos);
+  REQUIRE(diff.additions.size() == 2u);
+  CHECK(diff.additions[0] == "krane.test.M.e");
+  CHECK(diff.additions[1] == "krane.test.M.f");
 
-  EXPECT_TRUE(Compare(golden, golden).breaks.empty());
-  EXPECT_TRUE(Compare(golden, golden).additions.empty());
+  CHECK(Compare(golden, golden).breaks.empty());
+  CHECK(Compare(golden, golden).additions.empty());
 }
 
-TEST(FieldNumbers, TypesNameLabelsAndTargets) {
+TEST_CASE("types name labels and targets", "[field-numbers]") {
   const pb::Descriptor* topology = cluster::v1::DeploymentTopology::descriptor();
-  EXPECT_EQ(TypeOf(topology->FindFieldByName("command")), "repeated:string");
-  EXPECT_EQ(TypeOf(topology->FindFieldByName("labels")), "map<string,string>");
-  EXPECT_EQ(TypeOf(topology->FindFieldByName("healthcheck")),
-            "message:krane.cluster.v1.Healthcheck");
-  EXPECT_EQ(TypeOf(topology->FindFieldByName("desired_status")),
-            "enum:krane.cluster.v1.DesiredStatus");
-  EXPECT_EQ(TypeOf(cluster::v1::Resource::descriptor()->FindFieldByName("sentinel")),
-            "oneof(kind):message:krane.cluster.v1.Sentinel");
-  EXPECT_EQ(TypeOf(cluster::v1::Instance::descriptor()->FindFieldByName("cpu_millicores")),
-            "optional:uint32");
+  CHECK(TypeOf(topology->FindFieldByName("command")) == "repeated:string");
+  CHECK(TypeOf(topology->FindFieldByName("labels")) == "map<string,string>");
+  CHECK(TypeOf(topology->FindFieldByName("healthcheck")) == "message:krane.cluster.v1.Healthcheck");
+  CHECK(TypeOf(topology->FindFieldByName("desired_status")) ==
+        "enum:krane.cluster.v1.DesiredStatus");
+  CHECK(TypeOf(cluster::v1::Resource::descriptor()->FindFieldByName("sentinel")) ==
+        "oneof(kind):message:krane.cluster.v1.Sentinel");
+  CHECK(TypeOf(cluster::v1::Instance::descriptor()->FindFieldByName("cpu_millicores")) ==
+        "optional:uint32");
 }
 
 }  // namespace

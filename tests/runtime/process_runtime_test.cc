@@ -11,11 +11,11 @@
 #include <fstream>
 #include <set>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -24,7 +24,6 @@ namespace {
 
 using krane::testing::eventually;
 using krane::testing::runfile;
-using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 // Running (a zombie waiting for its parent to reap it counts as gone).
@@ -60,15 +59,15 @@ std::set<int64_t> recordedPids(const std::string& dir) {
   return pids;
 }
 
-class ProcessRuntimeTest : public ::testing::Test {
+class ProcessRuntimeTest {
  protected:
-  void SetUp() override {
+  ProcessRuntimeTest() {
     char pattern[] = "/tmp/krane-rt-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     demo_app_ = runfile("tests/support/demo_app/krane-demo-app");
   }
 
-  void TearDown() override {
+  ~ProcessRuntimeTest() {
     if (runtime_) runtime_->shutdown(/*stop_instances=*/true);
     runtime_.reset();
     std::set<int64_t> leaked;
@@ -78,7 +77,8 @@ class ProcessRuntimeTest : public ::testing::Test {
         ::kill(static_cast<pid_t>(-pid), SIGKILL);
       }
     }
-    EXPECT_TRUE(leaked.empty()) << "processes left behind: " << leaked.size();
+    INFO("processes left behind: " << leaked.size());
+    CHECK(leaked.empty());
     std::error_code ec;
     fs::remove_all(dir_, ec);
   }
@@ -96,7 +96,7 @@ class ProcessRuntimeTest : public ::testing::Test {
 
   void start(ProcessRuntimeOptions o) {
     auto r = ProcessRuntime::start(std::move(o));
-    ASSERT_TRUE(r.ok()) << r.status();
+    REQUIRE_THAT(r, IsOk());
     runtime_ = *std::move(r);
   }
 
@@ -123,91 +123,100 @@ class ProcessRuntimeTest : public ::testing::Test {
   std::unique_ptr<ProcessRuntime> runtime_;
 };
 
-TEST_F(ProcessRuntimeTest, StartsInstancesOnTheirOwnPortsAndTheyBecomeReady) {
+TEST_CASE_METHOD(ProcessRuntimeTest, "starts instances on their own ports and they become ready",
+                 "[process-runtime]") {
   start(options(22000));
   auto spec = demo("web", 3);
   spec.env["GREETING"] = "hello";
-  ASSERT_TRUE(runtime_->apply(spec).ok());
-  ASSERT_TRUE(eventually([&] { return converged("web"); }));
+  REQUIRE_THAT(runtime_->apply(spec), IsOk());
+  REQUIRE(eventually([&] { return converged("web"); }));
   const auto s = *runtime_->status("web");
-  ASSERT_EQ(s.instances.size(), 3u);
+  REQUIRE(s.instances.size() == 3u);
   std::set<int> ports;
   for (const auto& i : s.instances) {
     ports.insert(i.port);
-    EXPECT_EQ(i.phase, InstancePhase::kRunning);
-    EXPECT_TRUE(i.ready);
-    EXPECT_GE(i.port, 22000);
-    EXPECT_LE(i.port, 22099);
-    EXPECT_EQ(i.address, strCat("127.0.0.1:", i.port));
+    CHECK(i.phase == InstancePhase::kRunning);
+    CHECK(i.ready);
+    CHECK(i.port >= 22000);
+    CHECK(i.port <= 22099);
+    CHECK(i.address == strCat("127.0.0.1:", i.port));
     // The app got PORT and its own instance name.
-    EXPECT_EQ(get(i.port), strCat("krane-demo-app v1 instance=", i.name, "\n"));
+    CHECK(get(i.port) == strCat("krane-demo-app v1 instance=", i.name, "\n"));
   }
-  EXPECT_EQ(ports.size(), 3u) << "one port per instance";
-  EXPECT_EQ(s.ready, 3);
-  EXPECT_EQ(s.updated_ready, 3);
-  EXPECT_EQ(runtime_->commandLine(spec).value(),
-            (std::vector<std::string>{demo_app_, "--version", "v1"}));
+  INFO("one port per instance");
+  CHECK(ports.size() == 3u);
+  CHECK(s.ready == 3);
+  CHECK(s.updated_ready == 3);
+  CHECK(runtime_->commandLine(spec).value() ==
+        (std::vector<std::string>{demo_app_, "--version", "v1"}));
 }
 
-TEST_F(ProcessRuntimeTest, ACommandOverridesTheImageAndArgsAreAppended) {
+TEST_CASE_METHOD(ProcessRuntimeTest, "a command overrides the image and args are appended",
+                 "[process-runtime]") {
   start(options(22100));
   auto spec = demo("cmd", 1);
   spec.command = {demo_app_};
   spec.args = {"--version", "from-args"};
-  ASSERT_TRUE(runtime_->apply(spec).ok());
-  ASSERT_TRUE(eventually([&] { return converged("cmd"); }));
-  EXPECT_THAT(get(runtime_->status("cmd")->instances[0].port), HasSubstr("from-args"));
+  REQUIRE_THAT(runtime_->apply(spec), IsOk());
+  REQUIRE(eventually([&] { return converged("cmd"); }));
+  CHECK_THAT(get(runtime_->status("cmd")->instances[0].port), Catch::Contains("from-args"));
 }
 
-TEST_F(ProcessRuntimeTest, ADeadInstanceIsRestarted) {
+TEST_CASE_METHOD(ProcessRuntimeTest, "a dead instance is restarted", "[process-runtime]") {
   start(options(22200));
-  ASSERT_TRUE(runtime_->apply(demo("web", 2)).ok());
-  ASSERT_TRUE(eventually([&] { return converged("web"); }));
+  REQUIRE_THAT(runtime_->apply(demo("web", 2)), IsOk());
+  REQUIRE(eventually([&] { return converged("web"); }));
   const auto before = runtime_->status("web")->instances[0];
   ::kill(static_cast<pid_t>(before.pid), SIGKILL);
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(eventually([&] {
     const auto s = runtime_->status("web");
     return s->converged && s->instances[0].pid != before.pid && s->instances[0].restarts == 1;
   }));
   const auto after = runtime_->status("web")->instances[0];
-  EXPECT_EQ(after.name, before.name);
-  EXPECT_EQ(after.port, before.port) << "a restart keeps the port";
-  EXPECT_THAT(after.reason, ::testing::IsEmpty()) << "cleared once ready again";
-  EXPECT_FALSE(alive(before.pid));
+  CHECK(after.name == before.name);
+  INFO("a restart keeps the port");
+  CHECK(after.port == before.port);
+  INFO("cleared once ready again");
+  CHECK(after.reason.empty());
+  CHECK_FALSE(alive(before.pid));
 }
 
-TEST_F(ProcessRuntimeTest, ACrashLoopIsReportedAsFailedWithTheExitCodeAndTheLastOutput) {
+TEST_CASE_METHOD(ProcessRuntimeTest,
+                 "a crash loop is reported as failed with the exit code and the last output",
+                 "[process-runtime]") {
   start(options(22300));
   auto spec = demo("broken", 1);
   spec.args = {"--exit-on-start", "3"};
-  ASSERT_TRUE(runtime_->apply(spec).ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(runtime_->apply(spec), IsOk());
+  REQUIRE(eventually([&] {
     const auto s = runtime_->status("broken");
     return !s->instances.empty() && s->instances[0].phase == InstancePhase::kFailed;
   }));
   const auto i = runtime_->status("broken")->instances[0];
-  EXPECT_THAT(i.reason, HasSubstr("crash loop: exited with code 3"));
-  EXPECT_GE(i.restarts, 3);
-  EXPECT_THAT(i.last_output, ::testing::Contains(HasSubstr("exiting at start with code 3")));
-  EXPECT_FALSE(runtime_->status("broken")->converged);
+  CHECK_THAT(i.reason, Catch::Contains("crash loop: exited with code 3"));
+  CHECK(i.restarts >= 3);
+  CHECK_THAT(i.last_output, AnyElementContains("exiting at start with code 3"));
+  CHECK_FALSE(runtime_->status("broken")->converged);
 }
 
-TEST_F(ProcessRuntimeTest, AMissingBinaryIsAFailureThatSaysSo) {
+TEST_CASE_METHOD(ProcessRuntimeTest, "a missing binary is a failure that says so",
+                 "[process-runtime]") {
   start(options(22400));
   auto spec = demo("missing", 1);
   spec.command = {"/nonexistent/server"};
-  ASSERT_TRUE(runtime_->apply(spec).ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(runtime_->apply(spec), IsOk());
+  REQUIRE(eventually([&] {
     const auto s = runtime_->status("missing");
     return !s->instances.empty() && s->instances[0].phase == InstancePhase::kFailed;
   }));
   const auto i = runtime_->status("missing")->instances[0];
-  EXPECT_THAT(i.reason, HasSubstr("exited with code 127"));
-  EXPECT_THAT(i.last_output,
-              ::testing::Contains(HasSubstr("cannot run /nonexistent/server: No such file")));
+  CHECK_THAT(i.reason, Catch::Contains("exited with code 127"));
+  CHECK_THAT(i.last_output, AnyElementContains("cannot run /nonexistent/server: No such file"));
 }
 
-TEST_F(ProcessRuntimeTest, ARollingReplacementNeverDropsBelowTheReplicasOrExceedsOneExtra) {
+TEST_CASE_METHOD(ProcessRuntimeTest,
+                 "a rolling replacement never drops below the replicas or exceeds one extra",
+                 "[process-runtime]") {
   auto o = options(22500);
   std::mutex mutex;
   int min_ready = 1000;
@@ -222,8 +231,8 @@ TEST_F(ProcessRuntimeTest, ARollingReplacementNeverDropsBelowTheReplicasOrExceed
     max_live = std::max(max_live, live);
   };
   start(o);
-  ASSERT_TRUE(runtime_->apply(demo("web", 3, "v1")).ok());
-  ASSERT_TRUE(eventually([&] { return converged("web"); }));
+  REQUIRE_THAT(runtime_->apply(demo("web", 3, "v1")), IsOk());
+  REQUIRE(eventually([&] { return converged("web"); }));
   const auto old = *runtime_->status("web");
   {
     std::lock_guard lock(mutex);
@@ -231,130 +240,148 @@ TEST_F(ProcessRuntimeTest, ARollingReplacementNeverDropsBelowTheReplicasOrExceed
   }
   auto v2 = demo("web", 3, "v2");
   v2.readiness.initial_delay = std::chrono::milliseconds(150);  // new instances take a moment
-  ASSERT_TRUE(runtime_->apply(v2).ok());
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE_THAT(runtime_->apply(v2), IsOk());
+  REQUIRE(eventually([&] {
     const auto s = runtime_->status("web");
     return s->converged && s->revision != old.revision && s->instances.size() == 3;
   }));
   for (const auto& i : runtime_->status("web")->instances) {
-    EXPECT_THAT(get(i.port), HasSubstr("krane-demo-app v2"));
+    CHECK_THAT(get(i.port), Catch::Contains("krane-demo-app v2"));
   }
-  for (const auto& i : old.instances) EXPECT_FALSE(alive(i.pid)) << i.name;
+  for (const auto& i : old.instances) {
+    INFO(i.name);
+    CHECK_FALSE(alive(i.pid));
+  }
   {
     std::lock_guard lock(mutex);
     rolling = false;
-    EXPECT_GE(min_ready, 3) << "unavailable 0";
-    EXPECT_LE(max_live, 4u) << "surge 1";
+    INFO("unavailable 0");
+    CHECK(min_ready >= 3);
+    INFO("surge 1");
+    CHECK(max_live <= 4u);
   }
   // The callback uses this test's locals: stop the runtime before they go.
   runtime_->shutdown(/*stop_instances=*/true);
 }
 
-TEST_F(ProcessRuntimeTest, ScalingStartsAndStopsInstancesWithoutARollout) {
+TEST_CASE_METHOD(ProcessRuntimeTest, "scaling starts and stops instances without a rollout",
+                 "[process-runtime]") {
   start(options(22600));
-  ASSERT_TRUE(runtime_->apply(demo("web", 1)).ok());
-  ASSERT_TRUE(eventually([&] { return converged("web"); }));
+  REQUIRE_THAT(runtime_->apply(demo("web", 1)), IsOk());
+  REQUIRE(eventually([&] { return converged("web"); }));
   const int64_t first = runtime_->status("web")->instances[0].pid;
-  ASSERT_TRUE(runtime_->apply(demo("web", 3)).ok());
-  ASSERT_TRUE(eventually([&] { return converged("web") && runtime_->status("web")->ready == 3; }));
-  EXPECT_TRUE(alive(first)) << "scaling up keeps the running instance";
-  ASSERT_TRUE(runtime_->apply(demo("web", 1)).ok());
-  ASSERT_TRUE(eventually(
+  REQUIRE_THAT(runtime_->apply(demo("web", 3)), IsOk());
+  REQUIRE(eventually([&] { return converged("web") && runtime_->status("web")->ready == 3; }));
+  INFO("scaling up keeps the running instance");
+  CHECK(alive(first));
+  REQUIRE_THAT(runtime_->apply(demo("web", 1)), IsOk());
+  REQUIRE(eventually(
       [&] { return converged("web") && runtime_->status("web")->instances.size() == 1; }));
-  EXPECT_EQ(runtime_->status("web")->instances[0].pid, first) << "the newest go first";
+  INFO("the newest go first");
+  CHECK(runtime_->status("web")->instances[0].pid == first);
 }
 
-TEST_F(ProcessRuntimeTest, StopIsGracefulThenForcedAfterTheGracePeriod) {
+TEST_CASE_METHOD(ProcessRuntimeTest, "stop is graceful then forced after the grace period",
+                 "[process-runtime]") {
   start(options(22700));
   WorkloadSpec stubborn;
   stubborn.id = "stubborn";
   stubborn.command = {"/bin/sh", "-c",
                       "trap '' TERM; echo ignoring TERM; while :; do sleep 0.05; done"};
   stubborn.grace = std::chrono::milliseconds(300);
-  ASSERT_TRUE(runtime_->apply(stubborn).ok());
-  ASSERT_TRUE(runtime_->apply(demo("polite", 1)).ok());
-  ASSERT_TRUE(eventually([&] { return converged("stubborn") && converged("polite"); }));
+  REQUIRE_THAT(runtime_->apply(stubborn), IsOk());
+  REQUIRE_THAT(runtime_->apply(demo("polite", 1)), IsOk());
+  REQUIRE(eventually([&] { return converged("stubborn") && converged("polite"); }));
   const int64_t stubborn_pid = runtime_->status("stubborn")->instances[0].pid;
   const auto polite = runtime_->status("polite")->instances[0];
-  ASSERT_TRUE(runtime_->remove("polite").ok());
-  ASSERT_TRUE(runtime_->remove("stubborn").ok());
-  EXPECT_FALSE(runtime_->status("polite").has_value());
-  ASSERT_TRUE(eventually([&] { return !alive(stubborn_pid) && !alive(polite.pid); }));
+  REQUIRE_THAT(runtime_->remove("polite"), IsOk());
+  REQUIRE_THAT(runtime_->remove("stubborn"), IsOk());
+  CHECK_FALSE(runtime_->status("polite").has_value());
+  REQUIRE(eventually([&] { return !alive(stubborn_pid) && !alive(polite.pid); }));
   // Both directories are gone once the processes are.
-  ASSERT_TRUE(eventually([&] { return recordedPids(dir_).empty(); }));
+  REQUIRE(eventually([&] { return recordedPids(dir_).empty(); }));
 }
 
-TEST_F(ProcessRuntimeTest, BadSpecsAreRefusedNamingTheField) {
+TEST_CASE_METHOD(ProcessRuntimeTest, "bad specs are refused naming the field",
+                 "[process-runtime]") {
   start(options(22800));
   auto unknown = demo("x", 1);
   unknown.image = "registry.example/unknown:1";
   auto st = runtime_->apply(unknown);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(toStd(st.message())),
-              HasSubstr("image: \"registry.example/unknown:1\" has no rule"));
-  EXPECT_THAT(std::string(toStd(st.message())), HasSubstr("known: krane.dev/demo-app"));
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(toStd(st.message())),
+             Catch::Contains("image: \"registry.example/unknown:1\" has no rule"));
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("known: krane.dev/demo-app"));
   auto negative = demo("x", -1);
-  EXPECT_THAT(std::string(toStd(runtime_->apply(negative).message())),
-              HasSubstr("replicas: must be between 0 and 1000, got -1"));
+  CHECK_THAT(std::string(toStd(runtime_->apply(negative).message())),
+             Catch::Contains("replicas: must be between 0 and 1000, got -1"));
   auto probe = demo("x", 1);
   probe.readiness.path = "healthz";
-  EXPECT_THAT(std::string(toStd(runtime_->apply(probe).message())),
-              HasSubstr("readiness.path: \"healthz\" must start with /"));
+  CHECK_THAT(std::string(toStd(runtime_->apply(probe).message())),
+             Catch::Contains("readiness.path: \"healthz\" must start with /"));
   auto relative = demo("x", 1);
   relative.command = {"server"};
-  EXPECT_THAT(std::string(toStd(runtime_->apply(relative).message())),
-              HasSubstr("command: \"server\" must be an absolute path"));
-  EXPECT_TRUE(runtime_->workloads().empty()) << "nothing half-applied";
+  CHECK_THAT(std::string(toStd(runtime_->apply(relative).message())),
+             Catch::Contains("command: \"server\" must be an absolute path"));
+  INFO("nothing half-applied");
+  CHECK(runtime_->workloads().empty());
   auto bad_range = options(22800);
   bad_range.port_to = 100;
-  EXPECT_THAT(std::string(toStd(ProcessRuntime::start(bad_range).status().message())),
-              HasSubstr("not a valid port range"));
+  CHECK_THAT(std::string(toStd(ProcessRuntime::start(bad_range).status().message())),
+             Catch::Contains("not a valid port range"));
 }
 
-TEST_F(ProcessRuntimeTest, AfterItsOwnerIsKilledInstancesAreAdoptedOrStoppedNeverLeaked) {
+TEST_CASE_METHOD(ProcessRuntimeTest,
+                 "after its owner is killed instances are adopted or stopped never leaked",
+                 "[process-runtime]") {
   const std::string log = dir_ + "-driver.log";
   std::set<int64_t> pids;
   {
     krane::testing::ChildProcess driver({runfile("tests/runtime/process_driver"), dir_, demo_app_},
                                         log);
-    ASSERT_TRUE(eventually([&] {
+    REQUIRE(eventually([&] {
       std::ifstream in(log);
       std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
       return all.find("converged") != std::string::npos;
     }));
     pids = recordedPids(dir_);
-    ASSERT_EQ(pids.size(), 4u);
+    REQUIRE(pids.size() == 4u);
     driver.signal(SIGKILL);
     driver.wait();
   }
-  for (int64_t pid : pids) EXPECT_TRUE(alive(pid)) << "instances outlive their owner";
+  for (int64_t pid : pids) {
+    INFO("instances outlive their owner");
+    CHECK(alive(pid));
+  }
   // The workload "drop" was deleted while nobody was watching.
   for (const auto& e : fs::directory_iterator(dir_ + "/workloads")) {
     if (e.path().filename().string().rfind("drop-", 0) == 0) fs::remove(e.path());
   }
   start(options(21000));
-  ASSERT_TRUE(eventually([&] { return converged("keep"); }));
+  REQUIRE(eventually([&] { return converged("keep"); }));
   const auto keep = *runtime_->status("keep");
-  ASSERT_EQ(keep.instances.size(), 2u);
+  REQUIRE(keep.instances.size() == 2u);
   for (const auto& i : keep.instances) {
-    EXPECT_TRUE(i.adopted) << i.name;
-    EXPECT_TRUE(pids.count(i.pid)) << "the same process, not a new one";
-    EXPECT_THAT(get(i.port), HasSubstr("krane-demo-app v1"));
+    INFO(i.name);
+    CHECK(i.adopted);
+    INFO("the same process, not a new one");
+    CHECK(pids.count(i.pid));
+    CHECK_THAT(get(i.port), Catch::Contains("krane-demo-app v1"));
   }
-  EXPECT_FALSE(runtime_->status("drop").has_value());
+  CHECK_FALSE(runtime_->status("drop").has_value());
   // Drop's instances are stopped; keep's keep running.
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(eventually([&] {
     int running = 0;
     for (int64_t pid : pids) running += alive(pid) ? 1 : 0;
     return running == 2;
   }));
   // An adopted instance that dies is noticed and replaced.
   ::kill(static_cast<pid_t>(keep.instances[0].pid), SIGKILL);
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(eventually([&] {
     const auto s = runtime_->status("keep");
     return s->converged && s->instances[0].pid != keep.instances[0].pid;
   }));
-  EXPECT_THAT(runtime_->status("keep")->instances[0].reason, ::testing::IsEmpty());
+  CHECK(runtime_->status("keep")->instances[0].reason.empty());
   fs::remove(log);
 }
 
@@ -362,7 +389,8 @@ TEST_F(ProcessRuntimeTest, AfterItsOwnerIsKilledInstancesAreAdoptedOrStoppedNeve
 // but before its record (nothing runs), and after the fork but before the record got the pid (a
 // process runs that no record names). The next owner starts (no crash on the half-written
 // state), cleans both up and leaks nothing.
-TEST_F(ProcessRuntimeTest, AnOwnerKilledMidStartLeavesNothingBehind) {
+TEST_CASE_METHOD(ProcessRuntimeTest, "an owner killed mid start leaves nothing behind",
+                 "[process-runtime]") {
   fs::create_directories(dir_ + "/instances/w/w-abc123-0/work");  // no record
   const std::string name = "w-abc123-1";
   const std::string idir = dir_ + "/instances/w/" + name;
@@ -374,16 +402,18 @@ TEST_F(ProcessRuntimeTest, AnOwnerKilledMidStartLeavesNothingBehind) {
   const std::string script =
       strCat("exec env KRANE_INSTANCE=", name, " PORT=21150 ", demo_app_, " --version v1");
   krane::testing::ChildProcess orphan({"/bin/sh", "-c", script});
-  ASSERT_TRUE(eventually([&] { return !get(21150).empty(); })) << "the orphan serves";
+  INFO("the orphan serves");
+  REQUIRE(eventually([&] { return !get(21150).empty(); }));
 
   start(options(21100));
-  EXPECT_TRUE(eventually([&] { return get(21150).empty(); })) << "the orphan was stopped";
-  EXPECT_EQ(orphan.wait(), -SIGKILL);
-  EXPECT_FALSE(fs::exists(dir_ + "/instances/w/w-abc123-0"));
-  EXPECT_FALSE(fs::exists(idir));
+  INFO("the orphan was stopped");
+  CHECK(eventually([&] { return get(21150).empty(); }));
+  CHECK(orphan.wait() == -SIGKILL);
+  CHECK_FALSE(fs::exists(dir_ + "/instances/w/w-abc123-0"));
+  CHECK_FALSE(fs::exists(idir));
   // And the runtime works.
-  ASSERT_TRUE(runtime_->apply(demo("fresh", 1)).ok());
-  EXPECT_TRUE(eventually([&] { return converged("fresh"); }));
+  REQUIRE_THAT(runtime_->apply(demo("fresh", 1)), IsOk());
+  CHECK(eventually([&] { return converged("fresh"); }));
 }
 
 }  // namespace

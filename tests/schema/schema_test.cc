@@ -8,20 +8,18 @@
 #include <map>
 #include <set>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "tests/schema/generators.h"
 #include "tests/schema/node_validator.h"
 #include "tests/support/k8s_schema.h"
+#include "tests/support/matchers.h"
 
 namespace krane::schema {
 namespace {
 
 using nlohmann::json;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
 bool isCilium(const json& object) {
   return object.value("apiVersion", "").rfind("cilium.io/", 0) == 0;
@@ -34,9 +32,9 @@ std::string tmpDir() {
 
 testing::K8sSchemas crdSchemas() {
   auto dir = testing::K8sSchemas::defaultDir();
-  EXPECT_TRUE(dir.ok()) << dir.status();
+  CHECK_THAT(dir, IsOk());
   auto schemas = testing::K8sSchemas::load(dir.ok() ? *dir : "/nonexistent");
-  EXPECT_TRUE(schemas.ok()) << schemas.status();
+  CHECK_THAT(schemas, IsOk());
   return schemas.ok() ? *std::move(schemas) : testing::K8sSchemas();
 }
 
@@ -46,14 +44,15 @@ std::string joined(const std::vector<std::string>& lines) {
   return out;
 }
 
-TEST(Schema, EveryGeneratedObjectMatchesTheUpstreamSchemas) {
+TEST_CASE("every generated object matches the upstream schemas", "[schema]") {
   std::vector<json> kube;
   std::vector<GeneratedObject> cilium;
   std::map<std::string, int> per_plugin;
   std::set<std::string> kinds;
   for (const auto& generator : generators()) {
     for (auto& generated : generator.render()) {
-      ASSERT_FALSE(generated.object.is_null()) << generated.origin;
+      INFO(generated.origin);
+      REQUIRE_FALSE(generated.object.is_null());
       ++per_plugin[generator.plugin];
       kinds.insert(strCat(generated.object["apiVersion"].get<std::string>(), " ",
                           generated.object["kind"].get<std::string>()));
@@ -65,27 +64,31 @@ TEST(Schema, EveryGeneratedObjectMatchesTheUpstreamSchemas) {
     }
   }
   for (const auto& generator : generators()) {
-    EXPECT_GT(per_plugin[generator.plugin], 0) << generator.plugin << " generated nothing";
+    INFO(generator.plugin << " generated nothing");
+    CHECK(per_plugin[generator.plugin] > 0);
   }
   // What the plugins are known to make; a kind missing here means a generator lost its objects.
   for (const std::string kind :
        {"apps/v1 Deployment", "v1 Service", "policy/v1 PodDisruptionBudget",
         "cilium.io/v2 CiliumNetworkPolicy"}) {
-    EXPECT_TRUE(kinds.count(kind)) << kind;
+    INFO(kind);
+    CHECK(kinds.count(kind));
   }
 
   auto result = validateObjects(kube, tmpDir());
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 0) << result->output;
-  EXPECT_THAT(result->violations, IsEmpty()) << joined(result->violations);
-  EXPECT_THAT(result->output,
-              HasSubstr(strCat("validate: ", kube.size(), " objects, 0 violations")));
+  REQUIRE_THAT(result, IsOk());
+  INFO(result->output);
+  CHECK(result->exit_code == 0);
+  INFO(joined(result->violations));
+  CHECK(result->violations.empty());
+  CHECK_THAT(result->output,
+             Catch::Contains(strCat("validate: ", kube.size(), " objects, 0 violations")));
 
   const auto schemas = crdSchemas();
-  ASSERT_TRUE(schemas.has("cilium.io/v2", "CiliumNetworkPolicy"));
+  REQUIRE(schemas.has("cilium.io/v2", "CiliumNetworkPolicy"));
   for (const auto& generated : cilium) {
-    EXPECT_THAT(schemas.violations(generated.object), IsEmpty()) << generated.origin << "\n"
-                                                                 << generated.object.dump(2);
+    INFO(generated.origin << "\n" << generated.object.dump(2));
+    CHECK(schemas.violations(generated.object).empty());
   }
 }
 
@@ -98,11 +101,11 @@ json sentinelDeployment(const std::string& name) {
       return copy;
     }
   }
-  ADD_FAILURE() << "the sentinel generator made no Deployment";
+  FAIL_CHECK("the sentinel generator made no Deployment");
   return json::object();
 }
 
-TEST(Schema, TheValidatorRejectsBrokenObjectsNamingKindNameAndPath) {
+TEST_CASE("the validator rejects broken objects naming kind name and path", "[schema]") {
   json good = sentinelDeployment("good");
   json wrong_type = sentinelDeployment("wrong-type");
   wrong_type["spec"]["replicas"] = "3";
@@ -120,24 +123,30 @@ TEST(Schema, TheValidatorRejectsBrokenObjectsNamingKindNameAndPath) {
 
   auto result = validateObjects(
       {good, wrong_type, unknown_field, missing, bad_enum, unknown_kind, foreign_group}, tmpDir());
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->exit_code, 1) << result->output;
+  REQUIRE_THAT(result, IsOk());
+  INFO(result->output);
+  CHECK(result->exit_code == 1);
   const std::string out = joined(result->violations);
-  EXPECT_THAT(out, HasSubstr("Deployment sentinel/wrong-type: spec.replicas: must be integer"));
-  EXPECT_THAT(out, HasSubstr("Deployment sentinel/unknown-field: "
+  CHECK_THAT(out,
+             Catch::Contains("Deployment sentinel/wrong-type: spec.replicas: must be integer"));
+  CHECK_THAT(out,
+             Catch::Contains("Deployment sentinel/unknown-field: "
                              "spec.template.spec.containers[0].imagePullPolicyy: unknown field"));
-  EXPECT_THAT(out, HasSubstr("Deployment sentinel/unknown-field: "
-                             "spec.strategy.rollingUpdate.maxSurges: unknown field"));
-  EXPECT_THAT(out, HasSubstr("Deployment sentinel/missing: spec.selector: required"));
-  EXPECT_THAT(out, HasSubstr("Deployment sentinel/bad-enum: "
-                             "spec.template.spec.containers[0].ports[0].protocol:"));
-  EXPECT_THAT(out, HasSubstr("Deploymint k: apps/v1 Deploymint: no such kind"));
-  EXPECT_THAT(out, HasSubstr("Widget w: example.com/v1 Widget: not a kind this validator knows"));
-  EXPECT_THAT(out, ::testing::Not(HasSubstr("sentinel/good"))) << "the valid one passes";
-  EXPECT_EQ(result->violations.size(), 7u) << out;
+  CHECK_THAT(out, Catch::Contains("Deployment sentinel/unknown-field: "
+                                  "spec.strategy.rollingUpdate.maxSurges: unknown field"));
+  CHECK_THAT(out, Catch::Contains("Deployment sentinel/missing: spec.selector: required"));
+  CHECK_THAT(out, Catch::Contains("Deployment sentinel/bad-enum: "
+                                  "spec.template.spec.containers[0].ports[0].protocol:"));
+  CHECK_THAT(out, Catch::Contains("Deploymint k: apps/v1 Deploymint: no such kind"));
+  CHECK_THAT(out,
+             Catch::Contains("Widget w: example.com/v1 Widget: not a kind this validator knows"));
+  INFO("the valid one passes");
+  CHECK_THAT(out, !Catch::Contains("sentinel/good"));
+  INFO(out);
+  CHECK(result->violations.size() == 7u);
 }
 
-TEST(Schema, TheCiliumSchemaRejectsABrokenPolicy) {
+TEST_CASE("the cilium schema rejects a broken policy", "[schema]") {
   const auto schemas = crdSchemas();
   json policy;
   for (const auto& generated : ciliumObjects()) {
@@ -146,13 +155,13 @@ TEST(Schema, TheCiliumSchemaRejectsABrokenPolicy) {
       break;
     }
   }
-  ASSERT_FALSE(policy.is_null());
-  EXPECT_THAT(schemas.violations(policy), IsEmpty());
+  REQUIRE_FALSE(policy.is_null());
+  CHECK(schemas.violations(policy).empty());
   policy["spec"]["ingress"][0]["toPorts"][0]["ports"][0]["protocol"] = "HTTP";
   policy["spec"]["ingress"][0]["fromEndpointz"] = json::array();
   const std::string out = joined(schemas.violations(policy));
-  EXPECT_THAT(out, HasSubstr("spec.ingress[0].toPorts[0].ports[0].protocol"));
-  EXPECT_THAT(out, HasSubstr("spec.ingress[0].fromEndpointz"));
+  CHECK_THAT(out, Catch::Contains("spec.ingress[0].toPorts[0].ports[0].protocol"));
+  CHECK_THAT(out, Catch::Contains("spec.ingress[0].fromEndpointz"));
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #include "tests/support/control_plane.h"
 
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "controlplane/api/auth.h"

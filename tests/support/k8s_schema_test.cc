@@ -3,16 +3,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
+
+#include "tests/support/matchers.h"
 
 namespace krane::testing {
 namespace {
 
 using Json = nlohmann::json;
-using ::testing::Contains;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
 Json gossipPolicy() {
   return {
@@ -31,67 +29,74 @@ Json gossipPolicy() {
                                              {{"port", "7946"}, {"protocol", "UDP"}}})}}})}}})}}}};
 }
 
-class CiliumSchema : public ::testing::Test {
+// The schemas are loaded once, by the first test case that needs them.
+class CiliumSchema {
  protected:
-  static void SetUpTestSuite() {
-    auto dir = K8sSchemas::defaultDir();
-    ASSERT_TRUE(dir.ok()) << dir.status();
-    auto loaded = K8sSchemas::load(*dir);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    schemas = new K8sSchemas(std::move(*loaded));
+  CiliumSchema() : schemas(&loaded()) {}
+
+  static K8sSchemas& loaded() {
+    static K8sSchemas once = [] {
+      auto dir = K8sSchemas::defaultDir();
+      REQUIRE_THAT(dir, IsOk());
+      auto schemas = K8sSchemas::load(*dir);
+      REQUIRE_THAT(schemas, IsOk());
+      return std::move(*schemas);
+    }();
+    return once;
   }
-  static void TearDownTestSuite() { delete schemas; }
-  static K8sSchemas* schemas;
+
+  K8sSchemas* schemas;
 };
-K8sSchemas* CiliumSchema::schemas = nullptr;
 
-TEST_F(CiliumSchema, TheUpstreamCrdIsLoaded) {
-  EXPECT_TRUE(schemas->has("cilium.io/v2", "CiliumNetworkPolicy"));
-  EXPECT_FALSE(schemas->has("apps/v1", "Deployment"));
+TEST_CASE_METHOD(CiliumSchema, "the upstream crd is loaded", "[cilium-schema]") {
+  CHECK(schemas->has("cilium.io/v2", "CiliumNetworkPolicy"));
+  CHECK_FALSE(schemas->has("apps/v1", "Deployment"));
 }
 
-TEST_F(CiliumSchema, AValidPolicyPasses) {
-  EXPECT_THAT(schemas->violations(gossipPolicy()), IsEmpty());
-  EXPECT_TRUE(schemas->validate(gossipPolicy()).ok());
+TEST_CASE_METHOD(CiliumSchema, "a valid policy passes", "[cilium-schema]") {
+  CHECK(schemas->violations(gossipPolicy()).empty());
+  CHECK_THAT(schemas->validate(gossipPolicy()), IsOk());
 }
 
-TEST_F(CiliumSchema, ViolationsNameTheirPath) {
+TEST_CASE_METHOD(CiliumSchema, "violations name their path", "[cilium-schema]") {
   Json bad_protocol = gossipPolicy();
   bad_protocol["spec"]["ingress"][0]["toPorts"][0]["ports"][0]["protocol"] = "TPC";
-  EXPECT_THAT(schemas->violations(bad_protocol),
-              Contains(HasSubstr("spec.ingress[0].toPorts[0].ports[0].protocol: must be one of")));
+  CHECK_THAT(schemas->violations(bad_protocol),
+             AnyElementContains("spec.ingress[0].toPorts[0].ports[0].protocol: must be one of"));
 
   Json numeric_port = gossipPolicy();
   numeric_port["spec"]["ingress"][0]["toPorts"][0]["ports"][1]["port"] = 7946;
-  EXPECT_THAT(schemas->violations(numeric_port),
-              Contains("spec.ingress[0].toPorts[0].ports[1].port: must be of type string, got "
-                       "integer"));
+  CHECK_THAT(schemas->violations(numeric_port),
+             Catch::VectorContains(std::string(
+                 "spec.ingress[0].toPorts[0].ports[1].port: must be of type string, got "
+                 "integer")));
 
   Json typo = gossipPolicy();
   typo["spec"]["ingres"] = typo["spec"]["ingress"];
   typo["spec"].erase("ingress");
   const auto typo_errors = schemas->violations(typo);
-  EXPECT_THAT(typo_errors, Contains("spec.ingres: unknown field"));
-  EXPECT_THAT(typo_errors, Contains(HasSubstr("spec: matches none of the")))
-      << "a rule needs one of ingress, egress, ...";
+  CHECK_THAT(typo_errors, Catch::VectorContains(std::string("spec.ingres: unknown field")));
+  INFO("a rule needs one of ingress, egress, ...");
+  CHECK_THAT(typo_errors, AnyElementContains("spec: matches none of the"));
 
   Json two_selectors = gossipPolicy();
   two_selectors["spec"]["nodeSelector"] = {{"matchLabels", {{"a", "b"}}}};
-  EXPECT_THAT(schemas->violations(two_selectors),
-              Contains(HasSubstr("spec: matches 2 of the oneOf alternatives")));
+  CHECK_THAT(schemas->violations(two_selectors),
+             AnyElementContains("spec: matches 2 of the oneOf alternatives"));
 
   const auto status = schemas->validate(bad_protocol);
-  EXPECT_TRUE(absl::IsInvalidArgument(status));
-  EXPECT_THAT(std::string(status.message()), HasSubstr("CiliumNetworkPolicy gossip-env1: spec."));
+  CHECK(absl::IsInvalidArgument(status));
+  CHECK_THAT(std::string(status.message()),
+             Catch::Contains("CiliumNetworkPolicy gossip-env1: spec."));
 }
 
-TEST_F(CiliumSchema, AKindWithoutASchemaIsAViolation) {
-  EXPECT_THAT(schemas->violations({{"apiVersion", "apps/v1"}, {"kind", "Deployment"}}),
-              Contains(HasSubstr("no schema for \"apps/v1 Deployment\"")));
+TEST_CASE_METHOD(CiliumSchema, "a kind without a schema is a violation", "[cilium-schema]") {
+  CHECK_THAT(schemas->violations({{"apiVersion", "apps/v1"}, {"kind", "Deployment"}}),
+             AnyElementContains("no schema for \"apps/v1 Deployment\""));
 }
 
 // The rules on a small OpenAPI v3 document of the shape the API server publishes.
-TEST(OpenApiSchema, RefsNullableIntOrStringListsAndBounds) {
+TEST_CASE("refs nullable int or string lists and bounds", "[open-api-schema]") {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/openapi";
   std::filesystem::create_directories(dir);
   const Json doc = {
@@ -125,8 +130,8 @@ TEST(OpenApiSchema, RefsNullableIntOrStringListsAndBounds) {
                 {"properties", {{"known", {{"type", "boolean"}}}}}}}}}}}}}}}};
   std::ofstream(dir + "/widget.json") << doc.dump();
   auto schemas = K8sSchemas::load(dir);
-  ASSERT_TRUE(schemas.ok()) << schemas.status();
-  ASSERT_TRUE(schemas->has("example.io/v1", "Widget"));
+  REQUIRE_THAT(schemas, IsOk());
+  REQUIRE(schemas->has("example.io/v1", "Widget"));
 
   Json good = {{"apiVersion", "example.io/v1"},
                {"kind", "Widget"},
@@ -138,7 +143,7 @@ TEST(OpenApiSchema, RefsNullableIntOrStringListsAndBounds) {
                  {"tags", {"a", "b"}},
                  {"labels", {{"x", "y"}}},
                  {"extra", {{"known", true}, {"anything", {1, 2}}}}}}};
-  EXPECT_THAT(schemas->violations(good), IsEmpty());
+  CHECK(schemas->violations(good).empty());
 
   Json bad = good;
   bad["spec"]["replicas"] = 11;
@@ -148,26 +153,31 @@ TEST(OpenApiSchema, RefsNullableIntOrStringListsAndBounds) {
   bad["spec"]["labels"]["n"] = 1;
   bad["spec"]["extra"]["known"] = "yes";
   const auto errors = schemas->violations(bad);
-  EXPECT_THAT(errors, Contains("spec.replicas: must be at most 10"));
-  EXPECT_THAT(errors, Contains("spec.port: must be an integer or a string, got number"));
-  EXPECT_THAT(errors, Contains("spec.note: must be at most 5 characters, got 8"));
-  EXPECT_THAT(errors, Contains("spec.tags: duplicate entry \"a\""));
-  EXPECT_THAT(errors, Contains("spec.labels.n: must be of type string, got integer"));
-  EXPECT_THAT(errors, Contains("spec.extra.known: must be of type boolean, got string"));
-  EXPECT_EQ(errors.size(), 6u);
+  CHECK_THAT(errors, Catch::VectorContains(std::string("spec.replicas: must be at most 10")));
+  CHECK_THAT(errors, Catch::VectorContains(
+                         std::string("spec.port: must be an integer or a string, got number")));
+  CHECK_THAT(errors,
+             Catch::VectorContains(std::string("spec.note: must be at most 5 characters, got 8")));
+  CHECK_THAT(errors, Catch::VectorContains(std::string("spec.tags: duplicate entry \"a\"")));
+  CHECK_THAT(errors, Catch::VectorContains(
+                         std::string("spec.labels.n: must be of type string, got integer")));
+  CHECK_THAT(errors, Catch::VectorContains(
+                         std::string("spec.extra.known: must be of type boolean, got string")));
+  CHECK(errors.size() == 6u);
 
   Json missing = good;
   missing.erase("spec");
-  EXPECT_THAT(schemas->violations(missing), Contains("spec: required field missing"));
+  CHECK_THAT(schemas->violations(missing),
+             Catch::VectorContains(std::string("spec: required field missing")));
 }
 
-TEST(OpenApiSchema, UnreadableFilesAreNamed) {
+TEST_CASE("unreadable files are named", "[open-api-schema]") {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/broken";
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/bad.json") << "{ not json";
   auto schemas = K8sSchemas::load(dir);
-  EXPECT_TRUE(absl::IsInvalidArgument(schemas.status()));
-  EXPECT_THAT(std::string(schemas.status().message()), HasSubstr("bad.json: cannot parse"));
+  CHECK(absl::IsInvalidArgument(schemas.status()));
+  CHECK_THAT(std::string(schemas.status().message()), Catch::Contains("bad.json: cannot parse"));
 }
 
 }  // namespace

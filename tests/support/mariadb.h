@@ -10,8 +10,9 @@
 #include <string>
 #include <string_view>
 
+#include <catch2/catch.hpp>
+
 #include "controlplane/db/dsn.h"
-#include "gtest/gtest.h"
 #include "tests/support/process.h"
 
 namespace krane::testing {
@@ -58,9 +59,9 @@ class ScratchMariaDb {
 };
 
 // Base fixture: each test gets its own empty database in `dsn_`.
-class MariaDbTest : public ::testing::Test {
+class MariaDbTest {
  protected:
-  void SetUp() override { dsn_ = ScratchMariaDb::instance().freshDatabase(); }
+  MariaDbTest() { dsn_ = ScratchMariaDb::instance().freshDatabase(); }
   db::Dsn dsn_;
 };
 

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -131,6 +132,43 @@ std::string runfile(std::string_view path_in_workspace) {
   }
   return std::string(srcdir) + "/" + (workspace ? workspace : "krane") + "/" +
          std::string(path_in_workspace);
+}
+
+Death runInChild(const std::function<void()>& body) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) throw std::runtime_error("runInChild: pipe failed");
+  std::fflush(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("runInChild: fork failed");
+  if (pid == 0) {
+    close(pipe_fds[0]);
+    dup2(pipe_fds[1], STDERR_FILENO);
+    close(pipe_fds[1]);
+    // A crash here is the expected outcome: no core files from the test's own children.
+    signal(SIGABRT, SIG_DFL);
+    body();
+    std::fflush(nullptr);
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  Death death;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(pipe_fds[0], buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+    if (n > 0) death.err.append(buf, static_cast<size_t>(n));
+  }
+  close(pipe_fds[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(status)) {
+    death.died = true;
+    death.signal = WTERMSIG(status);
+  } else if (WIFEXITED(status)) {
+    death.exit_code = WEXITSTATUS(status);
+    death.died = death.exit_code != 0;
+  }
+  return death;
 }
 
 std::string slurp(const std::string& path) {

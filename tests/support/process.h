@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -43,6 +44,19 @@ class ChildProcess {
   int status_ = 0;
   bool reaped_ = false;
 };
+
+// What became of `body` run in a forked copy of this process (a death test).
+struct Death {
+  bool died = false;  // killed by a signal or exited non-zero before `body` returned
+  int signal = 0;
+  int exit_code = 0;
+  std::string err;  // everything the child wrote to stderr
+};
+
+// Runs `body` in a child made with fork(), its stderr captured, and reports how it ended. A body
+// that returns counts as surviving (exit 0). The parent's state is untouched whatever the body
+// does.
+Death runInChild(const std::function<void()>& body);
 
 // The whole file, or "" when it cannot be read (logs in failure messages).
 std::string slurp(const std::string& path);

@@ -3,18 +3,17 @@
 
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
 
 namespace krane::db {
 namespace {
 
 using krane::testing::MariaDbTest;
 using krane::testing::ScratchMariaDb;
-using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 std::string messageOf(const absl::Status& status) { return std::string(toStd(status.message())); }
@@ -23,31 +22,31 @@ class PoolTest : public MariaDbTest {
  protected:
   std::shared_ptr<Pool> makePool(PoolOptions options) {
     auto pool = Pool::create(dsn_, options);
-    EXPECT_TRUE(pool.ok()) << pool.status();
+    CHECK_THAT(pool, IsOk());
     return pool.ok() ? *pool : nullptr;
   }
 };
 
-TEST_F(PoolTest, ExhaustionWaitsThenTimesOutWithAClearError) {
+TEST_CASE_METHOD(PoolTest, "exhaustion waits then times out with a clear error", "[pool]") {
   auto pool = makePool({.max_connections = 2, .acquire_timeout = 300ms});
   auto a = pool->acquire();
   auto b = pool->acquire();
-  ASSERT_TRUE(a.ok() && b.ok());
+  REQUIRE((a.ok() && b.ok()));
   const auto started = std::chrono::steady_clock::now();
   auto c = pool->acquire();
   const auto waited = std::chrono::steady_clock::now() - started;
-  ASSERT_FALSE(c.ok());
-  EXPECT_TRUE(absl::IsResourceExhausted(c.status()));
-  EXPECT_THAT(messageOf(c.status()), HasSubstr("all 2 connections"));
-  EXPECT_THAT(messageOf(c.status()), HasSubstr("300 ms"));
-  EXPECT_GE(waited, 250ms);  // it did wait rather than fail at once
-  EXPECT_EQ(pool->stats().open, 2u);
+  REQUIRE_FALSE(c.ok());
+  CHECK(absl::IsResourceExhausted(c.status()));
+  CHECK_THAT(messageOf(c.status()), Catch::Contains("all 2 connections"));
+  CHECK_THAT(messageOf(c.status()), Catch::Contains("300 ms"));
+  CHECK(waited >= 250ms);  // it did wait rather than fail at once
+  CHECK(pool->stats().open == 2u);
 }
 
-TEST_F(PoolTest, AWaiterGetsTheConnectionThatIsReleased) {
+TEST_CASE_METHOD(PoolTest, "a waiter gets the connection that is released", "[pool]") {
   auto pool = makePool({.max_connections = 1, .acquire_timeout = 5000ms});
   auto held = pool->acquire();
-  ASSERT_TRUE(held.ok());
+  REQUIRE_THAT(held, IsOk());
   const uint64_t session = (*held)->threadId();
   std::thread releaser([&] {
     std::this_thread::sleep_for(100ms);
@@ -55,12 +54,12 @@ TEST_F(PoolTest, AWaiterGetsTheConnectionThatIsReleased) {
   });
   auto waited = pool->acquire();
   releaser.join();
-  ASSERT_TRUE(waited.ok()) << waited.status();
-  EXPECT_EQ((*waited)->threadId(), session);  // the same session, reused
-  EXPECT_EQ(pool->stats().open, 1u);
+  REQUIRE_THAT(waited, IsOk());
+  CHECK((*waited)->threadId() == session);  // the same session, reused
+  CHECK(pool->stats().open == 1u);
 }
 
-TEST_F(PoolTest, ManyThreadsShareABoundedPool) {
+TEST_CASE_METHOD(PoolTest, "many threads share a bounded pool", "[pool]") {
   auto pool = makePool({.max_connections = 4, .acquire_timeout = 10000ms});
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -73,84 +72,84 @@ TEST_F(PoolTest, ManyThreadsShareABoundedPool) {
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(failures.load(), 0);
-  EXPECT_LE(pool->stats().open, 4u);
+  CHECK(failures.load() == 0);
+  CHECK(pool->stats().open <= 4u);
 }
 
-TEST_F(PoolTest, BrokenConnectionsAreDiscardedNotReturned) {
+TEST_CASE_METHOD(PoolTest, "broken connections are discarded not returned", "[pool]") {
   auto pool = makePool({.max_connections = 2});
   {
     auto conn = pool->acquire();
-    ASSERT_TRUE(conn.ok());
+    REQUIRE_THAT(conn, IsOk());
     (*conn)->discard();
   }
-  EXPECT_EQ(pool->stats().open, 0u);
+  CHECK(pool->stats().open == 0u);
   auto fresh = pool->acquire();
-  ASSERT_TRUE(fresh.ok());
-  EXPECT_TRUE((*fresh)->query("SELECT 1", {}).ok());
+  REQUIRE_THAT(fresh, IsOk());
+  CHECK_THAT((*fresh)->query("SELECT 1", {}), IsOk());
 }
 
-TEST_F(PoolTest, RecoversAfterTheServerRestarts) {
+TEST_CASE_METHOD(PoolTest, "recovers after the server restarts", "[pool]") {
   auto pool = makePool({.max_connections = 4, .ping_after_idle = 0ms});
   {
     auto conn = pool->acquire();
-    ASSERT_TRUE(conn.ok());
-    ASSERT_TRUE((*conn)->execText("CREATE TABLE r (x INT)").ok());
+    REQUIRE_THAT(conn, IsOk());
+    REQUIRE_THAT((*conn)->execText("CREATE TABLE r (x INT)"), IsOk());
   }
   ScratchMariaDb::instance().restart();
   // The idle connection died with the server: the health check replaces it.
   auto conn = pool->acquire();
-  ASSERT_TRUE(conn.ok()) << conn.status();
+  REQUIRE_THAT(conn, IsOk());
   auto rows = (*conn)->query("SELECT COUNT(*) FROM r", {});
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_EQ(rows->rows[0].i64(0), 0);
+  REQUIRE_THAT(rows, IsOk());
+  CHECK(rows->rows[0].i64(0) == 0);
 }
 
-TEST_F(PoolTest, TransactionsSurviveARestartWithoutAHealthCheck) {
+TEST_CASE_METHOD(PoolTest, "transactions survive a restart without a health check", "[pool]") {
   // With a long ping interval the dead session is only noticed when used; transact() retries.
   auto pool = makePool({.max_connections = 4, .ping_after_idle = 3600000ms});
-  ASSERT_TRUE(
-      pool->transact("create", [](Connection& c) { return c.execText("CREATE TABLE r (x INT)"); })
-          .ok());
+  REQUIRE_THAT(
+      pool->transact("create", [](Connection& c) { return c.execText("CREATE TABLE r (x INT)"); }),
+      IsOk());
   ScratchMariaDb::instance().restart();
   int attempts = 0;
   auto status = pool->transact("insert", [&](Connection& c) {
     ++attempts;
     return c.exec("INSERT INTO r VALUES (?)", {1}).status();
   });
-  ASSERT_TRUE(status.ok()) << status;
+  REQUIRE_THAT(status, IsOk());
   // The dead session failed at START TRANSACTION; the body then ran once, on a new session.
-  EXPECT_EQ(attempts, 1);
+  CHECK(attempts == 1);
   auto conn = pool->acquire();
-  ASSERT_TRUE(conn.ok());
-  EXPECT_EQ((*conn)->query("SELECT COUNT(*) FROM r", {})->rows[0].i64(0), 1);
+  REQUIRE_THAT(conn, IsOk());
+  CHECK((*conn)->query("SELECT COUNT(*) FROM r", {})->rows[0].i64(0) == 1);
 }
 
-TEST_F(PoolTest, ServerDownIsAClearErrorAndRecoveryIsAutomatic) {
+TEST_CASE_METHOD(PoolTest, "server down is a clear error and recovery is automatic", "[pool]") {
   auto pool = makePool({.max_connections = 2, .ping_after_idle = 0ms});
   ScratchMariaDb::instance().stop();
   auto create = Pool::create(dsn_);
-  ASSERT_FALSE(create.ok());
-  EXPECT_TRUE(absl::IsUnavailable(create.status()));
-  EXPECT_THAT(messageOf(create.status()),
-              HasSubstr(strCat("cannot connect to MySQL at 127.0.0.1:", dsn_.port)));
-  EXPECT_THAT(messageOf(create.status()), HasSubstr("is the server running"));
+  REQUIRE_FALSE(create.ok());
+  CHECK(absl::IsUnavailable(create.status()));
+  CHECK_THAT(messageOf(create.status()),
+             Catch::Contains(strCat("cannot connect to MySQL at 127.0.0.1:", dsn_.port)));
+  CHECK_THAT(messageOf(create.status()), Catch::Contains("is the server running"));
 
   auto down = pool->acquire();
-  ASSERT_FALSE(down.ok());
-  EXPECT_TRUE(absl::IsUnavailable(down.status()));
-  EXPECT_EQ(pool->stats().open, 0u);  // failed attempts do not leak slots
+  REQUIRE_FALSE(down.ok());
+  CHECK(absl::IsUnavailable(down.status()));
+  CHECK(pool->stats().open == 0u);  // failed attempts do not leak slots
 
   ScratchMariaDb::instance().start();
   auto up = pool->acquire();
-  ASSERT_TRUE(up.ok()) << up.status();
-  EXPECT_TRUE((*up)->query("SELECT 1", {}).ok());
+  REQUIRE_THAT(up, IsOk());
+  CHECK_THAT((*up)->query("SELECT 1", {}), IsOk());
 }
 
-TEST(PoolCreate, RejectsAZeroSizedPool) {
+TEST_CASE("rejects a zero sized pool", "[pool-create]") {
   auto pool = Pool::create(ScratchMariaDb::instance().adminDsn(), {.max_connections = 0});
-  ASSERT_FALSE(pool.ok());
-  EXPECT_THAT(messageOf(pool.status()), HasSubstr("max_connections must be at least 1"));
+  REQUIRE_FALSE(pool.ok());
+  CHECK_THAT(messageOf(pool.status()), Catch::Contains("max_connections must be at least 1"));
 }
 
 }  // namespace

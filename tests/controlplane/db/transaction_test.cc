@@ -3,34 +3,31 @@
 #include <latch>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "controlplane/db/errors.h"
 #include "controlplane/db/pool.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
 
 namespace krane::db {
 namespace {
 
 using krane::testing::MariaDbTest;
-using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
 class TransactionTest : public MariaDbTest {
  protected:
-  void SetUp() override {
-    MariaDbTest::SetUp();
+  TransactionTest() {
     auto pool = Pool::create(dsn_, {.max_connections = 8});
-    ASSERT_TRUE(pool.ok()) << pool.status();
+    REQUIRE_THAT(pool, IsOk());
     pool_ = *pool;
     auto conn = pool_->acquire();
-    ASSERT_TRUE(
-        (*conn)
-            ->execText("CREATE TABLE acct (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB")
-            .ok());
-    ASSERT_TRUE((*conn)->exec("INSERT INTO acct VALUES (1, 0), (2, 0)", {}).ok());
+    REQUIRE_THAT(
+        (*conn)->execText("CREATE TABLE acct (id INT PRIMARY KEY, v INT NOT NULL) ENGINE=InnoDB"),
+        IsOk());
+    REQUIRE_THAT((*conn)->exec("INSERT INTO acct VALUES (1, 0), (2, 0)", {}), IsOk());
   }
 
   int64_t value(int id) {
@@ -41,15 +38,15 @@ class TransactionTest : public MariaDbTest {
   std::shared_ptr<Pool> pool_;
 };
 
-TEST_F(TransactionTest, CommitsWhenTheBodySucceeds) {
+TEST_CASE_METHOD(TransactionTest, "commits when the body succeeds", "[transaction]") {
   auto status = pool_->transact("bump", [](Connection& c) {
     return c.exec("UPDATE acct SET v = v + 5 WHERE id = ?", {1}).status();
   });
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(value(1), 5);
+  REQUIRE_THAT(status, IsOk());
+  CHECK(value(1) == 5);
 }
 
-TEST_F(TransactionTest, RollsBackEverythingWhenTheBodyFails) {
+TEST_CASE_METHOD(TransactionTest, "rolls back everything when the body fails", "[transaction]") {
   int attempts = 0;
   auto status = pool_->transact("half", [&](Connection& c) -> absl::Status {
     ++attempts;
@@ -57,24 +54,25 @@ TEST_F(TransactionTest, RollsBackEverythingWhenTheBodyFails) {
     if (auto st = c.exec("INSERT INTO acct VALUES (?, ?)", {3, 3}).status(); !st.ok()) return st;
     return absl::InvalidArgumentError("validation failed after two writes");
   });
-  EXPECT_TRUE(absl::IsInvalidArgument(status));
-  EXPECT_EQ(attempts, 1);  // not a conflict: not retried
-  EXPECT_EQ(value(1), 0);
+  CHECK(absl::IsInvalidArgument(status));
+  CHECK(attempts == 1);  // not a conflict: not retried
+  CHECK(value(1) == 0);
   auto conn = pool_->acquire();
-  EXPECT_EQ((*conn)->query("SELECT COUNT(*) FROM acct", {})->rows[0].i64(0), 2);
+  CHECK((*conn)->query("SELECT COUNT(*) FROM acct", {})->rows[0].i64(0) == 2);
 }
 
-TEST_F(TransactionTest, ADuplicateKeyIsReturnedNotRetried) {
+TEST_CASE_METHOD(TransactionTest, "a duplicate key is returned not retried", "[transaction]") {
   int attempts = 0;
   auto status = pool_->transact("dup", [&](Connection& c) {
     ++attempts;
     return c.exec("INSERT INTO acct VALUES (?, ?)", {1, 1}).status();
   });
-  EXPECT_TRUE(absl::IsAlreadyExists(status)) << status;
-  EXPECT_EQ(attempts, 1);
+  INFO(status);
+  CHECK(absl::IsAlreadyExists(status));
+  CHECK(attempts == 1);
 }
 
-TEST_F(TransactionTest, ADeadlockVictimIsRetriedAndCommits) {
+TEST_CASE_METHOD(TransactionTest, "a deadlock victim is retried and commits", "[transaction]") {
   // Two transactions lock rows 1 and 2 in opposite orders; InnoDB kills one with 1213.
   std::latch both_locked_first_row(2);
   std::atomic<int> attempts{0};
@@ -99,23 +97,24 @@ TEST_F(TransactionTest, ADeadlockVictimIsRetriedAndCommits) {
   std::thread tb([&] { b = pool_->transact("ba", body(2, 1)); });
   ta.join();
   tb.join();
-  ASSERT_TRUE(a.ok()) << a;
-  ASSERT_TRUE(b.ok()) << b;
-  EXPECT_EQ(deadlocks.load(), 1);
-  EXPECT_EQ(attempts.load(), 3);  // one of them ran twice
+  REQUIRE_THAT(a, IsOk());
+  REQUIRE_THAT(b, IsOk());
+  CHECK(deadlocks.load() == 1);
+  CHECK(attempts.load() == 3);  // one of them ran twice
   // Each transaction incremented each row exactly once.
-  EXPECT_EQ(value(1), 2);
-  EXPECT_EQ(value(2), 2);
+  CHECK(value(1) == 2);
+  CHECK(value(2) == 2);
 }
 
-TEST_F(TransactionTest, ALockWaitTimeoutIsRetried) {
+TEST_CASE_METHOD(TransactionTest, "a lock wait timeout is retried", "[transaction]") {
   auto holder = Connection::open(dsn_);
-  ASSERT_TRUE(holder.ok());
-  ASSERT_TRUE((*holder)->execText("START TRANSACTION").ok());
-  ASSERT_TRUE((*holder)->query("SELECT v FROM acct WHERE id = ? FOR UPDATE", {1}).ok());
+  REQUIRE_THAT(holder, IsOk());
+  REQUIRE_THAT((*holder)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*holder)->query("SELECT v FROM acct WHERE id = ? FOR UPDATE", {1}), IsOk());
+  absl::Status committed;
   std::thread release([&] {
     std::this_thread::sleep_for(1500ms);
-    ASSERT_TRUE((*holder)->execText("COMMIT").ok());
+    committed = (*holder)->execText("COMMIT");
   });
   std::vector<int> errnos;
   auto status = pool_->transact("wait", [&](Connection& c) -> absl::Status {
@@ -125,14 +124,16 @@ TEST_F(TransactionTest, ALockWaitTimeoutIsRetried) {
     return st;
   });
   release.join();
-  ASSERT_TRUE(status.ok()) << status;
-  ASSERT_GE(errnos.size(), 2u);
-  EXPECT_EQ(errnos.front(), 1205);
-  EXPECT_EQ(errnos.back(), 0);
-  EXPECT_EQ(value(1), 7);
+  REQUIRE_THAT(committed, IsOk());
+  REQUIRE_THAT(status, IsOk());
+  REQUIRE(errnos.size() >= 2u);
+  CHECK(errnos.front() == 1205);
+  CHECK(errnos.back() == 0);
+  CHECK(value(1) == 7);
 }
 
-TEST_F(TransactionTest, GivesUpAfterMaxAttemptsNamingTheTransaction) {
+TEST_CASE_METHOD(TransactionTest, "gives up after max attempts naming the transaction",
+                 "[transaction]") {
   int attempts = 0;
   TxOptions options;
   options.max_attempts = 3;
@@ -144,15 +145,16 @@ TEST_F(TransactionTest, GivesUpAfterMaxAttemptsNamingTheTransaction) {
         return statementError(1213, "40001", "Deadlock found", "UPDATE x");
       },
       options);
-  EXPECT_EQ(attempts, 3);
-  EXPECT_TRUE(absl::IsAborted(status));
-  EXPECT_THAT(std::string(toStd(status.message())),
-              HasSubstr("always-conflicting gave up after 3 attempts"));
+  CHECK(attempts == 3);
+  CHECK(absl::IsAborted(status));
+  CHECK_THAT(std::string(toStd(status.message())),
+             Catch::Contains("always-conflicting gave up after 3 attempts"));
 }
 
-TEST_F(TransactionTest, AConnectionLostBeforeCommitIsRetriedOnAFreshOne) {
+TEST_CASE_METHOD(TransactionTest, "a connection lost before commit is retried on a fresh one",
+                 "[transaction]") {
   auto killer = Connection::open(dsn_);
-  ASSERT_TRUE(killer.ok());
+  REQUIRE_THAT(killer, IsOk());
   int attempts = 0;
   auto status = pool_->transact("lost", [&](Connection& c) -> absl::Status {
     ++attempts;
@@ -164,11 +166,11 @@ TEST_F(TransactionTest, AConnectionLostBeforeCommitIsRetriedOnAFreshOne) {
     }
     return c.exec("UPDATE acct SET v = v + 1 WHERE id = ?", {2}).status();
   });
-  ASSERT_TRUE(status.ok()) << status;
-  EXPECT_EQ(attempts, 2);
+  REQUIRE_THAT(status, IsOk());
+  CHECK(attempts == 2);
   // The killed attempt was rolled back by the server: each row was incremented once.
-  EXPECT_EQ(value(1), 1);
-  EXPECT_EQ(value(2), 1);
+  CHECK(value(1) == 1);
+  CHECK(value(2) == 1);
 }
 
 }  // namespace

@@ -7,8 +7,7 @@
 #include <set>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "controlplane/feed/cleanup.h"
@@ -16,6 +15,8 @@
 #include "controlplane/feed/writer.h"
 #include "tests/support/control_plane.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
+#include "tests/support/threads.h"
 
 namespace krane {
 namespace {
@@ -24,7 +25,6 @@ using cluster::v1::WatchEvent;
 using krane::testing::kOperatorToken;
 using krane::testing::TestControlPlane;
 using krane::testing::WatchRecorder;
-using ::testing::HasSubstr;
 
 constexpr const char* kType = "example.krane.dev/bucket";
 
@@ -49,7 +49,7 @@ std::vector<db::Row> rowsOf(TestControlPlane& cp, const std::string& sql,
     rows = std::move(result->rows);
     return absl::OkStatus();
   });
-  EXPECT_TRUE(status.ok()) << status;
+  CHECK_THAT(status, IsOk());
   return rows;
 }
 
@@ -88,7 +88,7 @@ std::map<std::string, std::string> databaseView(TestControlPlane& cp, const std:
 // The heart of the feed: with concurrent writers whose commit order differs from the order they
 // took their row locks and ids, some rolling back, every committed change reaches every watcher
 // in order, with no resync.
-TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
+TEST_CASE("every committed change is delivered in order without resync", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.database.max_connections = 40; });
   const std::string token = cp.agentToken("eu-1");
@@ -97,7 +97,7 @@ TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
   WatchRecorder live(cp.channel(), token, "eu-1", 0);
   WatchRecorder filtered(cp.channel(), token, "eu-1", 0, {kType});
   for (WatchRecorder* watcher : {&live, &filtered}) {
-    ASSERT_TRUE(watcher->waitFor([](const auto& ev) {
+    REQUIRE(watcher->waitFor([](const auto& ev) {
       return std::any_of(ev.begin(), ev.end(),
                          [](const WatchEvent& e) { return e.has_sync_end(); });
     }));
@@ -109,6 +109,7 @@ TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
   std::map<uint64_t, std::string> committed;  // version -> spec written
   std::atomic<int> rolled_back{0};
   std::vector<std::thread> writers;
+  krane::testing::ThreadFailures failures;
   for (int w = 0; w < kWriters; ++w) {
     writers.emplace_back([&, w] {
       std::mt19937 rng(w);
@@ -128,61 +129,67 @@ TEST(Feed, EveryCommittedChangeIsDeliveredInOrderWithoutResync) {
           ++rolled_back;
           continue;
         }
-        ASSERT_TRUE(result.ok()) << result.status();
+        if (!failures.expectOk(result, strCat("writer ", w, " commit ", i))) return;
         std::lock_guard lock(committed_mutex);
         committed[result->at(0).version] = spec;
       }
     });
   }
   for (auto& t : writers) t.join();
+  REQUIRE(failures.all() == std::vector<std::string>{});
   const uint64_t head = headVersion(cp, "eu-1");
-  ASSERT_EQ(head, committed.size());
-  ASSERT_GT(rolled_back.load(), 0);
-  ASSERT_TRUE(live.waitForVersion(head, std::chrono::seconds(60)))
-      << "live watcher stopped at " << live.lastVersion();
-  ASSERT_TRUE(filtered.waitForVersion(head, std::chrono::seconds(60)));
+  REQUIRE(head == committed.size());
+  REQUIRE(rolled_back.load() > 0);
+  INFO("live watcher stopped at " << live.lastVersion());
+  REQUIRE(live.waitForVersion(head, std::chrono::seconds(60)));
+  REQUIRE(filtered.waitForVersion(head, std::chrono::seconds(60)));
 
   for (WatchRecorder* watcher : {&live, &filtered}) {
-    SCOPED_TRACE(watcher == &live ? "unfiltered watcher" : "filtered watcher");
+    INFO((watcher == &live ? "unfiltered watcher" : "filtered watcher"));
     const auto events = watcher->events();
     std::vector<uint64_t> versions;
     std::map<std::string, uint64_t> last_resource_version;
     int syncs = 0;
     for (const auto& e : events) {
-      ASSERT_FALSE(e.has_cursor_expired()) << "no resync may happen";
+      INFO("no resync may happen");
+      REQUIRE_FALSE(e.has_cursor_expired());
       if (e.has_sync_begin()) ++syncs;
       if (!e.has_change() || syncs > 1) continue;
       versions.push_back(e.change().version());
       const auto& r = e.change().resource();
-      EXPECT_THAT(r.generic().spec(), ::testing::Not(HasSubstr("ROLLBACK")))
-          << "a rolled-back write was streamed";
+      INFO("a rolled-back write was streamed");
+      CHECK_THAT(r.generic().spec(), !Catch::Contains("ROLLBACK"));
       // Per resource, states only move forward.
       uint64_t& last = last_resource_version[r.id()];
-      EXPECT_GE(r.version(), last) << r.id();
+      INFO(r.id());
+      CHECK(r.version() >= last);
       last = r.version();
     }
-    EXPECT_EQ(syncs, 1);
+    CHECK(syncs == 1);
     // Every committed version, each exactly once, in order.
-    ASSERT_EQ(versions.size(), committed.size());
-    for (size_t i = 0; i < versions.size(); ++i)
-      ASSERT_EQ(versions[i], i + 1) << "gap or reorder at " << i;
-    EXPECT_EQ(materialize(events), databaseView(cp, "eu-1"));
+    REQUIRE(versions.size() == committed.size());
+    for (size_t i = 0; i < versions.size(); ++i) {
+      INFO("gap or reorder at " << i);
+      REQUIRE(versions[i] == (i + 1));
+    }
+    CHECK(materialize(events) == databaseView(cp, "eu-1"));
   }
 }
 
-TEST(Feed, AFullSyncDuringWritesConvergesToTheDatabase) {
+TEST_CASE("a full sync during writes converges to the database", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   for (int i = 0; i < 300; ++i)
-    ASSERT_TRUE(server.writer().put(bucket(strCat("pre", i), "eu-1", "0")).ok());
+    REQUIRE_THAT(server.writer().put(bucket(strCat("pre", i), "eu-1", "0")), IsOk());
   std::atomic<bool> stop{false};
+  krane::testing::ThreadFailures failures;
   std::thread writer([&] {
     for (int i = 0; !stop; ++i) {
       auto r =
           (i % 7 == 3)
               ? server.writer().remove({kType, strCat("pre", i % 300), "eu-1"}).status()
               : server.writer().put(bucket(strCat("pre", i % 300), "eu-1", strCat(i))).status();
-      if (!r.ok() && !absl::IsNotFound(r)) ADD_FAILURE() << r;
+      if (!absl::IsNotFound(r)) failures.expectOk(r, strCat("write ", i));
     }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -190,140 +197,141 @@ TEST(Feed, AFullSyncDuringWritesConvergesToTheDatabase) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   stop = true;
   writer.join();
+  CHECK(failures.all() == std::vector<std::string>{});
   const uint64_t head = headVersion(cp, "eu-1");
-  ASSERT_TRUE(agent.waitForVersion(head));
+  REQUIRE(agent.waitForVersion(head));
   const auto events = agent.events();
-  ASSERT_TRUE(events.front().has_sync_begin());
-  EXPECT_EQ(materialize(events), databaseView(cp, "eu-1"));
+  REQUIRE(events.front().has_sync_begin());
+  CHECK(materialize(events) == databaseView(cp, "eu-1"));
   // SyncEnd says how many resources the sync carried.
   uint64_t synced = 0;
   for (const auto& e : events) {
     if (e.has_sync_end()) {
-      EXPECT_EQ(e.sync_end().resource_count(), synced);
+      CHECK(e.sync_end().resource_count() == synced);
       break;
     }
     if (e.has_change()) ++synced;
   }
-  EXPECT_GT(synced, 0u);
+  CHECK(synced > 0u);
 }
 
-TEST(Feed, AResumingAgentGetsExactlyWhatItMissed) {
+TEST_CASE("a resuming agent gets exactly what it missed", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   for (int i = 0; i < 10; ++i)
-    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
   WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 4);
-  ASSERT_TRUE(agent.waitForVersion(10));
+  REQUIRE(agent.waitForVersion(10));
   std::vector<uint64_t> versions;
   for (const auto& e : agent.events()) {
-    EXPECT_FALSE(e.has_sync_begin());
+    CHECK_FALSE(e.has_sync_begin());
     if (e.has_change()) versions.push_back(e.change().version());
   }
-  EXPECT_THAT(versions, ::testing::ElementsAre(5, 6, 7, 8, 9, 10));
+  CHECK(versions == std::vector<uint64_t>{5, 6, 7, 8, 9, 10});
 }
 
-TEST(Feed, CursorOlderThanThePrunedRangeExpires) {
+TEST_CASE("cursor older than the pruned range expires", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   for (int i = 0; i < 25; ++i)
-    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i % 5), "eu-1", strCat(i))).ok());
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i % 5), "eu-1", strCat(i))), IsOk());
   feed::Cleanup cleanup(
       cp.pool(), std::make_shared<feed::ResourceTables>(),
       feed::CleanupOptions{std::chrono::seconds(60), std::chrono::seconds(60), 10});
   auto result = cleanup.runOnce(std::chrono::system_clock::now() + std::chrono::hours(1));
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->changes_deleted, 25u);  // in batches of 10
+  REQUIRE_THAT(result, IsOk());
+  CHECK(result->changes_deleted == 25u);  // in batches of 10
   WatchRecorder stale(cp.channel(), cp.agentToken("eu-1"), "eu-1", 3);
-  ASSERT_TRUE(stale.waitFor([](const auto& ev) { return !ev.empty(); }));
-  ASSERT_TRUE(stale.events()[0].has_cursor_expired());
-  EXPECT_EQ(stale.events()[0].cursor_expired().reason(), cluster::v1::CURSOR_EXPIRED_REASON_PRUNED);
-  ASSERT_TRUE(stale.waitFinished(std::chrono::seconds(5)));
+  REQUIRE(stale.waitFor([](const auto& ev) { return !ev.empty(); }));
+  REQUIRE(stale.events()[0].has_cursor_expired());
+  CHECK(stale.events()[0].cursor_expired().reason() == cluster::v1::CURSOR_EXPIRED_REASON_PRUNED);
+  REQUIRE(stale.waitFinished(std::chrono::seconds(5)));
   // A full sync still works and has all current state.
   WatchRecorder fresh(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
-  ASSERT_TRUE(fresh.waitForVersion(25));
-  EXPECT_EQ(materialize(fresh.events()), databaseView(cp, "eu-1"));
+  REQUIRE(fresh.waitForVersion(25));
+  CHECK(materialize(fresh.events()) == databaseView(cp, "eu-1"));
   // New changes after the pruned range still stream to an agent that is current.
   WatchRecorder current(cp.channel(), cp.agentToken("eu-1"), "eu-1", 25);
-  ASSERT_TRUE(server.writer().put(bucket("new", "eu-1", "n")).ok());
-  ASSERT_TRUE(current.waitForVersion(26));
+  REQUIRE_THAT(server.writer().put(bucket("new", "eu-1", "n")), IsOk());
+  REQUIRE(current.waitForVersion(26));
 }
 
-TEST(Feed, AFutureCursorIsRefusedExplicitly) {
+TEST_CASE("a future cursor is refused explicitly", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
   WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 99);
-  ASSERT_TRUE(agent.waitFor([](const auto& ev) { return !ev.empty(); }));
-  EXPECT_EQ(agent.events()[0].cursor_expired().reason(),
-            cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION);
+  REQUIRE(agent.waitFor([](const auto& ev) { return !ev.empty(); }));
+  CHECK(agent.events()[0].cursor_expired().reason() ==
+        cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION);
 }
 
-TEST(Feed, TwoReplicasEachDeliverEveryChange) {
+TEST_CASE("two replicas each deliver every change", "[feed]") {
   TestControlPlane cp;
   auto& a = cp.startReplica();
   auto& b = cp.startReplica();
   WatchRecorder on_a(cp.channel(0), cp.agentToken("eu-1"), "eu-1", 0);
   WatchRecorder on_b(cp.channel(1), cp.agentToken("eu-1"), "eu-1", 0);
-  ASSERT_TRUE(on_b.waitFor([](const auto& ev) { return !ev.empty(); }));
+  REQUIRE(on_b.waitFor([](const auto& ev) { return !ev.empty(); }));
   for (int i = 0; i < 50; ++i) {
-    ASSERT_TRUE(((i % 2) ? a : b).writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+    REQUIRE_THAT(((i % 2) ? a : b).writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
   }
-  ASSERT_TRUE(on_a.waitForVersion(50));
-  ASSERT_TRUE(on_b.waitForVersion(50));
-  EXPECT_EQ(materialize(on_a.events()), materialize(on_b.events()));
-  EXPECT_EQ(materialize(on_b.events()).size(), 50u);
+  REQUIRE(on_a.waitForVersion(50));
+  REQUIRE(on_b.waitForVersion(50));
+  CHECK(materialize(on_a.events()) == materialize(on_b.events()));
+  CHECK(materialize(on_b.events()).size() == 50u);
 }
 
-TEST(Feed, AnAgentResumesAfterTheControlPlaneRestartsAndMissesNothing) {
+TEST_CASE("an agent resumes after the control plane restarts and misses nothing", "[feed]") {
   TestControlPlane cp;
   auto& first = cp.startReplica();
   for (int i = 0; i < 20; ++i)
-    ASSERT_TRUE(first.writer().put(bucket(strCat("r", i), "eu-1", "1")).ok());
+    REQUIRE_THAT(first.writer().put(bucket(strCat("r", i), "eu-1", "1")), IsOk());
   uint64_t resume_from = 0;
   std::vector<WatchEvent> seen;
   {
     WatchRecorder agent(cp.channel(0), cp.agentToken("eu-1"), "eu-1", 0);
-    ASSERT_TRUE(agent.waitForVersion(20));
+    REQUIRE(agent.waitForVersion(20));
     cp.stopReplica(0);
-    ASSERT_TRUE(agent.waitFinished(std::chrono::seconds(10)));
+    REQUIRE(agent.waitFinished(std::chrono::seconds(10)));
     resume_from = agent.lastVersion();
     seen = agent.events();
   }
   auto& second = cp.startReplica();
   // Changes while the agent was away, and after.
   for (int i = 0; i < 20; ++i)
-    ASSERT_TRUE(second.writer().put(bucket(strCat("r", i), "eu-1", "2")).ok());
+    REQUIRE_THAT(second.writer().put(bucket(strCat("r", i), "eu-1", "2")), IsOk());
   WatchRecorder agent(cp.channel(1), cp.agentToken("eu-1"), "eu-1", resume_from);
   for (int i = 20; i < 30; ++i)
-    ASSERT_TRUE(second.writer().put(bucket(strCat("r", i), "eu-1", "3")).ok());
-  ASSERT_TRUE(agent.waitForVersion(50));
+    REQUIRE_THAT(second.writer().put(bucket(strCat("r", i), "eu-1", "3")), IsOk());
+  REQUIRE(agent.waitForVersion(50));
   auto after = agent.events();
   seen.insert(seen.end(), after.begin(), after.end());
-  EXPECT_EQ(materialize(seen), databaseView(cp, "eu-1"));
+  CHECK(materialize(seen) == databaseView(cp, "eu-1"));
   std::set<uint64_t> versions;
   for (const auto& e : after) {
-    EXPECT_FALSE(e.has_sync_begin());
+    CHECK_FALSE(e.has_sync_begin());
     if (e.has_change()) versions.insert(e.change().version());
   }
-  EXPECT_EQ(versions.size(), 30u);
-  EXPECT_EQ(*versions.begin(), resume_from + 1);
+  CHECK(versions.size() == 30u);
+  CHECK(*versions.begin() == (resume_from + 1));
 }
 
-TEST(Feed, FilteredAndIdleStreamsAdvanceOnBookmarks) {
+TEST_CASE("filtered and idle streams advance on bookmarks", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   WatchRecorder other_type(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {"sentinel"});
   for (int i = 0; i < 5; ++i)
-    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
   // It gets none of the buckets, but learns that version 5 is behind it.
-  ASSERT_TRUE(other_type.waitForVersion(5));
-  for (const auto& e : other_type.events()) EXPECT_FALSE(e.has_change());
+  REQUIRE(other_type.waitForVersion(5));
+  for (const auto& e : other_type.events()) CHECK_FALSE(e.has_change());
   const size_t before = other_type.events().size();
-  ASSERT_TRUE(other_type.waitFor([&](const auto& ev) { return ev.size() > before; },
-                                 std::chrono::seconds(5)))
-      << "an idle stream gets periodic bookmarks";
+  INFO("an idle stream gets periodic bookmarks");
+  REQUIRE(other_type.waitFor([&](const auto& ev) { return ev.size() > before; },
+                             std::chrono::seconds(5)));
 }
 
-TEST(Feed, ASlowAgentIsToldToResyncAndOthersAreUnaffected) {
+TEST_CASE("a slow agent is told to resync and others are unaffected", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.stream_max_queued = 200; });
   // A client that opens a stream and never reads: the transport window fills, the queue grows.
@@ -336,9 +344,9 @@ TEST(Feed, ASlowAgentIsToldToResyncAndOthersAreUnaffected) {
   WatchRecorder healthy(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
   const std::string big(32 * 1024, 'x');
   for (int i = 0; i < 400; ++i)
-    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i % 50), "eu-1", big)).ok());
-  ASSERT_TRUE(healthy.waitForVersion(400, std::chrono::seconds(60)));
-  EXPECT_EQ(materialize(healthy.events()), databaseView(cp, "eu-1"));
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i % 50), "eu-1", big)), IsOk());
+  REQUIRE(healthy.waitForVersion(400, std::chrono::seconds(60)));
+  CHECK(materialize(healthy.events()) == databaseView(cp, "eu-1"));
   // The stuck stream ends with an explicit resync request once read.
   WatchEvent event;
   bool told = false;
@@ -347,20 +355,21 @@ TEST(Feed, ASlowAgentIsToldToResyncAndOthersAreUnaffected) {
       told = event.cursor_expired().reason() == cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED;
     }
   }
-  EXPECT_TRUE(told);
-  EXPECT_TRUE(stuck->Finish().ok());
+  CHECK(told);
+  CHECK_THAT(stuck->Finish(), IsOk());
 }
 
-TEST(Feed, AuthenticationAndAuthorization) {
+TEST_CASE("authentication and authorization", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
   auto expectRefused = [&](const std::string& token, const std::string& region,
                            grpc::StatusCode code, const std::string& message) {
     WatchRecorder w(cp.channel(), token, region, 0);
-    ASSERT_TRUE(w.waitFinished(std::chrono::seconds(10)));
-    EXPECT_EQ(w.status().error_code(), code) << w.status().error_message();
-    EXPECT_THAT(w.status().error_message(), HasSubstr(message));
-    EXPECT_TRUE(w.events().empty());
+    REQUIRE(w.waitFinished(std::chrono::seconds(10)));
+    INFO(w.status().error_message());
+    CHECK(w.status().error_code() == code);
+    CHECK_THAT(w.status().error_message(), Catch::Contains(message));
+    CHECK(w.events().empty());
   };
   expectRefused("", "eu-1", grpc::StatusCode::UNAUTHENTICATED, "missing agent token");
   expectRefused("krane_agent_made_up", "eu-1", grpc::StatusCode::UNAUTHENTICATED,
@@ -372,8 +381,8 @@ TEST(Feed, AuthenticationAndAuthorization) {
   // A revoked token stops working.
   api::AgentTokens tokens(cp.pool());
   auto created = tokens.create("eu-1", "to revoke");
-  ASSERT_TRUE(created.ok());
-  ASSERT_TRUE(tokens.revoke(created->token.id).ok());
+  REQUIRE_THAT(created, IsOk());
+  REQUIRE_THAT(tokens.revoke(created->token.id), IsOk());
   expectRefused(created->secret, "eu-1", grpc::StatusCode::UNAUTHENTICATED, "unknown or revoked");
 
   // Reports too are checked per region.
@@ -384,27 +393,24 @@ TEST(Feed, AuthenticationAndAuthorization) {
   report.set_region("eu-1");
   report.set_phase(cluster::v1::RESOURCE_PHASE_READY);
   cluster::v1::ReportResourceStatusResponse ignored;
-  EXPECT_EQ(stub->ReportResourceStatus(TestControlPlane::withToken(cp.agentToken("us-1")).get(),
-                                       report, &ignored)
-                .error_code(),
-            grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(stub->ReportResourceStatus(TestControlPlane::withToken("").get(), report, &ignored)
-                .error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(stub->ReportResourceStatus(TestControlPlane::withToken(cp.agentToken("us-1")).get(), report,
+                                   &ignored)
+            .error_code() == grpc::StatusCode::PERMISSION_DENIED);
+  CHECK(stub->ReportResourceStatus(TestControlPlane::withToken("").get(), report, &ignored)
+            .error_code() == grpc::StatusCode::UNAUTHENTICATED);
 
   // The public API wants an operator token; an agent token is not one.
   auto api = cp.resources();
   krane::api::v1::ListResourcesRequest list;
   krane::api::v1::ListResourcesResponse listed;
-  EXPECT_EQ(api->List(TestControlPlane::withToken("").get(), list, &listed).error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(api->List(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), list, &listed)
-                .error_code(),
-            grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_TRUE(api->List(TestControlPlane::withToken(kOperatorToken).get(), list, &listed).ok());
+  CHECK(api->List(TestControlPlane::withToken("").get(), list, &listed).error_code() ==
+        grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(api->List(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), list, &listed)
+            .error_code() == grpc::StatusCode::UNAUTHENTICATED);
+  CHECK_THAT(api->List(TestControlPlane::withToken(kOperatorToken).get(), list, &listed), IsOk());
 }
 
-TEST(Feed, ResourceApiValidatesAndRoundTrips) {
+TEST_CASE("resource api validates and round trips", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
   auto api = cp.resources();
@@ -415,17 +421,17 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
   krane::api::v1::PutResourceRequest put;
   krane::api::v1::PutResourceResponse put_response;
   *put.mutable_resource() = bucket("b1", "eu-1", "hello");
-  ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Put, put, &put_response).ok());
-  EXPECT_TRUE(put_response.created());
-  EXPECT_EQ(put_response.version(), 1u);
+  REQUIRE_THAT(call(&krane::api::v1::ResourceService::Stub::Put, put, &put_response), IsOk());
+  CHECK(put_response.created());
+  CHECK(put_response.version() == 1u);
 
   krane::api::v1::GetResourceRequest get;
   get.set_type(kType);
   get.set_id("b1");
   get.set_region("eu-1");
   krane::api::v1::GetResourceResponse got;
-  ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Get, get, &got).ok());
-  EXPECT_EQ(got.resource().generic().spec(), "hello");
+  REQUIRE_THAT(call(&krane::api::v1::ResourceService::Stub::Get, get, &got), IsOk());
+  CHECK(got.resource().generic().spec() == "hello");
 
   auto expectInvalid = [&](cluster::v1::Resource r, grpc::StatusCode code,
                            const std::string& needle) {
@@ -433,8 +439,9 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
     *bad.mutable_resource() = std::move(r);
     krane::api::v1::PutResourceResponse ignored;
     auto status = call(&krane::api::v1::ResourceService::Stub::Put, bad, &ignored);
-    EXPECT_EQ(status.error_code(), code) << status.error_message();
-    EXPECT_THAT(status.error_message(), HasSubstr(needle));
+    INFO(status.error_message());
+    CHECK(status.error_code() == code);
+    CHECK_THAT(status.error_message(), Catch::Contains(needle));
   };
   expectInvalid(bucket("", "eu-1", "x"), grpc::StatusCode::INVALID_ARGUMENT,
                 "resource.id: required");
@@ -447,12 +454,12 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
   expectInvalid(wrong_kind, grpc::StatusCode::INVALID_ARGUMENT, "sentinel");
 
   get.set_id("missing");
-  EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::Get, get, &got).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+  CHECK(call(&krane::api::v1::ResourceService::Stub::Get, get, &got).error_code() ==
+        grpc::StatusCode::NOT_FOUND);
 
   for (int i = 0; i < 7; ++i) {
     *put.mutable_resource() = bucket(strCat("p", i), i % 2 ? "eu-1" : "us-1", "x");
-    ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Put, put, &put_response).ok());
+    REQUIRE_THAT(call(&krane::api::v1::ResourceService::Stub::Put, put, &put_response), IsOk());
   }
   // Paging returns every resource once, in (type, region, id) order.
   krane::api::v1::ListResourcesRequest list;
@@ -460,33 +467,33 @@ TEST(Feed, ResourceApiValidatesAndRoundTrips) {
   std::vector<std::string> ids;
   for (int pages = 0; pages < 10; ++pages) {
     krane::api::v1::ListResourcesResponse page;
-    ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::List, list, &page).ok());
+    REQUIRE_THAT(call(&krane::api::v1::ResourceService::Stub::List, list, &page), IsOk());
     for (const auto& r : page.resources()) ids.push_back(strCat(r.region(), "/", r.id()));
     if (page.next_page_token().empty()) break;
     list.set_page_token(page.next_page_token());
   }
-  EXPECT_THAT(ids, ::testing::ElementsAre("eu-1/b1", "eu-1/p1", "eu-1/p3", "eu-1/p5", "us-1/p0",
-                                          "us-1/p2", "us-1/p4", "us-1/p6"));
+  CHECK(ids == std::vector<std::string>{"eu-1/b1", "eu-1/p1", "eu-1/p3", "eu-1/p5", "us-1/p0",
+                                        "us-1/p2", "us-1/p4", "us-1/p6"});
   list.set_page_token("garbage");
   krane::api::v1::ListResourcesResponse page;
-  EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::List, list, &page).error_code(),
-            grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(call(&krane::api::v1::ResourceService::Stub::List, list, &page).error_code() ==
+        grpc::StatusCode::INVALID_ARGUMENT);
 
   krane::api::v1::DeleteResourceRequest del;
   del.set_type(kType);
   del.set_id("b1");
   del.set_region("eu-1");
   krane::api::v1::DeleteResourceResponse deleted;
-  ASSERT_TRUE(call(&krane::api::v1::ResourceService::Stub::Delete, del, &deleted).ok());
-  EXPECT_EQ(call(&krane::api::v1::ResourceService::Stub::Delete, del, &deleted).error_code(),
-            grpc::StatusCode::NOT_FOUND);
+  REQUIRE_THAT(call(&krane::api::v1::ResourceService::Stub::Delete, del, &deleted), IsOk());
+  CHECK(call(&krane::api::v1::ResourceService::Stub::Delete, del, &deleted).error_code() ==
+        grpc::StatusCode::NOT_FOUND);
 }
 
-TEST(Feed, HeartbeatsMakeEachAgentsLagVisible) {
+TEST_CASE("heartbeats make each agents lag visible", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   for (int i = 0; i < 7; ++i)
-    ASSERT_TRUE(server.writer().put(bucket(strCat("r", i), "eu-1", "x")).ok());
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
   auto cluster = cp.cluster();
   cluster::v1::HeartbeatRequest beat;
   beat.set_agent_id("agent-a");
@@ -495,29 +502,28 @@ TEST(Feed, HeartbeatsMakeEachAgentsLagVisible) {
   beat.set_applied_version(4);
   beat.set_is_leader(true);
   cluster::v1::HeartbeatResponse answer;
-  ASSERT_TRUE(
-      cluster->Heartbeat(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), beat, &answer)
-          .ok());
-  EXPECT_EQ(answer.latest_version(), 7u);
+  REQUIRE_THAT(
+      cluster->Heartbeat(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), beat, &answer),
+      IsOk());
+  CHECK(answer.latest_version() == 7u);
 
   auto agents = cp.agents();
   krane::api::v1::ListAgentsRequest request;
   krane::api::v1::ListAgentsResponse response;
-  ASSERT_TRUE(
-      agents->ListAgents(TestControlPlane::withToken(kOperatorToken).get(), request, &response)
-          .ok());
-  ASSERT_EQ(response.agents_size(), 1);
-  EXPECT_EQ(response.agents(0).agent_id(), "agent-a");
-  EXPECT_EQ(response.agents(0).lag(), 3u);
-  EXPECT_TRUE(response.agents(0).is_leader());
-  EXPECT_EQ(
+  REQUIRE_THAT(
+      agents->ListAgents(TestControlPlane::withToken(kOperatorToken).get(), request, &response),
+      IsOk());
+  REQUIRE(response.agents_size() == 1);
+  CHECK(response.agents(0).agent_id() == "agent-a");
+  CHECK(response.agents(0).lag() == 3u);
+  CHECK(response.agents(0).is_leader());
+  CHECK(
       agents
           ->ListAgents(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), request, &response)
-          .error_code(),
-      grpc::StatusCode::UNAUTHENTICATED);
+          .error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
 
-TEST(Feed, CoreResourceTypesTravelWholeThroughTheApiAndTheStream) {
+TEST_CASE("core resource types travel whole through the api and the stream", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
   WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
@@ -571,22 +577,23 @@ TEST(Feed, CoreResourceTypesTravelWholeThroughTheApiAndTheStream) {
     *put.mutable_resource() = resource;
     krane::api::v1::PutResourceResponse response;
     auto status = api->Put(TestControlPlane::withToken(kOperatorToken).get(), put, &response);
-    ASSERT_TRUE(status.ok()) << resource.type() << ": " << status.error_message();
+    INFO(resource.type() << ": " << status.error_message());
+    REQUIRE_THAT(status, IsOk());
   }
-  ASSERT_TRUE(agent.waitForVersion(3));
+  REQUIRE(agent.waitForVersion(3));
   std::map<std::string, cluster::v1::Resource> received;
   for (const auto& e : agent.events()) {
     if (e.has_change()) received[e.change().resource().type()] = e.change().resource();
   }
-  ASSERT_EQ(received.size(), 3u);
-  EXPECT_EQ(received["deployment_topology"].deployment_topology().command(0), "/app/server");
-  EXPECT_EQ(received["deployment_topology"].deployment_topology().env(0).value(), "production");
-  EXPECT_EQ(received["deployment_topology"].deployment_topology().healthcheck().readiness().path(),
-            "/ready");
-  EXPECT_EQ(received["deployment_topology"].deployment_topology().shutdown_signal(), "SIGINT");
-  EXPECT_EQ(received["sentinel"].sentinel().image(), "registry.example.com/sentinel:v7");
-  EXPECT_THAT(received["cilium_network_policy"].cilium_network_policy().policy_json(),
-              HasSubstr("endpointSelector"));
+  REQUIRE(received.size() == 3u);
+  CHECK(received["deployment_topology"].deployment_topology().command(0) == "/app/server");
+  CHECK(received["deployment_topology"].deployment_topology().env(0).value() == "production");
+  CHECK(received["deployment_topology"].deployment_topology().healthcheck().readiness().path() ==
+        "/ready");
+  CHECK(received["deployment_topology"].deployment_topology().shutdown_signal() == "SIGINT");
+  CHECK(received["sentinel"].sentinel().image() == "registry.example.com/sentinel:v7");
+  CHECK_THAT(received["cilium_network_policy"].cilium_network_policy().policy_json(),
+             Catch::Contains("endpointSelector"));
 
   // A topology with a bad field is refused naming it, and nothing is streamed for it.
   krane::api::v1::PutResourceRequest bad;
@@ -594,25 +601,25 @@ TEST(Feed, CoreResourceTypesTravelWholeThroughTheApiAndTheStream) {
   bad.mutable_resource()->mutable_deployment_topology()->set_port(70000);
   krane::api::v1::PutResourceResponse ignored;
   auto refused = api->Put(TestControlPlane::withToken(kOperatorToken).get(), bad, &ignored);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(refused.error_message(), HasSubstr("deployment_topology.port"));
+  CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(refused.error_message(), Catch::Contains("deployment_topology.port"));
 }
 
-TEST(Feed, WatchRequestsAreValidated) {
+TEST_CASE("watch requests are validated", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
   WatchRecorder bad_type(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {"no spaces allowed"});
-  ASSERT_TRUE(bad_type.waitFinished(std::chrono::seconds(10)));
-  EXPECT_EQ(bad_type.status().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(bad_type.status().error_message(), HasSubstr("resource_types[0]"));
+  REQUIRE(bad_type.waitFinished(std::chrono::seconds(10)));
+  CHECK(bad_type.status().error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK_THAT(bad_type.status().error_message(), Catch::Contains("resource_types[0]"));
 }
 
-TEST(Feed, ADatabaseOutageFailsWritesClearlyAndTheFeedRecovers) {
+TEST_CASE("a database outage fails writes clearly and the feed recovers", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
-  ASSERT_TRUE(server.writer().put(bucket("before", "eu-1", "1")).ok());
-  ASSERT_TRUE(agent.waitForVersion(1));
+  REQUIRE_THAT(server.writer().put(bucket("before", "eu-1", "1")), IsOk());
+  REQUIRE(agent.waitForVersion(1));
 
   auto& db = krane::testing::ScratchMariaDb::instance();
   db.stop();
@@ -621,40 +628,42 @@ TEST(Feed, ADatabaseOutageFailsWritesClearlyAndTheFeedRecovers) {
   *put.mutable_resource() = bucket("during", "eu-1", "2");
   krane::api::v1::PutResourceResponse ignored;
   auto refused = api->Put(TestControlPlane::withToken(kOperatorToken).get(), put, &ignored);
-  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << refused.error_message();
-  EXPECT_THAT(refused.error_message(), HasSubstr("cannot connect to MySQL"));
+  INFO(refused.error_message());
+  CHECK(refused.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK_THAT(refused.error_message(), Catch::Contains("cannot connect to MySQL"));
   httplib::Client http("127.0.0.1", server.httpPort());
   auto ready = http.Get("/readyz");
-  ASSERT_TRUE(ready);
-  EXPECT_EQ(ready->status, 503);
+  REQUIRE(ready);
+  CHECK(ready->status == 503);
 
   db.start();
   // Nothing half-written: the refused put left no trace, and the feed goes on where it was.
-  ASSERT_TRUE(server.writer().put(bucket("after", "eu-1", "3")).ok());
-  ASSERT_TRUE(agent.waitForVersion(2)) << "the connected agent gets changes made after the outage";
-  EXPECT_EQ(materialize(agent.events()), databaseView(cp, "eu-1"));
-  EXPECT_EQ(databaseView(cp, "eu-1").count(strCat(kType, "/during")), 0u);
-  EXPECT_EQ(http.Get("/readyz")->status, 200);
+  REQUIRE_THAT(server.writer().put(bucket("after", "eu-1", "3")), IsOk());
+  INFO("the connected agent gets changes made after the outage");
+  REQUIRE(agent.waitForVersion(2));
+  CHECK(materialize(agent.events()) == databaseView(cp, "eu-1"));
+  CHECK(databaseView(cp, "eu-1").count(strCat(kType, "/during")) == 0u);
+  CHECK(http.Get("/readyz")->status == 200);
 }
 
-TEST(Feed, MetricsAndHealthEndpoints) {
+TEST_CASE("metrics and health endpoints", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
-  ASSERT_TRUE(server.writer().put(bucket("m", "eu-1", "x")).ok());
-  ASSERT_TRUE(agent.waitForVersion(1));
+  REQUIRE_THAT(server.writer().put(bucket("m", "eu-1", "x")), IsOk());
+  REQUIRE(agent.waitForVersion(1));
   httplib::Client http("127.0.0.1", server.httpPort());
   auto health = http.Get("/healthz");
-  ASSERT_TRUE(health);
-  EXPECT_EQ(health->status, 200);
+  REQUIRE(health);
+  CHECK(health->status == 200);
   auto ready = http.Get("/readyz");
-  ASSERT_TRUE(ready);
-  EXPECT_EQ(ready->status, 200);
+  REQUIRE(ready);
+  CHECK(ready->status == 200);
   auto metrics = http.Get("/metrics");
-  ASSERT_TRUE(metrics);
-  EXPECT_THAT(metrics->body, HasSubstr("krane_feed_streams 1"));
-  EXPECT_THAT(metrics->body, HasSubstr("krane_feed_events_sent_total"));
-  EXPECT_THAT(metrics->body, HasSubstr("krane_feed_full_syncs_total 1"));
+  REQUIRE(metrics);
+  CHECK_THAT(metrics->body, Catch::Contains("krane_feed_streams 1"));
+  CHECK_THAT(metrics->body, Catch::Contains("krane_feed_events_sent_total"));
+  CHECK_THAT(metrics->body, Catch::Contains("krane_feed_full_syncs_total 1"));
 }
 
 }  // namespace

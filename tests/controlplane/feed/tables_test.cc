@@ -8,8 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
@@ -20,6 +19,7 @@
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
 
 namespace krane::feed {
 
@@ -43,9 +43,6 @@ using Peer = ResourceTableTestPeer;
 using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::util::MessageDifferencer;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using ::testing::IsEmpty;
 
 constexpr std::string_view kRegion = "eu-1";
 constexpr std::string_view kOtherRegion = "us-1";
@@ -209,10 +206,6 @@ struct TableCase {
   // Invalid inputs (applied to a minimal resource) and a piece of the expected message.
   std::vector<std::pair<Mutation, std::string>> invalid;
 };
-
-// Named by GoogleTest, which prints parameters through it.
-// NOLINTNEXTLINE(readability-identifier-naming)
-void PrintTo(const TableCase& c, std::ostream* os) { *os << c.name; }
 
 Resource envelope(const TableCase& c, std::string_view id, std::string_view region) {
   Resource r;
@@ -521,56 +514,67 @@ TableCase genericCase() {
   return c;
 }
 
-class TablesTest : public krane::testing::MariaDbTest,
-                   public ::testing::WithParamInterface<TableCase> {
+// Every resource table; TablesTest cases run once for each (GENERATE over the index).
+const std::vector<TableCase>& allTables() {
+  static const std::vector<TableCase> cases = {deploymentTopologyCase(), sentinelCase(),
+                                               ciliumCase(), genericCase()};
+  return cases;
+}
+
+class TablesTest : public krane::testing::MariaDbTest {
  protected:
-  void SetUp() override {
-    MariaDbTest::SetUp();
+  TablesTest() {
     auto pool = db::Pool::create(dsn_, {.max_connections = 2});
-    ASSERT_TRUE(pool.ok()) << pool.status();
+    REQUIRE_THAT(pool, IsOk());
     pool_ = *pool;
     auto migrations = db::builtinMigrations();
-    ASSERT_TRUE(migrations.ok()) << migrations.status();
+    REQUIRE_THAT(migrations, IsOk());
     auto applied = db::Migrator(pool_, *migrations).migrate();
-    ASSERT_TRUE(applied.ok()) << applied.status();
+    REQUIRE_THAT(applied, IsOk());
     auto conn = pool_->acquire();
-    ASSERT_TRUE(conn.ok()) << conn.status();
+    REQUIRE_THAT(conn, IsOk());
     conn_ = std::move(*conn);
     for (std::string_view region : {kRegion, kOtherRegion}) {
-      ASSERT_TRUE(conn_
-                      ->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, ?)",
-                             {region, strCat("Region ", region), int64_t{1}})
-                      .ok());
+      REQUIRE_THAT(
+          conn_->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, ?)",
+                      {region, strCat("Region ", region), int64_t{1}}),
+          IsOk());
     }
-    table_ = GetParam().make();
   }
 
-  const TableCase& tc() const { return GetParam(); }
+  // Makes this run of the test case about table `index` of allTables().
+  void useTable(size_t index) {
+    case_ = &allTables().at(index);
+    table_ = case_->make();
+  }
+
+  const TableCase& tc() const { return *case_; }
   db::Connection& conn() { return *conn_; }
 
   void write(const Resource& r, uint64_t version, int64_t now_ms = 1000) {
-    ASSERT_TRUE(table_->validate(r).ok()) << table_->validate(r) << "\n" << r.DebugString();
+    INFO(table_->validate(r) << "\n" << r.DebugString());
+    REQUIRE_THAT(table_->validate(r), IsOk());
     const absl::Status status = Peer::write(*table_, conn(), r, version, now_ms);
-    ASSERT_TRUE(status.ok()) << status;
+    REQUIRE_THAT(status, IsOk());
   }
 
   std::optional<StoredResource> load(std::string_view id, std::string_view region) {
     auto loaded =
         table_->load(conn(), ResourceKey{tc().type, std::string(id), std::string(region)});
-    EXPECT_TRUE(loaded.ok()) << loaded.status();
+    CHECK_THAT(loaded, IsOk());
     return loaded.ok() ? *loaded : std::nullopt;
   }
 
   std::vector<std::string> scan(std::string_view region) {
     std::vector<std::string> ids;
     const absl::Status status = table_->scanRegion(conn(), region, [&](Resource&& r) {
-      EXPECT_EQ(r.region(), region);
-      EXPECT_EQ(r.type(), tc().type);
-      EXPECT_NE(r.kind_case(), Resource::KIND_NOT_SET);
+      CHECK(r.region() == region);
+      CHECK(r.type() == tc().type);
+      CHECK(r.kind_case() != Resource::KIND_NOT_SET);
       ids.push_back(r.id());
       return absl::OkStatus();
     });
-    EXPECT_TRUE(status.ok()) << status;
+    CHECK_THAT(status, IsOk());
     return ids;
   }
 
@@ -578,12 +582,12 @@ class TablesTest : public krane::testing::MariaDbTest,
   std::vector<std::string> list(std::string_view region, std::string_view type,
                                 const ListCursor& after, size_t limit) {
     auto listed = table_->list(conn(), region, type, after, limit);
-    EXPECT_TRUE(listed.ok()) << listed.status();
+    CHECK_THAT(listed, IsOk());
     std::vector<std::string> out;
     if (!listed.ok()) return out;
     for (const Resource& r : *listed) {
-      EXPECT_EQ(r.type(), tc().type);
-      EXPECT_NE(r.kind_case(), Resource::KIND_NOT_SET);
+      CHECK(r.type() == tc().type);
+      CHECK(r.kind_case() != Resource::KIND_NOT_SET);
       out.push_back(strCat(r.region(), "/", r.id()));
     }
     return out;
@@ -593,71 +597,80 @@ class TablesTest : public krane::testing::MariaDbTest,
     MessageDifferencer differencer;
     std::string diff;
     differencer.ReportDifferencesToString(&diff);
-    EXPECT_TRUE(differencer.Compare(expected, actual)) << diff << "\nexpected:\n"
-                                                       << expected.DebugString() << "actual:\n"
-                                                       << actual.DebugString();
-    EXPECT_TRUE(MessageDifferencer::Equals(expected, actual));
+    INFO(diff << "\nexpected:\n" << expected.DebugString() << "actual:\n" << actual.DebugString());
+    CHECK(differencer.Compare(expected, actual));
+    CHECK(MessageDifferencer::Equals(expected, actual));
   }
 
   std::shared_ptr<db::Pool> pool_;
   db::PooledConnection conn_;
   std::unique_ptr<ResourceTable> table_;
+  const TableCase* case_ = nullptr;
 };
 
-TEST_P(TablesTest, TypeIsTheOneStored) {
+TEST_CASE_METHOD(TablesTest, "type is the one stored", "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
   if (tc().type == kGenericType) {
-    EXPECT_EQ(table_->type(), "");
+    CHECK(table_->type() == "");
   } else {
-    EXPECT_EQ(table_->type(), tc().type);
+    CHECK(table_->type() == tc().type);
   }
 }
 
-TEST_P(TablesTest, EveryFieldOfTheKindIsPersisted) {
+TEST_CASE_METHOD(TablesTest, "every field of the kind is persisted", "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
   Resource r = envelope(tc(), "res-1", kRegion);
   Filler().fill(tc().kind(r));
   tc().fix(r);
   std::vector<std::string> unset;
   unsetFields(*tc().kind(r), "", &unset);
-  ASSERT_THAT(unset, IsEmpty()) << "the test resource must set every field";
+  INFO("the test resource must set every field");
+  REQUIRE(unset.empty());
 
-  ASSERT_TRUE(table_->validate(r).ok()) << table_->validate(r) << "\n" << r.DebugString();
+  INFO(table_->validate(r) << "\n" << r.DebugString());
+  REQUIRE_THAT(table_->validate(r), IsOk());
   write(r, 7);
   auto stored = load("res-1", kRegion);
-  ASSERT_TRUE(stored.has_value());
-  EXPECT_FALSE(stored->deleted);
+  REQUIRE(stored.has_value());
+  CHECK_FALSE(stored->deleted);
   Resource expected = r;
   expected.set_version(7);
   expectSame(expected, stored->resource);
 
   // The same through scanRegion and list.
   std::vector<Resource> scanned;
-  ASSERT_TRUE(table_
-                  ->scanRegion(conn(), kRegion,
-                               [&](Resource&& x) {
-                                 scanned.push_back(std::move(x));
-                                 return absl::OkStatus();
-                               })
-                  .ok());
-  ASSERT_EQ(scanned.size(), 1u);
+  REQUIRE_THAT(table_->scanRegion(conn(), kRegion,
+                                  [&](Resource&& x) {
+                                    scanned.push_back(std::move(x));
+                                    return absl::OkStatus();
+                                  }),
+               IsOk());
+  REQUIRE(scanned.size() == 1u);
   expectSame(expected, scanned[0]);
   auto listed = table_->list(conn(), "", "", ListCursor{}, 10);
-  ASSERT_TRUE(listed.ok()) << listed.status();
-  ASSERT_EQ(listed->size(), 1u);
+  REQUIRE_THAT(listed, IsOk());
+  REQUIRE(listed->size() == 1u);
   expectSame(expected, (*listed)[0]);
 }
 
-TEST_P(TablesTest, MinimalResourceTakesIdsFromTheEnvelope) {
+TEST_CASE_METHOD(TablesTest, "minimal resource takes ids from the envelope", "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
   const Resource r = minimalResource(tc(), "res-1", kRegion);
   write(r, 3);
   auto stored = load("res-1", kRegion);
-  ASSERT_TRUE(stored.has_value());
+  REQUIRE(stored.has_value());
   Resource expected = r;
   expected.set_version(3);
   tc().stored_minimal(expected);
   expectSame(expected, stored->resource);
 }
 
-TEST_P(TablesTest, UpdateInPlaceDeleteAndRevive) {
+TEST_CASE_METHOD(TablesTest, "update in place delete and revive", "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
   Resource r = envelope(tc(), "res-1", kRegion);
   Filler().fill(tc().kind(r));
   tc().fix(r);
@@ -666,8 +679,8 @@ TEST_P(TablesTest, UpdateInPlaceDeleteAndRevive) {
   tc().change(r);
   write(r, 9, 2000);
   auto stored = load("res-1", kRegion);
-  ASSERT_TRUE(stored.has_value());
-  EXPECT_FALSE(stored->deleted);
+  REQUIRE(stored.has_value());
+  CHECK_FALSE(stored->deleted);
   Resource expected = r;
   expected.set_version(9);
   expectSame(expected, stored->resource);
@@ -677,103 +690,113 @@ TEST_P(TablesTest, UpdateInPlaceDeleteAndRevive) {
                                      : tc().type == kCiliumNetworkPolicy ? "cilium_network_policies"
                                                                          : "deployment_topology",
                                      " WHERE created_at = 1000 AND updated_at = 2000"));
-  ASSERT_TRUE(created.ok()) << created.status();
-  EXPECT_EQ(created->rows[0].i64(0), 1) << "created_at kept, updated_at moved";
+  REQUIRE_THAT(created, IsOk());
+  INFO("created_at kept, updated_at moved");
+  CHECK(created->rows[0].i64(0) == 1);
 
   const ResourceKey key{tc().type, "res-1", std::string(kRegion)};
-  ASSERT_TRUE(Peer::markDeleted(*table_, conn(), key, 10, 3000).ok());
+  REQUIRE_THAT(Peer::markDeleted(*table_, conn(), key, 10, 3000), IsOk());
   stored = load("res-1", kRegion);
-  ASSERT_TRUE(stored.has_value());
-  EXPECT_TRUE(stored->deleted);
-  EXPECT_EQ(stored->resource.version(), 10u);
+  REQUIRE(stored.has_value());
+  CHECK(stored->deleted);
+  CHECK(stored->resource.version() == 10u);
   expected.set_version(10);
   expectSame(expected, stored->resource);  // the kind stays readable
-  EXPECT_THAT(scan(kRegion), IsEmpty());
-  EXPECT_THAT(list("", "", ListCursor{}, 10), IsEmpty());
+  CHECK(scan(kRegion).empty());
+  CHECK(list("", "", ListCursor{}, 10).empty());
 
   write(r, 11, 4000);
   stored = load("res-1", kRegion);
-  ASSERT_TRUE(stored.has_value());
-  EXPECT_FALSE(stored->deleted);
-  EXPECT_EQ(stored->resource.version(), 11u);
-  EXPECT_THAT(scan(kRegion), ElementsAre("res-1"));
+  REQUIRE(stored.has_value());
+  CHECK_FALSE(stored->deleted);
+  CHECK(stored->resource.version() == 11u);
+  CHECK(scan(kRegion) == std::vector<std::string>{"res-1"});
 }
 
-TEST_P(TablesTest, Lock) {
+TEST_CASE_METHOD(TablesTest, "lock", "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
   const ResourceKey key{tc().type, "res-1", std::string(kRegion)};
   const ResourceKey elsewhere{tc().type, "res-1", std::string(kOtherRegion)};
-  ASSERT_TRUE(conn().execText("START TRANSACTION").ok());
+  REQUIRE_THAT(conn().execText("START TRANSACTION"), IsOk());
   auto info = table_->lock(conn(), key);
-  ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_FALSE(info->has_value());
-  ASSERT_TRUE(conn().execText("COMMIT").ok());
+  REQUIRE_THAT(info, IsOk());
+  CHECK_FALSE(info->has_value());
+  REQUIRE_THAT(conn().execText("COMMIT"), IsOk());
 
   write(minimalResource(tc(), "res-1", kRegion), 7);
-  ASSERT_TRUE(conn().execText("START TRANSACTION").ok());
+  REQUIRE_THAT(conn().execText("START TRANSACTION"), IsOk());
   info = table_->lock(conn(), key);
-  ASSERT_TRUE(info.ok()) << info.status();
-  ASSERT_TRUE(info->has_value());
-  EXPECT_EQ((*info)->region, kRegion);
-  EXPECT_EQ((*info)->version, 7u);
-  EXPECT_FALSE((*info)->deleted);
+  REQUIRE_THAT(info, IsOk());
+  REQUIRE(info->has_value());
+  CHECK((*info)->region == kRegion);
+  CHECK((*info)->version == 7u);
+  CHECK_FALSE((*info)->deleted);
 
   info = table_->lock(conn(), elsewhere);
-  ASSERT_TRUE(info.ok()) << info.status();
+  REQUIRE_THAT(info, IsOk());
   if (tc().keyed_by_id) {
-    ASSERT_TRUE(info->has_value()) << "a row keyed by id is found in any region";
-    EXPECT_EQ((*info)->region, kRegion);
-    EXPECT_EQ((*info)->version, 7u);
+    INFO("a row keyed by id is found in any region");
+    REQUIRE(info->has_value());
+    CHECK((*info)->region == kRegion);
+    CHECK((*info)->version == 7u);
   } else {
-    EXPECT_FALSE(info->has_value());
+    CHECK_FALSE(info->has_value());
   }
-  ASSERT_TRUE(conn().execText("COMMIT").ok());
+  REQUIRE_THAT(conn().execText("COMMIT"), IsOk());
 
-  ASSERT_TRUE(Peer::markDeleted(*table_, conn(), key, 8, 2000).ok());
+  REQUIRE_THAT(Peer::markDeleted(*table_, conn(), key, 8, 2000), IsOk());
   info = table_->lock(conn(), key);
-  ASSERT_TRUE(info.ok()) << info.status();
-  ASSERT_TRUE(info->has_value());
-  EXPECT_EQ((*info)->region, kRegion);
-  EXPECT_EQ((*info)->version, 8u);
-  EXPECT_TRUE((*info)->deleted);
+  REQUIRE_THAT(info, IsOk());
+  REQUIRE(info->has_value());
+  CHECK((*info)->region == kRegion);
+  CHECK((*info)->version == 8u);
+  CHECK((*info)->deleted);
 
   // The lock is held: another session cannot lock the same row until the first commits.
-  ASSERT_TRUE(conn().execText("START TRANSACTION").ok());
-  ASSERT_TRUE(table_->lock(conn(), key).ok());
+  REQUIRE_THAT(conn().execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT(table_->lock(conn(), key), IsOk());
   auto other = pool_->acquire();
-  ASSERT_TRUE(other.ok()) << other.status();
-  ASSERT_TRUE((*other)->execText("SET SESSION innodb_lock_wait_timeout = 1").ok());
-  ASSERT_TRUE((*other)->execText("START TRANSACTION").ok());
-  EXPECT_FALSE(table_->lock(**other, key).ok());
-  ASSERT_TRUE((*other)->execText("ROLLBACK").ok());
-  ASSERT_TRUE(conn().execText("COMMIT").ok());
+  REQUIRE_THAT(other, IsOk());
+  REQUIRE_THAT((*other)->execText("SET SESSION innodb_lock_wait_timeout = 1"), IsOk());
+  REQUIRE_THAT((*other)->execText("START TRANSACTION"), IsOk());
+  CHECK_FALSE(table_->lock(**other, key).ok());
+  REQUIRE_THAT((*other)->execText("ROLLBACK"), IsOk());
+  REQUIRE_THAT(conn().execText("COMMIT"), IsOk());
 }
 
-TEST_P(TablesTest, ValidateRejectsBadInputNamingTheField) {
-  EXPECT_TRUE(table_->validate(minimalResource(tc(), "res-1", kRegion)).ok());
-  ASSERT_GE(tc().invalid.size(), 3u);
+TEST_CASE_METHOD(TablesTest, "validate rejects bad input naming the field", "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
+  CHECK_THAT(table_->validate(minimalResource(tc(), "res-1", kRegion)), IsOk());
+  REQUIRE(tc().invalid.size() >= 3u);
   for (size_t i = 0; i < tc().invalid.size(); ++i) {
     const auto& [mutate, expected] = tc().invalid[i];
     Resource r = minimalResource(tc(), "res-1", kRegion);
     mutate(r);
     const absl::Status status = table_->validate(r);
-    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument)
-        << "case " << i << " (" << expected << "): " << status;
-    EXPECT_THAT(messageOf(status), HasSubstr(expected)) << "case " << i;
+    INFO("case " << i << " (" << expected << "): " << status);
+    CHECK(status.code() == absl::StatusCode::kInvalidArgument);
+    INFO("case " << i);
+    CHECK_THAT(messageOf(status), Catch::Contains(expected));
   }
 }
 
-TEST_P(TablesTest, ScanRegionReturnsLiveRowsOfTheRegionInIdOrder) {
+TEST_CASE_METHOD(TablesTest, "scan region returns live rows of the region in id order",
+                 "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
   write(minimalResource(tc(), "r-3", kRegion), 1);
   write(minimalResource(tc(), "r-1", kRegion), 2);
   write(minimalResource(tc(), "r-2", kOtherRegion), 3);
   write(minimalResource(tc(), "r-5", kRegion), 4);
   write(minimalResource(tc(), "r-4", kRegion), 5);
-  ASSERT_TRUE(
-      Peer::markDeleted(*table_, conn(), ResourceKey{tc().type, "r-4", std::string(kRegion)}, 6, 1)
-          .ok());
-  EXPECT_THAT(scan(kRegion), ElementsAre("r-1", "r-3", "r-5"));
-  EXPECT_THAT(scan(kOtherRegion), ElementsAre("r-2"));
-  EXPECT_THAT(scan("nowhere"), IsEmpty());
+  REQUIRE_THAT(
+      Peer::markDeleted(*table_, conn(), ResourceKey{tc().type, "r-4", std::string(kRegion)}, 6, 1),
+      IsOk());
+  CHECK(scan(kRegion) == std::vector<std::string>{"r-1", "r-3", "r-5"});
+  CHECK(scan(kOtherRegion) == std::vector<std::string>{"r-2"});
+  CHECK(scan("nowhere").empty());
 
   // An error of the callback stops the scan and is returned.
   int calls = 0;
@@ -781,53 +804,59 @@ TEST_P(TablesTest, ScanRegionReturnsLiveRowsOfTheRegionInIdOrder) {
     ++calls;
     return absl::CancelledError("enough");
   });
-  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
-  EXPECT_EQ(calls, 1);
+  CHECK(status.code() == absl::StatusCode::kCancelled);
+  CHECK(calls == 1);
 }
 
-TEST_P(TablesTest, ListOrdersAndPages) {
+TEST_CASE_METHOD(TablesTest, "list orders and pages", "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
   write(minimalResource(tc(), "r-5", kRegion), 1);
   write(minimalResource(tc(), "r-2", kOtherRegion), 1);
   write(minimalResource(tc(), "r-1", kRegion), 2);
   write(minimalResource(tc(), "r-4", kOtherRegion), 2);
   write(minimalResource(tc(), "r-3", kRegion), 3);
   write(minimalResource(tc(), "r-6", kRegion), 4);
-  ASSERT_TRUE(
-      Peer::markDeleted(*table_, conn(), ResourceKey{tc().type, "r-6", std::string(kRegion)}, 5, 1)
-          .ok());
+  REQUIRE_THAT(
+      Peer::markDeleted(*table_, conn(), ResourceKey{tc().type, "r-6", std::string(kRegion)}, 5, 1),
+      IsOk());
   const std::vector<std::string> all = {"eu-1/r-1", "eu-1/r-3", "eu-1/r-5", "us-1/r-2", "us-1/r-4"};
 
-  EXPECT_EQ(list("", "", ListCursor{}, 100), all);
-  EXPECT_EQ(list("", tc().type, ListCursor{}, 100), all);
-  EXPECT_THAT(list("", "zz.other/type", ListCursor{}, 100), IsEmpty());
-  EXPECT_THAT(list(kOtherRegion, "", ListCursor{}, 100), ElementsAre("us-1/r-2", "us-1/r-4"));
-  EXPECT_EQ(list("", "", ListCursor{"", "a", ""}, 100), all) << "a cursor of an earlier type";
-  EXPECT_EQ(list("", "", ListCursor{"zz", "a", "zz"}, 100), all);
-  EXPECT_THAT(list("", "", ListCursor{"", tc().type + "~", ""}, 100), IsEmpty())
-      << "a cursor of a later type";
-  EXPECT_THAT(list(kOtherRegion, "", ListCursor{std::string(kOtherRegion), tc().type, "r-2"}, 100),
-              ElementsAre("us-1/r-4"));
-  EXPECT_THAT(list("", "", ListCursor{"eu-1", tc().type, "r-4"}, 100),
-              ElementsAre("eu-1/r-5", "us-1/r-2", "us-1/r-4"))
-      << "the cursor need not name an existing row";
+  CHECK(list("", "", ListCursor{}, 100) == all);
+  CHECK(list("", tc().type, ListCursor{}, 100) == all);
+  CHECK(list("", "zz.other/type", ListCursor{}, 100).empty());
+  CHECK(list(kOtherRegion, "", ListCursor{}, 100) ==
+        std::vector<std::string>{"us-1/r-2", "us-1/r-4"});
+  INFO("a cursor of an earlier type");
+  CHECK(list("", "", ListCursor{"", "a", ""}, 100) == all);
+  CHECK(list("", "", ListCursor{"zz", "a", "zz"}, 100) == all);
+  INFO("a cursor of a later type");
+  CHECK(list("", "", ListCursor{"", tc().type + "~", ""}, 100).empty());
+  CHECK(list(kOtherRegion, "", ListCursor{std::string(kOtherRegion), tc().type, "r-2"}, 100) ==
+        std::vector<std::string>{"us-1/r-4"});
+  INFO("the cursor need not name an existing row");
+  CHECK(list("", "", ListCursor{"eu-1", tc().type, "r-4"}, 100) ==
+        std::vector<std::string>{"eu-1/r-5", "us-1/r-2", "us-1/r-4"});
 
   // Pages of two, each continuing after the last resource of the previous one.
   std::vector<std::string> paged;
   ListCursor cursor;
   for (int page = 0; page < 10; ++page) {
     auto listed = table_->list(conn(), "", "", cursor, 2);
-    ASSERT_TRUE(listed.ok()) << listed.status();
+    REQUIRE_THAT(listed, IsOk());
     if (listed->empty()) break;
-    EXPECT_LE(listed->size(), 2u);
+    CHECK(listed->size() <= 2u);
     for (const Resource& r : *listed) paged.push_back(strCat(r.region(), "/", r.id()));
     const Resource& last = listed->back();
     cursor = ListCursor{last.region(), last.type(), last.id()};
   }
-  EXPECT_EQ(paged, all);
-  EXPECT_THAT(list("", "", ListCursor{}, 0), IsEmpty());
+  CHECK(paged == all);
+  CHECK(list("", "", ListCursor{}, 0).empty());
 }
 
-TEST_P(TablesTest, PurgeRemovesOnlyRowsDeletedBeforeTheCutoff) {
+TEST_CASE_METHOD(TablesTest, "purge removes only rows deleted before the cutoff", "[tables]") {
+  useTable(GENERATE(range(size_t{0}, allTables().size())));
+  INFO("table " << tc().name);
   write(minimalResource(tc(), "r-1", kRegion), 1);
   write(minimalResource(tc(), "r-2", kRegion), 2);
   write(minimalResource(tc(), "r-3", kOtherRegion), 3);
@@ -835,60 +864,53 @@ TEST_P(TablesTest, PurgeRemovesOnlyRowsDeletedBeforeTheCutoff) {
   const auto key = [&](std::string_view id, std::string_view region) {
     return ResourceKey{tc().type, std::string(id), std::string(region)};
   };
-  ASSERT_TRUE(Peer::markDeleted(*table_, conn(), key("r-1", kRegion), 5, 1000).ok());
-  ASSERT_TRUE(Peer::markDeleted(*table_, conn(), key("r-2", kRegion), 6, 3000).ok());
-  ASSERT_TRUE(Peer::markDeleted(*table_, conn(), key("r-3", kOtherRegion), 7, 1500).ok());
+  REQUIRE_THAT(Peer::markDeleted(*table_, conn(), key("r-1", kRegion), 5, 1000), IsOk());
+  REQUIRE_THAT(Peer::markDeleted(*table_, conn(), key("r-2", kRegion), 6, 3000), IsOk());
+  REQUIRE_THAT(Peer::markDeleted(*table_, conn(), key("r-3", kOtherRegion), 7, 1500), IsOk());
 
   auto purged = table_->purgeDeleted(conn(), 2000, 1);
-  ASSERT_TRUE(purged.ok()) << purged.status();
-  EXPECT_EQ(*purged, 1u) << "the limit holds";
+  REQUIRE_THAT(purged, IsOk());
+  INFO("the limit holds");
+  CHECK(*purged == 1u);
   purged = table_->purgeDeleted(conn(), 2000, 100);
-  ASSERT_TRUE(purged.ok()) << purged.status();
-  EXPECT_EQ(*purged, 1u);
-  EXPECT_FALSE(load("r-1", kRegion).has_value());
-  EXPECT_FALSE(load("r-3", kOtherRegion).has_value());
+  REQUIRE_THAT(purged, IsOk());
+  CHECK(*purged == 1u);
+  CHECK_FALSE(load("r-1", kRegion).has_value());
+  CHECK_FALSE(load("r-3", kOtherRegion).has_value());
   auto r2 = load("r-2", kRegion);
-  ASSERT_TRUE(r2.has_value());
-  EXPECT_TRUE(r2->deleted);
+  REQUIRE(r2.has_value());
+  CHECK(r2->deleted);
   auto r4 = load("r-4", kRegion);
-  ASSERT_TRUE(r4.has_value());
-  EXPECT_FALSE(r4->deleted);
+  REQUIRE(r4.has_value());
+  CHECK_FALSE(r4->deleted);
 
   purged = table_->purgeDeleted(conn(), 2000, 100);
-  ASSERT_TRUE(purged.ok());
-  EXPECT_EQ(*purged, 0u);
+  REQUIRE_THAT(purged, IsOk());
+  CHECK(*purged == 0u);
   purged = table_->purgeDeleted(conn(), 3001, 100);
-  ASSERT_TRUE(purged.ok());
-  EXPECT_EQ(*purged, 1u);
-  EXPECT_TRUE(load("r-4", kRegion).has_value());
+  REQUIRE_THAT(purged, IsOk());
+  CHECK(*purged == 1u);
+  CHECK(load("r-4", kRegion).has_value());
 }
-
-INSTANTIATE_TEST_SUITE_P(AllTables, TablesTest,
-                         ::testing::Values(deploymentTopologyCase(), sentinelCase(), ciliumCase(),
-                                           genericCase()),
-                         [](const ::testing::TestParamInfo<TableCase>& info) {
-                           return info.param.name;
-                         });
 
 // Checks particular to one table.
 class TypedTableTest : public krane::testing::MariaDbTest {
  protected:
-  void SetUp() override {
-    MariaDbTest::SetUp();
+  TypedTableTest() {
     auto pool = db::Pool::create(dsn_, {.max_connections = 2});
-    ASSERT_TRUE(pool.ok()) << pool.status();
+    REQUIRE_THAT(pool, IsOk());
     pool_ = *pool;
     auto migrations = db::builtinMigrations();
-    ASSERT_TRUE(migrations.ok()) << migrations.status();
-    ASSERT_TRUE(db::Migrator(pool_, *migrations).migrate().ok());
+    REQUIRE_THAT(migrations, IsOk());
+    REQUIRE_THAT(db::Migrator(pool_, *migrations).migrate(), IsOk());
     auto conn = pool_->acquire();
-    ASSERT_TRUE(conn.ok()) << conn.status();
+    REQUIRE_THAT(conn, IsOk());
     conn_ = std::move(*conn);
     for (std::string_view region : {kRegion, kOtherRegion}) {
-      ASSERT_TRUE(conn_
-                      ->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, ?)",
-                             {region, region, int64_t{1}})
-                      .ok());
+      REQUIRE_THAT(
+          conn_->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, ?)",
+                      {region, region, int64_t{1}}),
+          IsOk());
     }
   }
 
@@ -896,70 +918,72 @@ class TypedTableTest : public krane::testing::MariaDbTest {
   db::PooledConnection conn_;
 };
 
-TEST_F(TypedTableTest, SentinelWriteLeavesObservedColumnsAlone) {
+TEST_CASE_METHOD(TypedTableTest, "sentinel write leaves observed columns alone", "[typed-table]") {
   const auto table = makeSentinelTable();
   Resource r = minimalResource(sentinelCase(), "sen-1", kRegion);
-  ASSERT_TRUE(Peer::write(*table, *conn_, r, 1, 1000).ok());
+  REQUIRE_THAT(Peer::write(*table, *conn_, r, 1, 1000), IsOk());
   auto row = conn_->query(
       "SELECT deploy_status, available_replicas, updated_replicas, ready_replicas,"
       " observed_generation, running_image, health, status_reported_at, config FROM sentinels");
-  ASSERT_TRUE(row.ok()) << row.status();
-  ASSERT_EQ(row->rows.size(), 1u);
-  EXPECT_EQ(row->rows[0].str("deploy_status"), "idle");
-  EXPECT_EQ(row->rows[0].i64("available_replicas"), 0);
-  EXPECT_EQ(row->rows[0].str("health"), "unknown");
-  EXPECT_TRUE(row->rows[0].isNull("running_image"));
-  EXPECT_TRUE(row->rows[0].isNull("status_reported_at"));
-  EXPECT_TRUE(row->rows[0].isNull("config")) << "no configuration is NULL";
+  REQUIRE_THAT(row, IsOk());
+  REQUIRE(row->rows.size() == 1u);
+  CHECK(row->rows[0].str("deploy_status") == "idle");
+  CHECK(row->rows[0].i64("available_replicas") == 0);
+  CHECK(row->rows[0].str("health") == "unknown");
+  CHECK(row->rows[0].isNull("running_image"));
+  CHECK(row->rows[0].isNull("status_reported_at"));
+  INFO("no configuration is NULL");
+  CHECK(row->rows[0].isNull("config"));
 
-  ASSERT_TRUE(
-      conn_
-          ->exec("UPDATE sentinels SET deploy_status = 'progressing', available_replicas = 1,"
-                 " updated_replicas = 2, ready_replicas = 3, observed_generation = 4,"
-                 " running_image = 'sentinel:0', health = 'healthy',"
-                 " status_reported_at = 5")
-          .ok());
+  REQUIRE_THAT(
+      conn_->exec("UPDATE sentinels SET deploy_status = 'progressing', available_replicas = 1,"
+                  " updated_replicas = 2, ready_replicas = 3, observed_generation = 4,"
+                  " running_image = 'sentinel:0', health = 'healthy',"
+                  " status_reported_at = 5"),
+      IsOk());
   r.mutable_sentinel()->set_image("sentinel:9");
   r.mutable_sentinel()->set_desired_state(cluster::v1::SENTINEL_DESIRED_STATE_ARCHIVED);
-  ASSERT_TRUE(Peer::write(*table, *conn_, r, 2, 2000).ok());
-  ASSERT_TRUE(
-      Peer::markDeleted(*table, *conn_, {"sentinel", "sen-1", std::string(kRegion)}, 3, 3000).ok());
-  ASSERT_TRUE(Peer::write(*table, *conn_, r, 4, 4000).ok());
+  REQUIRE_THAT(Peer::write(*table, *conn_, r, 2, 2000), IsOk());
+  REQUIRE_THAT(
+      Peer::markDeleted(*table, *conn_, {"sentinel", "sen-1", std::string(kRegion)}, 3, 3000),
+      IsOk());
+  REQUIRE_THAT(Peer::write(*table, *conn_, r, 4, 4000), IsOk());
   row = conn_->query(
       "SELECT deploy_status, available_replicas, updated_replicas, ready_replicas,"
       " observed_generation, running_image, health, status_reported_at, image, desired_state"
       " FROM sentinels");
-  ASSERT_TRUE(row.ok()) << row.status();
+  REQUIRE_THAT(row, IsOk());
   const db::Row& x = row->rows[0];
-  EXPECT_EQ(x.str("deploy_status"), "progressing");
-  EXPECT_EQ(x.i64("available_replicas"), 1);
-  EXPECT_EQ(x.i64("updated_replicas"), 2);
-  EXPECT_EQ(x.i64("ready_replicas"), 3);
-  EXPECT_EQ(x.i64("observed_generation"), 4);
-  EXPECT_EQ(x.str("running_image"), "sentinel:0");
-  EXPECT_EQ(x.str("health"), "healthy");
-  EXPECT_EQ(x.i64("status_reported_at"), 5);
-  EXPECT_EQ(x.str("image"), "sentinel:9");
-  EXPECT_EQ(x.str("desired_state"), "archived");
+  CHECK(x.str("deploy_status") == "progressing");
+  CHECK(x.i64("available_replicas") == 1);
+  CHECK(x.i64("updated_replicas") == 2);
+  CHECK(x.i64("ready_replicas") == 3);
+  CHECK(x.i64("observed_generation") == 4);
+  CHECK(x.str("running_image") == "sentinel:0");
+  CHECK(x.str("health") == "healthy");
+  CHECK(x.i64("status_reported_at") == 5);
+  CHECK(x.str("image") == "sentinel:9");
+  CHECK(x.str("desired_state") == "archived");
 }
 
-TEST_F(TypedTableTest, JsonAsDeepAsValidationAllowsIsStored) {
+TEST_CASE_METHOD(TypedTableTest, "json as deep as validation allows is stored", "[typed-table]") {
   const auto sentinels = makeSentinelTable();
   Resource s = minimalResource(sentinelCase(), "sen-1", kRegion);
   s.mutable_sentinel()->set_config_json(nested(31));
-  ASSERT_TRUE(sentinels->validate(s).ok()) << sentinels->validate(s);
+  REQUIRE_THAT(sentinels->validate(s), IsOk());
   const absl::Status written = Peer::write(*sentinels, *conn_, s, 1, 1000);
-  ASSERT_TRUE(written.ok()) << written;
+  REQUIRE_THAT(written, IsOk());
 
   const auto policies = makeCiliumPolicyTable();
   Resource p = minimalResource(ciliumCase(), "pol-1", kRegion);
   p.mutable_cilium_network_policy()->set_policy_json(strCat("{\"a\":", nested(30), "}"));
-  ASSERT_TRUE(policies->validate(p).ok()) << policies->validate(p);
+  REQUIRE_THAT(policies->validate(p), IsOk());
   const absl::Status policy_written = Peer::write(*policies, *conn_, p, 1, 1000);
-  ASSERT_TRUE(policy_written.ok()) << policy_written;
+  REQUIRE_THAT(policy_written, IsOk());
 }
 
-TEST_F(TypedTableTest, DeploymentTopologyColumnsHoldTheDocumentedJson) {
+TEST_CASE_METHOD(TypedTableTest, "deployment topology columns hold the documented json",
+                 "[typed-table]") {
   const auto table = makeDeploymentTopologyTable();
   Resource r = minimalResource(deploymentTopologyCase(), "dep-1", kRegion);
   auto* t = r.mutable_deployment_topology();
@@ -974,27 +998,27 @@ TEST_F(TypedTableTest, DeploymentTopologyColumnsHoldTheDocumentedJson) {
   t->mutable_autoscaling()->set_min_replicas(1);
   t->mutable_autoscaling()->set_max_replicas(4);
   t->mutable_autoscaling()->set_target_cpu_percent(60);
-  ASSERT_TRUE(table->validate(r).ok()) << table->validate(r);
-  ASSERT_TRUE(Peer::write(*table, *conn_, r, 1, 1000).ok());
+  REQUIRE_THAT(table->validate(r), IsOk());
+  REQUIRE_THAT(Peer::write(*table, *conn_, r, 1, 1000), IsOk());
 
   auto rows = conn_->query(
       "SELECT command, args, env, labels, healthcheck, autoscale_min_replicas,"
       " autoscale_max_replicas, autoscale_target_cpu_percent, desired_status, shutdown_signal"
       " FROM deployment_topology");
-  ASSERT_TRUE(rows.ok()) << rows.status();
+  REQUIRE_THAT(rows, IsOk());
   const db::Row& row = rows->rows[0];
   using nlohmann::json;
-  EXPECT_EQ(json::parse(row.str("command")), json::parse(R"(["/bin/app"])"));
-  EXPECT_EQ(json::parse(row.str("args")), json::parse(R"(["--verbose"])"));
-  EXPECT_EQ(json::parse(row.str("env")),
-            json::parse(R"([{"name": "EMPTY", "value": ""}, {"name": "B", "value": "2"}])"));
-  EXPECT_EQ(json::parse(row.str("labels")), json::parse(R"({"tier": "web"})"));
-  EXPECT_EQ(json::parse(row.str("healthcheck")),
-            json::parse(R"({"readiness": {"initialDelaySeconds": 5}})"));
-  EXPECT_EQ(row.i64("autoscale_min_replicas"), 1);
-  EXPECT_EQ(row.i64("autoscale_max_replicas"), 4);
-  EXPECT_EQ(row.i64("autoscale_target_cpu_percent"), 60);
-  EXPECT_EQ(row.str("desired_status"), "running");
+  CHECK(json::parse(row.str("command")) == json::parse(R"(["/bin/app"])"));
+  CHECK(json::parse(row.str("args")) == json::parse(R"(["--verbose"])"));
+  CHECK(json::parse(row.str("env")) ==
+        json::parse(R"([{"name": "EMPTY", "value": ""}, {"name": "B", "value": "2"}])"));
+  CHECK(json::parse(row.str("labels")) == json::parse(R"({"tier": "web"})"));
+  CHECK(json::parse(row.str("healthcheck")) ==
+        json::parse(R"({"readiness": {"initialDelaySeconds": 5}})"));
+  CHECK(row.i64("autoscale_min_replicas") == 1);
+  CHECK(row.i64("autoscale_max_replicas") == 4);
+  CHECK(row.i64("autoscale_target_cpu_percent") == 60);
+  CHECK(row.str("desired_status") == "running");
 
   // Without autoscaling or lists, the columns are NULL.
   t->clear_command();
@@ -1003,48 +1027,50 @@ TEST_F(TypedTableTest, DeploymentTopologyColumnsHoldTheDocumentedJson) {
   t->clear_labels();
   t->clear_healthcheck();
   t->clear_autoscaling();
-  ASSERT_TRUE(Peer::write(*table, *conn_, r, 2, 2000).ok());
+  REQUIRE_THAT(Peer::write(*table, *conn_, r, 2, 2000), IsOk());
   rows = conn_->query(
       "SELECT command IS NULL AND args IS NULL AND env IS NULL AND labels IS NULL AND"
       " healthcheck IS NULL AND autoscale_min_replicas IS NULL AND autoscale_max_replicas IS NULL"
       " AND autoscale_target_cpu_percent IS NULL FROM deployment_topology");
-  ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_EQ(rows->rows[0].i64(0), 1);
+  REQUIRE_THAT(rows, IsOk());
+  CHECK(rows->rows[0].i64(0) == 1);
 }
 
-TEST_F(TypedTableTest, DeploymentTopologyIsKeyedByIdAndRegion) {
+TEST_CASE_METHOD(TypedTableTest, "deployment topology is keyed by id and region", "[typed-table]") {
   const auto table = makeDeploymentTopologyTable();
   Resource eu = minimalResource(deploymentTopologyCase(), "dep-1", kRegion);
   Resource us = minimalResource(deploymentTopologyCase(), "dep-1", kOtherRegion);
   us.mutable_deployment_topology()->set_image("app:us");
-  ASSERT_TRUE(Peer::write(*table, *conn_, eu, 1, 1000).ok());
-  ASSERT_TRUE(Peer::write(*table, *conn_, us, 2, 1000).ok());
+  REQUIRE_THAT(Peer::write(*table, *conn_, eu, 1, 1000), IsOk());
+  REQUIRE_THAT(Peer::write(*table, *conn_, us, 2, 1000), IsOk());
   auto a = table->load(*conn_, {"deployment_topology", "dep-1", std::string(kRegion)});
   auto b = table->load(*conn_, {"deployment_topology", "dep-1", std::string(kOtherRegion)});
-  ASSERT_TRUE(a.ok() && b.ok());
-  ASSERT_TRUE(a->has_value() && b->has_value());
-  EXPECT_EQ((*a)->resource.deployment_topology().image(), "app:1");
-  EXPECT_EQ((*b)->resource.deployment_topology().image(), "app:us");
-  EXPECT_EQ((*b)->resource.version(), 2u);
+  REQUIRE((a.ok() && b.ok()));
+  REQUIRE((a->has_value() && b->has_value()));
+  CHECK((*a)->resource.deployment_topology().image() == "app:1");
+  CHECK((*b)->resource.deployment_topology().image() == "app:us");
+  CHECK((*b)->resource.version() == 2u);
 }
 
-TEST_F(TypedTableTest, IdKeyedTablesMoveARevivedRowToTheNewRegion) {
+TEST_CASE_METHOD(TypedTableTest, "id keyed tables move a revived row to the new region",
+                 "[typed-table]") {
   for (const TableCase& c : {sentinelCase(), ciliumCase()}) {
-    SCOPED_TRACE(c.name);
+    INFO(c.name);
     const auto table = c.make();
-    ASSERT_TRUE(Peer::write(*table, *conn_, minimalResource(c, "x-1", kRegion), 1, 1000).ok());
-    ASSERT_TRUE(
-        Peer::markDeleted(*table, *conn_, {c.type, "x-1", std::string(kRegion)}, 2, 2000).ok());
-    ASSERT_TRUE(Peer::write(*table, *conn_, minimalResource(c, "x-1", kOtherRegion), 3, 3000).ok());
+    REQUIRE_THAT(Peer::write(*table, *conn_, minimalResource(c, "x-1", kRegion), 1, 1000), IsOk());
+    REQUIRE_THAT(Peer::markDeleted(*table, *conn_, {c.type, "x-1", std::string(kRegion)}, 2, 2000),
+                 IsOk());
+    REQUIRE_THAT(Peer::write(*table, *conn_, minimalResource(c, "x-1", kOtherRegion), 3, 3000),
+                 IsOk());
     auto old_place = table->load(*conn_, {c.type, "x-1", std::string(kRegion)});
-    ASSERT_TRUE(old_place.ok());
-    EXPECT_FALSE(old_place->has_value());
+    REQUIRE_THAT(old_place, IsOk());
+    CHECK_FALSE(old_place->has_value());
     auto new_place = table->load(*conn_, {c.type, "x-1", std::string(kOtherRegion)});
-    ASSERT_TRUE(new_place.ok());
-    ASSERT_TRUE(new_place->has_value());
-    EXPECT_FALSE((*new_place)->deleted);
-    EXPECT_EQ((*new_place)->resource.region(), kOtherRegion);
-    EXPECT_EQ((*new_place)->resource.version(), 3u);
+    REQUIRE_THAT(new_place, IsOk());
+    REQUIRE(new_place->has_value());
+    CHECK_FALSE((*new_place)->deleted);
+    CHECK((*new_place)->resource.region() == kOtherRegion);
+    CHECK((*new_place)->resource.version() == 3u);
   }
 }
 

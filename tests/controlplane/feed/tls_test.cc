@@ -2,11 +2,11 @@
 #include <fstream>
 #include <sstream>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "tests/support/control_plane.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane {
@@ -28,7 +28,8 @@ void openssl(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"/usr/bin/openssl"};
   argv.insert(argv.end(), args.begin(), args.end());
   auto r = krane::testing::runCommand(argv);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
 }
 
 // A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
@@ -67,7 +68,7 @@ grpc::Status listWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int
                     request, &response);
 }
 
-TEST(Tls, ServerCertificateAndMutualTls) {
+TEST_CASE("server certificate and mutual tls", "[tls]") {
   makeCertificates();
   const std::string d = dir();
   TestControlPlane cp;
@@ -88,19 +89,19 @@ TEST(Tls, ServerCertificateAndMutualTls) {
   trust_with_cert.pem_private_key = read(d + "/client.key");
 
   // TLS: a client trusting the CA gets through; a plaintext client does not.
-  EXPECT_TRUE(listWith(grpc::SslCredentials(trust), tls.grpcPort()).ok());
-  EXPECT_FALSE(listWith(grpc::InsecureChannelCredentials(), tls.grpcPort()).ok());
+  CHECK_THAT(listWith(grpc::SslCredentials(trust), tls.grpcPort()), IsOk());
+  CHECK_FALSE(listWith(grpc::InsecureChannelCredentials(), tls.grpcPort()).ok());
   // A client that does not trust the server's CA refuses it.
   grpc::SslCredentialsOptions wrong_ca;
   wrong_ca.pem_root_certs = read(d + "/client.crt");
-  EXPECT_FALSE(listWith(grpc::SslCredentials(wrong_ca), tls.grpcPort()).ok());
+  CHECK_FALSE(listWith(grpc::SslCredentials(wrong_ca), tls.grpcPort()).ok());
 
   // Mutual TLS: a client certificate signed by the CA is required.
-  EXPECT_TRUE(listWith(grpc::SslCredentials(trust_with_cert), mtls.grpcPort()).ok());
-  EXPECT_FALSE(listWith(grpc::SslCredentials(trust), mtls.grpcPort()).ok());
+  CHECK_THAT(listWith(grpc::SslCredentials(trust_with_cert), mtls.grpcPort()), IsOk());
+  CHECK_FALSE(listWith(grpc::SslCredentials(trust), mtls.grpcPort()).ok());
 }
 
-TEST(Tls, MissingCertificateFilesStopStartUpNamingThem) {
+TEST_CASE("missing certificate files stop start up naming them", "[tls]") {
   TestControlPlane cp;
   ctrl::CtrlConfig config;
   config.listen = "127.0.0.1:0";
@@ -110,9 +111,9 @@ TEST(Tls, MissingCertificateFilesStopStartUpNamingThem) {
   config.tls.key_file = "/nonexistent/server.key";
   ctrl::Server server(config);
   auto status = server.start();
-  ASSERT_FALSE(status.ok());
-  EXPECT_THAT(std::string(toStd(status.message())),
-              ::testing::HasSubstr("cannot read tls.cert_file /nonexistent/server.crt"));
+  REQUIRE_FALSE(status.ok());
+  CHECK_THAT(std::string(toStd(status.message())),
+             Catch::Contains("cannot read tls.cert_file /nonexistent/server.crt"));
 }
 
 }  // namespace

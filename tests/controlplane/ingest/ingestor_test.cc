@@ -8,12 +8,12 @@
 #include <thread>
 #include <tuple>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
 
 namespace krane::ingest {
 namespace {
@@ -22,8 +22,6 @@ using cluster::v1::HeartbeatRequest;
 using cluster::v1::ReportDeploymentStatusRequest;
 using cluster::v1::ReportResourceStatusRequest;
 using cluster::v1::ReportSentinelStatusRequest;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 
 std::string messageOf(const absl::Status& s) { return std::string(toStd(s.message())); }
 
@@ -90,13 +88,12 @@ struct StoredInstance {
 
 class IngestorTest : public krane::testing::MariaDbTest {
  protected:
-  void SetUp() override {
-    MariaDbTest::SetUp();
+  IngestorTest() {
     auto pool = db::Pool::create(dsn_, {.max_connections = 12});
-    ASSERT_TRUE(pool.ok()) << pool.status();
+    REQUIRE_THAT(pool, IsOk());
     pool_ = *pool;
     auto migrated = db::Migrator(pool_, *db::builtinMigrations()).migrate();
-    ASSERT_TRUE(migrated.ok()) << migrated.status();
+    REQUIRE_THAT(migrated, IsOk());
     for (const char* region : {"eu-1", "us-1"}) {
       exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
     }
@@ -108,16 +105,16 @@ class IngestorTest : public krane::testing::MariaDbTest {
 
   void exec(const std::string& sql, const db::Params& params = {}) {
     auto conn = pool_->acquire();
-    ASSERT_TRUE(conn.ok()) << conn.status();
+    REQUIRE_THAT(conn, IsOk());
     auto done = (*conn)->exec(sql, params);
-    ASSERT_TRUE(done.ok()) << done.status();
+    REQUIRE_THAT(done, IsOk());
   }
 
   db::ResultSet query(const std::string& sql, const db::Params& params = {}) {
     auto conn = pool_->acquire();
-    EXPECT_TRUE(conn.ok()) << conn.status();
+    CHECK_THAT(conn, IsOk());
     auto rows = (*conn)->query(sql, params);
-    EXPECT_TRUE(rows.ok()) << rows.status();
+    CHECK_THAT(rows, IsOk());
     return *std::move(rows);
   }
 
@@ -164,30 +161,28 @@ class IngestorTest : public krane::testing::MariaDbTest {
 // ---------------------------------------------------------------------------------------------
 // Deployment status
 
-TEST_F(IngestorTest, ReportReplacesTheInstanceSet) {
+TEST_CASE_METHOD(IngestorTest, "report replaces the instance set", "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_FAILED;
   using cluster::v1::INSTANCE_STATUS_PENDING;
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   // Another deployment and another region of the same deployment are not touched.
-  ASSERT_TRUE(
-      ingestor_
-          ->reportDeploymentStatus(
-              "eu-1", deploymentReport("other", {{"x", "10.0.0.9:80", INSTANCE_STATUS_RUNNING}}))
-          .ok());
-  ASSERT_TRUE(
-      ingestor_
-          ->reportDeploymentStatus(
-              "us-1", deploymentReport("dep", {{"a", "10.1.0.1:80", INSTANCE_STATUS_RUNNING}}))
-          .ok());
+  REQUIRE_THAT(
+      ingestor_->reportDeploymentStatus(
+          "eu-1", deploymentReport("other", {{"x", "10.0.0.9:80", INSTANCE_STATUS_RUNNING}})),
+      IsOk());
+  REQUIRE_THAT(
+      ingestor_->reportDeploymentStatus(
+          "us-1", deploymentReport("dep", {{"a", "10.1.0.1:80", INSTANCE_STATUS_RUNNING}})),
+      IsOk());
 
   auto first = ingestor_->reportDeploymentStatus(
       "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:8080", INSTANCE_STATUS_RUNNING},
                                        {"b", "", INSTANCE_STATUS_PENDING}}));
-  ASSERT_TRUE(first.ok()) << first;
+  REQUIRE_THAT(first, IsOk());
   const auto before = instances("dep");
-  ASSERT_THAT(instanceIds("dep"), ElementsAre("a", "b"));
-  EXPECT_EQ(before.at("b").status, "pending");
-  EXPECT_EQ(before.at("b").address, "");
+  REQUIRE(instanceIds("dep") == std::vector<std::string>{"a", "b"});
+  CHECK(before.at("b").status == "pending");
+  CHECK(before.at("b").address == "");
 
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   auto second = ingestor_->reportDeploymentStatus(
@@ -196,48 +191,48 @@ TEST_F(IngestorTest, ReportReplacesTheInstanceSet) {
                                 {"c", "host-c.internal:9000", INSTANCE_STATUS_FAILED,
                                  "CrashLoopBackOff: exit code 1"}},
                                "eu-1"));
-  ASSERT_TRUE(second.ok()) << second;
+  REQUIRE_THAT(second, IsOk());
   const auto after = instances("dep");
-  ASSERT_THAT(instanceIds("dep"), ElementsAre("b", "c"));
-  EXPECT_EQ(after.at("b").status, "running");
-  EXPECT_EQ(after.at("b").address, "10.0.0.2:8080");
-  EXPECT_EQ(after.at("b").created_at, before.at("b").created_at);
-  EXPECT_GT(after.at("b").updated_at, before.at("b").updated_at);
-  EXPECT_EQ(after.at("c").status, "failed");
-  EXPECT_EQ(after.at("c").failure_reason, "CrashLoopBackOff: exit code 1");
+  REQUIRE(instanceIds("dep") == std::vector<std::string>{"b", "c"});
+  CHECK(after.at("b").status == "running");
+  CHECK(after.at("b").address == "10.0.0.2:8080");
+  CHECK(after.at("b").created_at == before.at("b").created_at);
+  CHECK(after.at("b").updated_at > before.at("b").updated_at);
+  CHECK(after.at("c").status == "failed");
+  CHECK(after.at("c").failure_reason == "CrashLoopBackOff: exit code 1");
 
-  EXPECT_THAT(instanceIds("other"), ElementsAre("x"));
-  EXPECT_THAT(instanceIds("dep", "us-1"), ElementsAre("a"));
+  CHECK(instanceIds("other") == std::vector<std::string>{"x"});
+  CHECK(instanceIds("dep", "us-1") == std::vector<std::string>{"a"});
 
   std::lock_guard lock(hooks_->mutex);
-  ASSERT_EQ(hooks_->reported.size(), 4u);
-  EXPECT_EQ(hooks_->reported[2], std::make_tuple("dep", "eu-1", 1u, 1u, 0u));
-  EXPECT_EQ(hooks_->reported[3], std::make_tuple("dep", "eu-1", 1u, 0u, 1u));
-  EXPECT_EQ(ingestor_->counters().deployment_reports.load(), 4u);
-  EXPECT_EQ(ingestor_->counters().rejected.load(), 0u);
+  REQUIRE(hooks_->reported.size() == 4u);
+  CHECK(hooks_->reported[2] == std::make_tuple("dep", "eu-1", 1u, 1u, 0u));
+  CHECK(hooks_->reported[3] == std::make_tuple("dep", "eu-1", 1u, 0u, 1u));
+  CHECK(ingestor_->counters().deployment_reports.load() == 4u);
+  CHECK(ingestor_->counters().rejected.load() == 0u);
 }
 
-TEST_F(IngestorTest, DeleteReportRemovesEveryInstance) {
+TEST_CASE_METHOD(IngestorTest, "delete report removes every instance", "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_RUNNING;
-  ASSERT_TRUE(
-      ingestor_
-          ->reportDeploymentStatus(
-              "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING},
-                                               {"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING}}))
-          .ok());
+  REQUIRE_THAT(
+      ingestor_->reportDeploymentStatus(
+          "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING},
+                                           {"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING}})),
+      IsOk());
   ReportDeploymentStatusRequest removed;
   removed.set_deployment_id("dep");
   removed.set_deleted(true);
   auto st = ingestor_->reportDeploymentStatus("eu-1", removed);
-  ASSERT_TRUE(st.ok()) << st;
-  EXPECT_TRUE(instanceIds("dep").empty());
+  REQUIRE_THAT(st, IsOk());
+  CHECK(instanceIds("dep").empty());
   std::lock_guard lock(hooks_->mutex);
-  EXPECT_EQ(hooks_->reported.back(), std::make_tuple("dep", "eu-1", 0u, 0u, 0u));
+  CHECK(hooks_->reported.back() == std::make_tuple("dep", "eu-1", 0u, 0u, 0u));
 }
 
 // What `kranectl status` reads: each deployment report leaves the phase, the applied version
 // and the counts (running instances on the applied spec among them); a delete report clears it.
-TEST_F(IngestorTest, DeploymentReportsKeepAPhaseAndTheAppliedVersion) {
+TEST_CASE_METHOD(IngestorTest, "deployment reports keep a phase and the applied version",
+                 "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_PENDING;
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   const auto status = [&] {
@@ -250,125 +245,124 @@ TEST_F(IngestorTest, DeploymentReportsKeepAPhaseAndTheAppliedVersion) {
   rolling.set_applied_version(7);
   rolling.mutable_instances()->mutable_instances(0)->set_current(false);
   rolling.mutable_instances()->mutable_instances(1)->set_current(true);
-  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", rolling).ok());
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", rolling), IsOk());
   auto row = status();
-  ASSERT_EQ(row.rows.size(), 1u);
-  EXPECT_EQ(row.rows[0].u64(0), 7u);
-  EXPECT_EQ(row.rows[0].str(1), "progressing");
-  EXPECT_EQ(row.rows[0].str(2), "1 running, 1 pending, 0 failed, 0 on the applied spec");
+  REQUIRE(row.rows.size() == 1u);
+  CHECK(row.rows[0].u64(0) == 7u);
+  CHECK(row.rows[0].str(1) == "progressing");
+  CHECK(row.rows[0].str(2) == "1 running, 1 pending, 0 failed, 0 on the applied spec");
 
   auto done = deploymentReport("dep", {{"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING}});
   done.set_applied_version(7);
   done.mutable_instances()->mutable_instances(0)->set_current(true);
-  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", done).ok());
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", done), IsOk());
   row = status();
-  EXPECT_EQ(row.rows[0].str(1), "ready");
-  EXPECT_EQ(row.rows[0].str(2), "1 running, 0 pending, 0 failed, 1 on the applied spec");
+  CHECK(row.rows[0].str(1) == "ready");
+  CHECK(row.rows[0].str(2) == "1 running, 0 pending, 0 failed, 1 on the applied spec");
 
   auto crashing = deploymentReport(
       "dep", {{"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_FAILED, "exited with code 3"}});
   crashing.set_applied_version(8);
-  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", crashing).ok());
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", crashing), IsOk());
   row = status();
-  EXPECT_EQ(row.rows[0].u64(0), 8u);
-  EXPECT_EQ(row.rows[0].str(1), "degraded");
+  CHECK(row.rows[0].u64(0) == 8u);
+  CHECK(row.rows[0].str(1) == "degraded");
 
   ReportDeploymentStatusRequest removed;
   removed.set_deployment_id("dep");
   removed.set_deleted(true);
-  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", removed).ok());
-  EXPECT_TRUE(status().rows.empty());
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", removed), IsOk());
+  CHECK(status().rows.empty());
 }
 
-TEST_F(IngestorTest, AnEmptyInstanceSetAlsoRemovesEverything) {
+TEST_CASE_METHOD(IngestorTest, "an empty instance set also removes everything", "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_RUNNING;
-  ASSERT_TRUE(
-      ingestor_
-          ->reportDeploymentStatus(
-              "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}}))
-          .ok());
-  ASSERT_TRUE(ingestor_->reportDeploymentStatus("eu-1", deploymentReport("dep", {})).ok());
-  EXPECT_TRUE(instanceIds("dep").empty());
+  REQUIRE_THAT(
+      ingestor_->reportDeploymentStatus(
+          "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}})),
+      IsOk());
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", deploymentReport("dep", {})), IsOk());
+  CHECK(instanceIds("dep").empty());
 }
 
-TEST_F(IngestorTest, LargeReportsAreStoredAndReplaced) {
+TEST_CASE_METHOD(IngestorTest, "large reports are stored and replaced", "[ingestor]") {
   std::vector<InstanceSpec> many;
   for (int i = 0; i < 1000; ++i) {
     many.push_back({strCat("pod-", i), strCat("10.0.", i / 250, ".", i % 250 + 1, ":8080"),
                     cluster::v1::INSTANCE_STATUS_RUNNING, ""});
   }
   auto st = ingestor_->reportDeploymentStatus("eu-1", deploymentReport("dep", many));
-  ASSERT_TRUE(st.ok()) << st;
-  EXPECT_EQ(instances("dep").size(), 1000u);
+  REQUIRE_THAT(st, IsOk());
+  CHECK(instances("dep").size() == 1000u);
 
   many.resize(537);
   many.push_back({"new-pod", "10.9.9.9:1", cluster::v1::INSTANCE_STATUS_PENDING, ""});
   st = ingestor_->reportDeploymentStatus("eu-1", deploymentReport("dep", many));
-  ASSERT_TRUE(st.ok()) << st;
+  REQUIRE_THAT(st, IsOk());
   const auto stored = instances("dep");
-  EXPECT_EQ(stored.size(), 538u);
-  EXPECT_TRUE(stored.count("pod-536"));
-  EXPECT_FALSE(stored.count("pod-537"));
-  EXPECT_EQ(stored.at("new-pod").status, "pending");
+  CHECK(stored.size() == 538u);
+  CHECK(stored.count("pod-536"));
+  CHECK_FALSE(stored.count("pod-537"));
+  CHECK(stored.at("new-pod").status == "pending");
 
   many.resize(1001, InstanceSpec{"", "10.0.0.1:1", cluster::v1::INSTANCE_STATUS_RUNNING, ""});
   st = ingestor_->reportDeploymentStatus("eu-1", deploymentReport("dep", many));
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(messageOf(st), HasSubstr("instances: at most 1000"));
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(messageOf(st), Catch::Contains("instances: at most 1000"));
 }
 
-TEST_F(IngestorTest, DuplicateInstanceIdsAreRefusedAndNothingIsWritten) {
+TEST_CASE_METHOD(IngestorTest, "duplicate instance ids are refused and nothing is written",
+                 "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_PENDING;
   using cluster::v1::INSTANCE_STATUS_RUNNING;
-  ASSERT_TRUE(
-      ingestor_
-          ->reportDeploymentStatus(
-              "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}}))
-          .ok());
+  REQUIRE_THAT(
+      ingestor_->reportDeploymentStatus(
+          "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}})),
+      IsOk());
   auto st = ingestor_->reportDeploymentStatus(
       "eu-1", deploymentReport("dep", {{"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING},
                                        {"c", "10.0.0.3:80", INSTANCE_STATUS_RUNNING},
                                        {"b", "10.0.0.4:80", INSTANCE_STATUS_PENDING}}));
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(messageOf(st),
-              HasSubstr("instances[2].id: \"b\" is listed twice (also instances[0])"));
-  EXPECT_THAT(instanceIds("dep"), ElementsAre("a"));
-  EXPECT_EQ(ingestor_->counters().rejected.load(), 1u);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(messageOf(st),
+             Catch::Contains("instances[2].id: \"b\" is listed twice (also instances[0])"));
+  CHECK(instanceIds("dep") == std::vector<std::string>{"a"});
+  CHECK(ingestor_->counters().rejected.load() == 1u);
   std::lock_guard lock(hooks_->mutex);
-  EXPECT_EQ(hooks_->reported.size(), 1u);
+  CHECK(hooks_->reported.size() == 1u);
 }
 
-TEST_F(IngestorTest, ReportForAnotherRegionIsDenied) {
+TEST_CASE_METHOD(IngestorTest, "report for another region is denied", "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   auto st = ingestor_->reportDeploymentStatus(
       "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}}, "us-1"));
-  EXPECT_EQ(st.code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_THAT(messageOf(st), HasSubstr("token for region eu-1 cannot report for region us-1"));
-  EXPECT_TRUE(instanceIds("dep", "us-1").empty());
-  EXPECT_TRUE(instanceIds("dep", "eu-1").empty());
-  EXPECT_EQ(ingestor_->counters().rejected.load(), 1u);
+  CHECK(st.code() == absl::StatusCode::kPermissionDenied);
+  CHECK_THAT(messageOf(st), Catch::Contains("token for region eu-1 cannot report for region us-1"));
+  CHECK(instanceIds("dep", "us-1").empty());
+  CHECK(instanceIds("dep", "eu-1").empty());
+  CHECK(ingestor_->counters().rejected.load() == 1u);
 
   addSentinel("sen", "us-1", "sentinel:1", 1);
   auto sentinel = sentinelReport("sen", "sentinel:1", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1);
   sentinel.set_region("us-1");
-  EXPECT_EQ(ingestor_->reportSentinelStatus("eu-1", sentinel).code(),
-            absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(deployStatus("sen"), "progressing");
+  CHECK(ingestor_->reportSentinelStatus("eu-1", sentinel).code() ==
+        absl::StatusCode::kPermissionDenied);
+  CHECK(deployStatus("sen") == "progressing");
 
   HeartbeatRequest beat;
   beat.set_agent_id("agent-1");
   beat.set_region("us-1");
-  EXPECT_EQ(ingestor_->heartbeat("eu-1", beat).status().code(),
-            absl::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(query("SELECT 1 FROM agents").empty());
+  CHECK(ingestor_->heartbeat("eu-1", beat).status().code() == absl::StatusCode::kPermissionDenied);
+  CHECK(query("SELECT 1 FROM agents").empty());
 }
 
-TEST_F(IngestorTest, InvalidInstancesAreRefusedNamingTheField) {
+TEST_CASE_METHOD(IngestorTest, "invalid instances are refused naming the field", "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   const auto refuse = [&](const ReportDeploymentStatusRequest& r, const std::string& message) {
     auto st = ingestor_->reportDeploymentStatus("eu-1", r);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-    EXPECT_THAT(messageOf(st), HasSubstr(message));
+    INFO(st);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(messageOf(st), Catch::Contains(message));
   };
   refuse(deploymentReport("", {}), "deployment_id: required");
   refuse(deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING},
@@ -401,80 +395,78 @@ TEST_F(IngestorTest, InvalidInstancesAreRefusedNamingTheField) {
   no_state.set_deployment_id("dep");
   refuse(no_state, "state: required");
 
-  EXPECT_TRUE(query("SELECT 1 FROM instances").empty());
+  CHECK(query("SELECT 1 FROM instances").empty());
 
   // Addresses that are fine.
   for (const char* good : {"10.0.0.1:80", "[fd00::1]:8080", "pod.ns.svc.cluster.local:65535"}) {
     auto st = ingestor_->reportDeploymentStatus(
         "eu-1", deploymentReport("dep", {{"a", good, INSTANCE_STATUS_RUNNING}}));
-    EXPECT_TRUE(st.ok()) << good << ": " << st;
+    INFO(good << ": " << st);
+    CHECK_THAT(st, IsOk());
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Sentinel status
 
-TEST_F(IngestorTest, SentinelBecomesReadyOnlyWhenImageHealthAndReplicasMatch) {
+TEST_CASE_METHOD(IngestorTest, "sentinel becomes ready only when image health and replicas match",
+                 "[ingestor]") {
   using cluster::v1::SENTINEL_HEALTH_HEALTHY;
   addSentinel("sen", "eu-1", "sentinel:2", 3);
 
   // Still on the old image.
   auto st = ingestor_->reportSentinelStatus(
       "eu-1", sentinelReport("sen", "sentinel:1", SENTINEL_HEALTH_HEALTHY, 3));
-  ASSERT_TRUE(st.ok()) << st;
-  EXPECT_EQ(deployStatus("sen"), "progressing");
+  REQUIRE_THAT(st, IsOk());
+  CHECK(deployStatus("sen") == "progressing");
   auto row = query(
                  "SELECT available_replicas, updated_replicas, ready_replicas, observed_generation,"
                  " running_image, health, status_reported_at FROM sentinels WHERE id = 'sen'")
                  .rows.at(0);
-  EXPECT_EQ(row.u64("available_replicas"), 3u);
-  EXPECT_EQ(row.u64("updated_replicas"), 3u);
-  EXPECT_EQ(row.u64("ready_replicas"), 3u);
-  EXPECT_EQ(row.i64("observed_generation"), 4);
-  EXPECT_EQ(row.str("running_image"), "sentinel:1");
-  EXPECT_EQ(row.str("health"), "healthy");
-  EXPECT_FALSE(row.isNull("status_reported_at"));
+  CHECK(row.u64("available_replicas") == 3u);
+  CHECK(row.u64("updated_replicas") == 3u);
+  CHECK(row.u64("ready_replicas") == 3u);
+  CHECK(row.i64("observed_generation") == 4);
+  CHECK(row.str("running_image") == "sentinel:1");
+  CHECK(row.str("health") == "healthy");
+  CHECK_FALSE(row.isNull("status_reported_at"));
 
   // New image, but unhealthy, or paused, or not enough replicas yet.
-  ASSERT_TRUE(
-      ingestor_
-          ->reportSentinelStatus("eu-1", sentinelReport("sen", "sentinel:2",
-                                                        cluster::v1::SENTINEL_HEALTH_UNHEALTHY, 3))
-          .ok());
-  EXPECT_EQ(query("SELECT health FROM sentinels").rows.at(0).str(0), "unhealthy");
-  ASSERT_TRUE(
-      ingestor_
-          ->reportSentinelStatus(
-              "eu-1", sentinelReport("sen", "sentinel:2", cluster::v1::SENTINEL_HEALTH_PAUSED, 3))
-          .ok());
-  ASSERT_TRUE(ingestor_
-                  ->reportSentinelStatus(
-                      "eu-1", sentinelReport("sen", "sentinel:2", SENTINEL_HEALTH_HEALTHY, 2))
-                  .ok());
-  EXPECT_EQ(deployStatus("sen"), "progressing");
+  REQUIRE_THAT(
+      ingestor_->reportSentinelStatus(
+          "eu-1", sentinelReport("sen", "sentinel:2", cluster::v1::SENTINEL_HEALTH_UNHEALTHY, 3)),
+      IsOk());
+  CHECK(query("SELECT health FROM sentinels").rows.at(0).str(0) == "unhealthy");
+  REQUIRE_THAT(
+      ingestor_->reportSentinelStatus(
+          "eu-1", sentinelReport("sen", "sentinel:2", cluster::v1::SENTINEL_HEALTH_PAUSED, 3)),
+      IsOk());
+  REQUIRE_THAT(ingestor_->reportSentinelStatus(
+                   "eu-1", sentinelReport("sen", "sentinel:2", SENTINEL_HEALTH_HEALTHY, 2)),
+               IsOk());
+  CHECK(deployStatus("sen") == "progressing");
   {
     std::lock_guard lock(hooks_->mutex);
-    EXPECT_TRUE(hooks_->ready.empty());
+    CHECK(hooks_->ready.empty());
   }
 
   // Converged.
-  ASSERT_TRUE(ingestor_
-                  ->reportSentinelStatus(
-                      "eu-1", sentinelReport("sen", "sentinel:2", SENTINEL_HEALTH_HEALTHY, 3))
-                  .ok());
-  EXPECT_EQ(deployStatus("sen"), "ready");
+  REQUIRE_THAT(ingestor_->reportSentinelStatus(
+                   "eu-1", sentinelReport("sen", "sentinel:2", SENTINEL_HEALTH_HEALTHY, 3)),
+               IsOk());
+  CHECK(deployStatus("sen") == "ready");
   // Later reports keep updating the observed columns but notify no more.
-  ASSERT_TRUE(ingestor_
-                  ->reportSentinelStatus(
-                      "eu-1", sentinelReport("sen", "sentinel:2", SENTINEL_HEALTH_HEALTHY, 4))
-                  .ok());
-  EXPECT_EQ(query("SELECT available_replicas FROM sentinels").rows.at(0).u64(0), 4u);
+  REQUIRE_THAT(ingestor_->reportSentinelStatus(
+                   "eu-1", sentinelReport("sen", "sentinel:2", SENTINEL_HEALTH_HEALTHY, 4)),
+               IsOk());
+  CHECK(query("SELECT available_replicas FROM sentinels").rows.at(0).u64(0) == 4u);
   std::lock_guard lock(hooks_->mutex);
-  EXPECT_THAT(hooks_->ready, ElementsAre(std::make_pair(std::string("sen"), std::string("eu-1"))));
-  EXPECT_EQ(ingestor_->counters().sentinel_reports.load(), 6u);
+  CHECK(hooks_->ready == std::vector<std::pair<std::string, std::string>>{{"sen", "eu-1"}});
+  CHECK(ingestor_->counters().sentinel_reports.load() == 6u);
 }
 
-TEST_F(IngestorTest, SentinelNotInProgressOrWithoutReplicasIsNotFlipped) {
+TEST_CASE_METHOD(IngestorTest, "sentinel not in progress or without replicas is not flipped",
+                 "[ingestor]") {
   using cluster::v1::SENTINEL_HEALTH_HEALTHY;
   addSentinel("idle", "eu-1", "sentinel:2", 1, "idle");
   addSentinel("failed", "eu-1", "sentinel:2", 1, "failed");
@@ -482,16 +474,16 @@ TEST_F(IngestorTest, SentinelNotInProgressOrWithoutReplicasIsNotFlipped) {
   for (const char* id : {"idle", "failed", "zero"}) {
     auto st = ingestor_->reportSentinelStatus(
         "eu-1", sentinelReport(id, "sentinel:2", SENTINEL_HEALTH_HEALTHY, 1));
-    ASSERT_TRUE(st.ok()) << st;
+    REQUIRE_THAT(st, IsOk());
   }
-  EXPECT_EQ(deployStatus("idle"), "idle");
-  EXPECT_EQ(deployStatus("failed"), "failed");
-  EXPECT_EQ(deployStatus("zero"), "progressing");
+  CHECK(deployStatus("idle") == "idle");
+  CHECK(deployStatus("failed") == "failed");
+  CHECK(deployStatus("zero") == "progressing");
   std::lock_guard lock(hooks_->mutex);
-  EXPECT_TRUE(hooks_->ready.empty());
+  CHECK(hooks_->ready.empty());
 }
 
-TEST_F(IngestorTest, ConcurrentReadyReportsNotifyOnce) {
+TEST_CASE_METHOD(IngestorTest, "concurrent ready reports notify once", "[ingestor]") {
   addSentinel("sen", "eu-1", "sentinel:2", 2);
   std::atomic<int> failures{0};
   std::vector<std::thread> threads;
@@ -499,58 +491,56 @@ TEST_F(IngestorTest, ConcurrentReadyReportsNotifyOnce) {
     threads.emplace_back([&] {
       auto st = ingestor_->reportSentinelStatus(
           "eu-1", sentinelReport("sen", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 2));
-      if (!st.ok()) {
-        ADD_FAILURE() << st;
-        ++failures;
-      }
+      if (!st.ok()) ++failures;
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(failures.load(), 0);
-  EXPECT_EQ(deployStatus("sen"), "ready");
+  CHECK(failures.load() == 0);
+  CHECK(deployStatus("sen") == "ready");
   std::lock_guard lock(hooks_->mutex);
-  EXPECT_EQ(hooks_->ready.size(), 1u);
+  CHECK(hooks_->ready.size() == 1u);
 }
 
-TEST_F(IngestorTest, UnknownSentinelIsNotFound) {
+TEST_CASE_METHOD(IngestorTest, "unknown sentinel is not found", "[ingestor]") {
   addSentinel("elsewhere", "us-1", "sentinel:2", 1);
   auto st = ingestor_->reportSentinelStatus(
       "eu-1", sentinelReport("missing", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1));
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(messageOf(st), HasSubstr("sentinel \"missing\" does not exist in region \"eu-1\""));
+  CHECK(st.code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(messageOf(st),
+             Catch::Contains("sentinel \"missing\" does not exist in region \"eu-1\""));
   // A sentinel of another region is not reachable with this region's token.
   st = ingestor_->reportSentinelStatus(
       "eu-1", sentinelReport("elsewhere", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1));
-  EXPECT_EQ(st.code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(deployStatus("elsewhere"), "progressing");
-  EXPECT_TRUE(query("SELECT 1 FROM sentinels WHERE status_reported_at IS NOT NULL").empty());
-  EXPECT_EQ(ingestor_->counters().rejected.load(), 2u);
-  EXPECT_EQ(ingestor_->counters().errors.load(), 0u);
+  CHECK(st.code() == absl::StatusCode::kNotFound);
+  CHECK(deployStatus("elsewhere") == "progressing");
+  CHECK(query("SELECT 1 FROM sentinels WHERE status_reported_at IS NOT NULL").empty());
+  CHECK(ingestor_->counters().rejected.load() == 2u);
+  CHECK(ingestor_->counters().errors.load() == 0u);
 }
 
-TEST_F(IngestorTest, InvalidSentinelReportsAreRefused) {
+TEST_CASE_METHOD(IngestorTest, "invalid sentinel reports are refused", "[ingestor]") {
   addSentinel("sen", "eu-1", "sentinel:2", 1);
   auto r = sentinelReport("sen", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1);
   r.set_available_replicas(1'000'000);
   auto st = ingestor_->reportSentinelStatus("eu-1", r);
-  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(messageOf(st), HasSubstr("available_replicas: must be at most"));
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(messageOf(st), Catch::Contains("available_replicas: must be at most"));
 
   r = sentinelReport("sen", "sentinel:2", static_cast<cluster::v1::SentinelHealth>(9), 1);
   st = ingestor_->reportSentinelStatus("eu-1", r);
-  EXPECT_THAT(messageOf(st), HasSubstr("health: unknown value 9"));
+  CHECK_THAT(messageOf(st), Catch::Contains("health: unknown value 9"));
 
   r = sentinelReport("", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1);
-  EXPECT_THAT(messageOf(ingestor_->reportSentinelStatus("eu-1", r)),
-              HasSubstr("sentinel_id: required"));
-  EXPECT_EQ(deployStatus("sen"), "progressing");
-  EXPECT_TRUE(query("SELECT 1 FROM sentinels WHERE status_reported_at IS NOT NULL").empty());
+  CHECK_THAT(messageOf(ingestor_->reportSentinelStatus("eu-1", r)),
+             Catch::Contains("sentinel_id: required"));
+  CHECK(deployStatus("sen") == "progressing");
+  CHECK(query("SELECT 1 FROM sentinels WHERE status_reported_at IS NOT NULL").empty());
 }
 
 // ---------------------------------------------------------------------------------------------
 // Resource status
 
-TEST_F(IngestorTest, ResourceStatusIsUpserted) {
+TEST_CASE_METHOD(IngestorTest, "resource status is upserted", "[ingestor]") {
   ReportResourceStatusRequest r;
   r.set_type("example.krane.dev/bucket");
   r.set_id("photos");
@@ -559,18 +549,18 @@ TEST_F(IngestorTest, ResourceStatusIsUpserted) {
   r.set_message("creating");
   r.set_detail(std::string("\x00\x01\x02", 3));
   auto st = ingestor_->reportResourceStatus("eu-1", r);
-  ASSERT_TRUE(st.ok()) << st;
+  REQUIRE_THAT(st, IsOk());
   auto rows = query("SELECT * FROM resource_status");
-  ASSERT_EQ(rows.rows.size(), 1u);
-  EXPECT_EQ(rows.rows[0].str("region_id"), "eu-1");
-  EXPECT_EQ(rows.rows[0].str("resource_type"), "example.krane.dev/bucket");
-  EXPECT_EQ(rows.rows[0].str("resource_id"), "photos");
-  EXPECT_EQ(rows.rows[0].u64("applied_version"), 3u);
-  EXPECT_EQ(rows.rows[0].str("phase"), "progressing");
-  EXPECT_EQ(rows.rows[0].str("message"), "creating");
-  EXPECT_EQ(rows.rows[0].str("detail"), std::string("\x00\x01\x02", 3));
-  EXPECT_TRUE(rows.rows[0].isNull("apply_error"));
-  EXPECT_EQ(rows.rows[0].u64("apply_attempts"), 0u);
+  REQUIRE(rows.rows.size() == 1u);
+  CHECK(rows.rows[0].str("region_id") == "eu-1");
+  CHECK(rows.rows[0].str("resource_type") == "example.krane.dev/bucket");
+  CHECK(rows.rows[0].str("resource_id") == "photos");
+  CHECK(rows.rows[0].u64("applied_version") == 3u);
+  CHECK(rows.rows[0].str("phase") == "progressing");
+  CHECK(rows.rows[0].str("message") == "creating");
+  CHECK(rows.rows[0].str("detail") == std::string("\x00\x01\x02", 3));
+  CHECK(rows.rows[0].isNull("apply_error"));
+  CHECK(rows.rows[0].u64("apply_attempts") == 0u);
   const int64_t first_update = rows.rows[0].i64("updated_at");
 
   r.set_version(4);
@@ -582,32 +572,33 @@ TEST_F(IngestorTest, ResourceStatusIsUpserted) {
   r.mutable_apply_error()->set_retryable(true);
   r.mutable_apply_error()->set_attempts(2);
   st = ingestor_->reportResourceStatus("eu-1", r);
-  ASSERT_TRUE(st.ok()) << st;
+  REQUIRE_THAT(st, IsOk());
   rows = query("SELECT * FROM resource_status");
-  ASSERT_EQ(rows.rows.size(), 1u);
-  EXPECT_EQ(rows.rows[0].u64("applied_version"), 4u);
-  EXPECT_EQ(rows.rows[0].str("phase"), "failed");
-  EXPECT_TRUE(rows.rows[0].isNull("message"));
-  EXPECT_TRUE(rows.rows[0].isNull("detail"));
-  EXPECT_THAT(rows.rows[0].str("apply_error"), HasSubstr("bucket name taken"));
-  EXPECT_EQ(rows.rows[0].u64("apply_attempts"), 2u);
-  EXPECT_GE(rows.rows[0].i64("updated_at"), first_update);
+  REQUIRE(rows.rows.size() == 1u);
+  CHECK(rows.rows[0].u64("applied_version") == 4u);
+  CHECK(rows.rows[0].str("phase") == "failed");
+  CHECK(rows.rows[0].isNull("message"));
+  CHECK(rows.rows[0].isNull("detail"));
+  CHECK_THAT(rows.rows[0].str("apply_error"), Catch::Contains("bucket name taken"));
+  CHECK(rows.rows[0].u64("apply_attempts") == 2u);
+  CHECK(rows.rows[0].i64("updated_at") >= first_update);
 
   // The same resource in another region is a row of its own.
   st = ingestor_->reportResourceStatus("us-1", r);
-  ASSERT_TRUE(st.ok()) << st;
-  EXPECT_EQ(query("SELECT 1 FROM resource_status").rows.size(), 2u);
-  EXPECT_EQ(ingestor_->counters().resource_reports.load(), 3u);
+  REQUIRE_THAT(st, IsOk());
+  CHECK(query("SELECT 1 FROM resource_status").rows.size() == 2u);
+  CHECK(ingestor_->counters().resource_reports.load() == 3u);
 }
 
-TEST_F(IngestorTest, InvalidResourceStatusIsRefused) {
+TEST_CASE_METHOD(IngestorTest, "invalid resource status is refused", "[ingestor]") {
   ReportResourceStatusRequest r;
   r.set_type("example.krane.dev/bucket");
   r.set_id("photos");
   const auto refuse = [&](const std::string& message) {
     auto st = ingestor_->reportResourceStatus("eu-1", r);
-    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-    EXPECT_THAT(messageOf(st), HasSubstr(message));
+    INFO(st);
+    CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+    CHECK_THAT(messageOf(st), Catch::Contains(message));
   };
   refuse("phase: required");
   r.set_phase(static_cast<cluster::v1::ResourcePhase>(42));
@@ -623,15 +614,15 @@ TEST_F(IngestorTest, InvalidResourceStatusIsRefused) {
   refuse("id: required");
   r.set_id("photos");
   r.set_region("us-1");
-  EXPECT_EQ(ingestor_->reportResourceStatus("eu-1", r).code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_TRUE(query("SELECT 1 FROM resource_status").empty());
-  EXPECT_EQ(ingestor_->counters().rejected.load(), 6u);
+  CHECK(ingestor_->reportResourceStatus("eu-1", r).code() == absl::StatusCode::kPermissionDenied);
+  CHECK(query("SELECT 1 FROM resource_status").empty());
+  CHECK(ingestor_->counters().rejected.load() == 6u);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Heartbeats and agents
 
-TEST_F(IngestorTest, HeartbeatUpsertsTheAgentAndListShowsTheLag) {
+TEST_CASE_METHOD(IngestorTest, "heartbeat upserts the agent and list shows the lag", "[ingestor]") {
   exec(
       "INSERT INTO region_versions (region_id, version) VALUES ('eu-1', 42)"
       " ON DUPLICATE KEY UPDATE version = 42");
@@ -649,29 +640,31 @@ TEST_F(IngestorTest, HeartbeatUpsertsTheAgentAndListShowsTheLag) {
   plugin->add_resource_types("deployment_topology");
   plugin->add_resource_types("sentinel");
   auto answer = ingestor_->heartbeat("eu-1", beat);
-  ASSERT_TRUE(answer.ok()) << answer.status();
-  EXPECT_EQ(answer->latest_version(), 42u);
-  EXPECT_EQ(answer->oldest_version(), 0u);
-  EXPECT_GT(answer->server_time_unix_ms(), 0);
+  REQUIRE_THAT(answer, IsOk());
+  CHECK(answer->latest_version() == 42u);
+  CHECK(answer->oldest_version() == 0u);
+  CHECK(answer->server_time_unix_ms() > 0);
 
   auto agents = ingestor_->listAgents("");
-  ASSERT_TRUE(agents.ok()) << agents.status();
-  ASSERT_EQ(agents->size(), 1u);
+  REQUIRE_THAT(agents, IsOk());
+  REQUIRE(agents->size() == 1u);
   const AgentInfo first = agents->front();
-  EXPECT_EQ(first.agent_id, "agent-a");
-  EXPECT_EQ(first.region, "eu-1");
-  EXPECT_EQ(first.build_version, "0.3.1+abc1234");
-  EXPECT_EQ(first.applied_version, 30u);
-  EXPECT_EQ(first.latest_version, 42u);
-  EXPECT_EQ(first.lag, 12u);
-  EXPECT_TRUE(first.is_leader);
-  ASSERT_EQ(first.plugins.size(), 1u);
-  EXPECT_EQ(first.plugins[0].name(), "kubernetes");
-  EXPECT_EQ(first.plugins[0].version(), "1.2.0");
-  EXPECT_EQ(first.plugins[0].abi_major(), 1u);
-  EXPECT_EQ(first.plugins[0].abi_minor(), 3u);
-  EXPECT_THAT(first.plugins[0].resource_types(), ElementsAre("deployment_topology", "sentinel"));
-  EXPECT_EQ(first.first_seen_ms, first.last_seen_ms);
+  CHECK(first.agent_id == "agent-a");
+  CHECK(first.region == "eu-1");
+  CHECK(first.build_version == "0.3.1+abc1234");
+  CHECK(first.applied_version == 30u);
+  CHECK(first.latest_version == 42u);
+  CHECK(first.lag == 12u);
+  CHECK(first.is_leader);
+  REQUIRE(first.plugins.size() == 1u);
+  CHECK(first.plugins[0].name() == "kubernetes");
+  CHECK(first.plugins[0].version() == "1.2.0");
+  CHECK(first.plugins[0].abi_major() == 1u);
+  CHECK(first.plugins[0].abi_minor() == 3u);
+  const auto& types = first.plugins[0].resource_types();
+  CHECK(std::vector<std::string>(types.begin(), types.end()) ==
+        std::vector<std::string>{"deployment_topology", "sentinel"});
+  CHECK(first.first_seen_ms == first.last_seen_ms);
 
   // The same agent again: one row, first seen kept.
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -679,40 +672,40 @@ TEST_F(IngestorTest, HeartbeatUpsertsTheAgentAndListShowsTheLag) {
   beat.set_is_leader(false);
   beat.clear_plugins();
   beat.set_region("eu-1");
-  ASSERT_TRUE(ingestor_->heartbeat("eu-1", beat).ok());
+  REQUIRE_THAT(ingestor_->heartbeat("eu-1", beat), IsOk());
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   // Another agent in a region without a version row; and one that is ahead of its region.
   HeartbeatRequest other;
   other.set_agent_id("agent-b");
   other.set_applied_version(5);
-  ASSERT_TRUE(ingestor_->heartbeat("us-1", other).ok());
+  REQUIRE_THAT(ingestor_->heartbeat("us-1", other), IsOk());
 
   agents = ingestor_->listAgents("eu-1");
-  ASSERT_TRUE(agents.ok()) << agents.status();
-  ASSERT_EQ(agents->size(), 1u);
-  EXPECT_EQ(agents->front().applied_version, 42u);
-  EXPECT_EQ(agents->front().lag, 0u);
-  EXPECT_FALSE(agents->front().is_leader);
-  EXPECT_TRUE(agents->front().plugins.empty());
-  EXPECT_EQ(agents->front().first_seen_ms, first.first_seen_ms);
-  EXPECT_GT(agents->front().last_seen_ms, first.last_seen_ms);
+  REQUIRE_THAT(agents, IsOk());
+  REQUIRE(agents->size() == 1u);
+  CHECK(agents->front().applied_version == 42u);
+  CHECK(agents->front().lag == 0u);
+  CHECK_FALSE(agents->front().is_leader);
+  CHECK(agents->front().plugins.empty());
+  CHECK(agents->front().first_seen_ms == first.first_seen_ms);
+  CHECK(agents->front().last_seen_ms > first.last_seen_ms);
 
   agents = ingestor_->listAgents("");
-  ASSERT_TRUE(agents.ok()) << agents.status();
-  ASSERT_EQ(agents->size(), 2u);
-  EXPECT_EQ(agents->at(0).agent_id, "agent-b");  // newest first
-  EXPECT_EQ(agents->at(0).latest_version, 0u);
-  EXPECT_EQ(agents->at(0).lag, 0u);
-  EXPECT_EQ(agents->at(1).agent_id, "agent-a");
-  EXPECT_EQ(ingestor_->counters().heartbeats.load(), 3u);
+  REQUIRE_THAT(agents, IsOk());
+  REQUIRE(agents->size() == 2u);
+  CHECK(agents->at(0).agent_id == "agent-b");  // newest first
+  CHECK(agents->at(0).latest_version == 0u);
+  CHECK(agents->at(0).lag == 0u);
+  CHECK(agents->at(1).agent_id == "agent-a");
+  CHECK(ingestor_->counters().heartbeats.load() == 3u);
 
   exec("UPDATE region_versions SET version = 50 WHERE region_id = 'eu-1'");
   agents = ingestor_->listAgents("eu-1");
-  ASSERT_TRUE(agents.ok());
-  EXPECT_EQ(agents->front().lag, 8u);
+  REQUIRE_THAT(agents, IsOk());
+  CHECK(agents->front().lag == 8u);
 }
 
-TEST_F(IngestorTest, HeartbeatReportsTheOldestChangeStillHeld) {
+TEST_CASE_METHOD(IngestorTest, "heartbeat reports the oldest change still held", "[ingestor]") {
   exec(
       "INSERT INTO region_versions (region_id, version) VALUES ('eu-1', 9)"
       " ON DUPLICATE KEY UPDATE version = 9");
@@ -726,22 +719,22 @@ TEST_F(IngestorTest, HeartbeatReportsTheOldestChangeStillHeld) {
   HeartbeatRequest beat;
   beat.set_agent_id("agent-a");
   auto answer = ingestor_->heartbeat("eu-1", beat);
-  ASSERT_TRUE(answer.ok()) << answer.status();
-  EXPECT_EQ(answer->latest_version(), 9u);
-  EXPECT_EQ(answer->oldest_version(), 7u);
+  REQUIRE_THAT(answer, IsOk());
+  CHECK(answer->latest_version() == 9u);
+  CHECK(answer->oldest_version() == 7u);
 }
 
-TEST_F(IngestorTest, InvalidHeartbeatsAreRefused) {
+TEST_CASE_METHOD(IngestorTest, "invalid heartbeats are refused", "[ingestor]") {
   HeartbeatRequest beat;
   auto answer = ingestor_->heartbeat("eu-1", beat);
-  EXPECT_EQ(answer.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(messageOf(answer.status()), HasSubstr("agent_id: required"));
+  CHECK(answer.status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(messageOf(answer.status()), Catch::Contains("agent_id: required"));
   beat.set_agent_id("agent-a");
   beat.add_plugins()->set_version("1");
   answer = ingestor_->heartbeat("eu-1", beat);
-  EXPECT_THAT(messageOf(answer.status()), HasSubstr("plugins[0].name: required"));
-  EXPECT_TRUE(query("SELECT 1 FROM agents").empty());
-  EXPECT_EQ(ingestor_->counters().rejected.load(), 2u);
+  CHECK_THAT(messageOf(answer.status()), Catch::Contains("plugins[0].name: required"));
+  CHECK(query("SELECT 1 FROM agents").empty());
+  CHECK(ingestor_->counters().rejected.load() == 2u);
 }
 
 }  // namespace

@@ -4,12 +4,12 @@
 #include <csignal>
 #include <map>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "controlplane/workflow/operations.h"
 #include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -23,17 +23,14 @@ using namespace std::chrono_literals;
 
 class CrashTest : public WorkflowTest {
  protected:
-  void SetUp() override {
-    WorkflowTest::SetUp();
+  CrashTest() {
     auto conn = pool_->acquire();
-    ASSERT_TRUE((*conn)
-                    ->execText("CREATE TABLE effects (n BIGINT AUTO_INCREMENT PRIMARY KEY,"
-                               " invocation_id VARCHAR(64), step VARCHAR(32), pid BIGINT)")
-                    .ok());
-    ASSERT_TRUE((*conn)
-                    ->execText("CREATE TABLE markers (n BIGINT AUTO_INCREMENT PRIMARY KEY,"
-                               " invocation_id VARCHAR(64), what VARCHAR(64), pid BIGINT)")
-                    .ok());
+    REQUIRE_THAT((*conn)->execText("CREATE TABLE effects (n BIGINT AUTO_INCREMENT PRIMARY KEY,"
+                                   " invocation_id VARCHAR(64), step VARCHAR(32), pid BIGINT)"),
+                 IsOk());
+    REQUIRE_THAT((*conn)->execText("CREATE TABLE markers (n BIGINT AUTO_INCREMENT PRIMARY KEY,"
+                                   " invocation_id VARCHAR(64), what VARCHAR(64), pid BIGINT)"),
+                 IsOk());
     dsn_text_ = strCat("mysql://", dsn_.user, "@", dsn_.host, ":", dsn_.port, "/", dsn_.database);
   }
 
@@ -73,96 +70,99 @@ class CrashTest : public WorkflowTest {
   std::string dsn_text_;
 };
 
-TEST_F(CrashTest, KilledBetweenAndInsideStepsTheWorkflowCompletesWithEachEffectOnce) {
+TEST_CASE_METHOD(CrashTest,
+                 "killed between and inside steps the workflow completes with each effect once",
+                 "[crash][slow]") {
   // Submitted by a short-lived engine without workers (an API replica, say).
   Engine submitter(pool_, fastOptions());
-  ASSERT_TRUE(
-      submitter
-          .registerService(ServiceDefinition::service("Crashy").handler(
-              "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); }))
-          .ok());
+  REQUIRE_THAT(
+      submitter.registerService(ServiceDefinition::service("Crashy").handler(
+          "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); })),
+      IsOk());
   auto id = submitter.send({"Crashy", "run", "", ""});
-  ASSERT_TRUE(id.ok()) << id.status();
+  REQUIRE_THAT(id, IsOk());
 
   // 1. Between steps: step1 is journaled and the invocation sleeps durably.
   auto a = child("a");
-  ASSERT_TRUE(eventually([&] { return journaled(*id, "timer", ""); }, 30s));
+  REQUIRE(eventually([&] { return journaled(*id, "timer", ""); }, 30s));
   killHard(*a);
-  EXPECT_EQ(effects(*id)["step1"], 1);
+  CHECK(effects(*id)["step1"] == 1);
 
   // 2. Inside step3, before its effect: the step runs again after the restart.
   auto b = child("b");
-  ASSERT_TRUE(eventually([&] { return markers(*id, "enter step3") == 1; }, 30s));
+  REQUIRE(eventually([&] { return markers(*id, "enter step3") == 1; }, 30s));
   killHard(*b);
-  EXPECT_EQ(effects(*id)["step3"], 0);
+  CHECK(effects(*id)["step3"] == 0);
 
   // 3. Inside step4, after its effect was written in the journal's transaction but before the
   //    commit: the effect is rolled back with it, and done once by the next process.
   auto c = child("c");
-  ASSERT_TRUE(eventually([&] { return markers(*id, "inside step4") == 1; }, 30s));
+  REQUIRE(eventually([&] { return markers(*id, "inside step4") == 1; }, 30s));
   killHard(*c);
 
   auto d = child("d");
   auto result = submitter.awaitResult(*id, 60s);
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(*result, "done");
+  REQUIRE_THAT(result, IsOk());
+  CHECK(*result == "done");
   killHard(*d);
 
   auto counts = effects(*id);
-  EXPECT_EQ(counts["step1"], 1);
-  EXPECT_EQ(counts["step2"], 1);
-  EXPECT_EQ(counts["step3"], 1);
-  EXPECT_EQ(counts["step4"], 1);
-  EXPECT_EQ(counts["step5"], 1);
-  EXPECT_EQ(markers(*id, "enter step3"), 2) << "step3 was started twice, finished once";
-  EXPECT_EQ(markers(*id, "inside step4"), 2);
+  CHECK(counts["step1"] == 1);
+  CHECK(counts["step2"] == 1);
+  CHECK(counts["step3"] == 1);
+  CHECK(counts["step4"] == 1);
+  CHECK(counts["step5"] == 1);
+  INFO("step3 was started twice, finished once");
+  CHECK(markers(*id, "enter step3") == 2);
+  CHECK(markers(*id, "inside step4") == 2);
   auto detail = showInvocation(*pool_, *id);
-  ASSERT_TRUE(detail.ok());
-  EXPECT_EQ(detail->summary.status, "succeeded");
-  EXPECT_GE(detail->claims, 4);
+  REQUIRE_THAT(detail, IsOk());
+  CHECK(detail->summary.status == "succeeded");
+  CHECK(detail->claims >= 4);
   int runs = 0;
   for (const auto& j : detail->journal) runs += j.kind == "run";
-  EXPECT_EQ(runs, 5);
+  CHECK(runs == 5);
 }
 
-TEST_F(CrashTest, KilledDuringCompensationTheCompensationsResume) {
+TEST_CASE_METHOD(CrashTest, "killed during compensation the compensations resume",
+                 "[crash][slow]") {
   Engine submitter(pool_, fastOptions());
-  ASSERT_TRUE(
-      submitter
-          .registerService(ServiceDefinition::service("Undo").handler(
-              "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); }))
-          .ok());
+  REQUIRE_THAT(
+      submitter.registerService(ServiceDefinition::service("Undo").handler(
+          "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); })),
+      IsOk());
   auto id = submitter.send({"Undo", "run", "", ""});
   auto a = child("a");
-  ASSERT_TRUE(eventually([&] { return markers(*id, "undoing b") == 1; }, 30s));
+  REQUIRE(eventually([&] { return markers(*id, "undoing b") == 1; }, 30s));
   killHard(*a);
   auto b = child("b");
   auto result = submitter.awaitResult(*id, 60s);
-  EXPECT_TRUE(absl::IsFailedPrecondition(result.status())) << result.status();
-  EXPECT_THAT(messageOf(result.status()), ::testing::HasSubstr("the deploy failed"));
+  INFO(result.status());
+  CHECK(absl::IsFailedPrecondition(result.status()));
+  CHECK_THAT(messageOf(result.status()), Catch::Contains("the deploy failed"));
   killHard(*b);
   std::vector<std::string> order;
   auto rows = (*pool_->acquire())
                   ->query("SELECT step FROM effects WHERE invocation_id = ? ORDER BY n", {*id});
   for (const auto& r : rows->rows) order.push_back(r.str(0));
-  EXPECT_THAT(order, ::testing::ElementsAre("do a", "do b", "do c", "undo c", "undo b", "undo a"));
-  EXPECT_EQ(markers(*id, "undoing b"), 2);
-  EXPECT_EQ(statusOf(*id), "failed");
+  CHECK(order == std::vector<std::string>{"do a", "do b", "do c", "undo c", "undo b", "undo a"});
+  CHECK(markers(*id, "undoing b") == 2);
+  CHECK(statusOf(*id) == "failed");
 }
 
-TEST_F(CrashTest, TwoReplicasOneKilledTheOtherFinishesEverything) {
+TEST_CASE_METHOD(CrashTest, "two replicas one killed the other finishes everything",
+                 "[crash][slow]") {
   Engine submitter(pool_, fastOptions());
-  ASSERT_TRUE(
-      submitter
-          .registerService(ServiceDefinition::service("Crashy").handler(
-              "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); }))
-          .ok());
+  REQUIRE_THAT(
+      submitter.registerService(ServiceDefinition::service("Crashy").handler(
+          "run", [](Context&, const std::string&) { return absl::StatusOr<std::string>(""); })),
+      IsOk());
   auto a = child("a");
   auto b = child("b");
   std::vector<std::string> ids;
   for (int i = 0; i < 6; ++i) ids.push_back(*submitter.send({"Crashy", "run", "", ""}));
   // Kill one replica once both are busy with step3.
-  ASSERT_TRUE(eventually(
+  REQUIRE(eventually(
       [&] {
         return scalar("SELECT COUNT(DISTINCT pid) FROM markers WHERE what = 'enter step3'") >= 2;
       },
@@ -170,15 +170,17 @@ TEST_F(CrashTest, TwoReplicasOneKilledTheOtherFinishesEverything) {
   killHard(*a);
   for (const auto& id : ids) {
     auto r = submitter.awaitResult(id, 120s);
-    ASSERT_TRUE(r.ok()) << id << ": " << r.status();
+    INFO(id << ": " << r.status());
+    REQUIRE_THAT(r, IsOk());
     for (const auto& [step, n] : effects(id)) {
       if (step == "step3") {
-        EXPECT_GE(n, 1);  // a plain step killed after its effect may repeat (at-least-once)
+        CHECK(n >= 1);  // a plain step killed after its effect may repeat (at-least-once)
       } else if (step == "step4") {
-        EXPECT_EQ(n, 1) << id;  // in the journal's transaction: exactly once
+        INFO(id);
+        CHECK(n == 1);  // in the journal's transaction: exactly once
       }
     }
-    EXPECT_EQ(effects(id).size(), 5u);
+    CHECK(effects(id).size() == 5u);
   }
   killHard(*b);
 }

@@ -7,147 +7,150 @@
 #include <mutex>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/clock.h"
 #include "controlplane/workflow/maintenance.h"
 #include "controlplane/workflow/operations.h"
 #include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/matchers.h"
 #include "tests/support/wait.h"
 
 namespace krane::workflow {
 namespace {
 
 using krane::testing::eventually;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-TEST_F(WorkflowTest, RunStepsAreJournaledAndNotRepeatedAfterASuspension) {
+TEST_CASE_METHOD(WorkflowTest, "run steps are journaled and not repeated after a suspension",
+                 "[workflow]") {
   std::atomic<int> step1{0}, step2{0};
   std::mutex mu;
   std::string awakeable_id;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e
-                    .registerService(ServiceDefinition::service("Steps").handler(
-                        "go",
-                        [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
-                          auto a = ctx.run("one", [&]() -> absl::StatusOr<std::string> {
-                            ++step1;
-                            return "A" + input;
-                          });
-                          if (!a.ok()) return a.status();
-                          Awakeable w = ctx.awakeable();
-                          ctx.runVoid("publish",
-                                      [&] {
-                                        std::lock_guard lock(mu);
-                                        awakeable_id = w.id;
-                                        return absl::OkStatus();
-                                      })
-                              .IgnoreError();
-                          auto got = ctx.await(w.future);
-                          if (!got.ok()) return got.status();
-                          auto b = ctx.run("two", [&]() -> absl::StatusOr<std::string> {
-                            ++step2;
-                            return *a + *got;
-                          });
-                          return b;
-                        }))
-                    .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Steps").handler(
+                     "go",
+                     [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
+                       auto a = ctx.run("one", [&]() -> absl::StatusOr<std::string> {
+                         ++step1;
+                         return "A" + input;
+                       });
+                       if (!a.ok()) return a.status();
+                       Awakeable w = ctx.awakeable();
+                       ctx.runVoid("publish",
+                                   [&] {
+                                     std::lock_guard lock(mu);
+                                     awakeable_id = w.id;
+                                     return absl::OkStatus();
+                                   })
+                           .IgnoreError();
+                       auto got = ctx.await(w.future);
+                       if (!got.ok()) return got.status();
+                       auto b = ctx.run("two", [&]() -> absl::StatusOr<std::string> {
+                         ++step2;
+                         return *a + *got;
+                       });
+                       return b;
+                     })),
+                 IsOk());
   });
   auto id = e.send({"Steps", "go", "", "x"});
-  ASSERT_TRUE(id.ok()) << id.status();
-  ASSERT_TRUE(eventually([&] { return statusOf(*id) == "suspended"; }));
+  REQUIRE_THAT(id, IsOk());
+  REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
   std::string awk;
   {
     std::lock_guard lock(mu);
     awk = awakeable_id;
   }
-  ASSERT_FALSE(awk.empty());
-  ASSERT_TRUE(e.resolveAwakeable(awk, "B").ok());
+  REQUIRE_FALSE(awk.empty());
+  REQUIRE_THAT(e.resolveAwakeable(awk, "B"), IsOk());
   auto result = e.awaitResult(*id, 20s);
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(*result, "AxB");
-  EXPECT_EQ(step1.load(), 1) << "replay returned the journaled result";
-  EXPECT_EQ(step2.load(), 1);
+  REQUIRE_THAT(result, IsOk());
+  CHECK(*result == "AxB");
+  INFO("replay returned the journaled result");
+  CHECK(step1.load() == 1);
+  CHECK(step2.load() == 1);
   auto detail = showInvocation(*pool_, *id);
-  ASSERT_TRUE(detail.ok());
+  REQUIRE_THAT(detail, IsOk());
   std::vector<std::string> kinds;
   for (const auto& j : detail->journal) kinds.push_back(j.kind);
-  EXPECT_THAT(kinds, ElementsAre("run", "awakeable", "run", "await", "run"));
-  EXPECT_EQ(detail->summary.status, "succeeded");
+  CHECK(kinds == std::vector<std::string>{"run", "awakeable", "run", "await", "run"});
+  CHECK(detail->summary.status == "succeeded");
   // Resolving again is harmless; an unknown awakeable is NOT_FOUND.
-  EXPECT_TRUE(e.resolveAwakeable(awk, "C").ok());
-  EXPECT_TRUE(absl::IsNotFound(e.resolveAwakeable("prm_nope_1", "x")));
+  CHECK_THAT(e.resolveAwakeable(awk, "C"), IsOk());
+  CHECK(absl::IsNotFound(e.resolveAwakeable("prm_nope_1", "x")));
 }
 
-TEST_F(WorkflowTest, BadInputIsRefusedNamingTheField) {
+TEST_CASE_METHOD(WorkflowTest, "bad input is refused naming the field", "[workflow]") {
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e
-                    .registerService(ServiceDefinition::virtualObject("Obj").exclusive(
-                        "h", [](Context&,
-                                const std::string&) { return absl::StatusOr<std::string>("ok"); }))
-                    .ok());
-    ASSERT_TRUE(
-        e.registerService(ServiceDefinition::service("Plain").handler("h", [](Context& ctx,
-                                                                              const std::string&) {
-           // Calls a service nobody registered.
-           return ctx.await(ctx.call("Nope", "h", "", ""));
-         })).ok());
-    EXPECT_TRUE(absl::IsAlreadyExists(e.registerService(ServiceDefinition::service("Plain"))));
-    EXPECT_TRUE(absl::IsInvalidArgument(e.registerService(ServiceDefinition::service("bad name"))));
+    REQUIRE_THAT(
+        e.registerService(ServiceDefinition::virtualObject("Obj").exclusive(
+            "h", [](Context&, const std::string&) { return absl::StatusOr<std::string>("ok"); })),
+        IsOk());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Plain").handler(
+                     "h",
+                     [](Context& ctx, const std::string&) {
+                       // Calls a service nobody registered.
+                       return ctx.await(ctx.call("Nope", "h", "", ""));
+                     })),
+                 IsOk());
+    CHECK(absl::IsAlreadyExists(e.registerService(ServiceDefinition::service("Plain"))));
+    CHECK(absl::IsInvalidArgument(e.registerService(ServiceDefinition::service("bad name"))));
   });
   auto s = e.send({"Nope", "h", "", ""});
-  EXPECT_TRUE(absl::IsNotFound(s.status()));
-  EXPECT_THAT(messageOf(s.status()), HasSubstr("service: unknown service 'Nope'"));
+  CHECK(absl::IsNotFound(s.status()));
+  CHECK_THAT(messageOf(s.status()), Catch::Contains("service: unknown service 'Nope'"));
   s = e.send({"Obj", "nope", "k", ""});
-  EXPECT_THAT(messageOf(s.status()), HasSubstr("handler: service 'Obj' has no handler 'nope'"));
+  CHECK_THAT(messageOf(s.status()),
+             Catch::Contains("handler: service 'Obj' has no handler 'nope'"));
   s = e.send({"Obj", "h", "", ""});
-  EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
-  EXPECT_THAT(messageOf(s.status()), HasSubstr("key:"));
+  CHECK(absl::IsInvalidArgument(s.status()));
+  CHECK_THAT(messageOf(s.status()), Catch::Contains("key:"));
   s = e.send({"Plain", "h", "k", ""});
-  EXPECT_THAT(messageOf(s.status()), HasSubstr("key:"));
+  CHECK_THAT(messageOf(s.status()), Catch::Contains("key:"));
   s = e.send({"Obj", "h", "k", std::string(2 << 20, 'x')});
-  EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
-  EXPECT_THAT(messageOf(s.status()), HasSubstr("input: 2097152 bytes, more than the limit"));
-  EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_invocations"), 0);
+  CHECK(absl::IsInvalidArgument(s.status()));
+  CHECK_THAT(messageOf(s.status()), Catch::Contains("input: 2097152 bytes, more than the limit"));
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations") == 0);
 
   // A call to an unknown service from a handler is a terminal error the handler sees.
   auto r = e.call({"Plain", "h", "", ""}, 20s);
-  EXPECT_TRUE(absl::IsNotFound(r.status())) << r.status();
-  EXPECT_THAT(messageOf(r.status()), HasSubstr("call Nope.h: service: unknown service 'Nope'"));
-  EXPECT_TRUE(isTerminal(r.status()));
+  INFO(r.status());
+  CHECK(absl::IsNotFound(r.status()));
+  CHECK_THAT(messageOf(r.status()),
+             Catch::Contains("call Nope.h: service: unknown service 'Nope'"));
+  CHECK(isTerminal(r.status()));
 }
 
-TEST_F(WorkflowTest, HundredConcurrentCallsOnOneKeyRunOneAtATimeInArrivalOrder) {
+TEST_CASE_METHOD(WorkflowTest,
+                 "hundred concurrent calls on one key run one at a time in arrival order",
+                 "[workflow]") {
   std::atomic<int> inside{0}, max_inside{0};
   std::mutex mu;
   std::vector<std::string> order;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(
-        e.registerService(ServiceDefinition::virtualObject("Counter").exclusive(
-                              "add",
-                              [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                const int now = ++inside;
-                                int prev = max_inside.load();
-                                while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
-                                }
-                                auto v = ctx.get("count");
-                                const int n = v ? std::stoi(*v) + 1 : 1;
-                                ctx.set("count", std::to_string(n));
-                                ctx.runVoid("record",
-                                            [&] {
-                                              std::lock_guard lock(mu);
-                                              order.push_back(ctx.invocationId());
-                                              std::this_thread::sleep_for(1ms);
-                                              return absl::OkStatus();
-                                            })
-                                    .IgnoreError();
-                                --inside;
-                                return std::to_string(n);
-                              }))
-            .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Counter").exclusive(
+                     "add",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       const int now = ++inside;
+                       int prev = max_inside.load();
+                       while (now > prev && !max_inside.compare_exchange_weak(prev, now)) {
+                       }
+                       auto v = ctx.get("count");
+                       const int n = v ? std::stoi(*v) + 1 : 1;
+                       ctx.set("count", std::to_string(n));
+                       ctx.runVoid("record",
+                                   [&] {
+                                     std::lock_guard lock(mu);
+                                     order.push_back(ctx.invocationId());
+                                     std::this_thread::sleep_for(1ms);
+                                     return absl::OkStatus();
+                                   })
+                           .IgnoreError();
+                       --inside;
+                       return std::to_string(n);
+                     })),
+                 IsOk());
   });
   std::vector<std::thread> callers;
   std::vector<absl::StatusOr<std::string>> results(100, std::string());
@@ -157,11 +160,13 @@ TEST_F(WorkflowTest, HundredConcurrentCallsOnOneKeyRunOneAtATimeInArrivalOrder) 
   for (auto& t : callers) t.join();
   std::set<std::string> seen;
   for (const auto& r : results) {
-    ASSERT_TRUE(r.ok()) << r.status();
+    REQUIRE_THAT(r, IsOk());
     seen.insert(*r);
   }
-  EXPECT_EQ(seen.size(), 100u) << "every call saw a distinct count: no lost update";
-  EXPECT_EQ(max_inside.load(), 1) << "never two at once on one key";
+  INFO("every call saw a distinct count: no lost update");
+  CHECK(seen.size() == 100u);
+  INFO("never two at once on one key");
+  CHECK(max_inside.load() == 1);
   // Arrival order is the key queue's order (key_seq): execution followed it.
   std::vector<std::string> arrival;
   auto rows = (*pool_->acquire())
@@ -169,129 +174,132 @@ TEST_F(WorkflowTest, HundredConcurrentCallsOnOneKeyRunOneAtATimeInArrivalOrder) 
                       "SELECT id FROM workflow_invocations WHERE service = 'Counter'"
                       " ORDER BY key_seq");
   for (const auto& r : rows->rows) arrival.push_back(r.str(0));
-  EXPECT_EQ(order, arrival);
-  EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_keys WHERE holder IS NOT NULL"), 0);
+  CHECK(order == arrival);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_keys WHERE holder IS NOT NULL") == 0);
 }
 
-TEST_F(WorkflowTest, SequentialSendsOnOneKeyRunInSendOrderAndOtherKeysRunInParallel) {
+TEST_CASE_METHOD(WorkflowTest,
+                 "sequential sends on one key run in send order and other keys run in parallel",
+                 "[workflow]") {
   std::mutex mu;
   std::vector<std::string> order;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Log").exclusive(
-                                      "append",
-                                      [&](Context& ctx, const std::string& input) {
-                                        ctx.runVoid("append",
-                                                    [&] {
-                                                      std::lock_guard lock(mu);
-                                                      order.push_back(ctx.key() + ":" + input);
-                                                      return absl::OkStatus();
-                                                    })
-                                            .IgnoreError();
-                                        return absl::StatusOr<std::string>(input);
-                                      }))
-                    .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Log").exclusive(
+                     "append",
+                     [&](Context& ctx, const std::string& input) {
+                       ctx.runVoid("append",
+                                   [&] {
+                                     std::lock_guard lock(mu);
+                                     order.push_back(ctx.key() + ":" + input);
+                                     return absl::OkStatus();
+                                   })
+                           .IgnoreError();
+                       return absl::StatusOr<std::string>(input);
+                     })),
+                 IsOk());
   });
   std::vector<std::string> ids;
   for (int i = 0; i < 20; ++i) {
     ids.push_back(*e.send({"Log", "append", "a", std::to_string(i)}));
     ids.push_back(*e.send({"Log", "append", "b", std::to_string(i)}));
   }
-  for (const auto& id : ids) ASSERT_TRUE(e.awaitResult(id, 30s).ok());
+  for (const auto& id : ids) REQUIRE_THAT(e.awaitResult(id, 30s), IsOk());
   std::vector<std::string> a, b;
   for (const auto& s : order) (s[0] == 'a' ? a : b).push_back(s.substr(2));
   for (int i = 0; i < 20; ++i) {
-    EXPECT_EQ(a[i], std::to_string(i));
-    EXPECT_EQ(b[i], std::to_string(i));
+    CHECK(a[i] == std::to_string(i));
+    CHECK(b[i] == std::to_string(i));
   }
 }
 
 // The exclusive handler keeps its key while suspended; a shared handler of the same key runs
 // meanwhile and reads the state; another exclusive one waits.
-TEST_F(WorkflowTest, SharedHandlerRunsWhileAnExclusiveOneIsSuspended) {
+TEST_CASE_METHOD(WorkflowTest, "shared handler runs while an exclusive one is suspended",
+                 "[workflow]") {
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(
+    REQUIRE_THAT(
         e.registerService(
-             ServiceDefinition::virtualObject("Deploy")
-                 .exclusive("deploy",
-                            [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                              Awakeable w = ctx.awakeable();
-                              ctx.set("awakeable", w.id);
-                              ctx.set("phase", "waiting");
-                              auto r = ctx.await(w.future);
-                              if (!r.ok()) return r.status();
-                              ctx.set("phase", "done");
-                              ctx.clear("awakeable");
-                              return "deployed:" + *r;
-                            })
-                 .exclusive("other",
-                            [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                              return ctx.get("phase").value_or("none");
-                            })
-                 .shared("notify",
-                         [](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
-                           auto id = ctx.get("awakeable");
-                           if (!id)
-                             return terminalError(absl::StatusCode::kFailedPrecondition,
-                                                  "no waiter");
-                           return ctx.get("phase").value_or("") + "|" + *id;
-                         })
-                 .shared("write",
-                         [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                           ctx.set("phase", "x");
-                           return std::string("unreachable");
-                         }))
-            .ok());
+            ServiceDefinition::virtualObject("Deploy")
+                .exclusive("deploy",
+                           [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                             Awakeable w = ctx.awakeable();
+                             ctx.set("awakeable", w.id);
+                             ctx.set("phase", "waiting");
+                             auto r = ctx.await(w.future);
+                             if (!r.ok()) return r.status();
+                             ctx.set("phase", "done");
+                             ctx.clear("awakeable");
+                             return "deployed:" + *r;
+                           })
+                .exclusive("other",
+                           [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                             return ctx.get("phase").value_or("none");
+                           })
+                .shared("notify",
+                        [](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
+                          auto id = ctx.get("awakeable");
+                          if (!id)
+                            return terminalError(absl::StatusCode::kFailedPrecondition,
+                                                 "no waiter");
+                          return ctx.get("phase").value_or("") + "|" + *id;
+                        })
+                .shared("write",
+                        [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                          ctx.set("phase", "x");
+                          return std::string("unreachable");
+                        })),
+        IsOk());
   });
   auto deploy = e.send({"Deploy", "deploy", "d1", ""});
-  ASSERT_TRUE(deploy.ok());
-  ASSERT_TRUE(eventually([&] { return statusOf(*deploy) == "suspended"; }));
+  REQUIRE_THAT(deploy, IsOk());
+  REQUIRE(eventually([&] { return statusOf(*deploy) == "suspended"; }));
   auto other = e.send({"Deploy", "other", "d1", ""});
-  ASSERT_TRUE(other.ok());
+  REQUIRE_THAT(other, IsOk());
   auto notified = e.call({"Deploy", "notify", "d1", ""}, 20s);
-  ASSERT_TRUE(notified.ok()) << notified.status();
-  EXPECT_THAT(*notified, HasSubstr("waiting|prm_"));
-  EXPECT_EQ(statusOf(*other), "queued") << "the suspended exclusive invocation keeps its key";
+  REQUIRE_THAT(notified, IsOk());
+  CHECK_THAT(*notified, Catch::Contains("waiting|prm_"));
+  INFO("the suspended exclusive invocation keeps its key");
+  CHECK(statusOf(*other) == "queued");
   auto write = e.call({"Deploy", "write", "d1", ""}, 20s);
-  EXPECT_TRUE(absl::IsFailedPrecondition(write.status()));
-  EXPECT_THAT(messageOf(write.status()), HasSubstr("can only be written by an exclusive handler"));
+  CHECK(absl::IsFailedPrecondition(write.status()));
+  CHECK_THAT(messageOf(write.status()),
+             Catch::Contains("can only be written by an exclusive handler"));
 
   const std::string awk = notified->substr(notified->find('|') + 1);
-  ASSERT_TRUE(e.resolveAwakeable(awk, "v1").ok());
-  EXPECT_EQ(*e.awaitResult(*deploy, 20s), "deployed:v1");
-  EXPECT_EQ(*e.awaitResult(*other, 20s), "done");
+  REQUIRE_THAT(e.resolveAwakeable(awk, "v1"), IsOk());
+  CHECK(*e.awaitResult(*deploy, 20s) == "deployed:v1");
+  CHECK(*e.awaitResult(*other, 20s) == "done");
 }
 
-TEST_F(WorkflowTest, AwakeableResolvedBeforeTheHandlerWaits) {
+TEST_CASE_METHOD(WorkflowTest, "awakeable resolved before the handler waits", "[workflow]") {
   std::atomic<bool> release{false};
   std::mutex mu;
   std::string id_seen;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(
-        e.registerService(ServiceDefinition::service("Early").handler(
-                              "h",
-                              [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                Awakeable w = ctx.awakeable();
-                                ctx.runVoid("hand out",
-                                            [&] {
-                                              std::lock_guard lock(mu);
-                                              id_seen = w.id;
-                                              return absl::OkStatus();
-                                            })
-                                    .IgnoreError();
-                                // Still running (not suspended) when it is resolved.
-                                ctx.runVoid("wait",
-                                            [&] {
-                                              while (!release.load())
-                                                std::this_thread::sleep_for(2ms);
-                                              return absl::OkStatus();
-                                            })
-                                    .IgnoreError();
-                                return ctx.await(w.future);
-                              }))
-            .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Early").handler(
+                     "h",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       Awakeable w = ctx.awakeable();
+                       ctx.runVoid("hand out",
+                                   [&] {
+                                     std::lock_guard lock(mu);
+                                     id_seen = w.id;
+                                     return absl::OkStatus();
+                                   })
+                           .IgnoreError();
+                       // Still running (not suspended) when it is resolved.
+                       ctx.runVoid("wait",
+                                   [&] {
+                                     while (!release.load()) std::this_thread::sleep_for(2ms);
+                                     return absl::OkStatus();
+                                   })
+                           .IgnoreError();
+                       return ctx.await(w.future);
+                     })),
+                 IsOk());
   });
   auto id = e.send({"Early", "h", "", ""});
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(eventually([&] {
     std::lock_guard lock(mu);
     return !id_seen.empty();
   }));
@@ -300,37 +308,36 @@ TEST_F(WorkflowTest, AwakeableResolvedBeforeTheHandlerWaits) {
     std::lock_guard lock(mu);
     awk = id_seen;
   }
-  ASSERT_TRUE(e.resolveAwakeable(awk, "early").ok());
+  REQUIRE_THAT(e.resolveAwakeable(awk, "early"), IsOk());
   release = true;
   auto r = e.awaitResult(*id, 20s);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(*r, "early");
-  EXPECT_EQ(e.stats().suspensions.load(), 0u) << "it never had to suspend";
+  REQUIRE_THAT(r, IsOk());
+  CHECK(*r == "early");
+  INFO("it never had to suspend");
+  CHECK(e.stats().suspensions.load() == 0u);
 }
 
 class SelectTest : public WorkflowTest {
  protected:
   Engine& start() {
     return engine([&](Engine& e) {
-      ASSERT_TRUE(
-          e
-              .registerService(ServiceDefinition::service("Race").handler(
-                  "h",
-                  [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
-                    Awakeable w = ctx.awakeable();
-                    ctx.runVoid("hand out",
-                                [&] {
-                                  std::lock_guard lock(mu_);
-                                  awakeable_ = w.id;
-                                  return absl::OkStatus();
-                                })
-                        .IgnoreError();
-                    Future t = ctx.timer(std::chrono::milliseconds(std::stoi(input)));
-                    Selected s = ctx.select({w.future, t});
-                    if (!s.result.ok()) return s.result.status();
-                    return s.index == 0 ? "awakeable:" + *s.result : std::string("timeout");
-                  }))
-              .ok());
+      REQUIRE_THAT(e.registerService(ServiceDefinition::service("Race").handler(
+                       "h",
+                       [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
+                         Awakeable w = ctx.awakeable();
+                         ctx.runVoid("hand out",
+                                     [&] {
+                                       std::lock_guard lock(mu_);
+                                       awakeable_ = w.id;
+                                       return absl::OkStatus();
+                                     })
+                             .IgnoreError();
+                         Future t = ctx.timer(std::chrono::milliseconds(std::stoi(input)));
+                         Selected s = ctx.select({w.future, t});
+                         if (!s.result.ok()) return s.result.status();
+                         return s.index == 0 ? "awakeable:" + *s.result : std::string("timeout");
+                       })),
+                   IsOk());
     });
   }
   std::string awakeable() {
@@ -341,119 +348,117 @@ class SelectTest : public WorkflowTest {
   std::string awakeable_;
 };
 
-TEST_F(SelectTest, TimerFiresFirst) {
+TEST_CASE_METHOD(SelectTest, "timer fires first", "[select]") {
   Engine& e = start();
   auto id = e.send({"Race", "h", "", "300"});
-  ASSERT_TRUE(eventually([&] { return statusOf(*id) == "suspended"; }));
+  REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
   auto r = e.awaitResult(*id, 20s);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(*r, "timeout");
+  REQUIRE_THAT(r, IsOk());
+  CHECK(*r == "timeout");
   // Resolving the awakeable afterwards changes nothing.
-  ASSERT_TRUE(e.resolveAwakeable(awakeable(), "late").ok());
-  EXPECT_EQ(*e.awaitResult(*id, 1s), "timeout");
+  REQUIRE_THAT(e.resolveAwakeable(awakeable(), "late"), IsOk());
+  CHECK(*e.awaitResult(*id, 1s) == "timeout");
 }
 
-TEST_F(SelectTest, AwakeableFirst) {
+TEST_CASE_METHOD(SelectTest, "awakeable first", "[select]") {
   Engine& e = start();
   auto id = e.send({"Race", "h", "", "600000"});
-  ASSERT_TRUE(eventually([&] { return statusOf(*id) == "suspended"; }));
-  ASSERT_TRUE(e.resolveAwakeable(awakeable(), "v").ok());
+  REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
+  REQUIRE_THAT(e.resolveAwakeable(awakeable(), "v"), IsOk());
   auto r = e.awaitResult(*id, 20s);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(*r, "awakeable:v");
+  REQUIRE_THAT(r, IsOk());
+  CHECK(*r == "awakeable:v");
 }
 
-TEST_F(WorkflowTest, DurableSleepSuspendsWithoutAThread) {
+TEST_CASE_METHOD(WorkflowTest, "durable sleep suspends without a thread", "[workflow]") {
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(
-        e.registerService(ServiceDefinition::service("Sleeper").handler(
-                              "h",
-                              [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                auto s = ctx.sleep(400ms);
-                                if (!s.ok()) return s;
-                                return std::string("woke");
-                              }))
-            .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Sleeper").handler(
+                     "h",
+                     [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       auto s = ctx.sleep(400ms);
+                       if (!s.ok()) return s;
+                       return std::string("woke");
+                     })),
+                 IsOk());
   });
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::string> ids;
   // More sleepers than threads: suspended invocations hold none.
   for (int i = 0; i < 40; ++i) ids.push_back(*e.send({"Sleeper", "h", "", ""}));
-  ASSERT_TRUE(eventually([&] {
+  REQUIRE(eventually([&] {
     return scalar("SELECT COUNT(*) FROM workflow_invocations WHERE status = 'suspended'") +
                scalar("SELECT COUNT(*) FROM workflow_invocations WHERE status = 'succeeded'") ==
            40;
   }));
-  for (const auto& id : ids) EXPECT_EQ(*e.awaitResult(id, 20s), "woke");
-  EXPECT_GE(std::chrono::steady_clock::now() - start, 400ms);
+  for (const auto& id : ids) CHECK(*e.awaitResult(id, 20s) == "woke");
+  CHECK((std::chrono::steady_clock::now() - start) >= 400ms);
 }
 
-TEST_F(WorkflowTest, CallsSendsDelayedSendsAndFanOut) {
+TEST_CASE_METHOD(WorkflowTest, "calls sends delayed sends and fan out", "[workflow]") {
   std::atomic<int64_t> delayed_ran_at{0};
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::service("Math").handler(
-                                      "square",
-                                      [](Context&, const std::string& in) {
-                                        const int n = std::stoi(in);
-                                        return absl::StatusOr<std::string>(std::to_string(n * n));
-                                      }))
-                    .ok());
-    ASSERT_TRUE(
-        e.registerService(ServiceDefinition::service("Later").handler("h", [&](Context& ctx,
-                                                                               const std::string&) {
-           delayed_ran_at = unixMillis();
-           return absl::StatusOr<std::string>("");
-         })).ok());
-    ASSERT_TRUE(
-        e.registerService(ServiceDefinition::service("Sum").handler(
-                              "h",
-                              [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                std::vector<Future> fs;
-                                for (int i = 1; i <= 5; ++i) {
-                                  fs.push_back(ctx.call("Math", "square", "", std::to_string(i)));
-                                }
-                                ctx.send("Later", "h", "", "", 500ms);
-                                int sum = 0;
-                                for (const Future& f : fs) {
-                                  auto r = ctx.await(f);
-                                  if (!r.ok()) return r.status();
-                                  sum += std::stoi(*r);
-                                }
-                                return std::to_string(sum);
-                              }))
-            .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Math").handler(
+                     "square",
+                     [](Context&, const std::string& in) {
+                       const int n = std::stoi(in);
+                       return absl::StatusOr<std::string>(std::to_string(n * n));
+                     })),
+                 IsOk());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Later").handler(
+                     "h",
+                     [&](Context& ctx, const std::string&) {
+                       delayed_ran_at = unixMillis();
+                       return absl::StatusOr<std::string>("");
+                     })),
+                 IsOk());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Sum").handler(
+                     "h",
+                     [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       std::vector<Future> fs;
+                       for (int i = 1; i <= 5; ++i) {
+                         fs.push_back(ctx.call("Math", "square", "", std::to_string(i)));
+                       }
+                       ctx.send("Later", "h", "", "", 500ms);
+                       int sum = 0;
+                       for (const Future& f : fs) {
+                         auto r = ctx.await(f);
+                         if (!r.ok()) return r.status();
+                         sum += std::stoi(*r);
+                       }
+                       return std::to_string(sum);
+                     })),
+                 IsOk());
   });
   const int64_t started = unixMillis();
   auto r = e.call({"Sum", "h", "", ""}, 20s);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(*r, "55");
-  ASSERT_TRUE(eventually([&] { return delayed_ran_at.load() != 0; }));
-  EXPECT_GE(delayed_ran_at.load() - started, 450);
-  EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE parent_id IS NOT NULL"), 6);
+  REQUIRE_THAT(r, IsOk());
+  CHECK(*r == "55");
+  REQUIRE(eventually([&] { return delayed_ran_at.load() != 0; }));
+  CHECK((delayed_ran_at.load() - started) >= 450);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE parent_id IS NOT NULL") == 6);
 }
 
-TEST_F(WorkflowTest, IdempotencyKeysMakeOneInvocation) {
+TEST_CASE_METHOD(WorkflowTest, "idempotency keys make one invocation", "[workflow]") {
   std::atomic<int> runs{0};
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Pay").exclusive(
-                                      "charge",
-                                      [&](Context& ctx, const std::string& in) {
-                                        return ctx.run("charge",
-                                                       [&]() -> absl::StatusOr<std::string> {
-                                                         ++runs;
-                                                         return "charged " + in;
-                                                       });
-                                      }))
-                    .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Pay").exclusive(
+                     "charge",
+                     [&](Context& ctx, const std::string& in) {
+                       return ctx.run("charge", [&]() -> absl::StatusOr<std::string> {
+                         ++runs;
+                         return "charged " + in;
+                       });
+                     })),
+                 IsOk());
   });
   auto a = e.send({"Pay", "charge", "acct", "10", "req-1"});
   auto b = e.send({"Pay", "charge", "acct", "10", "req-1"});
   auto c = e.send({"Pay", "charge", "acct", "10", "req-2"});
   auto d = e.send({"Pay", "charge", "other", "10", "req-1"});
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok() && d.ok());
-  EXPECT_EQ(*a, *b);
-  EXPECT_NE(*a, *c);
-  EXPECT_NE(*a, *d);
+  REQUIRE((a.ok() && b.ok() && c.ok() && d.ok()));
+  CHECK(*a == *b);
+  CHECK(*a != *c);
+  CHECK(*a != *d);
   // Concurrent duplicates too.
   std::vector<std::thread> ts;
   std::vector<std::string> ids(10);
@@ -461,17 +466,18 @@ TEST_F(WorkflowTest, IdempotencyKeysMakeOneInvocation) {
     ts.emplace_back([&, i] { ids[i] = *e.send({"Pay", "charge", "acct", "10", "req-3"}); });
   }
   for (auto& t : ts) t.join();
-  for (const auto& id : ids) EXPECT_EQ(id, ids[0]);
-  for (const auto& id : {*a, *c, *d, ids[0]}) ASSERT_TRUE(e.awaitResult(id, 20s).ok());
-  EXPECT_EQ(runs.load(), 4);
+  for (const auto& id : ids) CHECK(id == ids[0]);
+  for (const auto& id : {*a, *c, *d, ids[0]}) REQUIRE_THAT(e.awaitResult(id, 20s), IsOk());
+  CHECK(runs.load() == 4);
   auto again = e.call({"Pay", "charge", "acct", "10", "req-1"}, 5s);
-  EXPECT_EQ(*again, "charged 10");
-  EXPECT_EQ(runs.load(), 4);
+  CHECK(*again == "charged 10");
+  CHECK(runs.load() == 4);
 }
 
 // Retries back off by the policy, then the compensations run newest first and the invocation
 // fails with a clear error.
-TEST_F(WorkflowTest, RetriesEndInFailureWithCompensationsInReverseOrder) {
+TEST_CASE_METHOD(WorkflowTest, "retries end in failure with compensations in reverse order",
+                 "[workflow]") {
   std::mutex mu;
   std::vector<std::string> log;
   std::vector<int64_t> attempt_times;
@@ -481,52 +487,54 @@ TEST_F(WorkflowTest, RetriesEndInFailureWithCompensationsInReverseOrder) {
     p.factor = 2.0;
     p.max_interval = 300ms;
     p.max_attempts = 4;
-    ASSERT_TRUE(
+    REQUIRE_THAT(
         e.registerService(
-             ServiceDefinition::service("Flaky")
-                 .handler("h",
-                          [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                            for (const char* step : {"a", "b", "c"}) {
-                              auto s = ctx.runVoid(step, [&, step] {
-                                std::lock_guard lock(mu);
-                                log.push_back(std::string("do ") + step);
-                                return absl::OkStatus();
-                              });
-                              if (!s.ok()) return s;
-                              ctx.compensateRun(step, [&, step] {
-                                std::lock_guard lock(mu);
-                                log.push_back(std::string("undo ") + step);
-                                return absl::OkStatus();
-                              });
-                            }
-                            return ctx.run("d", [&]() -> absl::StatusOr<std::string> {
-                              std::lock_guard lock(mu);
-                              attempt_times.push_back(unixMillis());
-                              return absl::UnavailableError("depot is down");
-                            });
-                          })
-                 .retry(p))
-            .ok());
+            ServiceDefinition::service("Flaky")
+                .handler("h",
+                         [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                           for (const char* step : {"a", "b", "c"}) {
+                             auto s = ctx.runVoid(step, [&, step] {
+                               std::lock_guard lock(mu);
+                               log.push_back(std::string("do ") + step);
+                               return absl::OkStatus();
+                             });
+                             if (!s.ok()) return s;
+                             ctx.compensateRun(step, [&, step] {
+                               std::lock_guard lock(mu);
+                               log.push_back(std::string("undo ") + step);
+                               return absl::OkStatus();
+                             });
+                           }
+                           return ctx.run("d", [&]() -> absl::StatusOr<std::string> {
+                             std::lock_guard lock(mu);
+                             attempt_times.push_back(unixMillis());
+                             return absl::UnavailableError("depot is down");
+                           });
+                         })
+                .retry(p)),
+        IsOk());
   });
   auto id = e.send({"Flaky", "h", "", ""});
   auto r = e.awaitResult(*id, 30s);
-  EXPECT_FALSE(r.ok());
-  EXPECT_TRUE(isTerminal(r.status()));
-  EXPECT_THAT(messageOf(r.status()), HasSubstr("gave up after 4 attempts: run 'd': depot is down"));
+  CHECK_FALSE(r.ok());
+  CHECK(isTerminal(r.status()));
+  CHECK_THAT(messageOf(r.status()),
+             Catch::Contains("gave up after 4 attempts: run 'd': depot is down"));
   std::lock_guard lock(mu);
-  EXPECT_THAT(log, ElementsAre("do a", "do b", "do c", "undo c", "undo b", "undo a"));
-  ASSERT_EQ(attempt_times.size(), 4u);
+  CHECK(log == std::vector<std::string>{"do a", "do b", "do c", "undo c", "undo b", "undo a"});
+  REQUIRE(attempt_times.size() == 4u);
   // 100, 200, 300 (capped) ms between attempts, with some slack for polling.
-  EXPECT_GE(attempt_times[1] - attempt_times[0], 100);
-  EXPECT_GE(attempt_times[2] - attempt_times[1], 200);
-  EXPECT_GE(attempt_times[3] - attempt_times[2], 300);
-  EXPECT_EQ(statusOf(*id), "failed");
+  CHECK((attempt_times[1] - attempt_times[0]) >= 100);
+  CHECK((attempt_times[2] - attempt_times[1]) >= 200);
+  CHECK((attempt_times[3] - attempt_times[2]) >= 300);
+  CHECK(statusOf(*id) == "failed");
   auto detail = showInvocation(*pool_, *id);
-  EXPECT_EQ(detail->summary.attempts, 4);
-  EXPECT_EQ(detail->journal.back().name, "compensate a");
+  CHECK(detail->summary.attempts == 4);
+  CHECK(detail->journal.back().name == "compensate a");
 }
 
-TEST_F(WorkflowTest, TerminalErrorsAreNotRetriedAndPausedInvocationsResume) {
+TEST_CASE_METHOD(WorkflowTest, "terminal errors are not retried and paused invocations resume",
+                 "[workflow]") {
   std::atomic<int> terminal_runs{0}, flaky_runs{0};
   std::atomic<bool> healthy{false};
   Engine& e = engine([&](Engine& e) {
@@ -534,7 +542,7 @@ TEST_F(WorkflowTest, TerminalErrorsAreNotRetriedAndPausedInvocationsResume) {
     p.initial_interval = 20ms;
     p.max_attempts = 3;
     p.on_exhausted = OnExhausted::kPause;
-    ASSERT_TRUE(e.registerService(
+    REQUIRE_THAT(e.registerService(
                      ServiceDefinition::virtualObject("Ops")
                          .exclusive("terminal",
                                     [&](Context& ctx, const std::string&) {
@@ -556,102 +564,102 @@ TEST_F(WorkflowTest, TerminalErrorsAreNotRetriedAndPausedInvocationsResume) {
                                     [](Context&, const std::string&) {
                                       return absl::StatusOr<std::string>("next ran");
                                     })
-                         .retry(p))
-                    .ok());
+                         .retry(p)),
+                 IsOk());
   });
   auto t = e.call({"Ops", "terminal", "k", ""}, 20s);
-  EXPECT_TRUE(absl::IsInvalidArgument(t.status()));
-  EXPECT_EQ(terminal_runs.load(), 1);
+  CHECK(absl::IsInvalidArgument(t.status()));
+  CHECK(terminal_runs.load() == 1);
 
   auto flaky = e.send({"Ops", "flaky", "k", ""});
-  ASSERT_TRUE(eventually([&] { return statusOf(*flaky) == "paused"; }));
-  EXPECT_EQ(flaky_runs.load(), 3);
+  REQUIRE(eventually([&] { return statusOf(*flaky) == "paused"; }));
+  CHECK(flaky_runs.load() == 3);
   auto next = e.send({"Ops", "next", "k", ""});
   std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(statusOf(*next), "queued") << "a paused invocation keeps its key";
+  INFO("a paused invocation keeps its key");
+  CHECK(statusOf(*next) == "queued");
   auto held = keysHeldLongerThan(*pool_, 50ms);
-  ASSERT_TRUE(held.ok());
-  ASSERT_EQ(held->size(), 1u);
-  EXPECT_EQ((*held)[0].holder, *flaky);
-  EXPECT_EQ((*held)[0].holder_status, "paused");
-  EXPECT_EQ((*held)[0].queued, 1);
+  REQUIRE_THAT(held, IsOk());
+  REQUIRE(held->size() == 1u);
+  CHECK((*held)[0].holder == *flaky);
+  CHECK((*held)[0].holder_status == "paused");
+  CHECK((*held)[0].queued == 1);
 
-  EXPECT_TRUE(absl::IsFailedPrecondition(e.resume(*next)));
+  CHECK(absl::IsFailedPrecondition(e.resume(*next)));
   healthy = true;
-  ASSERT_TRUE(e.resume(*flaky).ok());
-  EXPECT_EQ(*e.awaitResult(*flaky, 20s), "fine");
-  EXPECT_EQ(*e.awaitResult(*next, 20s), "next ran");
+  REQUIRE_THAT(e.resume(*flaky), IsOk());
+  CHECK(*e.awaitResult(*flaky, 20s) == "fine");
+  CHECK(*e.awaitResult(*next, 20s) == "next ran");
 }
 
-TEST_F(WorkflowTest, CancelWhileSuspendedRunsCompensationsAndKillDoesNot) {
+TEST_CASE_METHOD(WorkflowTest, "cancel while suspended runs compensations and kill does not",
+                 "[workflow]") {
   std::mutex mu;
   std::vector<std::string> log;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(
-        e.registerService(ServiceDefinition::virtualObject("Job").exclusive(
-                              "h",
-                              [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                auto s = ctx.runVoid("reserve", [&] {
-                                  std::lock_guard lock(mu);
-                                  log.push_back("reserve " + ctx.key());
-                                  return absl::OkStatus();
-                                });
-                                if (!s.ok()) return s;
-                                ctx.compensateRun("release", [&] {
-                                  std::lock_guard lock(mu);
-                                  log.push_back("release " + ctx.key());
-                                  return absl::OkStatus();
-                                });
-                                Awakeable w = ctx.awakeable();
-                                auto r = ctx.await(w.future);
-                                if (!r.ok()) return r.status();
-                                return std::string("finished");
-                              }))
-            .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Job").exclusive(
+                     "h",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       auto s = ctx.runVoid("reserve", [&] {
+                         std::lock_guard lock(mu);
+                         log.push_back("reserve " + ctx.key());
+                         return absl::OkStatus();
+                       });
+                       if (!s.ok()) return s;
+                       ctx.compensateRun("release", [&] {
+                         std::lock_guard lock(mu);
+                         log.push_back("release " + ctx.key());
+                         return absl::OkStatus();
+                       });
+                       Awakeable w = ctx.awakeable();
+                       auto r = ctx.await(w.future);
+                       if (!r.ok()) return r.status();
+                       return std::string("finished");
+                     })),
+                 IsOk());
   });
   auto a = e.send({"Job", "h", "a", ""});
   auto b = e.send({"Job", "h", "b", ""});
   auto queued = e.send({"Job", "h", "a", ""});
-  ASSERT_TRUE(
-      eventually([&] { return statusOf(*a) == "suspended" && statusOf(*b) == "suspended"; }));
-  ASSERT_TRUE(e.cancel(*queued).ok());
-  EXPECT_EQ(statusOf(*queued), "cancelled");
-  ASSERT_TRUE(e.cancel(*a).ok());
+  REQUIRE(eventually([&] { return statusOf(*a) == "suspended" && statusOf(*b) == "suspended"; }));
+  REQUIRE_THAT(e.cancel(*queued), IsOk());
+  CHECK(statusOf(*queued) == "cancelled");
+  REQUIRE_THAT(e.cancel(*a), IsOk());
   auto ra = e.awaitResult(*a, 20s);
-  EXPECT_TRUE(absl::IsCancelled(ra.status())) << ra.status();
-  EXPECT_EQ(statusOf(*a), "cancelled");
-  ASSERT_TRUE(e.kill(*b).ok());
-  EXPECT_EQ(statusOf(*b), "killed");
-  EXPECT_TRUE(absl::IsAborted(e.awaitResult(*b, 1s).status()));
-  EXPECT_TRUE(absl::IsFailedPrecondition(e.cancel(*a)));
+  INFO(ra.status());
+  CHECK(absl::IsCancelled(ra.status()));
+  CHECK(statusOf(*a) == "cancelled");
+  REQUIRE_THAT(e.kill(*b), IsOk());
+  CHECK(statusOf(*b) == "killed");
+  CHECK(absl::IsAborted(e.awaitResult(*b, 1s).status()));
+  CHECK(absl::IsFailedPrecondition(e.cancel(*a)));
   std::this_thread::sleep_for(100ms);
   std::lock_guard lock(mu);
-  ASSERT_EQ(log.size(), 3u);
-  EXPECT_THAT(std::vector<std::string>(log.begin(), log.begin() + 2),
-              ::testing::UnorderedElementsAre("reserve a", "reserve b"));
-  EXPECT_EQ(log[2], "release a") << "cancel compensates, kill does not";
-  EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_keys WHERE holder IS NOT NULL"), 0);
+  REQUIRE(log.size() == 3u);
+  CHECK_THAT(std::vector<std::string>(log.begin(), log.begin() + 2),
+             Catch::UnorderedEquals(std::vector<std::string>{"reserve a", "reserve b"}));
+  INFO("cancel compensates, kill does not");
+  CHECK(log[2] == "release a");
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_keys WHERE holder IS NOT NULL") == 0);
 }
 
 // A worker whose lease was taken over (it stalled) cannot commit: its step result is refused,
 // the other replica's attempt wins.
-TEST_F(WorkflowTest, AFencedWorkerCannotCommit) {
+TEST_CASE_METHOD(WorkflowTest, "a fenced worker cannot commit", "[workflow]") {
   std::atomic<bool> release_a{false};
   std::atomic<int> ran_in_a{0}, ran_in_b{0};
   auto define = [&](std::atomic<int>& counter, bool block) {
     return [&, block](Engine& e) {
-      ASSERT_TRUE(e.registerService(ServiceDefinition::service("Slow").handler(
-                                        "h",
-                                        [&, block](Context& ctx, const std::string&) {
-                                          return ctx.run(
-                                              "work", [&, block]() -> absl::StatusOr<std::string> {
-                                                ++counter;
-                                                while (block && !release_a)
-                                                  std::this_thread::sleep_for(5ms);
-                                                return std::string(block ? "from a" : "from b");
-                                              });
-                                        }))
-                      .ok());
+      REQUIRE_THAT(e.registerService(ServiceDefinition::service("Slow").handler(
+                       "h",
+                       [&, block](Context& ctx, const std::string&) {
+                         return ctx.run("work", [&, block]() -> absl::StatusOr<std::string> {
+                           ++counter;
+                           while (block && !release_a) std::this_thread::sleep_for(5ms);
+                           return std::string(block ? "from a" : "from b");
+                         });
+                       })),
+                   IsOk());
     };
   };
   EngineOptions stalled = fastOptions();
@@ -661,47 +669,45 @@ TEST_F(WorkflowTest, AFencedWorkerCannotCommit) {
   stalled.threads = 1;  // its one thread is stuck: it cannot claim the invocation again
   Engine& a = engine(define(ran_in_a, true), stalled);
   auto id = a.send({"Slow", "h", "", ""});
-  ASSERT_TRUE(eventually([&] { return ran_in_a.load() == 1; }));
+  REQUIRE(eventually([&] { return ran_in_a.load() == 1; }));
   EngineOptions healthy = fastOptions();
   healthy.worker_id = "b";
   Engine& b = engine(define(ran_in_b, false), healthy);
   auto r = b.awaitResult(*id, 20s);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(*r, "from b");
+  REQUIRE_THAT(r, IsOk());
+  CHECK(*r == "from b");
   release_a = true;
-  ASSERT_TRUE(eventually([&] { return a.stats().fenced.load() == 1; }));
-  EXPECT_EQ(*b.awaitResult(*id, 1s), "from b");
+  REQUIRE(eventually([&] { return a.stats().fenced.load() == 1; }));
+  CHECK(*b.awaitResult(*id, 1s) == "from b");
   auto detail = showInvocation(*pool_, *id);
-  ASSERT_EQ(detail->journal.size(), 1u);
-  EXPECT_EQ(*detail->journal[0].payload, "from b");
-  EXPECT_EQ(detail->claims, 2);
+  REQUIRE(detail->journal.size() == 1u);
+  CHECK(*detail->journal[0].payload == "from b");
+  CHECK(detail->claims == 2);
 }
 
-TEST_F(WorkflowTest, OperationsListShowCleanupAndMetrics) {
+TEST_CASE_METHOD(WorkflowTest, "operations list show cleanup and metrics", "[workflow]") {
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Ops2").exclusive(
-                                      "h",
-                                      [](Context& ctx, const std::string& in) {
-                                        return ctx.run(
-                                            "echo",
-                                            [&]() -> absl::StatusOr<std::string> { return in; });
-                                      }))
-                    .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Ops2").exclusive(
+                     "h",
+                     [](Context& ctx, const std::string& in) {
+                       return ctx.run("echo", [&]() -> absl::StatusOr<std::string> { return in; });
+                     })),
+                 IsOk());
   });
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(*e.send({"Ops2", "h", i < 3 ? "x" : "y", "in"}));
-  for (const auto& id : ids) ASSERT_TRUE(e.awaitResult(id, 20s).ok());
+  for (const auto& id : ids) REQUIRE_THAT(e.awaitResult(id, 20s), IsOk());
   InvocationFilter ops2;
   ops2.service = "Ops2";
   auto all = listInvocations(*pool_, ops2);
-  ASSERT_TRUE(all.ok());
-  EXPECT_EQ(all->size(), 5u);
+  REQUIRE_THAT(all, IsOk());
+  CHECK(all->size() == 5u);
   auto x = listInvocations(*pool_, {"Ops2", "x", "succeeded"});
-  EXPECT_EQ(x->size(), 3u);
+  CHECK(x->size() == 3u);
   auto bad = listInvocations(*pool_, {"Ops2", "", "bogus"});
-  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
-  EXPECT_THAT(messageOf(bad.status()), HasSubstr("status: unknown invocation status 'bogus'"));
-  EXPECT_TRUE(absl::IsNotFound(showInvocation(*pool_, "inv_missing").status()));
+  CHECK(absl::IsInvalidArgument(bad.status()));
+  CHECK_THAT(messageOf(bad.status()), Catch::Contains("status: unknown invocation status 'bogus'"));
+  CHECK(absl::IsNotFound(showInvocation(*pool_, "inv_missing").status()));
 
   auto families = e.metrics();
   bool saw_status = false;
@@ -709,127 +715,129 @@ TEST_F(WorkflowTest, OperationsListShowCleanupAndMetrics) {
     if (f.name == "krane_workflow_invocations") {
       for (const auto& m : f.metric) {
         if (m.label.size() == 2 && m.label[1].value == "succeeded") {
-          EXPECT_EQ(m.gauge.value, 5);
+          CHECK(m.gauge.value == 5);
           saw_status = true;
         }
       }
     }
     if (f.name == "krane_workflow_step_duration_seconds") {
-      EXPECT_EQ(f.metric[0].histogram.sample_count, 5u);
+      CHECK(f.metric[0].histogram.sample_count == 5u);
     }
   }
-  EXPECT_TRUE(saw_status);
+  CHECK(saw_status);
 
   auto kept = cleanupFinished(*pool_, std::chrono::hours(1));
-  ASSERT_TRUE(kept.ok());
-  EXPECT_EQ(kept->invocations, 0u);
+  REQUIRE_THAT(kept, IsOk());
+  CHECK(kept->invocations == 0u);
   std::this_thread::sleep_for(20ms);
   auto removed = cleanupFinished(*pool_, 1ms, 2);
-  ASSERT_TRUE(removed.ok()) << removed.status();
-  EXPECT_EQ(removed->invocations, 5u);
-  EXPECT_EQ(removed->journal_entries, 5u);
-  EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_invocations"), 0);
-  EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_journal"), 0);
+  REQUIRE_THAT(removed, IsOk());
+  CHECK(removed->invocations == 5u);
+  CHECK(removed->journal_entries == 5u);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations") == 0);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_journal") == 0);
 }
 
 // Handler code that no longer matches its journal is not guessed at: the invocation pauses with
 // an error naming the entry, for an operator to resume (after a fix) or kill.
-TEST_F(WorkflowTest, AJournalThatNoLongerMatchesTheCodePausesTheInvocation) {
+TEST_CASE_METHOD(WorkflowTest, "a journal that no longer matches the code pauses the invocation",
+                 "[workflow]") {
   std::atomic<bool> changed{false};
   std::mutex mu;
   std::string awk;
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(
+    REQUIRE_THAT(
         e.registerService(
-             ServiceDefinition::service("Versioned")
-                 .handler("h",
-                          [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                            auto s = ctx.runVoid(changed ? "renamed" : "original",
-                                                 [] { return absl::OkStatus(); });
-                            Awakeable w = ctx.awakeable();
-                            ctx.runVoid("hand out",
-                                        [&] {
-                                          std::lock_guard lock(mu);
-                                          awk = w.id;
-                                          return absl::OkStatus();
-                                        })
-                                .IgnoreError();
-                            return ctx.await(w.future);
-                          }))
-            .ok());
+            ServiceDefinition::service("Versioned")
+                .handler("h",
+                         [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                           auto s = ctx.runVoid(changed ? "renamed" : "original",
+                                                [] { return absl::OkStatus(); });
+                           Awakeable w = ctx.awakeable();
+                           ctx.runVoid("hand out",
+                                       [&] {
+                                         std::lock_guard lock(mu);
+                                         awk = w.id;
+                                         return absl::OkStatus();
+                                       })
+                               .IgnoreError();
+                           return ctx.await(w.future);
+                         })),
+        IsOk());
   });
   auto id = e.send({"Versioned", "h", "", ""});
-  ASSERT_TRUE(eventually([&] { return statusOf(*id) == "suspended"; }));
+  REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
   changed = true;
   std::string a;
   {
     std::lock_guard lock(mu);
     a = awk;
   }
-  ASSERT_TRUE(e.resolveAwakeable(a, "x").ok());
-  ASSERT_TRUE(eventually([&] { return statusOf(*id) == "paused"; }));
+  REQUIRE_THAT(e.resolveAwakeable(a, "x"), IsOk());
+  REQUIRE(eventually([&] { return statusOf(*id) == "paused"; }));
   auto detail = showInvocation(*pool_, *id);
-  EXPECT_THAT(detail->summary.last_error,
-              HasSubstr("journal mismatch at entry 0: the journal has run 'original' but the "
-                        "handler asked for run 'renamed'"));
+  CHECK_THAT(detail->summary.last_error,
+             Catch::Contains("journal mismatch at entry 0: the journal has run 'original' but the "
+                             "handler asked for run 'renamed'"));
   changed = false;
-  ASSERT_TRUE(e.resume(*id).ok());
-  EXPECT_EQ(*e.awaitResult(*id, 20s), "x");
+  REQUIRE_THAT(e.resume(*id), IsOk());
+  CHECK(*e.awaitResult(*id, 20s) == "x");
 }
 
-TEST_F(WorkflowTest, KillFencesOutARunningWorker) {
+TEST_CASE_METHOD(WorkflowTest, "kill fences out a running worker", "[workflow]") {
   std::atomic<bool> go{false};
   std::atomic<int> second_step{0};
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(
-        e.registerService(ServiceDefinition::service("Busy").handler(
-                              "h",
-                              [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                                auto s = ctx.runVoid("long", [&] {
-                                  while (!go) std::this_thread::sleep_for(2ms);
-                                  return absl::OkStatus();
-                                });
-                                if (!s.ok()) return s;
-                                ctx.runVoid("after",
-                                            [&] {
-                                              ++second_step;
-                                              return absl::OkStatus();
-                                            })
-                                    .IgnoreError();
-                                return std::string("done");
-                              }))
-            .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Busy").handler(
+                     "h",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       auto s = ctx.runVoid("long", [&] {
+                         while (!go) std::this_thread::sleep_for(2ms);
+                         return absl::OkStatus();
+                       });
+                       if (!s.ok()) return s;
+                       ctx.runVoid("after",
+                                   [&] {
+                                     ++second_step;
+                                     return absl::OkStatus();
+                                   })
+                           .IgnoreError();
+                       return std::string("done");
+                     })),
+                 IsOk());
   });
   auto id = e.send({"Busy", "h", "", ""});
-  ASSERT_TRUE(eventually([&] { return statusOf(*id) == "running"; }));
-  ASSERT_TRUE(e.kill(*id).ok());
+  REQUIRE(eventually([&] { return statusOf(*id) == "running"; }));
+  REQUIRE_THAT(e.kill(*id), IsOk());
   go = true;
-  ASSERT_TRUE(eventually([&] { return e.stats().fenced.load() == 1; }));
-  EXPECT_EQ(statusOf(*id), "killed");
-  EXPECT_EQ(second_step.load(), 0);
-  EXPECT_EQ(scalar("SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ?", {*id}), 0);
-  EXPECT_TRUE(absl::IsFailedPrecondition(e.kill(*id)));
-  EXPECT_TRUE(absl::IsNotFound(e.kill("inv_nope")));
+  REQUIRE(eventually([&] { return e.stats().fenced.load() == 1; }));
+  CHECK(statusOf(*id) == "killed");
+  CHECK(second_step.load() == 0);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ?", {*id}) == 0);
+  CHECK(absl::IsFailedPrecondition(e.kill(*id)));
+  CHECK(absl::IsNotFound(e.kill("inv_nope")));
 }
 
-TEST_F(WorkflowTest, WatchdogReportsKeysHeldTooLongAndRetentionDeletesFinishedWork) {
+TEST_CASE_METHOD(WorkflowTest,
+                 "watchdog reports keys held too long and retention deletes finished work",
+                 "[workflow]") {
   Engine& e = engine([&](Engine& e) {
-    ASSERT_TRUE(e.registerService(ServiceDefinition::virtualObject("Stuck")
-                                      .exclusive("wait",
-                                                 [](Context& ctx, const std::string&) {
-                                                   return ctx.await(ctx.awakeable().future);
-                                                 })
-                                      .exclusive("quick",
-                                                 [](Context&, const std::string&) {
-                                                   return absl::StatusOr<std::string>("ok");
-                                                 }))
-                    .ok());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Stuck")
+                                       .exclusive("wait",
+                                                  [](Context& ctx, const std::string&) {
+                                                    return ctx.await(ctx.awakeable().future);
+                                                  })
+                                       .exclusive("quick",
+                                                  [](Context&, const std::string&) {
+                                                    return absl::StatusOr<std::string>("ok");
+                                                  })),
+                 IsOk());
   });
   auto stuck = e.send({"Stuck", "wait", "k", ""});
-  ASSERT_TRUE(eventually([&] { return statusOf(*stuck) == "suspended"; }));
+  REQUIRE(eventually([&] { return statusOf(*stuck) == "suspended"; }));
   auto queued = e.send({"Stuck", "quick", "k", ""});
   auto done = e.call({"Stuck", "quick", "other", ""}, 20s);
-  ASSERT_TRUE(done.ok());
+  REQUIRE_THAT(done, IsOk());
   std::this_thread::sleep_for(150ms);
 
   std::vector<HeldKey> reported;
@@ -839,43 +847,44 @@ TEST_F(WorkflowTest, WatchdogReportsKeysHeldTooLongAndRetentionDeletesFinishedWo
   options.on_stuck_key = [&](const HeldKey& k) { reported.push_back(k); };
   Maintenance maintenance(pool_, options);
   auto report = maintenance.runOnce();
-  ASSERT_TRUE(report.ok()) << report.status();
-  ASSERT_EQ(report->stuck.size(), 1u);
-  EXPECT_EQ(report->stuck[0].service, "Stuck");
-  EXPECT_EQ(report->stuck[0].key, "k");
-  EXPECT_EQ(report->stuck[0].holder, *stuck);
-  EXPECT_EQ(report->stuck[0].holder_handler, "wait");
-  EXPECT_EQ(report->stuck[0].holder_status, "suspended");
-  EXPECT_EQ(report->stuck[0].queued, 1);
-  EXPECT_GE(report->stuck[0].held_ms, 100);
-  EXPECT_EQ(reported.size(), 1u);
-  EXPECT_EQ(report->cleaned.invocations, 1u) << "only the finished invocation";
-  EXPECT_EQ(statusOf(*stuck), "suspended");
+  REQUIRE_THAT(report, IsOk());
+  REQUIRE(report->stuck.size() == 1u);
+  CHECK(report->stuck[0].service == "Stuck");
+  CHECK(report->stuck[0].key == "k");
+  CHECK(report->stuck[0].holder == *stuck);
+  CHECK(report->stuck[0].holder_handler == "wait");
+  CHECK(report->stuck[0].holder_status == "suspended");
+  CHECK(report->stuck[0].queued == 1);
+  CHECK(report->stuck[0].held_ms >= 100);
+  CHECK(reported.size() == 1u);
+  INFO("only the finished invocation");
+  CHECK(report->cleaned.invocations == 1u);
+  CHECK(statusOf(*stuck) == "suspended");
   bool saw = false;
   for (const auto& f : maintenance.metrics()) {
     if (f.name == "krane_workflow_keys_held_too_long") {
-      EXPECT_EQ(f.metric[0].gauge.value, 1);
+      CHECK(f.metric[0].gauge.value == 1);
       saw = true;
     }
   }
-  EXPECT_TRUE(saw);
+  CHECK(saw);
   // The operator acts on the report: killing the holder hands the key on.
-  ASSERT_TRUE(e.kill(*stuck).ok());
-  EXPECT_EQ(*e.awaitResult(*queued, 20s), "ok");
+  REQUIRE_THAT(e.kill(*stuck), IsOk());
+  CHECK(*e.awaitResult(*queued, 20s) == "ok");
   report = maintenance.runOnce();
-  EXPECT_TRUE(report->stuck.empty());
+  CHECK(report->stuck.empty());
 }
 
-TEST(RetryPolicyTest, DeployPresetMatchesTheSeed) {
+TEST_CASE("deploy preset matches the seed", "[retry-policy]") {
   RetryPolicy p = RetryPolicy::deployPreset();
-  EXPECT_EQ(p.max_attempts, 10);
-  EXPECT_EQ(p.delayAfter(1), 30s);
-  EXPECT_EQ(p.delayAfter(2), 60s);
-  EXPECT_EQ(p.delayAfter(3), 120s);
-  EXPECT_EQ(p.delayAfter(4), 240s);
-  EXPECT_EQ(p.delayAfter(5), 300s);
-  EXPECT_EQ(p.delayAfter(9), 300s);
-  EXPECT_EQ(p.on_exhausted, OnExhausted::kFail);
+  CHECK(p.max_attempts == 10);
+  CHECK(p.delayAfter(1) == 30s);
+  CHECK(p.delayAfter(2) == 60s);
+  CHECK(p.delayAfter(3) == 120s);
+  CHECK(p.delayAfter(4) == 240s);
+  CHECK(p.delayAfter(5) == 300s);
+  CHECK(p.delayAfter(9) == 300s);
+  CHECK(p.on_exhausted == OnExhausted::kFail);
 }
 
 }  // namespace

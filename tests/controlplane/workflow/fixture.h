@@ -5,13 +5,14 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "controlplane/db/pool.h"
 #include "controlplane/workflow/engine.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
 
 namespace krane::workflow {
 
@@ -19,15 +20,14 @@ inline std::string messageOf(const absl::Status& s) { return std::string(toStd(s
 
 class WorkflowTest : public krane::testing::MariaDbTest {
  protected:
-  void SetUp() override {
-    MariaDbTest::SetUp();
+  WorkflowTest() {
     auto pool = db::Pool::create(dsn_, {.max_connections = 40});
-    ASSERT_TRUE(pool.ok()) << pool.status();
+    REQUIRE_THAT(pool, IsOk());
     pool_ = *pool;
     auto migrated = db::Migrator(pool_, *db::builtinMigrations()).migrate();
-    ASSERT_TRUE(migrated.ok()) << migrated.status();
+    REQUIRE_THAT(migrated, IsOk());
   }
-  void TearDown() override {
+  ~WorkflowTest() {
     for (auto& e : engines_) e->stop();
     engines_.clear();
   }
@@ -59,7 +59,7 @@ class WorkflowTest : public krane::testing::MariaDbTest {
 
   int64_t scalar(const std::string& sql, const db::Params& params = {}) {
     auto rows = (*pool_->acquire())->query(sql, params);
-    EXPECT_TRUE(rows.ok()) << rows.status();
+    CHECK_THAT(rows, IsOk());
     if (!rows.ok() || rows->empty()) return -1;
     return rows->rows[0].i64(0);
   }

@@ -9,20 +9,18 @@
 #include <mutex>
 #include <thread>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include "controlplane/workflow/engine.h"
 #include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/matchers.h"
 #include "tests/support/wait.h"
 
 namespace krane::services::buildslot {
 namespace {
 
 using krane::testing::eventually;
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using workflow::Awakeable;
 using workflow::Context;
 using workflow::Engine;
@@ -31,83 +29,81 @@ using namespace std::chrono_literals;
 
 class BuildSlotTest : public workflow::WorkflowTest {
  protected:
-  void SetUp() override {
-    WorkflowTest::SetUp();
+  BuildSlotTest() {
     for (const char* ws : {"ws1", "ws2"}) {
-      ASSERT_TRUE((*pool_->acquire())
-                      ->exec("INSERT INTO workspaces (id, name, slug, created_at) VALUES (?,?,?,1)",
-                             {ws, ws, ws})
-                      .ok());
+      REQUIRE_THAT(
+          (*pool_->acquire())
+              ->exec("INSERT INTO workspaces (id, name, slug, created_at) VALUES (?,?,?,1)",
+                     {ws, ws, ws}),
+          IsOk());
     }
   }
   void setQuota(const std::string& ws, int n) {
-    ASSERT_TRUE((*pool_->acquire())
-                    ->exec("INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at)"
-                           " VALUES (?, ?, 1)",
-                           {ws, n})
-                    .ok());
+    REQUIRE_THAT((*pool_->acquire())
+                     ->exec("INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at)"
+                            " VALUES (?, ?, 1)",
+                            {ws, n}),
+                 IsOk());
   }
 
   // A deploy-like workflow keyed by deployment id; input {"workspace", "production"}.
   Engine& start() {
     return engine([&](Engine& e) {
-      ASSERT_TRUE(e.registerService(buildSlotService(pool_)).ok());
-      ASSERT_TRUE(
-          e
-              .registerService(ServiceDefinition::virtualObject("Build").exclusive(
-                  "run",
-                  [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
-                    const auto in = nlohmann::json::parse(input);
-                    const std::string ws = in["workspace"];
-                    const std::string me = ctx.key();
-                    Awakeable slot = ctx.awakeable();
-                    ctx.compensate("release slot", [&ctx, ws, me] {
-                      ctx.send(kServiceName, "Release", ws, encodeRelease(me));
-                      return absl::OkStatus();
-                    });
-                    auto acquired = ctx.await(
-                        ctx.call(kServiceName, "AcquireOrWait", ws,
-                                 encodeAcquire({me, slot.id, in["production"].get<bool>()})));
-                    if (!acquired.ok()) return acquired.status();
-                    if (auto got = ctx.await(slot.future); !got.ok()) return got.status();
-                    auto built = ctx.runVoid("build", [&] {
-                      {
-                        std::lock_guard lock(mu_);
-                        order_.push_back(me);
-                      }
-                      const int now = ++building_;
-                      int prev = max_building_.load();
-                      while (now > prev && !max_building_.compare_exchange_weak(prev, now)) {
-                      }
-                      while (true) {
-                        {
-                          std::lock_guard lock(mu_);
-                          if (!closed_.count(me)) break;
-                        }
-                        std::this_thread::sleep_for(5ms);
-                      }
-                      std::this_thread::sleep_for(20ms);
-                      --building_;
-                      return absl::OkStatus();
-                    });
-                    if (!built.ok()) return built;
-                    ctx.send(kServiceName, "Release", ws, encodeRelease(me));
-                    return std::string("built");
-                  }))
-              .ok());
+      REQUIRE_THAT(e.registerService(buildSlotService(pool_)), IsOk());
+      REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Build").exclusive(
+                       "run",
+                       [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
+                         const auto in = nlohmann::json::parse(input);
+                         const std::string ws = in["workspace"];
+                         const std::string me = ctx.key();
+                         Awakeable slot = ctx.awakeable();
+                         ctx.compensate("release slot", [&ctx, ws, me] {
+                           ctx.send(kServiceName, "Release", ws, encodeRelease(me));
+                           return absl::OkStatus();
+                         });
+                         auto acquired = ctx.await(
+                             ctx.call(kServiceName, "AcquireOrWait", ws,
+                                      encodeAcquire({me, slot.id, in["production"].get<bool>()})));
+                         if (!acquired.ok()) return acquired.status();
+                         if (auto got = ctx.await(slot.future); !got.ok()) return got.status();
+                         auto built = ctx.runVoid("build", [&] {
+                           {
+                             std::lock_guard lock(mu_);
+                             order_.push_back(me);
+                           }
+                           const int now = ++building_;
+                           int prev = max_building_.load();
+                           while (now > prev && !max_building_.compare_exchange_weak(prev, now)) {
+                           }
+                           while (true) {
+                             {
+                               std::lock_guard lock(mu_);
+                               if (!closed_.count(me)) break;
+                             }
+                             std::this_thread::sleep_for(5ms);
+                           }
+                           std::this_thread::sleep_for(20ms);
+                           --building_;
+                           return absl::OkStatus();
+                         });
+                         if (!built.ok()) return built;
+                         ctx.send(kServiceName, "Release", ws, encodeRelease(me));
+                         return std::string("built");
+                       })),
+                   IsOk());
     });
   }
 
   std::string deploy(Engine& e, const std::string& id, const std::string& ws, bool production) {
     auto r = e.send(
         {"Build", "run", id, nlohmann::json{{"workspace", ws}, {"production", production}}.dump()});
-    EXPECT_TRUE(r.ok()) << r.status();
+    CHECK_THAT(r, IsOk());
     return r.ok() ? *r : "";
   }
 
   Slots slots(Engine& e, const std::string& ws) {
     auto r = e.call({kServiceName, "Slots", ws, "{}"}, 10s);
-    EXPECT_TRUE(r.ok()) << r.status();
+    CHECK_THAT(r, IsOk());
     return *decodeSlots(*r);
   }
   static std::vector<std::string> ids(const std::vector<Waiter>& ws) {
@@ -122,7 +118,8 @@ class BuildSlotTest : public workflow::WorkflowTest {
   std::atomic<int> building_{0}, max_building_{0};
 };
 
-TEST_F(BuildSlotTest, CapIsRespectedUnderFiftyConcurrentAcquirers) {
+TEST_CASE_METHOD(BuildSlotTest, "cap is respected under fifty concurrent acquirers",
+                 "[build-slot]") {
   setQuota("ws1", 3);
   Engine& e = start();
   std::vector<std::thread> ts;
@@ -134,18 +131,20 @@ TEST_F(BuildSlotTest, CapIsRespectedUnderFiftyConcurrentAcquirers) {
   for (auto& t : ts) t.join();
   for (const auto& id : invocations) {
     auto r = e.awaitResult(id, 120s);
-    ASSERT_TRUE(r.ok()) << r.status();
+    REQUIRE_THAT(r, IsOk());
   }
-  EXPECT_LE(max_building_.load(), 3);
-  EXPECT_GE(max_building_.load(), 2) << "slots were used in parallel";
-  EXPECT_EQ(order_.size(), 50u);
-  ASSERT_TRUE(eventually([&] {
+  CHECK(max_building_.load() <= 3);
+  INFO("slots were used in parallel");
+  CHECK(max_building_.load() >= 2);
+  CHECK(order_.size() == 50u);
+  REQUIRE(eventually([&] {
     Slots s = slots(e, "ws1");
     return s.active.empty() && s.production.empty() && s.preview.empty();
   }));
 }
 
-TEST_F(BuildSlotTest, ProductionWaitersArePromotedBeforePreviewOnes) {
+TEST_CASE_METHOD(BuildSlotTest, "production waiters are promoted before preview ones",
+                 "[build-slot]") {
   setQuota("ws1", 1);
   Engine& e = start();
   {
@@ -153,29 +152,29 @@ TEST_F(BuildSlotTest, ProductionWaitersArePromotedBeforePreviewOnes) {
     closed_.insert("holder");
   }
   const std::string holder = deploy(e, "holder", "ws1", false);
-  ASSERT_TRUE(eventually([&] { return slots(e, "ws1").active.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").active.size() == 1; }));
   std::vector<std::string> invs;
   invs.push_back(deploy(e, "p1", "ws1", false));
-  ASSERT_TRUE(eventually([&] { return slots(e, "ws1").preview.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview.size() == 1; }));
   invs.push_back(deploy(e, "p2", "ws1", false));
-  ASSERT_TRUE(eventually([&] { return slots(e, "ws1").preview.size() == 2; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview.size() == 2; }));
   invs.push_back(deploy(e, "x1", "ws1", true));
-  ASSERT_TRUE(eventually([&] { return slots(e, "ws1").production.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").production.size() == 1; }));
   Slots s = slots(e, "ws1");
-  EXPECT_THAT(s.active, ElementsAre("holder"));
-  EXPECT_THAT(ids(s.preview), ElementsAre("p1", "p2"));
-  EXPECT_THAT(ids(s.production), ElementsAre("x1"));
+  CHECK(s.active == std::vector<std::string>{"holder"});
+  CHECK(ids(s.preview) == std::vector<std::string>{"p1", "p2"});
+  CHECK(ids(s.production) == std::vector<std::string>{"x1"});
   {
     std::lock_guard lock(mu_);
     closed_.clear();
   }
-  ASSERT_TRUE(e.awaitResult(holder, 30s).ok());
-  for (const auto& id : invs) ASSERT_TRUE(e.awaitResult(id, 30s).ok());
+  REQUIRE_THAT(e.awaitResult(holder, 30s), IsOk());
+  for (const auto& id : invs) REQUIRE_THAT(e.awaitResult(id, 30s), IsOk());
   std::lock_guard lock(mu_);
-  EXPECT_THAT(order_, ElementsAre("holder", "x1", "p1", "p2"));
+  CHECK(order_ == std::vector<std::string>{"holder", "x1", "p1", "p2"});
 }
 
-TEST_F(BuildSlotTest, ReleaseOfAWaiterThatNeverGotASlot) {
+TEST_CASE_METHOD(BuildSlotTest, "release of a waiter that never got a slot", "[build-slot]") {
   setQuota("ws1", 1);
   Engine& e = start();
   {
@@ -183,60 +182,62 @@ TEST_F(BuildSlotTest, ReleaseOfAWaiterThatNeverGotASlot) {
     closed_.insert("holder");
   }
   const std::string holder = deploy(e, "holder", "ws1", true);
-  ASSERT_TRUE(eventually([&] { return slots(e, "ws1").active.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").active.size() == 1; }));
   const std::string waiter = deploy(e, "w", "ws1", false);
-  ASSERT_TRUE(eventually([&] { return slots(e, "ws1").preview.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview.size() == 1; }));
   // Cancelling the waiting deploy runs its compensation: Release of a deployment still waiting.
-  ASSERT_TRUE(e.cancel(waiter).ok());
-  EXPECT_TRUE(absl::IsCancelled(e.awaitResult(waiter, 20s).status()));
-  ASSERT_TRUE(eventually([&] { return slots(e, "ws1").preview.empty(); }));
+  REQUIRE_THAT(e.cancel(waiter), IsOk());
+  CHECK(absl::IsCancelled(e.awaitResult(waiter, 20s).status()));
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview.empty(); }));
   {
     std::lock_guard lock(mu_);
     closed_.clear();
   }
-  ASSERT_TRUE(e.awaitResult(holder, 20s).ok());
-  ASSERT_TRUE(eventually([&] { return slots(e, "ws1").active.empty(); }));
+  REQUIRE_THAT(e.awaitResult(holder, 20s), IsOk());
+  REQUIRE(eventually([&] { return slots(e, "ws1").active.empty(); }));
   std::lock_guard lock(mu_);
-  EXPECT_THAT(order_, ElementsAre("holder")) << "the cancelled waiter was never promoted";
+  INFO("the cancelled waiter was never promoted");
+  CHECK(order_ == std::vector<std::string>{"holder"});
 }
 
-TEST_F(BuildSlotTest, HandlersAreIdempotentAndRefuseBadInput) {
+TEST_CASE_METHOD(BuildSlotTest, "handlers are idempotent and refuse bad input", "[build-slot]") {
   // ws2 has no quota row: the default cap of 1 applies.
   Engine& e = start();
   auto acquire = [&](const std::string& d) {
     return e.call(
         {kServiceName, "AcquireOrWait", "ws2", encodeAcquire({d, "prm_unknown_" + d, true})}, 10s);
   };
-  EXPECT_EQ(*acquire("d1"), R"({"acquired":true})");
-  EXPECT_EQ(*acquire("d1"), R"({"acquired":true})");
-  EXPECT_EQ(*acquire("d2"), R"({"acquired":false})");
-  EXPECT_EQ(*acquire("d2"), R"({"acquired":false})");
+  CHECK(*acquire("d1") == R"({"acquired":true})");
+  CHECK(*acquire("d1") == R"({"acquired":true})");
+  CHECK(*acquire("d2") == R"({"acquired":false})");
+  CHECK(*acquire("d2") == R"({"acquired":false})");
   Slots s = slots(e, "ws2");
-  EXPECT_THAT(s.active, ElementsAre("d1"));
-  EXPECT_THAT(ids(s.production), ElementsAre("d2"));
+  CHECK(s.active == std::vector<std::string>{"d1"});
+  CHECK(ids(s.production) == std::vector<std::string>{"d2"});
 
   auto release = [&](const std::string& d) {
     return nlohmann::json::parse(*e.call({kServiceName, "Release", "ws2", encodeRelease(d)}, 10s));
   };
   auto first = release("d1");
-  EXPECT_TRUE(first["released"].get<bool>());
-  EXPECT_EQ(first["promoted"], "d2");
+  CHECK(first["released"].get<bool>());
+  CHECK(first["promoted"] == "d2");
   auto again = release("d1");
-  EXPECT_FALSE(again["released"].get<bool>());
-  EXPECT_TRUE(again["promoted"].is_null());
-  EXPECT_THAT(slots(e, "ws2").active, ElementsAre("d2"));
+  CHECK_FALSE(again["released"].get<bool>());
+  CHECK(again["promoted"].is_null());
+  CHECK(slots(e, "ws2").active == std::vector<std::string>{"d2"});
 
   auto bad = e.call({kServiceName, "AcquireOrWait", "ws2", "{}"}, 10s);
-  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
-  EXPECT_THAT(workflow::messageOf(bad.status()), HasSubstr("deployment_id: required"));
+  CHECK(absl::IsInvalidArgument(bad.status()));
+  CHECK_THAT(workflow::messageOf(bad.status()), Catch::Contains("deployment_id: required"));
   bad = e.call({kServiceName, "AcquireOrWait", "ws2", "not json"}, 10s);
-  EXPECT_THAT(workflow::messageOf(bad.status()), HasSubstr("input is not a JSON object"));
+  CHECK_THAT(workflow::messageOf(bad.status()), Catch::Contains("input is not a JSON object"));
   bad = e.call({kServiceName, "AcquireOrWait", "ws2",
                 R"({"deployment_id":"d","awakeable_id":"a","is_production":"yes"})"},
                10s);
-  EXPECT_THAT(workflow::messageOf(bad.status()), HasSubstr("is_production: must be true or false"));
+  CHECK_THAT(workflow::messageOf(bad.status()),
+             Catch::Contains("is_production: must be true or false"));
   bad = e.call({kServiceName, "Release", "ws2", R"({"deployment_id":""})"}, 10s);
-  EXPECT_THAT(workflow::messageOf(bad.status()), HasSubstr("deployment_id: required"));
+  CHECK_THAT(workflow::messageOf(bad.status()), Catch::Contains("deployment_id: required"));
 }
 
 }  // namespace

@@ -3,16 +3,14 @@
 #include <filesystem>
 #include <fstream>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "absl/strings/escaping.h"
 #include "common/strings.h"
+#include "tests/support/matchers.h"
 
 namespace krane::kube {
 namespace {
-
-using ::testing::HasSubstr;
 
 std::string b64(const std::string& s) {
   std::string out;
@@ -72,36 +70,36 @@ clusters:
                 user_block);
 }
 
-TEST(Kubeconfig, CurrentContextWithTokenAndInlineCa) {
+TEST_CASE("current context with token and inline ca", "[kubeconfig]") {
   auto config = kubeconfigFromYaml(kubeconfig("    token: prod-token\n"), "kubeconfig k", "");
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->server, "https://10.1.2.3:6443");
-  EXPECT_EQ(config->bearer_token, "prod-token");
-  EXPECT_EQ(config->ca_pem, "CA PEM");
-  EXPECT_EQ(config->default_namespace, "krane-system");
-  EXPECT_FALSE(config->insecure_skip_tls_verify);
-  EXPECT_TRUE(config->client_cert_pem.empty());
+  REQUIRE_THAT(config, IsOk());
+  CHECK(config->server == "https://10.1.2.3:6443");
+  CHECK(config->bearer_token == "prod-token");
+  CHECK(config->ca_pem == "CA PEM");
+  CHECK(config->default_namespace == "krane-system");
+  CHECK_FALSE(config->insecure_skip_tls_verify);
+  CHECK(config->client_cert_pem.empty());
 }
 
-TEST(Kubeconfig, AnExplicitContextWins) {
+TEST_CASE("an explicit context wins", "[kubeconfig]") {
   auto config =
       kubeconfigFromYaml(kubeconfig("    token: prod-token\n"), "kubeconfig k", "", "dev");
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->server, "https://dev.example:6443");
-  EXPECT_EQ(config->bearer_token, "dev-token");
-  EXPECT_TRUE(config->insecure_skip_tls_verify);
-  EXPECT_EQ(config->default_namespace, "default");
+  REQUIRE_THAT(config, IsOk());
+  CHECK(config->server == "https://dev.example:6443");
+  CHECK(config->bearer_token == "dev-token");
+  CHECK(config->insecure_skip_tls_verify);
+  CHECK(config->default_namespace == "default");
 }
 
-TEST(Kubeconfig, ClientCertificateInlineAndFromFilesRelativeToTheKubeconfig) {
+TEST_CASE("client certificate inline and from files relative to the kubeconfig", "[kubeconfig]") {
   auto inline_cert =
       kubeconfigFromYaml(kubeconfig(strCat("    client-certificate-data: ", b64("CERT"), "\n",
                                            "    client-key-data: ", b64("KEY"), "\n")),
                          "kubeconfig k", "");
-  ASSERT_TRUE(inline_cert.ok()) << inline_cert.status();
-  EXPECT_EQ(inline_cert->client_cert_pem, "CERT");
-  EXPECT_EQ(inline_cert->client_key_pem, "KEY");
-  EXPECT_TRUE(inline_cert->bearer_token.empty());
+  REQUIRE_THAT(inline_cert, IsOk());
+  CHECK(inline_cert->client_cert_pem == "CERT");
+  CHECK(inline_cert->client_key_pem == "KEY");
+  CHECK(inline_cert->bearer_token.empty());
 
   TempDir dir;
   dir.write("client.crt", "CERT FILE");
@@ -117,79 +115,81 @@ TEST(Kubeconfig, ClientCertificateInlineAndFromFilesRelativeToTheKubeconfig) {
   text.erase(text.find(ca_line), ca_line.size());
   dir.write("config", text);
   auto from_files = kubeconfigFromFile(path);
-  ASSERT_TRUE(from_files.ok()) << from_files.status();
-  EXPECT_EQ(from_files->client_cert_pem, "CERT FILE");
-  EXPECT_EQ(from_files->client_key_pem, "KEY FILE");
-  EXPECT_EQ(from_files->ca_pem, "CA FILE");
-  EXPECT_THAT(from_files->source, HasSubstr(path));
+  REQUIRE_THAT(from_files, IsOk());
+  CHECK(from_files->client_cert_pem == "CERT FILE");
+  CHECK(from_files->client_key_pem == "KEY FILE");
+  CHECK(from_files->ca_pem == "CA FILE");
+  CHECK_THAT(from_files->source, Catch::Contains(path));
 }
 
-TEST(Kubeconfig, BadValuesAreRefusedNamingTheField) {
+TEST_CASE("bad values are refused naming the field", "[kubeconfig]") {
   auto bad_base64 =
       kubeconfigFromYaml(kubeconfig(strCat("    client-certificate-data: ", b64("CERT"), "\n",
                                            "    client-key-data: '*** not base64 ***'\n")),
                          "kubeconfig /etc/k", "");
-  EXPECT_TRUE(absl::IsInvalidArgument(bad_base64.status()));
-  EXPECT_THAT(std::string(bad_base64.status().message()),
-              HasSubstr("kubeconfig /etc/k: users[1].user.client-key-data: not valid base64"));
+  CHECK(absl::IsInvalidArgument(bad_base64.status()));
+  CHECK_THAT(std::string(bad_base64.status().message()),
+             Catch::Contains("kubeconfig /etc/k: users[1].user.client-key-data: not valid base64"));
 
   auto missing_key = kubeconfigFromYaml(
       kubeconfig(strCat("    client-certificate-data: ", b64("CERT"), "\n")), "k", "");
-  EXPECT_THAT(std::string(missing_key.status().message()),
-              HasSubstr("users[1].user.client-key-data: missing"));
+  CHECK_THAT(std::string(missing_key.status().message()),
+             Catch::Contains("users[1].user.client-key-data: missing"));
 
   auto missing_file = kubeconfigFromYaml(kubeconfig("    token: t\n    client-certificate: "
                                                     "/nonexistent/c.crt\n    client-key: k\n"),
                                          "k", "");
-  EXPECT_THAT(std::string(missing_file.status().message()),
-              HasSubstr("users[1].user.client-certificate: cannot read"));
+  CHECK_THAT(std::string(missing_file.status().message()),
+             Catch::Contains("users[1].user.client-certificate: cannot read"));
 
   auto exec_only = kubeconfigFromYaml(kubeconfig("    exec:\n      command: aws\n"), "k", "");
-  EXPECT_THAT(std::string(exec_only.status().message()),
-              HasSubstr("users[1].user.exec: credential plugins are not supported"));
+  CHECK_THAT(std::string(exec_only.status().message()),
+             Catch::Contains("users[1].user.exec: credential plugins are not supported"));
 
   auto no_context = kubeconfigFromYaml(kubeconfig("    token: t\n"), "k", "", "staging");
-  EXPECT_THAT(std::string(no_context.status().message()),
-              HasSubstr("contexts: no entry named \"staging\""));
+  CHECK_THAT(std::string(no_context.status().message()),
+             Catch::Contains("contexts: no entry named \"staging\""));
 
   auto plain_http_is_fine_but_ftp_is_not = kubeconfigFromYaml(
       "current-context: c\ncontexts: [{name: c, context: {cluster: x}}]\n"
       "clusters: [{name: x, cluster: {server: 'ftp://x'}}]\n",
       "k", "");
-  EXPECT_THAT(std::string(plain_http_is_fine_but_ftp_is_not.status().message()),
-              HasSubstr("clusters[0].cluster.server: must be an https:// URL"));
+  CHECK_THAT(std::string(plain_http_is_fine_but_ftp_is_not.status().message()),
+             Catch::Contains("clusters[0].cluster.server: must be an https:// URL"));
 
   auto no_current = kubeconfigFromYaml("apiVersion: v1\nkind: Config\n", "k", "");
-  EXPECT_THAT(std::string(no_current.status().message()), HasSubstr("k: current-context: not set"));
+  CHECK_THAT(std::string(no_current.status().message()),
+             Catch::Contains("k: current-context: not set"));
 
   auto not_yaml = kubeconfigFromYaml("clusters: [\n", "k", "");
-  EXPECT_THAT(std::string(not_yaml.status().message()), HasSubstr("k: not valid YAML"));
+  CHECK_THAT(std::string(not_yaml.status().message()), Catch::Contains("k: not valid YAML"));
 
   auto no_file = kubeconfigFromFile("/nonexistent/kubeconfig");
-  EXPECT_TRUE(absl::IsNotFound(no_file.status()));
-  EXPECT_THAT(std::string(no_file.status().message()),
-              HasSubstr("kubeconfig /nonexistent/kubeconfig"));
+  CHECK(absl::IsNotFound(no_file.status()));
+  CHECK_THAT(std::string(no_file.status().message()),
+             Catch::Contains("kubeconfig /nonexistent/kubeconfig"));
 }
 
-TEST(InClusterConfig, ServiceAccountTokenCaAndNamespace) {
+TEST_CASE("service account token ca and namespace", "[in-cluster-config]") {
   TempDir dir;
   dir.write("token", "sa-token\n");
   dir.write("ca.crt", "CLUSTER CA");
   dir.write("namespace", "krane-system");
   auto config = inClusterConfig({dir.path(), "10.96.0.1", "443"});
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->server, "https://10.96.0.1:443");
-  EXPECT_EQ(config->bearer_token, "sa-token");
-  EXPECT_EQ(config->token_file, dir.path() + "/token") << "re-read when the kubelet rotates it";
-  EXPECT_EQ(config->ca_pem, "CLUSTER CA");
-  EXPECT_EQ(config->default_namespace, "krane-system");
+  REQUIRE_THAT(config, IsOk());
+  CHECK(config->server == "https://10.96.0.1:443");
+  CHECK(config->bearer_token == "sa-token");
+  INFO("re-read when the kubelet rotates it");
+  CHECK(config->token_file == (dir.path() + "/token"));
+  CHECK(config->ca_pem == "CLUSTER CA");
+  CHECK(config->default_namespace == "krane-system");
 
   auto v6 = inClusterConfig({dir.path(), "fd00::1", "6443"});
-  ASSERT_TRUE(v6.ok());
-  EXPECT_EQ(v6->server, "https://[fd00::1]:6443");
+  REQUIRE_THAT(v6, IsOk());
+  CHECK(v6->server == "https://[fd00::1]:6443");
 }
 
-TEST(InClusterConfig, EnvironmentVariablesAreRead) {
+TEST_CASE("environment variables are read", "[in-cluster-config]") {
   TempDir dir;
   dir.write("token", "t");
   dir.write("ca.crt", "CA");
@@ -200,26 +200,26 @@ TEST(InClusterConfig, EnvironmentVariablesAreRead) {
   auto config = inClusterConfig(sources);
   unsetenv("KUBERNETES_SERVICE_HOST");
   unsetenv("KUBERNETES_SERVICE_PORT");
-  ASSERT_TRUE(config.ok()) << config.status();
-  EXPECT_EQ(config->server, "https://10.0.0.1:8443");
-  EXPECT_EQ(config->default_namespace, "default");
+  REQUIRE_THAT(config, IsOk());
+  CHECK(config->server == "https://10.0.0.1:8443");
+  CHECK(config->default_namespace == "default");
 }
 
-TEST(InClusterConfig, OutsideAPodTheErrorSaysWhatIsMissing) {
+TEST_CASE("outside a pod the error says what is missing", "[in-cluster-config]") {
   unsetenv("KUBERNETES_SERVICE_HOST");
   auto no_env = inClusterConfig({"/nonexistent", "", ""});
-  EXPECT_TRUE(absl::IsFailedPrecondition(no_env.status()));
-  EXPECT_THAT(std::string(no_env.status().message()), HasSubstr("KUBERNETES_SERVICE_HOST"));
+  CHECK(absl::IsFailedPrecondition(no_env.status()));
+  CHECK_THAT(std::string(no_env.status().message()), Catch::Contains("KUBERNETES_SERVICE_HOST"));
 
   TempDir dir;
   auto no_token = inClusterConfig({dir.path(), "10.0.0.1", "443"});
-  EXPECT_TRUE(absl::IsFailedPrecondition(no_token.status()));
-  EXPECT_THAT(std::string(no_token.status().message()),
-              HasSubstr(strCat("service-account token ", dir.path(), "/token")));
+  CHECK(absl::IsFailedPrecondition(no_token.status()));
+  CHECK_THAT(std::string(no_token.status().message()),
+             Catch::Contains(strCat("service-account token ", dir.path(), "/token")));
 
   dir.write("token", "t");
   auto no_ca = inClusterConfig({dir.path(), "10.0.0.1", "443"});
-  EXPECT_THAT(std::string(no_ca.status().message()), HasSubstr("ca.crt"));
+  CHECK_THAT(std::string(no_ca.status().message()), Catch::Contains("ca.crt"));
 }
 
 }  // namespace

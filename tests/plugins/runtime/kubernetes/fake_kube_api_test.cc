@@ -3,29 +3,28 @@
 
 #include <httplib.h>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "plugins/runtime/kubernetes/client.h"
 #include "plugins/runtime/kubernetes/errors.h"
 #include "tests/plugins/runtime/kubernetes/requests.h"
+#include "tests/support/matchers.h"
 
 namespace krane::testing {
 namespace {
 
 using kube::Json;
-using ::testing::HasSubstr;
 
-class FakeKubeApiTest : public ::testing::Test {
+class FakeKubeApiTest {
  protected:
-  void SetUp() override {
+  FakeKubeApiTest() {
     auto created = kube::Client::create(api.clusterConfig());
-    ASSERT_TRUE(created.ok());
+    REQUIRE_THAT(created, IsOk());
     client = std::move(*created);
-    ASSERT_TRUE(
-        client->apply({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ws"}}}})
-            .ok());
-    ASSERT_TRUE(client->apply(deployment(3)).ok());
+    REQUIRE_THAT(client->apply(
+                     {{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "ws"}}}}),
+                 IsOk());
+    REQUIRE_THAT(client->apply(deployment(3)), IsOk());
   }
   static Json deployment(int replicas) {
     return {{"apiVersion", "apps/v1"},
@@ -44,12 +43,12 @@ class FakeKubeApiTest : public ::testing::Test {
   }
   std::vector<Json> pods() {
     auto list = client->list(kube::listReq("v1", "Pod", "ws", "app=web", 0, ""));
-    EXPECT_TRUE(list.ok()) << list.status();
+    CHECK_THAT(list, IsOk());
     return list.ok() ? list->items : std::vector<Json>{};
   }
   Json deploymentStatus() {
     auto got = client->get({"apps/v1", "Deployment", "ws", "web"});
-    EXPECT_TRUE(got.ok());
+    CHECK_THAT(got, IsOk());
     return got.ok() ? (*got)["status"] : Json();
   }
 
@@ -57,129 +56,137 @@ class FakeKubeApiTest : public ::testing::Test {
   std::unique_ptr<kube::Client> client;
 };
 
-TEST_F(FakeKubeApiTest, ReadyPodsHaveAddressesAndTheDeploymentStatusSaysSo) {
-  ASSERT_TRUE(api.makePodsReady("ws", "web").ok());
+TEST_CASE_METHOD(FakeKubeApiTest, "ready pods have addresses and the deployment status says so",
+                 "[fake-kube-api]") {
+  REQUIRE_THAT(api.makePodsReady("ws", "web"), IsOk());
   const auto ready = pods();
-  ASSERT_EQ(ready.size(), 3u);
+  REQUIRE(ready.size() == 3u);
   std::set<std::string> ips;
   for (const auto& pod : ready) {
-    EXPECT_EQ(pod["status"]["phase"], "Running");
+    CHECK(pod["status"]["phase"] == "Running");
     ips.insert(pod["status"]["podIP"].get<std::string>());
-    EXPECT_EQ(pod["status"]["containerStatuses"][0]["ready"], true);
-    EXPECT_EQ(pod["status"]["containerStatuses"][0]["image"], "registry/web:1");
-    EXPECT_EQ(pod["spec"]["containers"][0]["ports"][0]["containerPort"], 8080);
-    EXPECT_EQ(pod["metadata"]["ownerReferences"][0]["kind"], "ReplicaSet");
+    CHECK(pod["status"]["containerStatuses"][0]["ready"] == true);
+    CHECK(pod["status"]["containerStatuses"][0]["image"] == "registry/web:1");
+    CHECK(pod["spec"]["containers"][0]["ports"][0]["containerPort"] == 8080);
+    CHECK(pod["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet");
     bool ready_condition = false;
     for (const auto& c : pod["status"]["conditions"]) {
       ready_condition |= c["type"] == "Ready" && c["status"] == "True";
     }
-    EXPECT_TRUE(ready_condition);
+    CHECK(ready_condition);
   }
-  EXPECT_EQ(ips.size(), 3u) << "one address per pod";
+  INFO("one address per pod");
+  CHECK(ips.size() == 3u);
   const Json status = deploymentStatus();
-  EXPECT_EQ(status["replicas"], 3);
-  EXPECT_EQ(status["readyReplicas"], 3);
-  EXPECT_EQ(status["availableReplicas"], 3);
-  EXPECT_EQ(status["updatedReplicas"], 3);
-  EXPECT_EQ(status["observedGeneration"], 1);
+  CHECK(status["replicas"] == 3);
+  CHECK(status["readyReplicas"] == 3);
+  CHECK(status["availableReplicas"] == 3);
+  CHECK(status["updatedReplicas"] == 3);
+  CHECK(status["observedGeneration"] == 1);
 
   // A new template and fewer replicas: the old pods are replaced.
   Json next = deployment(1);
   next["spec"]["template"]["spec"]["containers"][0]["image"] = "registry/web:2";
-  ASSERT_TRUE(client->apply(next).ok());
-  ASSERT_TRUE(api.makePodsReady("ws", "web").ok());
+  REQUIRE_THAT(client->apply(next), IsOk());
+  REQUIRE_THAT(api.makePodsReady("ws", "web"), IsOk());
   const auto replaced = pods();
-  ASSERT_EQ(replaced.size(), 1u);
-  EXPECT_EQ(replaced[0]["status"]["containerStatuses"][0]["image"], "registry/web:2");
-  EXPECT_EQ(deploymentStatus()["observedGeneration"], 2);
+  REQUIRE(replaced.size() == 1u);
+  CHECK(replaced[0]["status"]["containerStatuses"][0]["image"] == "registry/web:2");
+  CHECK(deploymentStatus()["observedGeneration"] == 2);
 }
 
-TEST_F(FakeKubeApiTest, CrashLoopingPods) {
-  ASSERT_TRUE(api.makePodsCrashLoop("ws", "web", 7, 137).ok());
+TEST_CASE_METHOD(FakeKubeApiTest, "crash looping pods", "[fake-kube-api]") {
+  REQUIRE_THAT(api.makePodsCrashLoop("ws", "web", 7, 137), IsOk());
   const auto crashing = pods();
-  ASSERT_EQ(crashing.size(), 3u);
+  REQUIRE(crashing.size() == 3u);
   const Json cs = crashing[0]["status"]["containerStatuses"][0];
-  EXPECT_EQ(cs["ready"], false);
-  EXPECT_EQ(cs["restartCount"], 7);
-  EXPECT_EQ(cs["state"]["waiting"]["reason"], "CrashLoopBackOff");
-  EXPECT_EQ(cs["lastState"]["terminated"]["exitCode"], 137);
+  CHECK(cs["ready"] == false);
+  CHECK(cs["restartCount"] == 7);
+  CHECK(cs["state"]["waiting"]["reason"] == "CrashLoopBackOff");
+  CHECK(cs["lastState"]["terminated"]["exitCode"] == 137);
   const Json status = deploymentStatus();
-  EXPECT_FALSE(status.contains("readyReplicas")) << "zero counts are omitted, as upstream";
-  EXPECT_EQ(status["unavailableReplicas"], 3);
+  INFO("zero counts are omitted, as upstream");
+  CHECK_FALSE(status.contains("readyReplicas"));
+  CHECK(status["unavailableReplicas"] == 3);
 }
 
-TEST_F(FakeKubeApiTest, ImagePullFailures) {
-  ASSERT_TRUE(api.makePodsFailImagePull("ws", "web", "ErrImagePull").ok());
+TEST_CASE_METHOD(FakeKubeApiTest, "image pull failures", "[fake-kube-api]") {
+  REQUIRE_THAT(api.makePodsFailImagePull("ws", "web", "ErrImagePull"), IsOk());
   const auto pending = pods();
-  ASSERT_EQ(pending.size(), 3u);
-  EXPECT_EQ(pending[0]["status"]["phase"], "Pending");
-  EXPECT_FALSE(pending[0]["status"].contains("podIP"));
-  EXPECT_EQ(pending[0]["status"]["containerStatuses"][0]["state"]["waiting"]["reason"],
-            "ErrImagePull");
-  EXPECT_THAT(pending[0]["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
-                  .get<std::string>(),
-              HasSubstr("registry/web:1"));
-  EXPECT_TRUE(absl::IsNotFound(api.makePodsReady("ws", "missing")));
+  REQUIRE(pending.size() == 3u);
+  CHECK(pending[0]["status"]["phase"] == "Pending");
+  CHECK_FALSE(pending[0]["status"].contains("podIP"));
+  CHECK(pending[0]["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] ==
+        "ErrImagePull");
+  CHECK_THAT(pending[0]["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+                 .get<std::string>(),
+             Catch::Contains("registry/web:1"));
+  CHECK(absl::IsNotFound(api.makePodsReady("ws", "missing")));
 }
 
-TEST_F(FakeKubeApiTest, HooksProduceWatchEvents) {
+TEST_CASE_METHOD(FakeKubeApiTest, "hooks produce watch events", "[fake-kube-api]") {
   const std::string from = std::to_string(api.resourceVersion());
-  ASSERT_TRUE(api.makePodsReady("ws", "web").ok());
+  REQUIRE_THAT(api.makePodsReady("ws", "web"), IsOk());
   std::vector<std::string> types;
   auto status = client->watch(kube::watchReq("v1", "Pod", "ws", "", from, 10),
                               [&](const kube::WatchEvent& e) {
                                 types.push_back(e.type);
                                 return types.size() < 3;
                               });
-  EXPECT_TRUE(status.ok()) << status;
-  EXPECT_EQ(types, (std::vector<std::string>{"ADDED", "ADDED", "ADDED"}));
+  CHECK_THAT(status, IsOk());
+  CHECK(types == (std::vector<std::string>{"ADDED", "ADDED", "ADDED"}));
 }
 
-TEST_F(FakeKubeApiTest, InjectedFailuresByMethodAndTheRequestLog) {
+TEST_CASE_METHOD(FakeKubeApiTest, "injected failures by method and the request log",
+                 "[fake-kube-api]") {
   kube::ClientOptions options;
   options.max_retries = 0;
   auto once = kube::Client::create(api.clusterConfig(), options);
-  ASSERT_TRUE(once.ok());
+  REQUIRE_THAT(once, IsOk());
   api.clearRequests();
   api.failNext(1, 500, -1, "PATCH");
-  EXPECT_TRUE((*once)->get({"apps/v1", "Deployment", "ws", "web"}).ok()) << "GETs pass";
+  INFO("GETs pass");
+  CHECK_THAT((*once)->get({"apps/v1", "Deployment", "ws", "web"}), IsOk());
   auto failed = (*once)->apply(deployment(2));
-  EXPECT_TRUE(absl::IsInternal(failed.status()));
-  EXPECT_TRUE((*once)->apply(deployment(2)).ok()) << "only the next one failed";
+  CHECK(absl::IsInternal(failed.status()));
+  INFO("only the next one failed");
+  CHECK_THAT((*once)->apply(deployment(2)), IsOk());
   const auto log = api.requests();
-  ASSERT_EQ(log.size(), 3u);
-  EXPECT_EQ(log[1].status, 500);
-  EXPECT_THAT(log[2].body, HasSubstr("\"replicas\":2"));
-  EXPECT_EQ(api.countRequests("PATCH", "/deployments/web"), 2u);
+  REQUIRE(log.size() == 3u);
+  CHECK(log[1].status == 500);
+  CHECK_THAT(log[2].body, Catch::Contains("\"replicas\":2"));
+  CHECK(api.countRequests("PATCH", "/deployments/web") == 2u);
 }
 
-TEST_F(FakeKubeApiTest, RefusesObjectsThatDoNotMatchTheirUrl) {
+TEST_CASE_METHOD(FakeKubeApiTest, "refuses objects that do not match their url",
+                 "[fake-kube-api]") {
   httplib::Client raw("127.0.0.1", api.port());
   auto put = [&](const std::string& path, const Json& body) {
     auto res = raw.Patch((path + "?fieldManager=krane").c_str(), body.dump(),
                          "application/apply-patch+yaml");
-    EXPECT_TRUE(res);
+    CHECK(res);
     return res ? std::make_pair(res->status, Json::parse(res->body)) : std::make_pair(0, Json());
   };
   auto [code, status] = put("/apis/apps/v1/namespaces/ws/deployments/other", deployment(1));
-  EXPECT_EQ(code, 400);
-  EXPECT_EQ(status["kind"], "Status");
-  EXPECT_EQ(status["reason"], "BadRequest");
-  EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("does not match the name"));
+  CHECK(code == 400);
+  CHECK(status["kind"] == "Status");
+  CHECK(status["reason"] == "BadRequest");
+  CHECK_THAT(status["message"].get<std::string>(), Catch::Contains("does not match the name"));
 
   Json old_version = deployment(1);
   old_version["apiVersion"] = "apps/v1beta1";
   std::tie(code, status) = put("/apis/apps/v1/namespaces/ws/deployments/web", old_version);
-  EXPECT_EQ(code, 400);
-  EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("does not match the expected API"));
+  CHECK(code == 400);
+  CHECK_THAT(status["message"].get<std::string>(),
+             Catch::Contains("does not match the expected API"));
 
   std::tie(code, status) = put("/apis/apps/v1/namespaces/ws/statefulsets/web", deployment(1));
-  EXPECT_EQ(code, 404);
+  CHECK(code == 404);
   auto no_manager = raw.Patch("/apis/apps/v1/namespaces/ws/deployments/web", deployment(1).dump(),
                               "application/apply-patch+yaml");
-  ASSERT_TRUE(no_manager);
-  EXPECT_EQ(no_manager->status, 422);
-  EXPECT_THAT(no_manager->body, HasSubstr("fieldManager: Required value"));
+  REQUIRE(no_manager);
+  CHECK(no_manager->status == 422);
+  CHECK_THAT(no_manager->body, Catch::Contains("fieldManager: Required value"));
 }
 
 }  // namespace

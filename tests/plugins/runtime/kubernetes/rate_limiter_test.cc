@@ -2,7 +2,7 @@
 
 #include <vector>
 
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 namespace krane::kube {
 namespace {
@@ -22,32 +22,35 @@ struct FakeTime {
   }
 };
 
-TEST(TokenBucket, BurstThenRefillAtQps) {
+TEST_CASE("burst then refill at qps", "[token-bucket]") {
   FakeTime time;
   TokenBucket bucket = time.bucket(10, 3);
-  EXPECT_TRUE(bucket.tryAcquire());
-  EXPECT_TRUE(bucket.tryAcquire());
-  EXPECT_TRUE(bucket.tryAcquire());
-  EXPECT_FALSE(bucket.tryAcquire()) << "the burst is spent";
+  CHECK(bucket.tryAcquire());
+  CHECK(bucket.tryAcquire());
+  CHECK(bucket.tryAcquire());
+  INFO("the burst is spent");
+  CHECK_FALSE(bucket.tryAcquire());
   time.now += milliseconds(100);
-  EXPECT_TRUE(bucket.tryAcquire()) << "one token per 1/qps";
-  EXPECT_FALSE(bucket.tryAcquire());
+  INFO("one token per 1/qps");
+  CHECK(bucket.tryAcquire());
+  CHECK_FALSE(bucket.tryAcquire());
   time.now += std::chrono::seconds(60);
-  for (int i = 0; i < 3; ++i) EXPECT_TRUE(bucket.tryAcquire());
-  EXPECT_FALSE(bucket.tryAcquire()) << "an idle bucket holds no more than the burst";
+  for (int i = 0; i < 3; ++i) CHECK(bucket.tryAcquire());
+  INFO("an idle bucket holds no more than the burst");
+  CHECK_FALSE(bucket.tryAcquire());
 }
 
-TEST(TokenBucket, AcquireWaitsForTheNextToken) {
+TEST_CASE("acquire waits for the next token", "[token-bucket]") {
   FakeTime time;
   TokenBucket bucket = time.bucket(10, 2);
-  EXPECT_EQ(bucket.acquire().count(), 0);
-  EXPECT_EQ(bucket.acquire().count(), 0);
-  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(bucket.acquire()), milliseconds(100));
-  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(bucket.acquire()), milliseconds(100));
-  ASSERT_EQ(time.sleeps.size(), 2u);
+  CHECK(bucket.acquire().count() == 0);
+  CHECK(bucket.acquire().count() == 0);
+  CHECK(std::chrono::duration_cast<milliseconds>(bucket.acquire()) == milliseconds(100));
+  CHECK(std::chrono::duration_cast<milliseconds>(bucket.acquire()) == milliseconds(100));
+  REQUIRE(time.sleeps.size() == 2u);
 }
 
-TEST(TokenBucket, ConcurrentWaitersQueueBehindOneAnother) {
+TEST_CASE("concurrent waiters queue behind one another", "[token-bucket]") {
   // Without sleeping (the clock stands still), each reservation owes one more interval.
   std::chrono::steady_clock::time_point now{};
   std::vector<std::chrono::nanoseconds> waits;
@@ -56,14 +59,14 @@ TEST(TokenBucket, ConcurrentWaitersQueueBehindOneAnother) {
   bucket.acquire();
   bucket.acquire();
   bucket.acquire();
-  ASSERT_EQ(waits.size(), 2u);
-  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(waits[0]), milliseconds(200));
-  EXPECT_EQ(std::chrono::duration_cast<milliseconds>(waits[1]), milliseconds(400));
+  REQUIRE(waits.size() == 2u);
+  CHECK(std::chrono::duration_cast<milliseconds>(waits[0]) == milliseconds(200));
+  CHECK(std::chrono::duration_cast<milliseconds>(waits[1]) == milliseconds(400));
 }
 
-TEST(TokenBucket, ZeroQpsMeansNoLimit) {
+TEST_CASE("zero qps means no limit", "[token-bucket]") {
   TokenBucket bucket(0, 1);
-  for (int i = 0; i < 1000; ++i) ASSERT_EQ(bucket.acquire().count(), 0);
+  for (int i = 0; i < 1000; ++i) REQUIRE(bucket.acquire().count() == 0);
 }
 
 }  // namespace

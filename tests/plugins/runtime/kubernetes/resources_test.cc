@@ -1,35 +1,37 @@
 #include "plugins/runtime/kubernetes/resources.h"
 
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
+
+#include "tests/support/matchers.h"
 
 namespace krane::kube {
 namespace {
 
-TEST(Resources, PathsOfCoreAndGroupKindsNamespacedAndClusterScoped) {
+TEST_CASE("paths of core and group kinds namespaced and cluster scoped", "[resources]") {
   auto deployment = resourceFor("apps/v1", "Deployment");
-  ASSERT_TRUE(deployment.ok()) << deployment.status();
-  EXPECT_EQ(deployment->objectPath("ns1", "web"), "/apis/apps/v1/namespaces/ns1/deployments/web");
-  EXPECT_EQ(deployment->collectionPath(""), "/apis/apps/v1/deployments");
+  REQUIRE_THAT(deployment, IsOk());
+  CHECK(deployment->objectPath("ns1", "web") == "/apis/apps/v1/namespaces/ns1/deployments/web");
+  CHECK(deployment->collectionPath("") == "/apis/apps/v1/deployments");
 
   auto service = resourceFor("v1", "Service");
-  ASSERT_TRUE(service.ok());
-  EXPECT_EQ(service->objectPath("ns1", "web"), "/api/v1/namespaces/ns1/services/web");
+  REQUIRE_THAT(service, IsOk());
+  CHECK(service->objectPath("ns1", "web") == "/api/v1/namespaces/ns1/services/web");
 
   auto ns = resourceFor("v1", "Namespace");
-  ASSERT_TRUE(ns.ok());
-  EXPECT_FALSE(ns->namespaced);
-  EXPECT_EQ(ns->objectPath("ignored", "team-a"), "/api/v1/namespaces/team-a");
+  REQUIRE_THAT(ns, IsOk());
+  CHECK_FALSE(ns->namespaced);
+  CHECK(ns->objectPath("ignored", "team-a") == "/api/v1/namespaces/team-a");
 
   auto cnp = resourceFor("cilium.io/v2", "CiliumNetworkPolicy");
-  ASSERT_TRUE(cnp.ok());
-  EXPECT_EQ(cnp->collectionPath("s"), "/apis/cilium.io/v2/namespaces/s/ciliumnetworkpolicies");
+  REQUIRE_THAT(cnp, IsOk());
+  CHECK(cnp->collectionPath("s") == "/apis/cilium.io/v2/namespaces/s/ciliumnetworkpolicies");
   auto lease = resourceFor("coordination.k8s.io/v1", "Lease");
-  ASSERT_TRUE(lease.ok());
-  EXPECT_EQ(lease->objectPath("kube-system", "krane"),
-            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/krane");
+  REQUIRE_THAT(lease, IsOk());
+  CHECK(lease->objectPath("kube-system", "krane") ==
+        "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/krane");
 }
 
-TEST(Resources, EveryKindKranePlugsInIsKnown) {
+TEST_CASE("every kind krane plugs in is known", "[resources]") {
   for (const auto& [api_version, kind] : std::vector<std::pair<std::string, std::string>>{
            {"v1", "Namespace"},
            {"v1", "Service"},
@@ -42,28 +44,29 @@ TEST(Resources, EveryKindKranePlugsInIsKnown) {
            {"cilium.io/v2", "CiliumNetworkPolicy"},
            {"coordination.k8s.io/v1", "Lease"}}) {
     auto type = resourceFor(api_version, kind);
-    ASSERT_TRUE(type.ok()) << kind << ": " << type.status();
-    EXPECT_EQ(type->apiVersion(), api_version);
+    INFO(kind << ": " << type.status());
+    REQUIRE_THAT(type, IsOk());
+    CHECK(type->apiVersion() == api_version);
     auto back = resourceForPlural(type->group, type->version, type->plural);
-    ASSERT_TRUE(back.ok());
-    EXPECT_EQ(back->kind, kind);
+    REQUIRE_THAT(back, IsOk());
+    CHECK(back->kind == kind);
   }
 }
 
-TEST(Resources, AnotherVersionOfAKnownGroupKeepsThatVersion) {
+TEST_CASE("another version of a known group keeps that version", "[resources]") {
   auto hpa = resourceFor("autoscaling/v1", "HorizontalPodAutoscaler");
-  ASSERT_TRUE(hpa.ok());
-  EXPECT_EQ(hpa->groupVersionPath(), "/apis/autoscaling/v1");
+  REQUIRE_THAT(hpa, IsOk());
+  CHECK(hpa->groupVersionPath() == "/apis/autoscaling/v1");
 }
 
-TEST(Resources, UnknownKindsAndMalformedVersionsAreRefusedByName) {
+TEST_CASE("unknown kinds and malformed versions are refused by name", "[resources]") {
   auto unknown = resourceFor("apps/v1", "StatefulSet");
-  EXPECT_TRUE(absl::IsInvalidArgument(unknown.status()));
-  EXPECT_NE(std::string(unknown.status().message()).find("StatefulSet"), std::string::npos);
-  EXPECT_TRUE(absl::IsInvalidArgument(resourceFor("", "Service").status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(resourceFor("apps/", "Deployment").status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(resourceFor("v1", "Deployment").status()))
-      << "Deployment is not in the core group";
+  CHECK(absl::IsInvalidArgument(unknown.status()));
+  CHECK(std::string(unknown.status().message()).find("StatefulSet") != std::string::npos);
+  CHECK(absl::IsInvalidArgument(resourceFor("", "Service").status()));
+  CHECK(absl::IsInvalidArgument(resourceFor("apps/", "Deployment").status()));
+  INFO("Deployment is not in the core group");
+  CHECK(absl::IsInvalidArgument(resourceFor("v1", "Deployment").status()));
 }
 
 }  // namespace

@@ -3,20 +3,19 @@
 #include <filesystem>
 #include <fstream>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include <catch2/catch.hpp>
 
 #include "absl/strings/escaping.h"
 #include "common/strings.h"
 #include "plugins/runtime/kubernetes/client.h"
 #include "plugins/runtime/kubernetes/config.h"
 #include "tests/support/fake_kube_api.h"
+#include "tests/support/matchers.h"
 
 namespace krane::kube {
 namespace {
 
 using krane::testing::FakeKubeApi;
-using ::testing::HasSubstr;
 
 ObjectRef defaultNamespace() { return {"v1", "Namespace", "", "default"}; }
 
@@ -33,39 +32,40 @@ absl::StatusOr<Json> getWith(const ClusterConfig& config) {
   return (*client)->get(defaultNamespace());
 }
 
-TEST(Tls, TheServerIsTrustedThroughTheConfiguredCaOnly) {
+TEST_CASE("the server is trusted through the configured ca only", "[tls]") {
   FakeKubeApi api(FakeKubeApi::Options{.tls = true});
-  ASSERT_THAT(api.url(), ::testing::StartsWith("https://"));
+  REQUIRE_THAT(api.url(), Catch::StartsWith("https://"));
   ClusterConfig config = api.clusterConfig();
-  ASSERT_FALSE(config.ca_pem.empty());
+  REQUIRE_FALSE(config.ca_pem.empty());
   auto trusted = getWith(config);
-  ASSERT_TRUE(trusted.ok()) << trusted.status();
-  EXPECT_EQ((*trusted)["metadata"]["name"], "default");
+  REQUIRE_THAT(trusted, IsOk());
+  CHECK((*trusted)["metadata"]["name"] == "default");
 
   config.ca_pem.clear();  // the system CAs do not know the cluster's CA
   auto untrusted = getWith(config);
-  EXPECT_TRUE(absl::IsUnavailable(untrusted.status()));
-  EXPECT_THAT(std::string(untrusted.status().message()), HasSubstr("certificate"));
+  CHECK(absl::IsUnavailable(untrusted.status()));
+  CHECK_THAT(std::string(untrusted.status().message()), Catch::Contains("certificate"));
 
   config.insecure_skip_tls_verify = true;
-  EXPECT_TRUE(getWith(config).ok());
+  CHECK_THAT(getWith(config), IsOk());
 }
 
-TEST(Tls, ClientCertificateAuthentication) {
+TEST_CASE("client certificate authentication", "[tls]") {
   FakeKubeApi api(FakeKubeApi::Options{.require_client_cert = true});
   ClusterConfig config = api.clusterConfig();
-  ASSERT_FALSE(config.client_cert_pem.empty());
+  REQUIRE_FALSE(config.client_cert_pem.empty());
   auto with_cert = getWith(config);
-  EXPECT_TRUE(with_cert.ok()) << with_cert.status();
+  CHECK_THAT(with_cert, IsOk());
 
   config.client_cert_pem.clear();
   config.client_key_pem.clear();
   auto without = getWith(config);
-  EXPECT_FALSE(without.ok());
-  EXPECT_TRUE(absl::IsUnavailable(without.status())) << without.status();
+  CHECK_FALSE(without.ok());
+  INFO(without.status());
+  CHECK(absl::IsUnavailable(without.status()));
 }
 
-TEST(Tls, KubeconfigWithInlineCaAndClientCertificate) {
+TEST_CASE("kubeconfig with inline ca and client certificate", "[tls]") {
   FakeKubeApi api(FakeKubeApi::Options{.require_client_cert = true});
   auto b64 = [](const std::string& s) {
     std::string out;
@@ -82,9 +82,9 @@ TEST(Tls, KubeconfigWithInlineCaAndClientCertificate) {
       "users:\n- name: u\n  user:\n    client-certificate-data: ", b64(api.clientCertPem()),
       "\n    client-key-data: ", b64(api.clientKeyPem()), "\n");
   auto config = kubeconfigFromFile(path);
-  ASSERT_TRUE(config.ok()) << config.status();
+  REQUIRE_THAT(config, IsOk());
   auto got = getWith(*config);
-  EXPECT_TRUE(got.ok()) << got.status();
+  CHECK_THAT(got, IsOk());
 }
 
 }  // namespace
