@@ -1,4 +1,6 @@
 #include <algorithm>
+#include <map>
+#include <set>
 #include <exception>
 
 #include "common/clock.h"
@@ -175,16 +177,19 @@ absl::StatusOr<bool> ContextImpl::commit(const CommitRequest& request) {
             return conn
                 .exec(
                     "UPDATE workflow_invocations SET status = 'suspended', due_at = ?,"
-                    " lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?",
-                    {request.wake_at, now, claim_.id})
+                    " waiting_for = ?, lease_owner = NULL, lease_expires_at = NULL,"
+                    " updated_at = ? WHERE id = ?",
+                    {request.wake_at, request.waiting_for, now, claim_.id})
                 .status();
           case Commit::kRetry:
             return conn
                 .exec(
-                    "UPDATE workflow_invocations SET status = 'ready', due_at = ?,"
-                    " attempts = ?, last_error = ?, lease_owner = NULL,"
-                    " lease_expires_at = NULL, updated_at = ? WHERE id = ?",
-                    {request.retry_at, request.attempts,
+                    // A cancel that arrived during the attempt is seen now, not after the
+                    // retry delay.
+                    "UPDATE workflow_invocations SET status = 'ready',"
+                    " due_at = IF(cancel_requested, ?, ?), attempts = ?, last_error = ?,"
+                    " lease_owner = NULL, lease_expires_at = NULL, updated_at = ? WHERE id = ?",
+                    {now, request.retry_at, request.attempts,
                      std::string(toStd(request.last_error.message())), now, claim_.id})
                 .status();
           case Commit::kPause:
@@ -508,28 +513,39 @@ namespace {
 
 struct PromiseState {
   bool settled = false;
+  bool timer = false;
   int64_t settled_at = 0;
   absl::StatusOr<std::string> outcome = std::string();
   std::optional<int64_t> fire_at;
 };
 
+// The state of each future's promise, in the order of `futures`, read in one query.
 absl::StatusOr<std::vector<PromiseState>> readPromises(db::Pool& pool,
                                                        const std::vector<Future>& futures,
                                                        int64_t now) {
-  auto conn = pool.acquire();
-  if (!conn.ok()) return conn.status();
+  KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+  std::string in = "?";
+  for (size_t i = 1; i < futures.size(); ++i) in += ",?";
+  db::Params ids;
+  ids.reserve(futures.size());
+  for (const Future& f : futures) ids.emplace_back(f.promise_id);
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows, conn->query(strCat("SELECT id, kind, state, payload, error_code, error_message,"
+                                    " fire_at, settled_at FROM workflow_promises WHERE id IN (",
+                                    in, ")"),
+                             ids));
+  std::map<std::string, const db::Row*, std::less<>> by_id;
+  for (const db::Row& r : rows.rows) by_id.emplace(r.str("id"), &r);
   std::vector<PromiseState> out;
+  out.reserve(futures.size());
   for (const Future& f : futures) {
-    KRANE_ASSIGN_OR_RETURN(auto rows,
-                           (*conn)->query("SELECT state, payload, error_code, error_message,"
-                                          " fire_at, settled_at FROM workflow_promises"
-                                          " WHERE id = ?",
-                                          {f.promise_id}));
-    if (rows.empty()) {
+    auto it = by_id.find(f.promise_id);
+    if (it == by_id.end()) {
       return absl::InternalError(strCat("promise '", f.promise_id, "' does not exist"));
     }
-    const db::Row& r = rows.rows[0];
+    const db::Row& r = *it->second;
     PromiseState s;
+    s.timer = r.str("kind") == "timer";
     s.fire_at = r.optI64("fire_at");
     const std::string& state = r.str("state");
     if (state == "resolved") {
@@ -546,6 +562,54 @@ absl::StatusOr<std::vector<PromiseState>> readPromises(db::Pool& pool,
       s.settled_at = r.isNull("settled_at") ? s.fire_at.value_or(now) : r.i64("settled_at");
     }
     out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// The outcomes of an awaitAll, as one journal payload: per outcome "v<bytes>:<value>" or
+// "e<code>,<bytes>:<message>" (readable in `krane-ctrl workflow show`, any bytes allowed).
+std::string encodeOutcomes(const std::vector<absl::StatusOr<std::string>>& outcomes) {
+  std::string out;
+  for (const auto& o : outcomes) {
+    if (o.ok()) {
+      out += strCat("v", o->size(), ":", *o);
+    } else {
+      const std::string message(toStd(o.status().message()));
+      out += strCat("e", static_cast<int>(o.status().code()), ",", message.size(), ":", message);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<absl::StatusOr<std::string>>> decodeOutcomes(std::string_view in) {
+  std::vector<absl::StatusOr<std::string>> out;
+  auto number = [&](char end) -> std::optional<size_t> {
+    const size_t at = in.find(end);
+    if (at == std::string_view::npos || at == 0) return std::nullopt;
+    size_t n = 0;
+    for (char c : in.substr(0, at)) {
+      if (c < '0' || c > '9') return std::nullopt;
+      n = n * 10 + static_cast<size_t>(c - '0');
+    }
+    in.remove_prefix(at + 1);
+    return n;
+  };
+  while (!in.empty()) {
+    const char tag = in.front();
+    in.remove_prefix(1);
+    std::optional<size_t> code;
+    if (tag == 'e') code = number(',');
+    std::optional<size_t> size = number(':');
+    if ((tag != 'v' && tag != 'e') || (tag == 'e' && !code) || !size || *size > in.size()) {
+      return absl::DataLossError("awaitAll journal entry does not decode");
+    }
+    std::string bytes(in.substr(0, *size));
+    in.remove_prefix(*size);
+    if (tag == 'v') {
+      out.emplace_back(std::move(bytes));
+    } else {
+      out.emplace_back(absl::Status(static_cast<absl::StatusCode>(*code), bytes));
+    }
   }
   return out;
 }
@@ -573,15 +637,69 @@ absl::StatusOr<std::string> ContextImpl::await(const Future& future) {
   return s.outcome;
 }
 
-Selected ContextImpl::select(const std::vector<Future>& futures) {
+absl::StatusOr<std::vector<absl::StatusOr<std::string>>> ContextImpl::awaitAll(
+    const std::vector<Future>& futures) {
+  if (const JournalEntry* e = replay("await_all", "", false)) {
+    if (!e->ok) return e->error;
+    auto outcomes = decodeOutcomes(e->payload.value_or(""));
+    if (!outcomes.ok() || outcomes->size() != futures.size()) {
+      throw AttemptFailedSignal{
+          absl::FailedPreconditionError(strCat(
+              "journal mismatch at entry ", e->seq, ": awaitAll of ", futures.size(),
+              " futures, but the journal recorded ", e->name,
+              " (handler code changed, or it is not deterministic outside run())")),
+          true};
+    }
+    return outcomes;
+  }
+  const std::string name = strCat("n=", futures.size());
+  if (cancelPending()) {
+    append(JournalEntry{0, "await_all", name, false, std::nullopt, cancelledError()});
+    return cancelledError();
+  }
+  std::vector<absl::StatusOr<std::string>> outcomes;
+  if (!futures.empty()) {
+    flush();
+    auto states = readPromises(*engine_.pool_, futures, unixMillis());
+    if (!states.ok()) throw AttemptFailedSignal{states.status()};
+    std::set<std::string_view> pending;  // promises settled by someone else (awakeables, calls)
+    std::optional<int64_t> wake_at;       // the last pending timer
+    for (size_t i = 0; i < states->size(); ++i) {
+      const PromiseState& s = (*states)[i];
+      if (s.settled) continue;
+      if (s.timer) {
+        wake_at = std::max(wake_at.value_or(0), s.fire_at.value_or(0));
+      } else {
+        pending.insert(futures[i].promise_id);
+      }
+    }
+    if (!pending.empty()) {
+      // Woken when the last of them settles: each settle before that only counts down. Timers
+      // still pending then are waited for by the next execution.
+      throw SuspendSignal{std::nullopt, static_cast<int>(pending.size())};
+    }
+    if (wake_at) throw SuspendSignal{wake_at};
+    outcomes.reserve(states->size());
+    for (PromiseState& s : *states) outcomes.push_back(std::move(s.outcome));
+  }
+  append(JournalEntry{0, "await_all", name, true, encodeOutcomes(outcomes)});
+  return outcomes;
+}
+
+absl::StatusOr<Selected> ContextImpl::select(const std::vector<Future>& futures) {
   if (const JournalEntry* e = replay("select", "", false)) {
-    const size_t index = static_cast<size_t>(std::stoul(e->name.substr(e->name.find('=') + 1)));
+    // "winner=N"; a cancellation is journaled as "cancelled" (older journals: an N past the end).
+    const size_t eq = e->name.find('=');
+    const size_t index =
+        eq == std::string::npos ? futures.size() : std::stoul(e->name.substr(eq + 1));
+    if (index >= futures.size()) {
+      return e->error.ok() ? cancelledError() : e->error;
+    }
     return Selected{index, outcomeOf(*e)};
   }
   if (cancelPending()) {
-    append(JournalEntry{0, "select", strCat("winner=", futures.size()), false, std::nullopt,
-                        cancelledError()});
-    return Selected{futures.size(), cancelledError()};
+    append(JournalEntry{0, "select", "cancelled", false, std::nullopt, cancelledError()});
+    return cancelledError();
   }
   flush();
   auto states = readPromises(*engine_.pool_, futures, unixMillis());

@@ -21,6 +21,8 @@ class Engine;
 // not derive from std::exception.
 struct SuspendSignal {
   std::optional<int64_t> wake_at;  // earliest timer waited on
+  // awaitAll: how many promises must settle before a wake-up (each settle counts down).
+  std::optional<int> waiting_for = std::nullopt;
 };
 struct FencedSignal {};
 struct AttemptFailedSignal {
@@ -84,7 +86,9 @@ class ContextImpl : public Context {
   void resolveAwakeable(std::string_view id, std::string payload) override;
   void rejectAwakeable(std::string_view id, std::string_view message) override;
   absl::StatusOr<std::string> await(const Future& future) override;
-  Selected select(const std::vector<Future>& futures) override;
+  absl::StatusOr<std::vector<absl::StatusOr<std::string>>> awaitAll(
+      const std::vector<Future>& futures) override;
+  absl::StatusOr<Selected> select(const std::vector<Future>& futures) override;
   void compensate(std::string_view name, std::function<absl::Status()> fn) override;
 
   // --- for the engine ---
@@ -102,6 +106,7 @@ class ContextImpl : public Context {
   struct CommitRequest {
     Commit what = Commit::kFinish;
     std::optional<int64_t> wake_at;                       // kSuspend
+    std::optional<int> waiting_for;                       // kSuspend
     int64_t retry_at = 0;                                 // kRetry
     int attempts = 0;                                     // kRetry, kPause
     absl::Status last_error;                              // kRetry, kPause

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <exception>
 
 #include "common/clock.h"
@@ -123,6 +124,18 @@ void Engine::start() {
   std::lock_guard lock(mutex_);
   if (started_) return;
   started_ = true;
+  // (service, handler) IN ((?,?), ...): what this replica can run. Services are fixed from here.
+  claimable_sql_ = "(service, handler) IN (";
+  claimable_params_.clear();
+  for (const auto& [name, service] : services_) {
+    for (const auto& [handler, entry] : service.handlers()) {
+      claimable_sql_ += claimable_params_.empty() ? "(?,?)" : ",(?,?)";
+      claimable_params_.push_back(name);
+      claimable_params_.push_back(handler);
+    }
+  }
+  if (claimable_params_.empty()) claimable_sql_ = "(FALSE";  // nothing registered, nothing to run
+  claimable_sql_ += ")";
   stopping_ = false;
   threads_ = std::make_unique<ThreadPool>(options_.threads);
   claimer_ = std::thread([this] { claimLoop(); });
@@ -265,11 +278,17 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
       [&](db::Connection& conn) -> absl::Status {
         claimed.clear();
         const int64_t now = unixMillis();
+        // Only handlers registered here: during a rolling upgrade an invocation of a handler
+        // this replica does not know waits for a replica that does.
+        db::Params due_params = {now};
+        due_params.insert(due_params.end(), claimable_params_.begin(), claimable_params_.end());
+        due_params.push_back(static_cast<uint64_t>(max));
         KRANE_ASSIGN_OR_RETURN(
-            auto due, conn.query("SELECT id, status, service, object_key, exclusive"
-                                 " FROM workflow_invocations WHERE due_at <= ? ORDER BY due_at"
-                                 " LIMIT ? FOR UPDATE SKIP LOCKED",
-                                 {now, static_cast<uint64_t>(max)}));
+            auto due, conn.query(strCat("SELECT id, status, service, object_key, exclusive"
+                                        " FROM workflow_invocations WHERE due_at <= ? AND ",
+                                        claimable_sql_,
+                                        " ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"),
+                                 due_params));
         std::vector<std::string> ids;
         for (const db::Row& r : due.rows) {
           const std::string& id = r.str("id");
@@ -398,22 +417,6 @@ void Engine::recordStep(int64_t ms) {
   stats_.step_buckets[i].fetch_add(1, std::memory_order_relaxed);
 }
 
-void Engine::finishUnknown(const Claim& claim, const absl::Status& error) {
-  absl::Status status =
-      pool_->transact("workflow finish", [&](db::Connection& conn) -> absl::Status {
-        KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT lease_token FROM workflow_invocations"
-                                                     " WHERE id = ? FOR UPDATE",
-                                                     {claim.id}));
-        if (rows.empty() || rows.rows[0].i64("lease_token") != claim.token) return absl::OkStatus();
-        return store::finish(conn, claim.id, "failed", error, unixMillis());
-      });
-  if (!status.ok()) {
-    spdlog::warn("workflow: recording failure invocation={} error=\"{}\"", claim.id,
-                 status.message());
-  }
-  stats_.failed.fetch_add(1, std::memory_order_relaxed);
-}
-
 void Engine::execute(Claim claim) {
   const std::pair<std::string, int64_t> me(claim.id, claim.token);
   struct Done {
@@ -431,14 +434,11 @@ void Engine::execute(Claim claim) {
 
   const ServiceDefinition* service = findService(claim.service);
   const ServiceDefinition::Entry* entry = service ? service->find(claim.handler) : nullptr;
+  // claim() takes only registered handlers, and registration ends at start().
   if (entry == nullptr) {
-    finishUnknown(
-        claim,
-        terminalError(absl::StatusCode::kNotFound,
-                      service == nullptr ? strCat("service: unknown service '", claim.service, "'")
-                                         : strCat("handler: service '", claim.service,
-                                                  "' has no handler '", claim.handler, "'")));
-    return;
+    spdlog::critical("workflow: claimed invocation={} of unregistered {}.{}", claim.id,
+                     claim.service, claim.handler);
+    std::abort();
   }
   const RetryPolicy& policy = service->retryPolicy();
 
@@ -556,6 +556,7 @@ void Engine::execute(Claim claim) {
       req = {};
       req.what = Commit::kSuspend;
       req.wake_at = s.wake_at;
+      req.waiting_for = s.waiting_for;
     } catch (const FencedSignal&) {
       stats_.fenced.fetch_add(1, std::memory_order_relaxed);
       spdlog::info("workflow: fenced out invocation={} worker={}", claim.id, options_.worker_id);

@@ -127,12 +127,14 @@ class Engine {
   void renewLoop();
   absl::StatusOr<std::vector<Claim>> claim(size_t max);
   void execute(Claim claim);
-  void finishUnknown(const Claim& claim, const absl::Status& error);
   void recordStep(int64_t ms);
 
   std::shared_ptr<db::Pool> pool_;
   EngineOptions options_;
   std::map<std::string, ServiceDefinition, std::less<>> services_;
+  // The claim query's filter on what this replica can run, built by start().
+  std::string claimable_sql_;
+  db::Params claimable_params_;
   EngineStats stats_;
 
   std::mutex mutex_;

@@ -133,6 +133,34 @@ absl::StatusOr<InvocationDetail> showInvocation(db::Pool& pool, const std::strin
   return d;
 }
 
+namespace {
+
+// Cancels one non-final invocation: one that never started finishes at once; any other is
+// marked and made runnable now (one waiting to retry sees the cancel now, not at its retry time).
+absl::Status requestCancel(db::Connection& conn, const std::string& id, std::string_view status,
+                           int64_t now) {
+  if (status == "scheduled" || status == "queued") {
+    return store::finish(conn, id, "cancelled",
+                         absl::CancelledError("invocation cancelled before it started"), now);
+  }
+  KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET cancel_requested = TRUE,"
+                                  " due_at = IF(status = 'ready', ?, due_at), updated_at = ?"
+                                  " WHERE id = ?",
+                                  {now, now, id})
+                            .status());
+  if (status == "paused") {
+    // Give it attempts again so that its compensations can run.
+    KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET status = 'ready',"
+                                    " due_at = ?, attempts = 0, lease_token = lease_token + 1"
+                                    " WHERE id = ?",
+                                    {now, id})
+                              .status());
+  }
+  return store::wake(conn, id, now);
+}
+
+}  // namespace
+
 absl::Status cancelInvocation(db::Pool& pool, const std::string& id) {
   return pool.transact("workflow cancel", [&](db::Connection& conn) -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
@@ -141,23 +169,27 @@ absl::Status cancelInvocation(db::Pool& pool, const std::string& id) {
       return absl::FailedPreconditionError(
           strCat("invocation '", id, "' already finished (", status, ")"));
     }
-    if (status == "scheduled" || status == "queued") {
-      return store::finish(conn, id, "cancelled",
-                           absl::CancelledError("invocation cancelled before it started"), now);
+    KRANE_RETURN_IF_ERROR(requestCancel(conn, id, status, now));
+    // The cancel goes down the call tree: every unfinished invocation this one called (not the
+    // ones it sent, which live on their own), and the ones they called, level by level.
+    std::vector<std::string> level{id};
+    while (!level.empty()) {
+      std::string in = "?";
+      for (size_t i = 1; i < level.size(); ++i) in += ",?";
+      KRANE_ASSIGN_OR_RETURN(
+          auto children,
+          conn.query(strCat("SELECT id, status FROM workflow_invocations WHERE parent_id IN (", in,
+                            ") AND completion_promise IS NOT NULL AND cancel_requested = FALSE"
+                            " AND status NOT IN ('succeeded', 'failed', 'cancelled', 'killed')"
+                            " FOR UPDATE"),
+                     db::Params(level.begin(), level.end())));
+      level.clear();
+      for (const db::Row& child : children.rows) {
+        KRANE_RETURN_IF_ERROR(requestCancel(conn, child.str("id"), child.str("status"), now));
+        level.push_back(child.str("id"));
+      }
     }
-    KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET cancel_requested = TRUE,"
-                                    " updated_at = ? WHERE id = ?",
-                                    {now, id})
-                              .status());
-    if (status == "paused") {
-      // Give it attempts again so that its compensations can run.
-      KRANE_RETURN_IF_ERROR(conn.exec("UPDATE workflow_invocations SET status = 'ready',"
-                                      " due_at = ?, attempts = 0, lease_token = lease_token + 1"
-                                      " WHERE id = ?",
-                                      {now, id})
-                                .status());
-    }
-    return store::wake(conn, id, now);
+    return absl::OkStatus();
   });
 }
 

@@ -167,8 +167,17 @@ class Context {
 
   // Waits for one future. Returns CANCELLED when the invocation is cancelled.
   virtual absl::StatusOr<std::string> await(const Future& future) = 0;
-  // Waits for the first of several futures to settle.
-  virtual Selected select(const std::vector<Future>& futures) = 0;
+  // Waits until every future has settled, in one suspension and one journal entry: their
+  // outcomes, in the order of `futures` (each a value or that future's error). The invocation is
+  // woken once, when the last of them settles, so collecting a fan-out of N calls costs O(N);
+  // awaiting them one by one costs a suspension and a replay each. CANCELLED when the invocation
+  // is cancelled first.
+  virtual absl::StatusOr<std::vector<absl::StatusOr<std::string>>> awaitAll(
+      const std::vector<Future>& futures) = 0;
+  // Waits for the first of several futures to settle: which one, and its outcome (which may be
+  // an error, such as a rejected awakeable). CANCELLED, instead of any index, when the invocation
+  // is cancelled, so a cancel can never be taken for one of the futures settling.
+  virtual absl::StatusOr<Selected> select(const std::vector<Future>& futures) = 0;
   absl::Status sleep(std::chrono::milliseconds delay);
 
   // Registers a compensation, run last-in-first-out if the invocation fails or is cancelled.

@@ -144,7 +144,13 @@ absl::StatusOr<bool> settlePromise(db::Connection& conn, std::string_view promis
     return absl::NotFoundError(strCat("no awakeable or promise with id '", promise_id, "'"));
   }
   if (changed == 0) return false;
-  KRANE_RETURN_IF_ERROR(wake(conn, rows.rows[0].str("invocation_id"), now));
+  const std::string& owner = rows.rows[0].str("invocation_id");
+  // An owner suspended in awaitAll() on more than this one pending promise only counts down.
+  KRANE_ASSIGN_OR_RETURN(uint64_t counted,
+                         conn.exec("UPDATE workflow_invocations SET waiting_for = waiting_for - 1"
+                                   " WHERE id = ? AND status = 'suspended' AND waiting_for > 1",
+                                   {owner}));
+  if (counted == 0) KRANE_RETURN_IF_ERROR(wake(conn, owner, now));
   return true;
 }
 
@@ -154,7 +160,7 @@ absl::Status wake(db::Connection& conn, std::string_view invocation_id, int64_t 
       .exec(
           "UPDATE workflow_invocations SET due_at = IF(status = 'suspended', ?, due_at),"
           " status = IF(status = 'suspended', 'ready', status), wake_seq = wake_seq + 1,"
-          " updated_at = ? WHERE id = ?",
+          " waiting_for = NULL, updated_at = ? WHERE id = ?",
           {now, now, invocation_id})
       .status();
 }

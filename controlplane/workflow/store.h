@@ -46,8 +46,9 @@ absl::StatusOr<std::optional<std::string>> releaseKey(db::Connection& conn,
                                                       std::string_view key, std::string_view id,
                                                       int64_t now);
 
-// Settles a pending promise (first settle wins) and wakes its owner. NOT_FOUND for an unknown
-// id. Returns false when it was already settled.
+// Settles a pending promise (first settle wins) and wakes its owner, unless the owner is
+// suspended in awaitAll() with other promises still pending (then it counts down waiting_for).
+// NOT_FOUND for an unknown id. Returns false when it was already settled.
 absl::StatusOr<bool> settlePromise(db::Connection& conn, std::string_view promise_id,
                                    const absl::StatusOr<std::string>& outcome, int64_t now);
 

@@ -333,9 +333,10 @@ class SelectTest : public WorkflowTest {
                                      })
                              .IgnoreError();
                          Future t = ctx.timer(std::chrono::milliseconds(std::stoi(input)));
-                         Selected s = ctx.select({w.future, t});
-                         if (!s.result.ok()) return s.result.status();
-                         return s.index == 0 ? "awakeable:" + *s.result : std::string("timeout");
+                         auto s = ctx.select({w.future, t});
+                         if (!s.ok()) return s.status();
+                         if (!s->result.ok()) return s->result.status();
+                         return s->index == 0 ? "awakeable:" + *s->result : std::string("timeout");
                        })),
                    IsOk());
     });
@@ -368,6 +369,27 @@ TEST_CASE_METHOD(SelectTest, "awakeable first", "[select]") {
   auto r = e.awaitResult(*id, 20s);
   REQUIRE_THAT(r, IsOk());
   CHECK(*r == "awakeable:v");
+}
+
+// A cancel reaches a select as CANCELLED, not as an index: code that reads "not the timer" as
+// success cannot turn a cancel into a finished deploy.
+TEST_CASE_METHOD(SelectTest, "a cancel during a select is the cancellation, not an index",
+                 "[select]") {
+  Engine& e = start();
+  auto id = e.send({"Race", "h", "", "600000"});
+  REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
+  REQUIRE_THAT(e.cancel(*id), IsOk());
+  auto r = e.awaitResult(*id, 20s);
+  CHECK_THAT(r, IsError(absl::StatusCode::kCancelled));
+  CHECK(statusOf(*id) == "cancelled");
+  auto rows = (*pool_->acquire())
+                  ->query("SELECT name, ok FROM workflow_journal WHERE invocation_id = ?"
+                          " AND kind = 'select'",
+                          {*id});
+  REQUIRE_THAT(rows, IsOk());
+  REQUIRE(rows->rows.size() == 1u);
+  CHECK(rows->rows[0].str("name") == "cancelled");
+  CHECK(rows->rows[0].i64("ok") == 0);
 }
 
 TEST_CASE_METHOD(WorkflowTest, "durable sleep suspends without a thread", "[workflow]") {
