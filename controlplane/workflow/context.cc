@@ -1,7 +1,7 @@
 #include <algorithm>
+#include <exception>
 #include <map>
 #include <set>
-#include <exception>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -644,10 +644,10 @@ absl::StatusOr<std::vector<absl::StatusOr<std::string>>> ContextImpl::awaitAll(
     auto outcomes = decodeOutcomes(e->payload.value_or(""));
     if (!outcomes.ok() || outcomes->size() != futures.size()) {
       throw AttemptFailedSignal{
-          absl::FailedPreconditionError(strCat(
-              "journal mismatch at entry ", e->seq, ": awaitAll of ", futures.size(),
-              " futures, but the journal recorded ", e->name,
-              " (handler code changed, or it is not deterministic outside run())")),
+          absl::FailedPreconditionError(
+              strCat("journal mismatch at entry ", e->seq, ": awaitAll of ", futures.size(),
+                     " futures, but the journal recorded ", e->name,
+                     " (handler code changed, or it is not deterministic outside run())")),
           true};
     }
     return outcomes;
@@ -663,7 +663,7 @@ absl::StatusOr<std::vector<absl::StatusOr<std::string>>> ContextImpl::awaitAll(
     auto states = readPromises(*engine_.pool_, futures, unixMillis());
     if (!states.ok()) throw AttemptFailedSignal{states.status()};
     std::set<std::string_view> pending;  // promises settled by someone else (awakeables, calls)
-    std::optional<int64_t> wake_at;       // the last pending timer
+    std::optional<int64_t> wake_at;      // the last pending timer
     for (size_t i = 0; i < states->size(); ++i) {
       const PromiseState& s = (*states)[i];
       if (s.settled) continue;
@@ -726,7 +726,7 @@ absl::StatusOr<Selected> ContextImpl::select(const std::vector<Future>& futures)
   return Selected{*winner, s.outcome};
 }
 
-void ContextImpl::compensate(std::string_view name, std::function<absl::Status()> fn) {
+void ContextImpl::compensate(std::string_view name, std::function<absl::Status(Context&)> fn) {
   if (compensating_) return;
   compensations_.emplace_back(std::string(name), std::move(fn));
 }
@@ -762,7 +762,7 @@ absl::Status ContextImpl::beginCompensation(const absl::Status& error) {
 absl::Status ContextImpl::runCompensations() {
   absl::Status first;
   for (auto it = compensations_.rbegin(); it != compensations_.rend(); ++it) {
-    absl::Status s = it->second();
+    absl::Status s = it->second(*this);
     if (!s.ok()) {
       spdlog::warn("workflow: compensation failed invocation={} compensation=\"{}\" error=\"{}\"",
                    claim_.id, it->first, s.message());

@@ -89,7 +89,7 @@ class ContextImpl : public Context {
   absl::StatusOr<std::vector<absl::StatusOr<std::string>>> awaitAll(
       const std::vector<Future>& futures) override;
   absl::StatusOr<Selected> select(const std::vector<Future>& futures) override;
-  void compensate(std::string_view name, std::function<absl::Status()> fn) override;
+  void compensate(std::string_view name, std::function<absl::Status(Context&)> fn) override;
 
   // --- for the engine ---
   // The error recorded by an earlier attempt that started compensating, if any.
@@ -148,7 +148,7 @@ class ContextImpl : public Context {
   std::vector<JournalEntry> journal_;
   int next_seq_ = 0;
   std::vector<Pending> buffer_;
-  std::vector<std::pair<std::string, std::function<absl::Status()>>> compensations_;
+  std::vector<std::pair<std::string, std::function<absl::Status(Context&)>>> compensations_;
   bool compensating_ = false;
 };
 

@@ -284,11 +284,11 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
         due_params.insert(due_params.end(), claimable_params_.begin(), claimable_params_.end());
         due_params.push_back(static_cast<uint64_t>(max));
         KRANE_ASSIGN_OR_RETURN(
-            auto due, conn.query(strCat("SELECT id, status, service, object_key, exclusive"
-                                        " FROM workflow_invocations WHERE due_at <= ? AND ",
-                                        claimable_sql_,
-                                        " ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"),
-                                 due_params));
+            auto due,
+            conn.query(strCat("SELECT id, status, service, object_key, exclusive"
+                              " FROM workflow_invocations WHERE due_at <= ? AND ",
+                              claimable_sql_, " ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"),
+                       due_params));
         std::vector<std::string> ids;
         for (const db::Row& r : due.rows) {
           const std::string& id = r.str("id");

@@ -102,7 +102,7 @@ absl::Status Context::sleep(std::chrono::milliseconds delay) {
 
 void Context::compensateRun(std::string_view name, std::function<absl::Status()> fn) {
   std::string step = strCat("compensate ", name);
-  compensate(name, [this, step, fn = std::move(fn)] { return runVoid(step, fn); });
+  compensate(name, [step, fn = std::move(fn)](Context& ctx) { return ctx.runVoid(step, fn); });
 }
 
 }  // namespace krane::workflow

@@ -181,11 +181,17 @@ class Context {
   absl::Status sleep(std::chrono::milliseconds delay);
 
   // Registers a compensation, run last-in-first-out if the invocation fails or is cancelled.
-  // It runs with this Context, so its operations are journaled like any other: a compensation
+  // It is given this Context, so its operations are journaled like any other: a compensation
   // interrupted by a crash resumes where it stopped. A compensation returning an error is
   // recorded and the next one still runs.
-  virtual void compensate(std::string_view name, std::function<absl::Status()> fn) = 0;
-  // A compensation that is a single journaled side effect (run(name, fn)).
+  //
+  // Compensations run after the handler has returned (or unwound), when its locals are gone: a
+  // compensation must own what it uses. Prefer workflow::compensate(ctx, name, data, fn) from
+  // typed.h, whose `fn` cannot capture anything; otherwise capture by value (values, or
+  // shared_ptrs to what outlives the engine), never by reference.
+  virtual void compensate(std::string_view name, std::function<absl::Status(Context&)> fn) = 0;
+  // A compensation that is a single journaled side effect (run("compensate " + name, fn)). The
+  // same rule holds: `fn` captures by value.
   void compensateRun(std::string_view name, std::function<absl::Status()> fn);
 };
 

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <google/protobuf/message.h>
@@ -137,6 +138,22 @@ absl::StatusOr<std::optional<M>> getState(Context& ctx, std::string_view name) {
 template <typename M>
 void setState(Context& ctx, std::string_view name, const M& value) {
   ctx.set(name, encodeMessage(value));
+}
+
+// A compensation that owns what it needs: `data` is copied when it is registered, and `fn`
+// captures nothing (it must convert to a plain function pointer, so a capture does not compile),
+// so nothing it uses can dangle after the handler has returned. It runs with the Context: its
+// steps (runTx on the engine's database, calls, sends) are journaled and resume after a crash.
+//
+//   compensate(ctx, "release slot", release,
+//              [](Context& ctx, const ReleaseRequest& r) {
+//                send(ctx, "BuildSlotService", "Release", r.workspace_id(), r);
+//                return absl::OkStatus();
+//              });
+template <typename M>
+void compensate(Context& ctx, std::string_view name, M data,
+                std::type_identity_t<absl::Status (*)(Context&, const M&)> fn) {
+  ctx.compensate(name, [data = std::move(data), fn](Context& c) { return fn(c, data); });
 }
 
 // Ingress from outside a handler (an API call, a test).

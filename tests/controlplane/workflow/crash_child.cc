@@ -7,7 +7,8 @@
 // Crashy.run (unkeyed): step1, a durable sleep, step2, step3 (slow before its effect), step4
 // (its effect in the journal's transaction, slow after it), step5.
 // Undo.run (unkeyed): does a, b, c, each with a compensation, then fails: the compensations run
-// c, b (slow), a.
+// c (a run step captured by value), b (marks, then slow inside its transaction), a; b and a carry
+// their data in a message (typed.h's compensate).
 #include <unistd.h>
 
 #include <chrono>
@@ -17,21 +18,27 @@
 #include <thread>
 
 #include <CLI/CLI.hpp>
+#include <google/protobuf/wrappers.pb.h>
 
 #include "common/strings.h"
 #include "controlplane/db/pool.h"
 #include "controlplane/workflow/engine.h"
+#include "controlplane/workflow/typed.h"
 
 namespace krane::workflow {
 namespace {
 
+absl::Status mark(db::Connection& conn, const std::string& id, const std::string& what) {
+  return conn
+      .exec("INSERT INTO markers (invocation_id, what, pid) VALUES (?, ?, ?)",
+            {id, what, static_cast<int64_t>(getpid())})
+      .status();
+}
+
 absl::Status mark(db::Pool& pool, const std::string& id, const std::string& what) {
   auto conn = pool.acquire();
   if (!conn.ok()) return conn.status();
-  return (*conn)
-      ->exec("INSERT INTO markers (invocation_id, what, pid) VALUES (?, ?, ?)",
-             {id, what, static_cast<int64_t>(getpid())})
-      .status();
+  return mark(**conn, id, what);
 }
 
 absl::Status effect(db::Connection& conn, const std::string& id, const std::string& step) {
@@ -93,13 +100,41 @@ int serve(const std::string& dsn_text, const std::string& worker, int lease_ms) 
         const std::string id = ctx.invocationId();
         for (std::string name : {"a", "b", "c"}) {
           if (auto s = step(ctx, "do " + name); !s.ok()) return s;
-          ctx.compensateRun(name, [p, id, name] {
-            if (name == "b") {
-              if (auto m = mark(*p, id, "undoing b"); !m.ok()) return m;
-              std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-            }
-            return plainEffect(*p, id, "undo " + name);
-          });
+          if (name == "c") {
+            // A side effect outside the engine's database: captured by value.
+            ctx.compensateRun(name, [p, id, name] { return plainEffect(*p, id, "undo " + name); });
+            continue;
+          }
+          // The documented form: the data is copied, the function captures nothing, and its
+          // steps are journaled (so the marker of b is written once, even across the kill).
+          google::protobuf::StringValue undo;
+          undo.set_value(name);
+          compensate(
+              ctx, name, undo,
+              [](Context& ctx, const google::protobuf::StringValue& what) -> absl::Status {
+                const std::string id = ctx.invocationId();
+                if (what.value() == "b") {
+                  auto marked =
+                      ctx.runTx("mark b", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                        if (auto m = mark(conn, id, "undoing b"); !m.ok()) return m;
+                        return std::string();
+                      });
+                  if (!marked.ok()) return marked.status();
+                }
+                return ctx
+                    .runTx("undo " + what.value(),
+                           [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                             if (auto e = effect(conn, id, "undo " + what.value()); !e.ok()) {
+                               return e;
+                             }
+                             // Killed here: the effect rolls back with the journal entry.
+                             if (what.value() == "b") {
+                               std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+                             }
+                             return std::string();
+                           })
+                    .status();
+              });
         }
         return workflow::terminalError(absl::StatusCode::kFailedPrecondition, "the deploy failed");
       }));

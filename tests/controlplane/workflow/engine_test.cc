@@ -383,9 +383,10 @@ TEST_CASE_METHOD(SelectTest, "a cancel during a select is the cancellation, not 
   CHECK_THAT(r, IsError(absl::StatusCode::kCancelled));
   CHECK(statusOf(*id) == "cancelled");
   auto rows = (*pool_->acquire())
-                  ->query("SELECT name, ok FROM workflow_journal WHERE invocation_id = ?"
-                          " AND kind = 'select'",
-                          {*id});
+                  ->query(
+                      "SELECT name, ok FROM workflow_journal WHERE invocation_id = ?"
+                      " AND kind = 'select'",
+                      {*id});
   REQUIRE_THAT(rows, IsOk());
   REQUIRE(rows->rows.size() == 1u);
   CHECK(rows->rows[0].str("name") == "cancelled");

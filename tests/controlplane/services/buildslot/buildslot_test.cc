@@ -15,6 +15,7 @@
 #include "controlplane/workflow/engine.h"
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
+#include "tests/support/threads.h"
 #include "tests/support/wait.h"
 
 namespace krane::services::buildslot {
@@ -57,7 +58,7 @@ class BuildSlotTest : public workflow::WorkflowTest {
                          const std::string ws = in["workspace"];
                          const std::string me = ctx.key();
                          Awakeable slot = ctx.awakeable();
-                         ctx.compensate("release slot", [&ctx, ws, me] {
+                         ctx.compensate("release slot", [ws, me](Context& ctx) {
                            ctx.send(kServiceName, "Release", ws, encodeRelease(me));
                            return absl::OkStatus();
                          });
@@ -94,9 +95,14 @@ class BuildSlotTest : public workflow::WorkflowTest {
     });
   }
 
-  std::string deploy(Engine& e, const std::string& id, const std::string& ws, bool production) {
-    auto r = e.send(
+  // Safe on any thread (no assertion here): the caller checks the result.
+  static absl::StatusOr<std::string> send(Engine& e, const std::string& id, const std::string& ws,
+                                          bool production) {
+    return e.send(
         {"Build", "run", id, nlohmann::json{{"workspace", ws}, {"production", production}}.dump()});
+  }
+  std::string deploy(Engine& e, const std::string& id, const std::string& ws, bool production) {
+    auto r = send(e, id, ws, production);
     CHECK_THAT(r, IsOk());
     return r.ok() ? *r : "";
   }
@@ -124,11 +130,15 @@ TEST_CASE_METHOD(BuildSlotTest, "cap is respected under fifty concurrent acquire
   Engine& e = start();
   std::vector<std::thread> ts;
   std::vector<std::string> invocations(50);
+  krane::testing::ThreadFailures failures;
   for (int i = 0; i < 50; ++i) {
-    ts.emplace_back(
-        [&, i] { invocations[i] = deploy(e, "d" + std::to_string(i), "ws1", i % 2 == 0); });
+    ts.emplace_back([&, i] {
+      auto id = send(e, "d" + std::to_string(i), "ws1", i % 2 == 0);
+      if (failures.expectOk(id, "send d" + std::to_string(i))) invocations[i] = *id;
+    });
   }
   for (auto& t : ts) t.join();
+  CHECK(failures.all() == std::vector<std::string>{});
   for (const auto& id : invocations) {
     auto r = e.awaitResult(id, 120s);
     REQUIRE_THAT(r, IsOk());
