@@ -2,73 +2,49 @@
 
 #include <algorithm>
 
-#include <nlohmann/json.hpp>
-
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/workflow/typed.h"
 
 namespace krane::services::buildslot {
 namespace {
 
-using nlohmann::json;
 using workflow::Context;
 using workflow::terminalError;
 
-absl::Status invalid(std::string_view message) {
-  return terminalError(absl::StatusCode::kInvalidArgument, message);
+constexpr char kStateKey[] = "slots";
+// The three state keys of the first version, each a JSON array, read once and then replaced.
+constexpr const char* kLegacyKeys[] = {"active_slots", "prod_wait_list", "preview_wait_list"};
+constexpr const char* kLegacyFields[] = {"active", "production", "preview"};
+
+absl::Status required(const std::string& value, std::string_view field) {
+  if (!value.empty()) return absl::OkStatus();
+  return terminalError(absl::StatusCode::kInvalidArgument,
+                       strCat(field, ": required, a non-empty string"));
 }
 
-absl::StatusOr<json> parseObject(const std::string& input, std::string_view what) {
-  json j = json::parse(input, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
-    return invalid(strCat(what, ": input is not a JSON object"));
+// The state of one workspace, read through the context (journaled). `was_legacy` tells whether it
+// came from the first version's keys, which the next save() removes.
+absl::StatusOr<BuildSlots> load(Context& ctx, bool* was_legacy = nullptr) {
+  KRANE_ASSIGN_OR_RETURN(std::optional<BuildSlots> slots,
+                         workflow::getState<BuildSlots>(ctx, kStateKey));
+  if (slots) return *slots;
+  // State written by the first version: its arrays are the fields of BuildSlots.
+  std::string legacy;
+  for (size_t i = 0; i < std::size(kLegacyKeys); ++i) {
+    if (auto v = ctx.get(kLegacyKeys[i])) {
+      legacy += strCat(legacy.empty() ? "{" : ",", "\"", kLegacyFields[i], "\":", *v);
+    }
   }
-  return j;
+  if (legacy.empty()) return BuildSlots();
+  if (was_legacy != nullptr) *was_legacy = true;
+  return workflow::decodeAs<BuildSlots>(legacy + "}", "state 'active_slots'");
 }
 
-absl::StatusOr<std::string> requiredString(const json& j, const char* field) {
-  auto it = j.find(field);
-  if (it == j.end() || !it->is_string() || it->get<std::string>().empty()) {
-    return invalid(strCat(field, ": required, a non-empty string"));
-  }
-  return it->get<std::string>();
-}
-
-json waitersToJson(const std::vector<Waiter>& waiters) {
-  json out = json::array();
-  for (const Waiter& w : waiters) {
-    out.push_back({{"deployment_id", w.deployment_id}, {"awakeable_id", w.awakeable_id}});
-  }
-  return out;
-}
-
-std::vector<Waiter> waitersFromJson(const json& j) {
-  std::vector<Waiter> out;
-  for (const json& w : j) {
-    out.push_back(Waiter{w.value("deployment_id", ""), w.value("awakeable_id", "")});
-  }
-  return out;
-}
-
-json slotsToJson(const Slots& s) {
-  return {{"active", s.active},
-          {"production", waitersToJson(s.production)},
-          {"preview", waitersToJson(s.preview)}};
-}
-
-// The state of one workspace, read through the context (journaled).
-Slots load(Context& ctx) {
-  Slots s;
-  if (auto v = ctx.get("active_slots")) s.active = json::parse(*v).get<std::vector<std::string>>();
-  if (auto v = ctx.get("prod_wait_list")) s.production = waitersFromJson(json::parse(*v));
-  if (auto v = ctx.get("preview_wait_list")) s.preview = waitersFromJson(json::parse(*v));
-  return s;
-}
-
-void save(Context& ctx, const Slots& s) {
-  ctx.set("active_slots", json(s.active).dump());
-  ctx.set("prod_wait_list", waitersToJson(s.production).dump());
-  ctx.set("preview_wait_list", waitersToJson(s.preview).dump());
+void save(Context& ctx, const BuildSlots& s, bool legacy) {
+  workflow::setState(ctx, kStateKey, s);
+  if (!legacy) return;
+  for (const char* key : kLegacyKeys) ctx.clear(key);
 }
 
 absl::StatusOr<int> maxConcurrentBuilds(Context& ctx, db::Pool& pool) {
@@ -84,129 +60,105 @@ absl::StatusOr<int> maxConcurrentBuilds(Context& ctx, db::Pool& pool) {
   return std::stoi(*limit);
 }
 
-bool contains(const std::vector<std::string>& v, const std::string& x) {
-  return std::find(v.begin(), v.end(), x) != v.end();
+bool holds(const BuildSlots& s, const std::string& deployment_id) {
+  return std::find(s.active().begin(), s.active().end(), deployment_id) != s.active().end();
 }
 
-Waiter* findWaiter(std::vector<Waiter>& list, const std::string& deployment_id) {
-  for (Waiter& w : list) {
-    if (w.deployment_id == deployment_id) return &w;
+SlotWaiter* findWaiter(google::protobuf::RepeatedPtrField<SlotWaiter>& list,
+                       const std::string& deployment_id) {
+  for (SlotWaiter& w : list) {
+    if (w.deployment_id() == deployment_id) return &w;
   }
   return nullptr;
 }
 
-bool removeWaiter(std::vector<Waiter>& list, const std::string& deployment_id) {
-  auto it = std::remove_if(list.begin(), list.end(),
-                           [&](const Waiter& w) { return w.deployment_id == deployment_id; });
-  const bool removed = it != list.end();
-  list.erase(it, list.end());
-  return removed;
+bool removeWaiter(google::protobuf::RepeatedPtrField<SlotWaiter>& list,
+                  const std::string& deployment_id) {
+  auto it = std::find_if(list.begin(), list.end(),
+                         [&](const SlotWaiter& w) { return w.deployment_id() == deployment_id; });
+  if (it == list.end()) return false;
+  list.erase(it);
+  return true;
 }
 
-absl::StatusOr<std::string> acquireOrWait(Context& ctx, db::Pool& pool, const std::string& input) {
-  KRANE_ASSIGN_OR_RETURN(AcquireRequest req, decodeAcquire(input));
-  Slots s = load(ctx);
-  if (contains(s.active, req.deployment_id)) {
-    ctx.resolveAwakeable(req.awakeable_id, "");
-    return json{{"acquired", true}}.dump();
+absl::StatusOr<AcquireSlotResponse> acquireOrWait(Context& ctx, db::Pool& pool,
+                                                  const AcquireSlotRequest& req) {
+  KRANE_RETURN_IF_ERROR(required(req.deployment_id(), "deployment_id"));
+  KRANE_RETURN_IF_ERROR(required(req.awakeable_id(), "awakeable_id"));
+  bool legacy = false;
+  KRANE_ASSIGN_OR_RETURN(BuildSlots s, load(ctx, &legacy));
+  AcquireSlotResponse out;
+  if (holds(s, req.deployment_id())) {
+    ctx.resolveAwakeable(req.awakeable_id(), "");
+    out.set_acquired(true);
+    return out;
   }
-  for (auto* list : {&s.production, &s.preview}) {
-    if (Waiter* w = findWaiter(*list, req.deployment_id)) {
+  for (auto* list : {s.mutable_production(), s.mutable_preview()}) {
+    if (SlotWaiter* w = findWaiter(*list, req.deployment_id())) {
       // A retried acquire waits on its newest awakeable.
-      w->awakeable_id = req.awakeable_id;
-      save(ctx, s);
-      return json{{"acquired", false}}.dump();
+      w->set_awakeable_id(req.awakeable_id());
+      save(ctx, s, legacy);
+      return out;
     }
   }
   KRANE_ASSIGN_OR_RETURN(int limit, maxConcurrentBuilds(ctx, pool));
-  if (static_cast<int>(s.active.size()) < limit) {
-    s.active.push_back(req.deployment_id);
-    save(ctx, s);
-    ctx.resolveAwakeable(req.awakeable_id, "");
-    return json{{"acquired", true}}.dump();
+  if (s.active_size() < limit) {
+    s.add_active(req.deployment_id());
+    save(ctx, s, legacy);
+    ctx.resolveAwakeable(req.awakeable_id(), "");
+    out.set_acquired(true);
+    return out;
   }
-  (req.is_production ? s.production : s.preview)
-      .push_back(Waiter{req.deployment_id, req.awakeable_id});
-  save(ctx, s);
-  return json{{"acquired", false}}.dump();
+  SlotWaiter* w = req.is_production() ? s.add_production() : s.add_preview();
+  w->set_deployment_id(req.deployment_id());
+  w->set_awakeable_id(req.awakeable_id());
+  save(ctx, s, legacy);
+  return out;
 }
 
-absl::StatusOr<std::string> release(Context& ctx, db::Pool& pool, const std::string& input) {
-  KRANE_ASSIGN_OR_RETURN(json j, parseObject(input, "Release"));
-  KRANE_ASSIGN_OR_RETURN(std::string deployment_id, requiredString(j, "deployment_id"));
-  Slots s = load(ctx);
-  json out = {{"released", false}, {"promoted", nullptr}, {"removed_waiter", false}};
-  if (contains(s.active, deployment_id)) {
-    s.active.erase(std::find(s.active.begin(), s.active.end(), deployment_id));
-    out["released"] = true;
+absl::StatusOr<ReleaseSlotResponse> release(Context& ctx, db::Pool& pool,
+                                            const ReleaseSlotRequest& req) {
+  KRANE_RETURN_IF_ERROR(required(req.deployment_id(), "deployment_id"));
+  bool legacy = false;
+  KRANE_ASSIGN_OR_RETURN(BuildSlots s, load(ctx, &legacy));
+  ReleaseSlotResponse out;
+  if (holds(s, req.deployment_id())) {
+    auto& active = *s.mutable_active();
+    active.erase(std::find(active.begin(), active.end(), req.deployment_id()));
+    out.set_released(true);
     KRANE_ASSIGN_OR_RETURN(int limit, maxConcurrentBuilds(ctx, pool));
-    json promoted = json::array();
-    while (static_cast<int>(s.active.size()) < limit &&
-           (!s.production.empty() || !s.preview.empty())) {
-      auto& list = !s.production.empty() ? s.production : s.preview;
-      Waiter next = list.front();
+    while (s.active_size() < limit && (s.production_size() > 0 || s.preview_size() > 0)) {
+      auto& list = s.production_size() > 0 ? *s.mutable_production() : *s.mutable_preview();
+      SlotWaiter next = list.Get(0);
       list.erase(list.begin());
-      s.active.push_back(next.deployment_id);
-      ctx.resolveAwakeable(next.awakeable_id, "");
-      promoted.push_back(next.deployment_id);
+      s.add_active(next.deployment_id());
+      ctx.resolveAwakeable(next.awakeable_id(), "");
+      out.add_promoted(next.deployment_id());
     }
-    if (!promoted.empty()) out["promoted"] = promoted.size() == 1 ? promoted[0] : promoted;
-    save(ctx, s);
-  } else if (removeWaiter(s.production, deployment_id) || removeWaiter(s.preview, deployment_id)) {
-    out["removed_waiter"] = true;
-    save(ctx, s);
+    save(ctx, s, legacy);
+  } else if (removeWaiter(*s.mutable_production(), req.deployment_id()) ||
+             removeWaiter(*s.mutable_preview(), req.deployment_id())) {
+    out.set_removed_waiter(true);
+    save(ctx, s, legacy);
   }
-  return out.dump();
+  return out;
 }
 
 }  // namespace
 
-std::string encodeAcquire(const AcquireRequest& r) {
-  return json{{"deployment_id", r.deployment_id},
-              {"awakeable_id", r.awakeable_id},
-              {"is_production", r.is_production}}
-      .dump();
-}
-
-absl::StatusOr<AcquireRequest> decodeAcquire(const std::string& input) {
-  KRANE_ASSIGN_OR_RETURN(json j, parseObject(input, "AcquireOrWait"));
-  AcquireRequest r;
-  KRANE_ASSIGN_OR_RETURN(r.deployment_id, requiredString(j, "deployment_id"));
-  KRANE_ASSIGN_OR_RETURN(r.awakeable_id, requiredString(j, "awakeable_id"));
-  auto it = j.find("is_production");
-  if (it != j.end()) {
-    if (!it->is_boolean()) return invalid("is_production: must be true or false");
-    r.is_production = it->get<bool>();
-  }
-  return r;
-}
-
-std::string encodeRelease(const std::string& deployment_id) {
-  return json{{"deployment_id", deployment_id}}.dump();
-}
-
-absl::StatusOr<Slots> decodeSlots(const std::string& text) {
-  json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("slots: not JSON");
-  Slots s;
-  s.active = j.value("active", std::vector<std::string>{});
-  s.production = waitersFromJson(j.value("production", json::array()));
-  s.preview = waitersFromJson(j.value("preview", json::array()));
-  return s;
-}
-
 workflow::ServiceDefinition buildSlotService(const std::shared_ptr<db::Pool>& pool) {
+  using workflow::typed;
   return workflow::ServiceDefinition::virtualObject(kServiceName)
-      .exclusive("AcquireOrWait",
-                 [pool](Context& ctx, const std::string& input) {
-                   return acquireOrWait(ctx, *pool, input);
-                 })
-      .exclusive("Release", [pool](Context& ctx,
-                                   const std::string& input) { return release(ctx, *pool, input); })
-      .shared("Slots",
-              [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                return slotsToJson(load(ctx)).dump();
-              })
+      .exclusive("AcquireOrWait", typed<AcquireSlotRequest, AcquireSlotResponse>(
+                                      [pool](Context& ctx, const AcquireSlotRequest& req) {
+                                        return acquireOrWait(ctx, *pool, req);
+                                      }))
+      .exclusive("Release", typed<ReleaseSlotRequest, ReleaseSlotResponse>(
+                                [pool](Context& ctx, const ReleaseSlotRequest& req) {
+                                  return release(ctx, *pool, req);
+                                }))
+      .shared("Slots", typed<SlotsRequest, BuildSlots>(
+                           [](Context& ctx, const SlotsRequest&) { return load(ctx); }))
       .retry(workflow::RetryPolicy::deployPreset());
 }
 

@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "controlplane/services/buildslot/buildslot.h"
+#include "controlplane/workflow/typed.h"
 #include "krane/api/v1/workflows.grpc.pb.h"
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
@@ -20,12 +21,15 @@ TEST_CASE("operators inspect and steer invocations of the servers engine", "[wor
   ctrl::Server& server = cp.startReplica(
       [](ctrl::CtrlConfig& c) { c.workflow.poll_interval = std::chrono::milliseconds(20); });
   // The replica's engine serves BuildSlotService.
-  auto acquired =
-      server.workflowEngine().call({buildslot::kServiceName, "AcquireOrWait", "ws1",
-                                    buildslot::encodeAcquire({"d1", "prm_unknown", true})},
-                                   std::chrono::seconds(20));
+  buildslot::AcquireSlotRequest request;
+  request.set_deployment_id("d1");
+  request.set_awakeable_id("prm_unknown");
+  request.set_is_production(true);
+  auto acquired = workflow::resultAs<buildslot::AcquireSlotResponse>(server.workflowEngine().call(
+      workflow::invocation(buildslot::kServiceName, "AcquireOrWait", "ws1", request),
+      std::chrono::seconds(20)));
   REQUIRE_THAT(acquired, IsOk());
-  CHECK_THAT(*acquired, Catch::Contains("\"acquired\":true"));
+  CHECK(acquired->acquired());
 
   auto stub = v1::WorkflowService::NewStub(cp.channel());
   v1::ListInvocationsRequest list;

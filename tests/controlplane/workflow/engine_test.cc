@@ -14,6 +14,7 @@
 #include "controlplane/workflow/operations.h"
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
+#include "tests/support/threads.h"
 #include "tests/support/wait.h"
 
 namespace krane::workflow {
@@ -485,10 +486,15 @@ TEST_CASE_METHOD(WorkflowTest, "idempotency keys make one invocation", "[workflo
   // Concurrent duplicates too.
   std::vector<std::thread> ts;
   std::vector<std::string> ids(10);
+  krane::testing::ThreadFailures failures;
   for (int i = 0; i < 10; ++i) {
-    ts.emplace_back([&, i] { ids[i] = *e.send({"Pay", "charge", "acct", "10", "req-3"}); });
+    ts.emplace_back([&, i] {
+      auto id = e.send({"Pay", "charge", "acct", "10", "req-3"});
+      if (failures.expectOk(id, "send")) ids[i] = *id;
+    });
   }
   for (auto& t : ts) t.join();
+  CHECK(failures.all() == std::vector<std::string>{});
   for (const auto& id : ids) CHECK(id == ids[0]);
   for (const auto& id : {*a, *c, *d, ids[0]}) REQUIRE_THAT(e.awaitResult(id, 20s), IsOk());
   CHECK(runs.load() == 4);

@@ -10,9 +10,11 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
-#include <nlohmann/json.hpp>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/wrappers.pb.h>
 
 #include "controlplane/workflow/engine.h"
+#include "controlplane/workflow/typed.h"
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
 #include "tests/support/threads.h"
@@ -25,8 +27,34 @@ using krane::testing::eventually;
 using workflow::Awakeable;
 using workflow::Context;
 using workflow::Engine;
+using workflow::invocation;
+using workflow::resultAs;
 using workflow::ServiceDefinition;
 using namespace std::chrono_literals;
+
+// The Build workflow's input, and the data of its compensation: {"workspace", "production"}.
+google::protobuf::Struct buildInput(const std::string& ws, bool production) {
+  google::protobuf::Struct s;
+  (*s.mutable_fields())["workspace"].set_string_value(ws);
+  (*s.mutable_fields())["production"].set_bool_value(production);
+  return s;
+}
+
+std::vector<std::string> ids(const google::protobuf::RepeatedPtrField<std::string>& list) {
+  return {list.begin(), list.end()};
+}
+
+std::vector<std::string> ids(const google::protobuf::RepeatedPtrField<SlotWaiter>& list) {
+  std::vector<std::string> out;
+  for (const auto& w : list) out.push_back(w.deployment_id());
+  return out;
+}
+
+ReleaseSlotRequest releaseOf(const std::string& deployment_id) {
+  ReleaseSlotRequest r;
+  r.set_deployment_id(deployment_id);
+  return r;
+}
 
 class BuildSlotTest : public workflow::WorkflowTest {
  protected:
@@ -47,59 +75,67 @@ class BuildSlotTest : public workflow::WorkflowTest {
                  IsOk());
   }
 
-  // A deploy-like workflow keyed by deployment id; input {"workspace", "production"}.
+  // A deploy-like workflow keyed by deployment id; input buildInput(workspace, production).
   Engine& start() {
     return engine([&](Engine& e) {
       REQUIRE_THAT(e.registerService(buildSlotService(pool_)), IsOk());
-      REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Build").exclusive(
-                       "run",
-                       [&](Context& ctx, const std::string& input) -> absl::StatusOr<std::string> {
-                         const auto in = nlohmann::json::parse(input);
-                         const std::string ws = in["workspace"];
-                         const std::string me = ctx.key();
-                         Awakeable slot = ctx.awakeable();
-                         ctx.compensate("release slot", [ws, me](Context& ctx) {
-                           ctx.send(kServiceName, "Release", ws, encodeRelease(me));
-                           return absl::OkStatus();
-                         });
-                         auto acquired = ctx.await(
-                             ctx.call(kServiceName, "AcquireOrWait", ws,
-                                      encodeAcquire({me, slot.id, in["production"].get<bool>()})));
-                         if (!acquired.ok()) return acquired.status();
-                         if (auto got = ctx.await(slot.future); !got.ok()) return got.status();
-                         auto built = ctx.runVoid("build", [&] {
-                           {
-                             std::lock_guard lock(mu_);
-                             order_.push_back(me);
-                           }
-                           const int now = ++building_;
-                           int prev = max_building_.load();
-                           while (now > prev && !max_building_.compare_exchange_weak(prev, now)) {
-                           }
-                           while (true) {
-                             {
-                               std::lock_guard lock(mu_);
-                               if (!closed_.count(me)) break;
-                             }
-                             std::this_thread::sleep_for(5ms);
-                           }
-                           std::this_thread::sleep_for(20ms);
-                           --building_;
-                           return absl::OkStatus();
-                         });
-                         if (!built.ok()) return built;
-                         ctx.send(kServiceName, "Release", ws, encodeRelease(me));
-                         return std::string("built");
-                       })),
-                   IsOk());
+      using Input = google::protobuf::Struct;
+      using Output = google::protobuf::StringValue;
+      workflow::Handler build = workflow::typed<Input, Output>(
+          [&](Context& ctx, const Input& in) -> absl::StatusOr<Output> {
+            const std::string ws = in.fields().at("workspace").string_value();
+            const std::string me = ctx.key();
+            Awakeable slot = ctx.awakeable();
+            workflow::compensate(ctx, "release slot", in, [](Context& ctx, const Input& in) {
+              workflow::send(ctx, kServiceName, "Release",
+                             in.fields().at("workspace").string_value(), releaseOf(ctx.key()));
+              return absl::OkStatus();
+            });
+            AcquireSlotRequest acquire;
+            acquire.set_deployment_id(me);
+            acquire.set_awakeable_id(slot.id);
+            acquire.set_is_production(in.fields().at("production").bool_value());
+            auto acquired =
+                workflow::await(ctx, workflow::call<AcquireSlotResponse>(
+                                         ctx, kServiceName, "AcquireOrWait", ws, acquire));
+            if (!acquired.ok()) return acquired.status();
+            if (auto got = ctx.await(slot.future); !got.ok()) return got.status();
+            auto built = ctx.runVoid("build", [&] {
+              {
+                std::lock_guard lock(mu_);
+                order_.push_back(me);
+              }
+              const int now = ++building_;
+              int prev = max_building_.load();
+              while (now > prev && !max_building_.compare_exchange_weak(prev, now)) {
+              }
+              while (true) {
+                {
+                  std::lock_guard lock(mu_);
+                  if (!closed_.count(me)) break;
+                }
+                std::this_thread::sleep_for(5ms);
+              }
+              std::this_thread::sleep_for(20ms);
+              --building_;
+              return absl::OkStatus();
+            });
+            if (!built.ok()) return built;
+            workflow::send(ctx, kServiceName, "Release", ws, releaseOf(me));
+            Output out;
+            out.set_value("built");
+            return out;
+          });
+      REQUIRE_THAT(
+          e.registerService(ServiceDefinition::virtualObject("Build").exclusive("run", build)),
+          IsOk());
     });
   }
 
   // Safe on any thread (no assertion here): the caller checks the result.
   static absl::StatusOr<std::string> send(Engine& e, const std::string& id, const std::string& ws,
                                           bool production) {
-    return e.send(
-        {"Build", "run", id, nlohmann::json{{"workspace", ws}, {"production", production}}.dump()});
+    return e.send(invocation("Build", "run", id, buildInput(ws, production)));
   }
   std::string deploy(Engine& e, const std::string& id, const std::string& ws, bool production) {
     auto r = send(e, id, ws, production);
@@ -107,15 +143,11 @@ class BuildSlotTest : public workflow::WorkflowTest {
     return r.ok() ? *r : "";
   }
 
-  Slots slots(Engine& e, const std::string& ws) {
-    auto r = e.call({kServiceName, "Slots", ws, "{}"}, 10s);
+  BuildSlots slots(Engine& e, const std::string& ws) {
+    auto r =
+        resultAs<BuildSlots>(e.call(invocation(kServiceName, "Slots", ws, SlotsRequest()), 10s));
     CHECK_THAT(r, IsOk());
-    return *decodeSlots(*r);
-  }
-  static std::vector<std::string> ids(const std::vector<Waiter>& ws) {
-    std::vector<std::string> out;
-    for (const auto& w : ws) out.push_back(w.deployment_id);
-    return out;
+    return r.ok() ? *r : BuildSlots();
   }
 
   std::mutex mu_;
@@ -148,8 +180,8 @@ TEST_CASE_METHOD(BuildSlotTest, "cap is respected under fifty concurrent acquire
   CHECK(max_building_.load() >= 2);
   CHECK(order_.size() == 50u);
   REQUIRE(eventually([&] {
-    Slots s = slots(e, "ws1");
-    return s.active.empty() && s.production.empty() && s.preview.empty();
+    BuildSlots s = slots(e, "ws1");
+    return s.active().empty() && s.production().empty() && s.preview().empty();
   }));
 }
 
@@ -162,18 +194,18 @@ TEST_CASE_METHOD(BuildSlotTest, "production waiters are promoted before preview 
     closed_.insert("holder");
   }
   const std::string holder = deploy(e, "holder", "ws1", false);
-  REQUIRE(eventually([&] { return slots(e, "ws1").active.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").active_size() == 1; }));
   std::vector<std::string> invs;
   invs.push_back(deploy(e, "p1", "ws1", false));
-  REQUIRE(eventually([&] { return slots(e, "ws1").preview.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview_size() == 1; }));
   invs.push_back(deploy(e, "p2", "ws1", false));
-  REQUIRE(eventually([&] { return slots(e, "ws1").preview.size() == 2; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview_size() == 2; }));
   invs.push_back(deploy(e, "x1", "ws1", true));
-  REQUIRE(eventually([&] { return slots(e, "ws1").production.size() == 1; }));
-  Slots s = slots(e, "ws1");
-  CHECK(s.active == std::vector<std::string>{"holder"});
-  CHECK(ids(s.preview) == std::vector<std::string>{"p1", "p2"});
-  CHECK(ids(s.production) == std::vector<std::string>{"x1"});
+  REQUIRE(eventually([&] { return slots(e, "ws1").production_size() == 1; }));
+  BuildSlots s = slots(e, "ws1");
+  CHECK(ids(s.active()) == std::vector<std::string>{"holder"});
+  CHECK(ids(s.preview()) == std::vector<std::string>{"p1", "p2"});
+  CHECK(ids(s.production()) == std::vector<std::string>{"x1"});
   {
     std::lock_guard lock(mu_);
     closed_.clear();
@@ -192,19 +224,19 @@ TEST_CASE_METHOD(BuildSlotTest, "release of a waiter that never got a slot", "[b
     closed_.insert("holder");
   }
   const std::string holder = deploy(e, "holder", "ws1", true);
-  REQUIRE(eventually([&] { return slots(e, "ws1").active.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").active_size() == 1; }));
   const std::string waiter = deploy(e, "w", "ws1", false);
-  REQUIRE(eventually([&] { return slots(e, "ws1").preview.size() == 1; }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview_size() == 1; }));
   // Cancelling the waiting deploy runs its compensation: Release of a deployment still waiting.
   REQUIRE_THAT(e.cancel(waiter), IsOk());
   CHECK(absl::IsCancelled(e.awaitResult(waiter, 20s).status()));
-  REQUIRE(eventually([&] { return slots(e, "ws1").preview.empty(); }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview().empty(); }));
   {
     std::lock_guard lock(mu_);
     closed_.clear();
   }
   REQUIRE_THAT(e.awaitResult(holder, 20s), IsOk());
-  REQUIRE(eventually([&] { return slots(e, "ws1").active.empty(); }));
+  REQUIRE(eventually([&] { return slots(e, "ws1").active().empty(); }));
   std::lock_guard lock(mu_);
   INFO("the cancelled waiter was never promoted");
   CHECK(order_ == std::vector<std::string>{"holder"});
@@ -214,40 +246,88 @@ TEST_CASE_METHOD(BuildSlotTest, "handlers are idempotent and refuse bad input", 
   // ws2 has no quota row: the default cap of 1 applies.
   Engine& e = start();
   auto acquire = [&](const std::string& d) {
-    return e.call(
-        {kServiceName, "AcquireOrWait", "ws2", encodeAcquire({d, "prm_unknown_" + d, true})}, 10s);
+    AcquireSlotRequest req;
+    req.set_deployment_id(d);
+    req.set_awakeable_id("prm_unknown_" + d);
+    req.set_is_production(true);
+    return e.call(invocation(kServiceName, "AcquireOrWait", "ws2", req), 10s);
   };
+  // On the wire: proto3 JSON with the field names (false is the default, so it is left out).
   CHECK(*acquire("d1") == R"({"acquired":true})");
   CHECK(*acquire("d1") == R"({"acquired":true})");
-  CHECK(*acquire("d2") == R"({"acquired":false})");
-  CHECK(*acquire("d2") == R"({"acquired":false})");
-  Slots s = slots(e, "ws2");
-  CHECK(s.active == std::vector<std::string>{"d1"});
-  CHECK(ids(s.production) == std::vector<std::string>{"d2"});
+  CHECK(*acquire("d2") == "{}");
+  CHECK_FALSE(resultAs<AcquireSlotResponse>(acquire("d2"))->acquired());
+  BuildSlots s = slots(e, "ws2");
+  CHECK(ids(s.active()) == std::vector<std::string>{"d1"});
+  CHECK(ids(s.production()) == std::vector<std::string>{"d2"});
 
   auto release = [&](const std::string& d) {
-    return nlohmann::json::parse(*e.call({kServiceName, "Release", "ws2", encodeRelease(d)}, 10s));
+    auto r = resultAs<ReleaseSlotResponse>(
+        e.call(invocation(kServiceName, "Release", "ws2", releaseOf(d)), 10s));
+    CHECK_THAT(r, IsOk());
+    return r.ok() ? *r : ReleaseSlotResponse();
   };
   auto first = release("d1");
-  CHECK(first["released"].get<bool>());
-  CHECK(first["promoted"] == "d2");
+  CHECK(first.released());
+  CHECK(ids(first.promoted()) == std::vector<std::string>{"d2"});
   auto again = release("d1");
-  CHECK_FALSE(again["released"].get<bool>());
-  CHECK(again["promoted"].is_null());
-  CHECK(slots(e, "ws2").active == std::vector<std::string>{"d2"});
+  CHECK_FALSE(again.released());
+  CHECK(again.promoted().empty());
+  CHECK(ids(slots(e, "ws2").active()) == std::vector<std::string>{"d2"});
 
   auto bad = e.call({kServiceName, "AcquireOrWait", "ws2", "{}"}, 10s);
   CHECK(absl::IsInvalidArgument(bad.status()));
+  CHECK(workflow::isTerminal(bad.status()));
   CHECK_THAT(workflow::messageOf(bad.status()), Catch::Contains("deployment_id: required"));
+  bad = e.call({kServiceName, "AcquireOrWait", "ws2", R"({"deployment_id":"d"})"}, 10s);
+  CHECK_THAT(workflow::messageOf(bad.status()), Catch::Contains("awakeable_id: required"));
   bad = e.call({kServiceName, "AcquireOrWait", "ws2", "not json"}, 10s);
-  CHECK_THAT(workflow::messageOf(bad.status()), Catch::Contains("input is not a JSON object"));
+  CHECK_THAT(workflow::messageOf(bad.status()),
+             Catch::StartsWith("input: not a valid krane.services.v1.AcquireSlotRequest"));
   bad = e.call({kServiceName, "AcquireOrWait", "ws2",
                 R"({"deployment_id":"d","awakeable_id":"a","is_production":"yes"})"},
                10s);
-  CHECK_THAT(workflow::messageOf(bad.status()),
-             Catch::Contains("is_production: must be true or false"));
+  CHECK(absl::IsInvalidArgument(bad.status()));
+  CHECK_THAT(workflow::messageOf(bad.status()), Catch::Contains("is_production"));
   bad = e.call({kServiceName, "Release", "ws2", R"({"deployment_id":""})"}, 10s);
   CHECK_THAT(workflow::messageOf(bad.status()), Catch::Contains("deployment_id: required"));
+  // Nothing of the refused calls reached the state.
+  s = slots(e, "ws2");
+  CHECK(ids(s.active()) == std::vector<std::string>{"d2"});
+  CHECK(s.production().empty());
+  CHECK(s.preview().empty());
+}
+
+// State written by the first version (three JSON arrays) is read, and replaced by one message at
+// the next change.
+TEST_CASE_METHOD(BuildSlotTest, "state of the first version is read and migrated", "[build-slot]") {
+  setQuota("ws1", 2);
+  auto put = [&](const std::string& name, const std::string& value) {
+    REQUIRE_THAT(
+        (*pool_->acquire())
+            ->exec("INSERT INTO workflow_state (service, object_key, name, value, updated_at)"
+                   " VALUES (?, 'ws1', ?, ?, 1)",
+                   {kServiceName, name, db::Blob{value}}),
+        IsOk());
+  };
+  put("active_slots", R"(["old-1","old-2"])");
+  put("prod_wait_list", R"([{"deployment_id":"old-3","awakeable_id":"prm_x_1"}])");
+  put("preview_wait_list", "[]");
+  Engine& e = start();
+  BuildSlots s = slots(e, "ws1");
+  CHECK(ids(s.active()) == std::vector<std::string>{"old-1", "old-2"});
+  CHECK(ids(s.production()) == std::vector<std::string>{"old-3"});
+  REQUIRE(s.production(0).awakeable_id() == "prm_x_1");
+
+  auto released = resultAs<ReleaseSlotResponse>(
+      e.call(invocation(kServiceName, "Release", "ws1", releaseOf("old-1")), 10s));
+  REQUIRE_THAT(released, IsOk());
+  CHECK(ids(released->promoted()) == std::vector<std::string>{"old-3"});
+  CHECK(ids(slots(e, "ws1").active()) == std::vector<std::string>{"old-2", "old-3"});
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_state WHERE object_key = 'ws1'"
+               " AND name IN ('active_slots', 'prod_wait_list', 'preview_wait_list')") == 0);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_state WHERE object_key = 'ws1' AND name = 'slots'") ==
+        1);
 }
 
 }  // namespace
