@@ -231,6 +231,28 @@ int run(bool json, bool quick) {
               return ctx.await(a.future);
             })),
         "register Wait");
+  // A fan-out of kFanOut calls to Wait (each waits on an awakeable, as a deploy waits on its
+  // regions), collected with one awaitAll or awaited one by one.
+  constexpr int kFanOut = 100;
+  std::atomic<int> fan_runs{0};
+  auto fanOut = [&](bool all) {
+    return [&, all](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+      ++fan_runs;
+      std::vector<workflow::Future> calls;
+      for (int i = 0; i < kFanOut; ++i) {
+        calls.push_back(ctx.call("Wait", "run", "", ""));
+      }
+      if (all) return ctx.awaitAll(calls).status().ok() ? "" : "cancelled";
+      for (const auto& f : calls) {
+        if (auto r = ctx.await(f); !r.ok()) return r.status();
+      }
+      return std::string();
+    };
+  };
+  check(engine.registerService(ServiceDefinition::service("FanAll").handler("run", fanOut(true))),
+        "register FanAll");
+  check(engine.registerService(ServiceDefinition::service("FanEach").handler("run", fanOut(false))),
+        "register FanEach");
   engine.start();
 
   // Suspends `n` Wait invocations from 8 sender threads and waits until all are suspended.
@@ -290,6 +312,7 @@ int run(bool json, bool quick) {
   resolveAll(readAwakeables());
 
   std::vector<double> raw_r, wf_r, step_ms_r, writes_r, commits_r, kib_r, resolve_r, wf_commit_r;
+  std::vector<double> fan_all_ms, fan_each_ms, fan_all_runs, fan_each_runs;
   for (int round = 1; round <= rounds; ++round) {
     say("round {}/{}", round, rounds);
     const double raw = rawCommitRate(*pool, 8, raw_window, round);
@@ -339,6 +362,28 @@ int run(bool json, bool quick) {
     resolve_r.push_back(resolveAll(awakeables));
     say("  resolved {} awakeables, every invocation finished: {:.2f} s", awakeables.size(),
         resolve_r.back());
+
+    for (const bool all : {true, false}) {
+      fan_runs = 0;
+      const std::string parent = check(engine.send({all ? "FanAll" : "FanEach", "run"}), "fan");
+      std::vector<std::pair<std::string, std::string>> children;
+      while ((children = readAwakeables()).size() < static_cast<size_t>(kFanOut)) {
+        std::this_thread::sleep_for(20ms);
+      }
+      // The children's results arrive one by one, 2 ms apart, as regions report over time.
+      const auto start = std::chrono::steady_clock::now();
+      for (const auto& [id, awakeable] : children) {
+        check(engine.resolveAwakeable(awakeable, "ok"), "resolve");
+        std::this_thread::sleep_for(2ms);
+      }
+      check(engine.awaitResult(parent, 600s), "fan-out");
+      const double ms = seconds(std::chrono::steady_clock::now() - start) * 1000.0;
+      (all ? fan_all_ms : fan_each_ms).push_back(ms);
+      (all ? fan_all_runs : fan_each_runs).push_back(fan_runs.load());
+      say("  fan-out of {} calls, {}: {:.1f} ms from the first result to the parent's end; the"
+          " parent ran {} times",
+          kFanOut, all ? "awaitAll" : "awaited one by one", ms, fan_runs.load());
+    }
   }
   engine.stop();
 
@@ -351,6 +396,10 @@ int run(bool json, bool quick) {
   figures.push_back({"suspended_memory_kib_per_invocation", kib, "KiB", "<= 2", kib <= 2.0});
   figures.push_back({"resolve_10k_awakeables_s", median(resolve_r), "s", "", -1});
   figures.push_back({"raw_commit_rate_per_s", median(raw_r), "1/s", "", -1});
+  figures.push_back({"fanout_100_await_all_ms", median(fan_all_ms), "ms", "", -1});
+  figures.push_back({"fanout_100_await_each_ms", median(fan_each_ms), "ms", "", -1});
+  figures.push_back({"fanout_100_await_all_parent_runs", median(fan_all_runs), "runs", "", -1});
+  figures.push_back({"fanout_100_await_each_parent_runs", median(fan_each_runs), "runs", "", -1});
   // Shown in the table only: the JSON carries the figures above.
   std::vector<Figure> extra;
   extra.push_back({"db_commits_per_step", median(commits_r), "commits", "", -1});
