@@ -14,6 +14,7 @@
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "controlplane/services/buildslot/buildslot.h"
+#include "controlplane/services/deployment/deployment.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::ctrl {
@@ -130,6 +131,8 @@ absl::Status Server::startWorkflow() {
   options.max_payload_bytes = config_.workflow.max_payload_bytes;
   engine_ = std::make_unique<workflow::Engine>(pool_, options);
   KRANE_RETURN_IF_ERROR(engine_->registerService(services::buildslot::buildSlotService(pool_)));
+  KRANE_RETURN_IF_ERROR(
+      engine_->registerService(services::deployment::deploymentService(writer_)));
   engine_->start();
   workflow::MaintenanceOptions maintenance;
   maintenance.interval = config_.workflow.maintenance_interval;

@@ -41,6 +41,7 @@
 #include "krane/cluster/v1/state.pb.h"
 #include "krane/plugin/v1/plugin.pb.h"
 #include "krane/services/v1/buildslot.pb.h"
+#include "krane/services/v1/deployment.pb.h"
 #include "tests/support/matchers.h"
 
 namespace krane {
@@ -63,6 +64,7 @@ std::vector<const pb::FileDescriptor*> KraneFiles() {
       api::v1::ListInvocationsRequest::descriptor()->file(),
       plugin::v1::Frame::descriptor()->file(),
       services::v1::BuildSlots::descriptor()->file(),
+      services::v1::ScheduleDesiredStateRequest::descriptor()->file(),
   };
 }
 

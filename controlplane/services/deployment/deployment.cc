@@ -1,0 +1,103 @@
+#include "controlplane/services/deployment/deployment.h"
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/workflow/typed.h"
+
+namespace krane::services::deployment {
+namespace {
+
+using cluster::v1::DesiredStatus;
+using workflow::Context;
+using workflow::terminalError;
+
+constexpr char kNonceKey[] = "nonce";
+
+absl::Status checkStatus(DesiredStatus status) {
+  if (status == cluster::v1::DESIRED_STATUS_RUNNING ||
+      status == cluster::v1::DESIRED_STATUS_STOPPED) {
+    return absl::OkStatus();
+  }
+  return terminalError(absl::StatusCode::kInvalidArgument,
+                       "desired_status: DESIRED_STATUS_RUNNING or DESIRED_STATUS_STOPPED");
+}
+
+absl::StatusOr<ScheduleDesiredStateResponse> schedule(Context& ctx,
+                                                      const ScheduleDesiredStateRequest& req) {
+  KRANE_RETURN_IF_ERROR(checkStatus(req.desired_status()));
+  if (req.delay_ms() < 0) {
+    return terminalError(absl::StatusCode::kInvalidArgument, "delay_ms: must not be negative");
+  }
+  const std::string nonce = req.nonce().empty() ? ctx.invocationId() : req.nonce();
+  ctx.set(kNonceKey, nonce);
+  ApplyDesiredStateRequest apply;
+  apply.set_desired_status(req.desired_status());
+  apply.set_nonce(nonce);
+  workflow::send(ctx, kServiceName, "Apply", ctx.key(), apply,
+                 std::chrono::milliseconds(req.delay_ms()));
+  ScheduleDesiredStateResponse out;
+  out.set_nonce(nonce);
+  return out;
+}
+
+// Sets the desired status of every live topology row of the deployment; returns the regions
+// that changed.
+absl::StatusOr<ApplyDesiredStateResponse> write(feed::Writer& writer,
+                                                const std::string& deployment_id,
+                                                DesiredStatus status) {
+  ApplyDesiredStateResponse out;
+  out.set_applied(true);
+  const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
+  KRANE_RETURN_IF_ERROR(
+      writer
+          .transact("desired state",
+                    [&](feed::WriteTx& tx) -> absl::Status {
+                      out.clear_changed_regions();
+                      KRANE_ASSIGN_OR_RETURN(
+                          auto rows,
+                          tx.connection().query("SELECT region_id FROM deployment_topology"
+                                                " WHERE deployment_id = ? AND deleted_at IS NULL"
+                                                " ORDER BY region_id FOR UPDATE",
+                                                {deployment_id}));
+                      for (const db::Row& r : rows.rows) {
+                        const feed::ResourceKey key{std::string(feed::kDeploymentTopology),
+                                                    deployment_id, r.str("region_id")};
+                        KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
+                        if (!stored || stored->deleted) continue;
+                        feed::Resource resource = stored->resource;
+                        if (resource.deployment_topology().desired_status() == status) continue;
+                        resource.mutable_deployment_topology()->set_desired_status(status);
+                        KRANE_RETURN_IF_ERROR(tx.put(resource, stored->resource.version()));
+                        out.add_changed_regions(key.region);
+                      }
+                      return absl::OkStatus();
+                    })
+          .status());
+  return out;
+}
+
+absl::StatusOr<ApplyDesiredStateResponse> apply(Context& ctx, feed::Writer& writer,
+                                                const ApplyDesiredStateRequest& req) {
+  KRANE_RETURN_IF_ERROR(checkStatus(req.desired_status()));
+  if (ctx.get(kNonceKey) != req.nonce()) return ApplyDesiredStateResponse();  // replaced
+  return workflow::run<ApplyDesiredStateResponse>(
+      ctx, "write desired state", [&]() -> absl::StatusOr<ApplyDesiredStateResponse> {
+        return write(writer, ctx.key(), req.desired_status());
+      });
+}
+
+}  // namespace
+
+workflow::ServiceDefinition deploymentService(std::shared_ptr<feed::Writer> writer) {
+  using workflow::typed;
+  return workflow::ServiceDefinition::virtualObject(kServiceName)
+      .exclusive("Schedule",
+                 typed<ScheduleDesiredStateRequest, ScheduleDesiredStateResponse>(schedule))
+      .exclusive("Apply", typed<ApplyDesiredStateRequest, ApplyDesiredStateResponse>(
+                              [writer](Context& ctx, const ApplyDesiredStateRequest& req) {
+                                return apply(ctx, *writer, req);
+                              }))
+      .retry(workflow::RetryPolicy::deployPreset());
+}
+
+}  // namespace krane::services::deployment
