@@ -15,6 +15,7 @@
 #include "controlplane/db/migrate.h"
 #include "controlplane/services/buildslot/buildslot.h"
 #include "controlplane/services/deployment/deployment.h"
+#include "controlplane/services/routing/routing.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::ctrl {
@@ -133,6 +134,7 @@ absl::Status Server::startWorkflow() {
   KRANE_RETURN_IF_ERROR(engine_->registerService(services::buildslot::buildSlotService(pool_)));
   KRANE_RETURN_IF_ERROR(
       engine_->registerService(services::deployment::deploymentService(writer_)));
+  KRANE_RETURN_IF_ERROR(engine_->registerService(services::routing::routingService()));
   engine_->start();
   workflow::MaintenanceOptions maintenance;
   maintenance.interval = config_.workflow.maintenance_interval;

@@ -125,6 +125,21 @@ absl::StatusOr<M> run(Context& ctx, std::string_view name,
   return decodeAs<M>(*raw, std::string("run '") + std::string(name) + "'");
 }
 
+// A side effect on the engine's database, done in the transaction that journals it, whose result
+// is a message (Context::runTx): exactly once.
+template <typename M>
+absl::StatusOr<M> runTx(Context& ctx, std::string_view name,
+                        const std::function<absl::StatusOr<M>(db::Connection&)>& fn) {
+  absl::StatusOr<std::string> raw =
+      ctx.runTx(name, [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+        absl::StatusOr<M> result = fn(conn);
+        if (!result.ok()) return result.status();
+        return encodeMessage(*result);
+      });
+  if (!raw.ok()) return raw.status();
+  return decodeAs<M>(*raw, std::string("runTx '") + std::string(name) + "'");
+}
+
 // Per-object state holding a message: nullopt when unset.
 template <typename M>
 absl::StatusOr<std::optional<M>> getState(Context& ctx, std::string_view name) {

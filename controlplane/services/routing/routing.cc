@@ -1,0 +1,206 @@
+#include "controlplane/services/routing/routing.h"
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/workflow/typed.h"
+
+namespace krane::services::routing {
+namespace {
+
+using services::v1::SwapReason;
+using workflow::Context;
+using workflow::terminalError;
+
+struct Deployment {
+  std::string id;
+  std::string app_id;
+  std::string status;
+  std::optional<std::string> branch;
+  int64_t created_at = 0;
+};
+
+absl::Status refuse(absl::StatusCode code, std::string_view message) {
+  return terminalError(code, message);
+}
+
+// The deployment, which must belong to `environment_id` (locked for the transaction).
+absl::StatusOr<Deployment> deploymentOf(db::Connection& conn, const std::string& environment_id,
+                                        const std::string& deployment_id) {
+  if (deployment_id.empty()) {
+    return refuse(absl::StatusCode::kInvalidArgument, "deployment_id: required");
+  }
+  KRANE_ASSIGN_OR_RETURN(auto rows,
+                         conn.query("SELECT id, app_id, status, git_branch, created_at"
+                                    " FROM deployments WHERE id = ? AND environment_id = ?"
+                                    " FOR UPDATE",
+                                    {deployment_id, environment_id}));
+  if (rows.empty()) {
+    return refuse(absl::StatusCode::kNotFound,
+                  strCat("deployment_id: no deployment '", deployment_id, "' in environment '",
+                         environment_id, "'"));
+  }
+  const db::Row& r = rows.rows[0];
+  return Deployment{r.str("id"), r.str("app_id"), r.str("status"), r.optStr("git_branch"),
+                    r.i64("created_at")};
+}
+
+absl::Status mustBeReady(const Deployment& d, std::string_view what) {
+  if (d.status == "ready") return absl::OkStatus();
+  return refuse(absl::StatusCode::kFailedPrecondition,
+                strCat("deployment '", d.id, "' is ", d.status, ", not ready: it cannot ", what));
+}
+
+// Points the environment's routes of `sticky` (and `branch`, for branch routes) at the
+// deployment; returns their hostnames.
+absl::StatusOr<std::vector<std::string>> moveRoutes(db::Connection& conn,
+                                                    const std::string& environment_id,
+                                                    const std::string& sticky, const Deployment& to,
+                                                    int64_t now) {
+  std::string where = "environment_id = ? AND sticky = ?";
+  db::Params params = {environment_id, sticky};
+  if (sticky == "branch") {
+    if (!to.branch) return std::vector<std::string>();
+    where += " AND git_branch = ?";
+    params.emplace_back(*to.branch);
+  }
+  KRANE_ASSIGN_OR_RETURN(auto rows,
+                         conn.query(strCat("SELECT hostname FROM frontline_routes WHERE ", where,
+                                           " ORDER BY hostname FOR UPDATE"),
+                                    params));
+  std::vector<std::string> hostnames;
+  for (const db::Row& r : rows.rows) hostnames.push_back(r.str("hostname"));
+  if (hostnames.empty()) return hostnames;
+  db::Params update = {to.id, now};
+  update.insert(update.end(), params.begin(), params.end());
+  KRANE_RETURN_IF_ERROR(
+      conn.exec(
+              strCat("UPDATE frontline_routes SET deployment_id = ?, updated_at = ? WHERE ", where),
+              update)
+          .status());
+  return hostnames;
+}
+
+absl::StatusOr<std::string> environmentKind(db::Connection& conn,
+                                            const std::string& environment_id) {
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows,
+      conn.query("SELECT kind FROM environments WHERE id = ? FOR UPDATE", {environment_id}));
+  if (rows.empty()) {
+    return refuse(absl::StatusCode::kNotFound,
+                  strCat("environment '", environment_id, "' not found"));
+  }
+  return rows.rows[0].str("kind");
+}
+
+// The swap itself, in the caller's transaction.
+absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const std::string& environment_id,
+                                      const Deployment& to, SwapReason reason) {
+  KRANE_ASSIGN_OR_RETURN(std::string kind, environmentKind(conn, environment_id));
+  if (kind != "production") {
+    return refuse(absl::StatusCode::kFailedPrecondition,
+                  strCat("environment '", environment_id,
+                         "' is a preview environment: it has no live deployment"));
+  }
+  KRANE_RETURN_IF_ERROR(mustBeReady(to, "go live"));
+  KRANE_ASSIGN_OR_RETURN(auto app, conn.query("SELECT current_deployment_id, is_rolled_back"
+                                              " FROM apps WHERE id = ? FOR UPDATE",
+                                              {to.app_id}));
+  if (app.empty()) {
+    return refuse(absl::StatusCode::kNotFound, strCat("app '", to.app_id, "' not found"));
+  }
+  SwapLiveResponse out;
+  out.set_previous_deployment_id(app.rows[0].optStr("current_deployment_id").value_or(""));
+  const bool rolled_back = app.rows[0].i64("is_rolled_back") != 0;
+  if (reason == services::v1::SWAP_REASON_DEPLOY && rolled_back) {
+    out.set_live_deployment_id(out.previous_deployment_id());
+    out.set_reason(
+        "the app is rolled back: the new deployment is ready but stays off the live routes"
+        " until it is promoted");
+    return out;
+  }
+  const int64_t now = unixMillis();
+  KRANE_RETURN_IF_ERROR(
+      conn.exec("UPDATE apps SET current_deployment_id = ?,"
+                " is_rolled_back = ?, updated_at = ? WHERE id = ?",
+                {to.id, reason == services::v1::SWAP_REASON_ROLLBACK, now, to.app_id})
+          .status());
+  KRANE_ASSIGN_OR_RETURN(std::vector<std::string> hostnames,
+                         moveRoutes(conn, environment_id, "live", to, now));
+  out.set_swapped(true);
+  out.set_live_deployment_id(to.id);
+  for (auto& h : hostnames) out.add_hostnames(std::move(h));
+  return out;
+}
+
+absl::StatusOr<SwapLiveResponse> swapLive(Context& ctx, const SwapLiveRequest& req) {
+  if (req.reason() == services::v1::SWAP_REASON_UNSPECIFIED) {
+    return refuse(absl::StatusCode::kInvalidArgument,
+                  "reason: SWAP_REASON_DEPLOY, SWAP_REASON_PROMOTE or SWAP_REASON_ROLLBACK");
+  }
+  return workflow::runTx<SwapLiveResponse>(
+      ctx, "swap live", [&](db::Connection& conn) -> absl::StatusOr<SwapLiveResponse> {
+        KRANE_ASSIGN_OR_RETURN(Deployment to, deploymentOf(conn, ctx.key(), req.deployment_id()));
+        return swap(conn, ctx.key(), to, req.reason());
+      });
+}
+
+absl::StatusOr<SwapLiveResponse> rollback(Context& ctx, const RollbackRequest&) {
+  return workflow::runTx<SwapLiveResponse>(
+      ctx, "rollback", [&](db::Connection& conn) -> absl::StatusOr<SwapLiveResponse> {
+        KRANE_ASSIGN_OR_RETURN(auto live,
+                               conn.query("SELECT d.id, d.created_at FROM environments e"
+                                          " JOIN apps a ON a.id = e.app_id"
+                                          " JOIN deployments d ON d.id = a.current_deployment_id"
+                                          " WHERE e.id = ?",
+                                          {ctx.key()}));
+        if (live.empty()) {
+          return refuse(
+              absl::StatusCode::kFailedPrecondition,
+              strCat("environment '", ctx.key(), "' has no live deployment to roll back"));
+        }
+        KRANE_ASSIGN_OR_RETURN(
+            auto previous,
+            conn.query("SELECT id FROM deployments WHERE environment_id = ? AND status = 'ready'"
+                       " AND id <> ? AND (created_at < ? OR (created_at = ? AND id < ?))"
+                       " ORDER BY created_at DESC, id DESC LIMIT 1",
+                       {ctx.key(), live.rows[0].str("id"), live.rows[0].i64("created_at"),
+                        live.rows[0].i64("created_at"), live.rows[0].str("id")}));
+        if (previous.empty()) {
+          return refuse(absl::StatusCode::kFailedPrecondition,
+                        strCat("no ready deployment older than the live one (",
+                               live.rows[0].str("id"), ") to roll back to"));
+        }
+        KRANE_ASSIGN_OR_RETURN(Deployment to,
+                               deploymentOf(conn, ctx.key(), previous.rows[0].str("id")));
+        return swap(conn, ctx.key(), to, services::v1::SWAP_REASON_ROLLBACK);
+      });
+}
+
+absl::StatusOr<AssignRoutesResponse> assignRoutes(Context& ctx, const AssignRoutesRequest& req) {
+  return workflow::runTx<AssignRoutesResponse>(
+      ctx, "assign routes", [&](db::Connection& conn) -> absl::StatusOr<AssignRoutesResponse> {
+        KRANE_ASSIGN_OR_RETURN(Deployment to, deploymentOf(conn, ctx.key(), req.deployment_id()));
+        KRANE_RETURN_IF_ERROR(mustBeReady(to, "take routes"));
+        AssignRoutesResponse out;
+        const int64_t now = unixMillis();
+        for (const char* sticky : {"environment", "branch"}) {
+          KRANE_ASSIGN_OR_RETURN(auto moved, moveRoutes(conn, ctx.key(), sticky, to, now));
+          for (auto& h : moved) out.add_hostnames(std::move(h));
+        }
+        return out;
+      });
+}
+
+}  // namespace
+
+workflow::ServiceDefinition routingService() {
+  using workflow::typed;
+  return workflow::ServiceDefinition::virtualObject(kServiceName)
+      .exclusive("AssignRoutes", typed<AssignRoutesRequest, AssignRoutesResponse>(assignRoutes))
+      .exclusive("SwapLiveDeployment", typed<SwapLiveRequest, SwapLiveResponse>(swapLive))
+      .exclusive("Rollback", typed<RollbackRequest, SwapLiveResponse>(rollback))
+      .retry(workflow::RetryPolicy::deployPreset());
+}
+
+}  // namespace krane::services::routing

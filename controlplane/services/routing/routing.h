@@ -1,0 +1,39 @@
+// RoutingService: every routing change of an environment goes through it (seed 001), so
+// concurrent deploys, promotes and rollbacks of one environment can never race on
+// apps.current_deployment_id or on where a hostname points. A virtual object keyed by
+// environment id; each handler is one transaction on the engine's database (runTx), done
+// exactly once.
+//
+// Handlers (typed, messages of proto/krane/services/v1/routing.proto), all exclusive:
+//   AssignRoutes(AssignRoutesRequest)   -> AssignRoutesResponse
+//       a ready deployment takes the environment's 'environment' routes and its branch's
+//       'branch' routes
+//   SwapLiveDeployment(SwapLiveRequest) -> SwapLiveResponse
+//       a ready deployment of a production environment becomes the app's live one and takes
+//       the 'live' routes; a deploy (reason DEPLOY) of a rolled-back app does not go live; a
+//       promote clears the rolled-back flag, a rollback sets it
+//   Rollback(RollbackRequest)           -> SwapLiveResponse
+//       the newest ready deployment created before the live one goes live (reason ROLLBACK)
+//
+// Errors (terminal): INVALID_ARGUMENT naming a missing field or reason; NOT_FOUND for a
+// deployment that is not one of this environment; FAILED_PRECONDITION for a deployment that is
+// not ready, a preview environment (it has no live deployment), or a rollback with nothing to
+// roll back to.
+#pragma once
+
+#include "controlplane/workflow/service.h"
+#include "krane/services/v1/routing.pb.h"
+
+namespace krane::services::routing {
+
+inline constexpr char kServiceName[] = "RoutingService";
+
+using AssignRoutesRequest = services::v1::AssignRoutesRequest;
+using AssignRoutesResponse = services::v1::AssignRoutesResponse;
+using SwapLiveRequest = services::v1::SwapLiveRequest;
+using SwapLiveResponse = services::v1::SwapLiveResponse;
+using RollbackRequest = services::v1::RollbackRequest;
+
+workflow::ServiceDefinition routingService();
+
+}  // namespace krane::services::routing
