@@ -40,6 +40,7 @@
 #include "krane/cluster/v1/cluster.pb.h"
 #include "krane/cluster/v1/state.pb.h"
 #include "krane/plugin/v1/plugin.pb.h"
+#include "krane/services/v1/build.pb.h"
 #include "krane/services/v1/buildslot.pb.h"
 #include "krane/services/v1/deployment.pb.h"
 #include "krane/services/v1/routing.pb.h"
@@ -64,6 +65,7 @@ std::vector<const pb::FileDescriptor*> KraneFiles() {
       api::v1::ListAgentsRequest::descriptor()->file(),
       api::v1::ListInvocationsRequest::descriptor()->file(),
       plugin::v1::Frame::descriptor()->file(),
+      services::v1::BuildRequest::descriptor()->file(),
       services::v1::BuildSlots::descriptor()->file(),
       services::v1::ScheduleDesiredStateRequest::descriptor()->file(),
       services::v1::SwapLiveRequest::descriptor()->file(),
