@@ -75,6 +75,12 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                    number(c.workflow.watchdog_threshold, s, 1, 30LL * 24 * 3600)},
                   {"retention_s", number(c.workflow.retention, s, 60, 365LL * 24 * 3600)}});
            }},
+          {"deploy",
+           [&](const YAML::Node& n, const std::string& p) {
+             return walk(n, s, p,
+                         {{"build_log_dir", text(c.deploy.build_log_dir, s)},
+                          {"build_timeout_s", number(c.deploy.build_timeout, s, 1, 24 * 3600)}});
+           }},
       });
   if (!status.ok()) return status;
   if (!validHostPort(c.listen))

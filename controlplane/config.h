@@ -54,6 +54,13 @@ struct CtrlConfig {
     std::chrono::seconds watchdog_threshold{3600};  // report keys held longer than this
     std::chrono::seconds retention{7 * 24 * 3600};  // keep finished invocations this long
   } workflow;
+
+  struct Deploy {
+    // Logs of build commands (the `command` builder), one file per deployment; empty: the
+    // system's temporary directory / krane-builds.
+    std::string build_log_dir;
+    std::chrono::seconds build_timeout{600};  // a build command running longer is stopped
+  } deploy;
 };
 
 // Parses YAML text; `source` names it in errors.

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -14,6 +15,8 @@
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "controlplane/services/buildslot/buildslot.h"
+#include "controlplane/services/deploy/deploy.h"
+#include "controlplane/services/deploy/readiness.h"
 #include "controlplane/services/deployment/deployment.h"
 #include "controlplane/services/routing/routing.h"
 #include "spdlog/spdlog.h"
@@ -132,9 +135,20 @@ absl::Status Server::startWorkflow() {
   options.max_payload_bytes = config_.workflow.max_payload_bytes;
   engine_ = std::make_unique<workflow::Engine>(pool_, options);
   KRANE_RETURN_IF_ERROR(engine_->registerService(services::buildslot::buildSlotService(pool_)));
-  KRANE_RETURN_IF_ERROR(
-      engine_->registerService(services::deployment::deploymentService(writer_)));
+  KRANE_RETURN_IF_ERROR(engine_->registerService(services::deployment::deploymentService(writer_)));
   KRANE_RETURN_IF_ERROR(engine_->registerService(services::routing::routingService()));
+  services::builder::CommandBuilderOptions builds;
+  builds.log_dir = config_.deploy.build_log_dir.empty()
+                       ? std::filesystem::temp_directory_path() / "krane-builds"
+                       : std::filesystem::path(config_.deploy.build_log_dir);
+  builds.default_timeout = config_.deploy.build_timeout;
+  KRANE_RETURN_IF_ERROR(engine_->registerService(services::deploy::deployService(
+      {pool_, writer_, std::make_shared<services::builder::PrebuiltBuilder>(),
+       std::make_shared<services::builder::CommandBuilder>(builds)})));
+  // Instance reports tell waiting deploys when enough regions are healthy. gRPC (the only
+  // caller of the ingestor) stops before the engine does.
+  ingestor_->addDeploymentInstancesHook(
+      std::make_shared<services::deploy::ReadinessGate>(pool_, *engine_));
   engine_->start();
   workflow::MaintenanceOptions maintenance;
   maintenance.interval = config_.workflow.maintenance_interval;

@@ -306,4 +306,14 @@ absl::StatusOr<CleanupResult> cleanupFinished(db::Pool& pool, std::chrono::milli
   }
 }
 
+absl::StatusOr<std::optional<std::string>> readState(db::Pool& pool, std::string_view service,
+                                                     std::string_view key, std::string_view name) {
+  KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT value FROM workflow_state WHERE"
+                                                " service = ? AND object_key = ? AND name = ?",
+                                                {service, key, name}));
+  if (rows.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(rows.rows[0].str("value"));
+}
+
 }  // namespace krane::workflow

@@ -89,6 +89,11 @@ absl::Status settleAwakeable(db::Pool& pool, const std::string& id,
 absl::StatusOr<std::vector<HeldKey>> keysHeldLongerThan(db::Pool& pool,
                                                         std::chrono::milliseconds threshold);
 
+// A virtual object's state value as last committed (nullopt when unset), read outside any
+// handler: for components that react to what a workflow waits for (the deploy readiness gate).
+absl::StatusOr<std::optional<std::string>> readState(db::Pool& pool, std::string_view service,
+                                                     std::string_view key, std::string_view name);
+
 struct CleanupResult {
   uint64_t invocations = 0;
   uint64_t journal_entries = 0;

@@ -95,6 +95,12 @@ TEST_CASE("config errors name the key", "[serve-command]") {
   CHECK_THAT(tls.err, Catch::Contains("tls: cert_file and key_file go together"));
   auto workflow = ctrl({"serve", "--config", writeFile("h.yaml", "workflow:\n  threads: 0\n")});
   CHECK_THAT(workflow.err, Catch::Contains("workflow.threads: must be between 1 and 1024, got 0"));
+  auto deploy = ctrl({"serve", "--config", writeFile("i.yaml", "deploy:\n  build_timeout_s: 0\n")});
+  CHECK_THAT(deploy.err,
+             Catch::Contains("deploy.build_timeout_s: must be between 1 and 86400, got 0"));
+  auto deploy_key =
+      ctrl({"serve", "--config", writeFile("j.yaml", "deploy:\n  build_logs: /tmp\n")});
+  CHECK_THAT(deploy_key.err, Catch::Contains("deploy.build_logs: unknown key"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
   CHECK_THAT(missing.err, Catch::Contains("cannot read config file /nonexistent/ctrl.yaml"));
 }

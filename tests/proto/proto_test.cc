@@ -42,6 +42,7 @@
 #include "krane/plugin/v1/plugin.pb.h"
 #include "krane/services/v1/build.pb.h"
 #include "krane/services/v1/buildslot.pb.h"
+#include "krane/services/v1/deploy.pb.h"
 #include "krane/services/v1/deployment.pb.h"
 #include "krane/services/v1/routing.pb.h"
 #include "tests/support/matchers.h"
@@ -67,6 +68,7 @@ std::vector<const pb::FileDescriptor*> KraneFiles() {
       plugin::v1::Frame::descriptor()->file(),
       services::v1::BuildRequest::descriptor()->file(),
       services::v1::BuildSlots::descriptor()->file(),
+      services::v1::DeployRequest::descriptor()->file(),
       services::v1::ScheduleDesiredStateRequest::descriptor()->file(),
       services::v1::SwapLiveRequest::descriptor()->file(),
   };

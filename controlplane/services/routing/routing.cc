@@ -45,8 +45,13 @@ absl::StatusOr<Deployment> deploymentOf(db::Connection& conn, const std::string&
                     r.i64("created_at")};
 }
 
-absl::Status mustBeReady(const Deployment& d, std::string_view what) {
+// Ready; or, for the deploy workflow's own network and finalizing steps (`deploying_ok`), on
+// its way there.
+absl::Status mustBeReady(const Deployment& d, std::string_view what, bool deploying_ok = false) {
   if (d.status == "ready") return absl::OkStatus();
+  if (deploying_ok && (d.status == "network" || d.status == "finalizing")) {
+    return absl::OkStatus();
+  }
   return refuse(absl::StatusCode::kFailedPrecondition,
                 strCat("deployment '", d.id, "' is ", d.status, ", not ready: it cannot ", what));
 }
@@ -102,7 +107,7 @@ absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const std::string& e
                   strCat("environment '", environment_id,
                          "' is a preview environment: it has no live deployment"));
   }
-  KRANE_RETURN_IF_ERROR(mustBeReady(to, "go live"));
+  KRANE_RETURN_IF_ERROR(mustBeReady(to, "go live", reason == services::v1::SWAP_REASON_DEPLOY));
   KRANE_ASSIGN_OR_RETURN(auto app, conn.query("SELECT current_deployment_id, is_rolled_back"
                                               " FROM apps WHERE id = ? FOR UPDATE",
                                               {to.app_id}));
@@ -181,7 +186,7 @@ absl::StatusOr<AssignRoutesResponse> assignRoutes(Context& ctx, const AssignRout
   return workflow::runTx<AssignRoutesResponse>(
       ctx, "assign routes", [&](db::Connection& conn) -> absl::StatusOr<AssignRoutesResponse> {
         KRANE_ASSIGN_OR_RETURN(Deployment to, deploymentOf(conn, ctx.key(), req.deployment_id()));
-        KRANE_RETURN_IF_ERROR(mustBeReady(to, "take routes"));
+        KRANE_RETURN_IF_ERROR(mustBeReady(to, "take routes", /*deploying_ok=*/true));
         AssignRoutesResponse out;
         const int64_t now = unixMillis();
         for (const char* sticky : {"environment", "branch"}) {

@@ -6,12 +6,13 @@
 //
 // Handlers (typed, messages of proto/krane/services/v1/routing.proto), all exclusive:
 //   AssignRoutes(AssignRoutesRequest)   -> AssignRoutesResponse
-//       a ready deployment takes the environment's 'environment' routes and its branch's
-//       'branch' routes
+//       a ready deployment (or one in its deploy's network or finalizing step) takes the
+//       environment's 'environment' routes and its branch's 'branch' routes
 //   SwapLiveDeployment(SwapLiveRequest) -> SwapLiveResponse
-//       a ready deployment of a production environment becomes the app's live one and takes
-//       the 'live' routes; a deploy (reason DEPLOY) of a rolled-back app does not go live; a
-//       promote clears the rolled-back flag, a rollback sets it
+//       a ready deployment of a production environment (for reason DEPLOY, also one in its
+//       network or finalizing step) becomes the app's live one and takes the 'live' routes; a
+//       deploy (reason DEPLOY) of a rolled-back app does not go live; a promote clears the
+//       rolled-back flag, a rollback sets it
 //   Rollback(RollbackRequest)           -> SwapLiveResponse
 //       the newest ready deployment created before the live one goes live (reason ROLLBACK)
 //

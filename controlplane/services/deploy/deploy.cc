@@ -1,0 +1,445 @@
+#include "controlplane/services/deploy/deploy.h"
+
+#include <algorithm>
+
+#include <google/protobuf/util/message_differencer.h>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/services/buildslot/buildslot.h"
+#include "controlplane/services/dedup/dedup.h"
+#include "controlplane/services/deploy/readiness.h"
+#include "controlplane/services/routing/routing.h"
+#include "controlplane/workflow/typed.h"
+
+namespace krane::services::deploy {
+namespace {
+
+using services::v1::DeploymentInfo;
+using services::v1::SlotHold;
+using workflow::Context;
+using workflow::terminalError;
+
+// Statuses a deployment can still leave: everything but ready, failed, superseded, cancelled.
+const std::vector<std::string> kUnfinished = {
+    "pending", "awaiting_approval", "starting", "building", "deploying", "network", "finalizing"};
+
+bool among(const std::string& status, const std::vector<std::string>& set) {
+  return std::find(set.begin(), set.end(), status) != set.end();
+}
+
+absl::StatusOr<DeploymentInfo> loadInfo(db::Connection& conn, const std::string& id) {
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows,
+      conn.query("SELECT d.workspace_id, d.project_id, d.app_id, d.environment_id, d.status,"
+                 " d.git_branch, d.git_commit_sha, e.kind, e.deploy_timeout_seconds"
+                 " FROM deployments d JOIN environments e ON e.id = d.environment_id"
+                 " WHERE d.id = ?",
+                 {id}));
+  if (rows.empty()) {
+    return terminalError(absl::StatusCode::kNotFound, strCat("deployment '", id, "' not found"));
+  }
+  const db::Row& r = rows.rows[0];
+  DeploymentInfo info;
+  info.set_workspace_id(r.str("workspace_id"));
+  info.set_project_id(r.str("project_id"));
+  info.set_app_id(r.str("app_id"));
+  info.set_environment_id(r.str("environment_id"));
+  info.set_status(r.str("status"));
+  info.set_git_branch(r.optStr("git_branch").value_or(""));
+  info.set_git_commit_sha(r.optStr("git_commit_sha").value_or(""));
+  info.set_production(r.str("kind") == "production");
+  info.set_deploy_timeout_seconds(r.i64("deploy_timeout_seconds"));
+  KRANE_ASSIGN_OR_RETURN(auto regions, conn.query("SELECT region_id, replicas FROM"
+                                                  " environment_regions WHERE environment_id = ?"
+                                                  " ORDER BY region_id",
+                                                  {info.environment_id()}));
+  if (regions.empty()) {
+    return terminalError(absl::StatusCode::kFailedPrecondition,
+                         strCat("environment '", info.environment_id(), "' has no regions"));
+  }
+  for (const db::Row& region : regions.rows) {
+    auto* out = info.add_regions();
+    out->set_region_id(region.str("region_id"));
+    out->set_replicas(static_cast<uint32_t>(region.i64("replicas")));
+  }
+  return info;
+}
+
+// Ends the open step with `error` (first write wins) and moves an unfinished deployment to
+// `status`; a finished one (ready, failed, superseded, cancelled) keeps its status.
+absl::Status markFinished(db::Connection& conn, const std::string& id, const std::string& status,
+                          const std::string& error) {
+  const int64_t now = unixMillis();
+  KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?, error = ?"
+                                  " WHERE deployment_id = ? AND ended_at IS NULL",
+                                  {now, error.substr(0, 60000), id})
+                            .status());
+  return conn
+      .exec(
+          "UPDATE deployments SET status = ?, updated_at = ? WHERE id = ? AND status IN"
+          " ('pending', 'awaiting_approval', 'starting', 'building', 'deploying', 'network',"
+          " 'finalizing')",
+          {status, now, id})
+      .status();
+}
+
+// Starts step `step` (ending the open one) and, unless `status` is empty, moves the deployment
+// to it; only while the deployment is in one of `from`. False (nothing written) otherwise.
+absl::StatusOr<bool> enterStep(Context& ctx, const std::string& step, const std::string& status,
+                               const std::vector<std::string>& from) {
+  auto entered =
+      ctx.runTx(strCat("step ", step), [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+        KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT status FROM deployments WHERE id = ?"
+                                                     " FOR UPDATE",
+                                                     {ctx.key()}));
+        if (rows.empty() || !among(rows.rows[0].str("status"), from)) {
+          return rows.empty() ? std::string("gone") : rows.rows[0].str("status");
+        }
+        const int64_t now = unixMillis();
+        KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?"
+                                        " WHERE deployment_id = ? AND ended_at IS NULL",
+                                        {now, ctx.key()})
+                                  .status());
+        KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO deployment_steps (deployment_id, step,"
+                                        " started_at) VALUES (?, ?, ?)",
+                                        {ctx.key(), step, now})
+                                  .status());
+        if (!status.empty()) {
+          KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployments SET status = ?, updated_at = ?"
+                                          " WHERE id = ?",
+                                          {status, now, ctx.key()})
+                                    .status());
+        }
+        return std::string();
+      });
+  if (!entered.ok()) return entered.status();
+  return entered->empty();
+}
+
+// What a deploy that stopped early (superseded while queued) answers.
+DeployResult stoppedAs(const std::string& status) {
+  DeployResult r;
+  r.set_status(status);
+  return r;
+}
+
+absl::Status releaseSlot(Context& ctx, const SlotHold& hold) {
+  buildslot::ReleaseSlotRequest release;
+  release.set_deployment_id(hold.deployment_id());
+  workflow::send(ctx, buildslot::kServiceName, "Release", hold.workspace_id(), release);
+  return absl::OkStatus();
+}
+
+feed::Resource topologyFor(const DeployRequest& req, const DeploymentInfo& info,
+                           const std::string& deployment_id, const std::string& image,
+                           const DeploymentInfo::Region& region) {
+  feed::Resource r;
+  r.set_type(std::string(feed::kDeploymentTopology));
+  r.set_id(deployment_id);
+  r.set_region(region.region_id());
+  auto* t = r.mutable_deployment_topology();
+  *t = req.spec();
+  t->set_workspace_id(info.workspace_id());
+  t->set_project_id(info.project_id());
+  t->set_app_id(info.app_id());
+  t->set_environment_id(info.environment_id());
+  t->set_image(image);
+  t->set_replicas(region.replicas());
+  if (t->desired_status() == cluster::v1::DESIRED_STATUS_UNSPECIFIED) {
+    t->set_desired_status(cluster::v1::DESIRED_STATUS_RUNNING);
+  }
+  return r;
+}
+
+// Puts the topology of every region in one writer transaction; a region whose stored topology
+// is already this one gets no change (the step may run twice after a crash).
+absl::Status writeTopology(feed::Writer& writer, const std::vector<feed::Resource>& wanted) {
+  const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
+  return writer
+      .transact("deploy topology",
+                [&](feed::WriteTx& tx) -> absl::Status {
+                  for (const feed::Resource& r : wanted) {
+                    KRANE_ASSIGN_OR_RETURN(
+                        auto stored, table.load(tx.connection(), {r.type(), r.id(), r.region()}));
+                    if (stored && !stored->deleted &&
+                        google::protobuf::util::MessageDifferencer::Equals(
+                            stored->resource.deployment_topology(), r.deployment_topology())) {
+                      continue;
+                    }
+                    KRANE_RETURN_IF_ERROR(tx.put(r));
+                  }
+                  return absl::OkStatus();
+                })
+      .status();
+}
+
+absl::Status removeTopology(feed::Writer& writer, const std::string& deployment_id,
+                            const std::vector<std::string>& regions) {
+  const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
+  return writer
+      .transact("undo deploy topology",
+                [&](feed::WriteTx& tx) -> absl::Status {
+                  for (const std::string& region : regions) {
+                    const feed::ResourceKey key{std::string(feed::kDeploymentTopology),
+                                                deployment_id, region};
+                    KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
+                    if (!stored || stored->deleted) continue;
+                    KRANE_RETURN_IF_ERROR(tx.remove(key));
+                  }
+                  return absl::OkStatus();
+                })
+      .status();
+}
+
+absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& deps,
+                                       const DeployRequest& req) {
+  const std::string id = ctx.key();
+  KRANE_ASSIGN_OR_RETURN(
+      DeploymentInfo info,
+      workflow::runTx<DeploymentInfo>(
+          ctx, "load deployment", [&](db::Connection& conn) -> absl::StatusOr<DeploymentInfo> {
+            KRANE_ASSIGN_OR_RETURN(DeploymentInfo loaded, loadInfo(conn, id));
+            // Commit dedup cancels a superseded deployment through this.
+            KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployments SET invocation_id = ?"
+                                            " WHERE id = ? AND invocation_id IS NULL",
+                                            {ctx.invocationId(), id})
+                                      .status());
+            return loaded;
+          }));
+  SlotHold hold;
+  hold.set_workspace_id(info.workspace_id());
+  hold.set_deployment_id(id);
+  // Registered first, so it runs last: whatever happened, an unfinished deployment ends failed
+  // (cancelled, when it was cancelled). A failure the handler saw is recorded with its error
+  // before this runs (deploy()), so this only finds unfinished ones after a cancel or a give-up.
+  workflow::compensate(ctx, "mark failed", hold, [](Context& ctx, const SlotHold& h) {
+    return ctx
+        .runTx("mark failed",
+               [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                 KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT cancel_requested FROM"
+                                                              " workflow_invocations WHERE id = ?",
+                                                              {ctx.invocationId()}));
+                 const bool cancelled = !rows.empty() && rows.rows[0].i64(0) != 0;
+                 KRANE_RETURN_IF_ERROR(markFinished(
+                     conn, h.deployment_id(), cancelled ? "cancelled" : "failed",
+                     cancelled ? std::string("cancelled")
+                               : strCat("the deploy workflow failed (krane-ctrl workflow show ",
+                                        ctx.invocationId(), ")")));
+                 return std::string();
+               })
+        .status();
+  });
+
+  // queued: self-skip, then a build slot.
+  KRANE_ASSIGN_OR_RETURN(bool queued,
+                         enterStep(ctx, "queued", "", {"pending", "awaiting_approval"}));
+  if (!queued) return stoppedAs(info.status());
+  auto newer = ctx.run("newer sibling?", [&]() -> absl::StatusOr<std::string> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
+    KRANE_ASSIGN_OR_RETURN(bool skip, dedup::hasNewerActiveDeployment(*conn, id));
+    return std::string(skip ? "yes" : "no");
+  });
+  if (!newer.ok()) return newer.status();
+  if (*newer == "yes") {
+    KRANE_RETURN_IF_ERROR(
+        ctx.runTx("superseded",
+                  [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                    const int64_t now = unixMillis();
+                    KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?,"
+                                                    " error = ? WHERE deployment_id = ?"
+                                                    " AND ended_at IS NULL",
+                                                    {now, dedup::kSupersededMessage, id})
+                                              .status());
+                    KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployments SET status = 'superseded',"
+                                                    " updated_at = ? WHERE id = ? AND status IN"
+                                                    " ('pending', 'awaiting_approval')",
+                                                    {now, id})
+                                              .status());
+                    return std::string();
+                  })
+            .status());
+    return stoppedAs("superseded");
+  }
+  workflow::Awakeable slot = ctx.awakeable();
+  workflow::compensate(ctx, "release build slot", hold, releaseSlot);
+  buildslot::AcquireSlotRequest acquire;
+  acquire.set_deployment_id(id);
+  acquire.set_awakeable_id(slot.id);
+  acquire.set_is_production(info.production());
+  KRANE_RETURN_IF_ERROR(workflow::await(ctx, workflow::call<buildslot::AcquireSlotResponse>(
+                                                 ctx, buildslot::kServiceName, "AcquireOrWait",
+                                                 info.workspace_id(), acquire))
+                            .status());
+  KRANE_RETURN_IF_ERROR(ctx.await(slot.future).status());
+
+  // starting: out of the queue for good, unless it was superseded while it waited.
+  KRANE_ASSIGN_OR_RETURN(bool started,
+                         enterStep(ctx, "starting", "starting", {"pending", "awaiting_approval"}));
+  if (!started) {
+    KRANE_RETURN_IF_ERROR(releaseSlot(ctx, hold));
+    return stoppedAs("superseded");
+  }
+
+  // building
+  KRANE_ASSIGN_OR_RETURN(bool building, enterStep(ctx, "building", "building", {"starting"}));
+  if (!building) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+  builder::BuildRequest build = req.build();
+  build.set_deployment_id(id);
+  build.set_commit_sha(info.git_commit_sha());
+  KRANE_ASSIGN_OR_RETURN(builder::Builder * b,
+                         builder::builderFor(build, *deps.prebuilt, *deps.command));
+  KRANE_ASSIGN_OR_RETURN(
+      builder::BuildResult built,
+      workflow::run<builder::BuildResult>(ctx, "build", [&] { return b->build(build); }));
+  KRANE_RETURN_IF_ERROR(ctx.runTx("record image",
+                                  [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                                    KRANE_RETURN_IF_ERROR(
+                                        conn.exec("UPDATE deployments SET image = ? WHERE id = ?",
+                                                  {built.image(), id})
+                                            .status());
+                                    return std::string();
+                                  })
+                            .status());
+
+  // deploying: desired state in every region.
+  KRANE_ASSIGN_OR_RETURN(bool deploying, enterStep(ctx, "deploying", "deploying", {"building"}));
+  if (!deploying) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+  std::vector<feed::Resource> topologies;
+  std::vector<std::string> regions;
+  for (const auto& region : info.regions()) {
+    topologies.push_back(topologyFor(req, info, id, built.image(), region));
+    regions.push_back(region.region_id());
+  }
+  // Outside the engine's database (the feed writer's own transaction): captured by value.
+  ctx.compensateRun("remove topology", [writer = deps.writer, id, regions] {
+    return removeTopology(*writer, id, regions);
+  });
+  KRANE_RETURN_IF_ERROR(
+      ctx.runVoid("write topology", [&] { return writeTopology(*deps.writer, topologies); }));
+
+  // waiting: for the readiness gate, or the timeout.
+  KRANE_ASSIGN_OR_RETURN(bool waiting, enterStep(ctx, "waiting", "", {"deploying"}));
+  if (!waiting) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+  workflow::Awakeable ready = ctx.awakeable();
+  ctx.set(kReadyAwakeableState, ready.id);
+  ctx.compensate("forget readiness wait", [](Context& ctx) {
+    ctx.clear(kReadyAwakeableState);
+    return absl::OkStatus();
+  });
+  auto already = ctx.run("initial readiness check", [&]() -> absl::StatusOr<std::string> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
+    KRANE_ASSIGN_OR_RETURN(Readiness r, readinessOf(*conn, id));
+    return std::string(r.ready() ? "ready" : "");
+  });
+  if (!already.ok()) return already.status();
+  if (*already == "ready") ctx.resolveAwakeable(ready.id, "");
+  const auto timeout = std::chrono::seconds(std::max<int64_t>(1, info.deploy_timeout_seconds()));
+  KRANE_ASSIGN_OR_RETURN(workflow::Selected first, ctx.select({ready.future, ctx.timer(timeout)}));
+  if (first.index == 1) {
+    auto detail = ctx.run("readiness at the timeout", [&]() -> absl::StatusOr<std::string> {
+      KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
+      KRANE_ASSIGN_OR_RETURN(Readiness r, readinessOf(*conn, id));
+      return strCat(r.healthy, " of ", r.regions, " regions healthy, ", r.needed, " needed");
+    });
+    return terminalError(absl::StatusCode::kDeadlineExceeded,
+                         strCat("instances not ready within ", timeout.count(), " s (",
+                                detail.ok() ? *detail : "readiness unknown", ")"));
+  }
+  ctx.clear(kReadyAwakeableState);
+
+  // network: routes that follow the environment or the branch.
+  KRANE_ASSIGN_OR_RETURN(bool network, enterStep(ctx, "network", "network", {"deploying"}));
+  if (!network) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+  routing::AssignRoutesRequest assign;
+  assign.set_deployment_id(id);
+  KRANE_RETURN_IF_ERROR(workflow::await(ctx, workflow::call<routing::AssignRoutesResponse>(
+                                                 ctx, routing::kServiceName, "AssignRoutes",
+                                                 info.environment_id(), assign))
+                            .status());
+
+  // finalizing: a production deployment goes live.
+  KRANE_ASSIGN_OR_RETURN(bool finalizing, enterStep(ctx, "finalizing", "finalizing", {"network"}));
+  if (!finalizing) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+  bool live = false;
+  if (info.production()) {
+    routing::SwapLiveRequest swap;
+    swap.set_deployment_id(id);
+    swap.set_reason(services::v1::SWAP_REASON_DEPLOY);
+    KRANE_ASSIGN_OR_RETURN(
+        routing::SwapLiveResponse swapped,
+        workflow::await(ctx, workflow::call<routing::SwapLiveResponse>(
+                                 ctx, routing::kServiceName, "SwapLiveDeployment",
+                                 info.environment_id(), swap)));
+    live = swapped.swapped();
+  }
+
+  KRANE_ASSIGN_OR_RETURN(bool done, enterStep(ctx, "ready", "ready", {"finalizing"}));
+  if (!done) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+  KRANE_RETURN_IF_ERROR(
+      ctx.runTx("ready",
+                [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                  KRANE_RETURN_IF_ERROR(
+                      conn.exec("UPDATE deployment_steps SET ended_at = started_at"
+                                " WHERE deployment_id = ? AND ended_at IS NULL",
+                                {id})
+                          .status());
+                  return std::string();
+                })
+          .status());
+  KRANE_RETURN_IF_ERROR(releaseSlot(ctx, hold));
+  DeployResult result;
+  result.set_status("ready");
+  result.set_image(built.image());
+  for (const auto& r : regions) result.add_regions(r);
+  result.set_live(live);
+  return result;
+}
+
+absl::StatusOr<DeployResult> deploy(Context& ctx, const DeployDependencies& deps,
+                                    const DeployRequest& req) {
+  absl::StatusOr<DeployResult> result = runDeploy(ctx, deps, req);
+  // A cancel is recorded by the "mark failed" compensation: after a cancel only compensations
+  // may still write.
+  if (!result.ok() && workflow::isTerminal(result.status()) &&
+      !absl::IsCancelled(result.status())) {
+    // The open step gets the real error; the compensations then find the deployment finished.
+    const std::string status = "failed";
+    const std::string error(toStd(result.status().message()));
+    KRANE_RETURN_IF_ERROR(ctx.runTx("record failure",
+                                    [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                                      KRANE_RETURN_IF_ERROR(
+                                          markFinished(conn, ctx.key(), status, error));
+                                      return std::string();
+                                    })
+                              .status());
+  }
+  return result;
+}
+
+absl::StatusOr<NotifyInstancesReadyResponse> notifyReady(Context& ctx,
+                                                         const NotifyInstancesReadyRequest&) {
+  NotifyInstancesReadyResponse out;
+  if (auto awakeable = ctx.get(kReadyAwakeableState)) {
+    ctx.resolveAwakeable(*awakeable, "");
+    out.set_resolved(true);
+  }
+  return out;
+}
+
+}  // namespace
+
+workflow::ServiceDefinition deployService(DeployDependencies deps) {
+  using workflow::typed;
+  return workflow::ServiceDefinition::virtualObject(kServiceName)
+      .exclusive("Deploy",
+                 typed<DeployRequest, DeployResult>([deps](Context& ctx, const DeployRequest& req) {
+                   return deploy(ctx, deps, req);
+                 }))
+      .shared("NotifyInstancesReady",
+              typed<NotifyInstancesReadyRequest, NotifyInstancesReadyResponse>(notifyReady))
+      .retry(workflow::RetryPolicy::deployPreset());
+}
+
+}  // namespace krane::services::deploy

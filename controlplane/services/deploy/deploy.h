@@ -1,0 +1,60 @@
+// DeployService: one deployment from queued to ready, as a durable workflow (seed 001). A virtual
+// object keyed by deployment id; each step is journaled, and recorded in deployment_steps (start,
+// end, error) for `kranectl` to follow:
+//
+//   queued      self-skip when a newer commit of the branch is queued or active; acquire a build
+//               slot (BuildSlotService, production first)
+//   starting    the deployment leaves the queue (only from pending / awaiting_approval: a
+//               superseded one stops here)
+//   building    the builder turns the request into an image
+//   deploying   one deployment_topology row per region of the environment, through the feed
+//               writer (state and change record in one transaction)
+//   waiting     until the readiness gate (readiness.h) says enough regions run their minimum
+//               replicas, or the environment's deploy timeout passes
+//   network     RoutingService.AssignRoutes
+//   finalizing  RoutingService.SwapLiveDeployment (production environments)
+//   ready
+//
+// The build slot is released on every path. On failure or cancel the compensations run last in,
+// first out: the topology rows are removed, the slot released, the open step stamped with the
+// error and the deployment marked failed (cancelled, for a cancel) if it is still active, never
+// over superseded or ready. Retries: the deploy preset (30 s to 5 min, 10 attempts).
+//
+// Handlers (typed, messages of proto/krane/services/v1/deploy.proto):
+//   Deploy(DeployRequest)                             -> DeployResult                 exclusive
+//   NotifyInstancesReady(NotifyInstancesReadyRequest) -> NotifyInstancesReadyResponse shared
+//
+// Not yet: sentinel rows and the environment's Cilium policy in the deploying step, failing fast
+// when crash-looping regions make the gate unreachable, scaling the previous live deployment
+// down after a swap (DeploymentService.Schedule).
+#pragma once
+
+#include <memory>
+
+#include "controlplane/db/pool.h"
+#include "controlplane/feed/writer.h"
+#include "controlplane/services/builder/builder.h"
+#include "controlplane/workflow/service.h"
+#include "krane/services/v1/deploy.pb.h"
+
+namespace krane::services::deploy {
+
+inline constexpr char kServiceName[] = "DeployService";
+// The state key holding the awakeable a waiting deploy waits on.
+inline constexpr char kReadyAwakeableState[] = "instances_ready_awakeable";
+
+using DeployRequest = services::v1::DeployRequest;
+using DeployResult = services::v1::DeployResult;
+using NotifyInstancesReadyRequest = services::v1::NotifyInstancesReadyRequest;
+using NotifyInstancesReadyResponse = services::v1::NotifyInstancesReadyResponse;
+
+struct DeployDependencies {
+  std::shared_ptr<db::Pool> pool;
+  std::shared_ptr<feed::Writer> writer;
+  std::shared_ptr<builder::PrebuiltBuilder> prebuilt;
+  std::shared_ptr<builder::CommandBuilder> command;
+};
+
+workflow::ServiceDefinition deployService(DeployDependencies deps);
+
+}  // namespace krane::services::deploy

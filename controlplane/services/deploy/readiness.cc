@@ -1,0 +1,51 @@
+#include "controlplane/services/deploy/readiness.h"
+
+#include <algorithm>
+
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/services/deploy/deploy.h"
+#include "controlplane/workflow/operations.h"
+#include "spdlog/spdlog.h"
+
+namespace krane::services::deploy {
+
+absl::StatusOr<Readiness> readinessOf(db::Connection& conn, const std::string& deployment_id) {
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows,
+      conn.query("SELECT t.region_id, COALESCE(t.autoscale_min_replicas, t.replicas) AS wanted,"
+                 " (SELECT COUNT(*) FROM instances i WHERE i.deployment_id = t.deployment_id"
+                 "  AND i.region_id = t.region_id AND i.status = 'running') AS running"
+                 " FROM deployment_topology t WHERE t.deployment_id = ? AND t.deleted_at IS NULL",
+                 {deployment_id}));
+  Readiness r;
+  r.regions = static_cast<int>(rows.rows.size());
+  for (const db::Row& row : rows.rows) {
+    if (row.i64("running") >= std::max<int64_t>(1, row.i64("wanted"))) ++r.healthy;
+  }
+  r.needed = std::max(1, r.regions - 1);
+  return r;
+}
+
+void ReadinessGate::onInstancesReported(const std::string& deployment_id, const std::string&,
+                                        uint32_t running, uint32_t, uint32_t) {
+  if (running == 0) return;  // this report cannot have made anything ready
+  auto waiting = workflow::readState(*pool_, kServiceName, deployment_id, kReadyAwakeableState);
+  if (!waiting.ok() || !*waiting) return;  // not waiting: it checks for itself when it starts
+  auto conn = pool_->acquire();
+  if (!conn.ok()) return;
+  auto ready = readinessOf(**conn, deployment_id);
+  if (!ready.ok() || !ready->ready()) return;
+  workflow::InvokeRequest notify;
+  notify.service = kServiceName;
+  notify.handler = "NotifyInstancesReady";
+  notify.key = deployment_id;
+  notify.idempotency_key = **waiting;  // one notification per wait, whichever replica sends it
+  auto sent = engine_.send(notify);
+  if (!sent.ok()) {
+    spdlog::warn("deploy: notifying deployment={} of its ready instances failed: {}", deployment_id,
+                 sent.status().message());
+  }
+}
+
+}  // namespace krane::services::deploy

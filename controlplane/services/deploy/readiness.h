@@ -1,0 +1,47 @@
+// The readiness gate of deploys (seed 001, "Instance readiness"): after the ingestor stored the
+// instances a region reported, it checks whether the deployment now has its minimum replicas
+// running in enough regions (all but one, at least one), and if the deploy is waiting for that,
+// sends DeployService.NotifyInstancesReady once.
+//
+// "Once" holds across control-plane replicas: the notification's idempotency key is the
+// awakeable the deploy waits on, so every replica that sees the threshold met sends the same
+// invocation. A deploy that is not waiting yet is not notified: it checks for itself when it
+// starts waiting (readinessOf), so nothing is missed in between.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "controlplane/db/connection.h"
+#include "controlplane/db/pool.h"
+#include "controlplane/ingest/ingestor.h"
+#include "controlplane/workflow/engine.h"
+
+namespace krane::services::deploy {
+
+struct Readiness {
+  int regions = 0;  // regions with a topology row
+  int healthy = 0;  // of them, with at least their minimum replicas running
+  int needed = 0;   // max(1, regions - 1)
+  bool ready() const { return regions > 0 && healthy >= needed; }
+};
+
+// Counts from the topology rows (replicas, or the autoscaler's minimum) and the instances the
+// agents reported.
+absl::StatusOr<Readiness> readinessOf(db::Connection& conn, const std::string& deployment_id);
+
+class ReadinessGate : public ingest::DeploymentInstancesHook {
+ public:
+  // `engine` must outlive the gate (both belong to the server).
+  ReadinessGate(std::shared_ptr<db::Pool> pool, workflow::Engine& engine)
+      : pool_(std::move(pool)), engine_(engine) {}
+  void onInstancesReported(const std::string& deployment_id, const std::string& region,
+                           uint32_t running, uint32_t pending, uint32_t failed) override;
+
+ private:
+  std::shared_ptr<db::Pool> pool_;
+  workflow::Engine& engine_;
+};
+
+}  // namespace krane::services::deploy

@@ -1,0 +1,290 @@
+// DeployService on the workflow engine, the feed writer, the ingestor and a real MariaDB, with
+// BuildSlotService and RoutingService beside it. Agents are stood in for by status reports
+// through the real Ingestor, so the readiness gate runs as in krane-ctrl. Covered: the happy
+// path in two regions with its steps in order; readiness with one region down (1 of 2 healthy is
+// enough) and its timeout (compensated); a build that fails (slot released, nothing deployed);
+// cancel while waiting for a slot; a deploy superseded while it waited for its slot.
+#include "controlplane/services/deploy/deploy.h"
+
+#include <catch2/catch.hpp>
+
+#include "controlplane/ingest/ingestor.h"
+#include "controlplane/services/buildslot/buildslot.h"
+#include "controlplane/services/dedup/dedup.h"
+#include "controlplane/services/deploy/readiness.h"
+#include "controlplane/services/routing/routing.h"
+#include "controlplane/workflow/engine.h"
+#include "controlplane/workflow/typed.h"
+#include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/matchers.h"
+#include "tests/support/wait.h"
+
+namespace krane::services::deploy {
+namespace {
+
+using krane::testing::eventually;
+using workflow::Engine;
+using workflow::invocation;
+using workflow::resultAs;
+using namespace std::chrono_literals;
+
+class DeployTest : public workflow::WorkflowTest {
+ protected:
+  DeployTest()
+      : writer_(std::make_shared<feed::Writer>(pool_, std::make_shared<feed::ResourceTables>())),
+        ingestor_(std::make_shared<ingest::Ingestor>(pool_)) {
+    exec("INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)");
+    exec(
+        "INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at) VALUES ('ws', 1, 1)");
+    exec(
+        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
+        " VALUES ('proj', 'ws', 'p', 'p', 1)");
+    exec(
+        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
+        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)");
+    exec(
+        "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
+        " deploy_timeout_seconds, created_at)"
+        " VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 600, 1)");
+    for (const char* region : {"eu-1", "us-1"}) {
+      exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
+      exec(
+          "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
+          " VALUES ('prod', ?, 2, 1)",
+          {region});
+    }
+    exec(
+        "INSERT INTO frontline_routes (id, workspace_id, project_id, app_id, environment_id,"
+        " deployment_id, hostname, sticky, created_at)"
+        " SELECT 'rt_live', 'ws', 'proj', 'app', 'prod', 'seed', 'app.example.com', 'live', 1"
+        " FROM DUAL WHERE FALSE");
+    dir_ = std::filesystem::path(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") /
+           ("deploy-" + std::to_string(::getpid()));
+  }
+  ~DeployTest() {
+    for (auto& e : engines_) e->stop();
+    engines_.clear();
+  }
+
+  void exec(const std::string& sql, const db::Params& params = {}) {
+    REQUIRE_THAT((*pool_->acquire())->exec(sql, params), IsOk());
+  }
+  void deployment(const std::string& id, int64_t at, const std::string& sha = "abc123",
+                  const std::string& branch = "main") {
+    exec(
+        "INSERT INTO deployments (id, workspace_id, project_id, app_id, environment_id, status,"
+        " git_branch, git_commit_sha, created_at)"
+        " VALUES (?, 'ws', 'proj', 'app', 'prod', 'pending', ?, ?, ?)",
+        {id, branch, sha, at});
+  }
+
+  Engine& start() {
+    Engine& e = engine([&](Engine& e) {
+      DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(),
+                              std::make_shared<builder::CommandBuilder>(
+                                  builder::CommandBuilderOptions{.log_dir = dir_ / "logs"})};
+      REQUIRE_THAT(e.registerService(deployService(deps)), IsOk());
+      REQUIRE_THAT(e.registerService(buildslot::buildSlotService(pool_)), IsOk());
+      REQUIRE_THAT(e.registerService(routing::routingService()), IsOk());
+    });
+    ingestor_->addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, e));
+    return e;
+  }
+
+  static DeployRequest prebuilt(const std::string& image = "registry.example.com/app:v1") {
+    DeployRequest r;
+    r.mutable_build()->set_image(image);
+    auto* spec = r.mutable_spec();
+    spec->set_port(8080);
+    spec->set_cpu_millicores(250);
+    spec->set_memory_mib(128);
+    return r;
+  }
+  absl::StatusOr<std::string> send(Engine& e, const std::string& id, const DeployRequest& r) {
+    return e.send(invocation(kServiceName, "Deploy", id, r, /*idempotency_key=*/id));
+  }
+
+  // An agent's report: `running` instances up in the region.
+  void report(const std::string& deployment, const std::string& region, int running) {
+    cluster::v1::ReportDeploymentStatusRequest r;
+    r.set_deployment_id(deployment);
+    r.set_region(region);
+    auto* set = r.mutable_instances();
+    for (int i = 0; i < running; ++i) {
+      auto* inst = set->add_instances();
+      inst->set_id(deployment + "-" + std::to_string(i));
+      inst->set_address("127.0.0.1:" + std::to_string(9000 + i));
+      inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
+    }
+    REQUIRE_THAT(ingestor_->reportDeploymentStatus(region, r), IsOk());
+  }
+
+  std::string statusOfDeployment(const std::string& id) {
+    auto rows = (*pool_->acquire())->query("SELECT status FROM deployments WHERE id = ?", {id});
+    return rows.ok() && !rows->empty() ? rows->rows[0].str(0) : "<none>";
+  }
+  std::vector<std::string> steps(const std::string& id) {
+    std::vector<std::string> out;
+    auto rows = (*pool_->acquire())
+                    ->query(
+                        "SELECT step, ended_at IS NOT NULL, COALESCE(error, '')"
+                        " FROM deployment_steps WHERE deployment_id = ? ORDER BY id",
+                        {id});
+    if (rows.ok()) {
+      for (const auto& r : rows->rows) {
+        out.push_back(r.str(0) + (r.i64(1) ? "" : " (open)") +
+                      (r.str(2).empty() ? "" : " error: " + r.str(2)));
+      }
+    }
+    return out;
+  }
+  int64_t topologyRows(const std::string& id) {
+    return scalar(
+        "SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = ?"
+        " AND deleted_at IS NULL",
+        {id});
+  }
+  bool slotsEmpty(Engine& e) {
+    auto s = resultAs<buildslot::BuildSlots>(
+        e.call(invocation(buildslot::kServiceName, "Slots", "ws", buildslot::SlotsRequest()), 10s));
+    return s.ok() && s->active().empty() && s->production().empty() && s->preview().empty();
+  }
+  bool waitingForInstances(const std::string& id) {
+    return scalar(
+               "SELECT COUNT(*) FROM workflow_state WHERE service = ? AND object_key = ?"
+               " AND name = ?",
+               {kServiceName, id, kReadyAwakeableState}) == 1;
+  }
+
+  std::shared_ptr<feed::Writer> writer_;
+  std::shared_ptr<ingest::Ingestor> ingestor_;
+  std::filesystem::path dir_;
+};
+
+TEST_CASE_METHOD(DeployTest, "a deploy reaches ready in two regions and goes live", "[deploy]") {
+  Engine& e = start();
+  deployment("d1", 100);
+  auto id = send(e, "d1", prebuilt());
+  REQUIRE_THAT(id, IsOk());
+  REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
+  CHECK(topologyRows("d1") == 2);
+  CHECK(statusOfDeployment("d1") == "deploying");
+  report("d1", "eu-1", 1);  // below its two replicas
+  report("d1", "us-1", 2);
+  report("d1", "eu-1", 2);
+  auto result = resultAs<DeployResult>(e.awaitResult(*id, 30s));
+  REQUIRE_THAT(result, IsOk());
+  CHECK(result->status() == "ready");
+  CHECK(result->image() == "registry.example.com/app:v1");
+  CHECK(result->live());
+  CHECK(statusOfDeployment("d1") == "ready");
+  CHECK(steps("d1") == std::vector<std::string>{"queued", "starting", "building", "deploying",
+                                                "waiting", "network", "finalizing", "ready"});
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1'") == 1);
+  CHECK(scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd1' AND"
+               " image = 'registry.example.com/app:v1'") == 1);
+  REQUIRE(eventually([&] { return slotsEmpty(e); }));
+  INFO("one notification, however many reports and replicas saw the threshold");
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE service = ?"
+               " AND handler = 'NotifyInstancesReady'",
+               {kServiceName}) == 1);
+}
+
+TEST_CASE_METHOD(DeployTest, "one region down is tolerated and none up times out", "[deploy]") {
+  exec("INSERT INTO regions (id, display_name, created_at) VALUES ('ap-1', 'ap-1', 1)");
+  exec(
+      "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
+      " VALUES ('prod', 'ap-1', 1, 1)");
+  Engine& e = start();
+  deployment("d1", 100);
+  auto ok = send(e, "d1", prebuilt());
+  REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
+  report("d1", "eu-1", 2);
+  report("d1", "us-1", 2);  // ap-1 never reports: 2 of 3 regions
+  auto result = resultAs<DeployResult>(e.awaitResult(*ok, 30s));
+  REQUIRE_THAT(result, IsOk());
+  CHECK(result->status() == "ready");
+
+  exec("UPDATE environments SET deploy_timeout_seconds = 2 WHERE id = 'prod'");
+  deployment("d2", 200, "def456");
+  auto late = send(e, "d2", prebuilt("registry.example.com/app:v2"));
+  REQUIRE(eventually([&] { return waitingForInstances("d2"); }));
+  report("d2", "eu-1", 2);  // 1 of 3: not enough
+  auto timed_out = e.awaitResult(*late, 30s);
+  REQUIRE_FALSE(timed_out.ok());
+  CHECK(timed_out.status().code() == absl::StatusCode::kDeadlineExceeded);
+  CHECK_THAT(workflow::messageOf(timed_out.status()),
+             Catch::Contains("instances not ready within 2 s (1 of 3 regions healthy, 2 needed)"));
+  CHECK(statusOfDeployment("d2") == "failed");
+  CHECK(topologyRows("d2") == 0);  // compensated
+  CHECK_THAT(steps("d2").back(), Catch::StartsWith("waiting error: instances not ready"));
+  CHECK_FALSE(waitingForInstances("d2"));
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1'") == 1);
+  REQUIRE(eventually([&] { return slotsEmpty(e); }));
+}
+
+TEST_CASE_METHOD(DeployTest, "a failing build releases the slot and deploys nothing", "[deploy]") {
+  Engine& e = start();
+  deployment("d1", 100);
+  DeployRequest r = prebuilt();
+  auto* command = r.mutable_build()->mutable_command();
+  command->add_argv("/bin/sh");
+  command->add_argv("-c");
+  command->add_argv("echo compiling; echo 'error: missing semicolon' >&2; exit 2");
+  command->set_image_name("demo-app");
+  auto id = send(e, "d1", r);
+  auto failed = e.awaitResult(*id, 30s);
+  REQUIRE_FALSE(failed.ok());
+  CHECK_THAT(workflow::messageOf(failed.status()), Catch::Contains("exited with status 2"));
+  CHECK_THAT(workflow::messageOf(failed.status()), Catch::Contains("missing semicolon"));
+  CHECK(statusOfDeployment("d1") == "failed");
+  CHECK(topologyRows("d1") == 0);
+  REQUIRE(steps("d1").size() == 3u);
+  CHECK_THAT(steps("d1")[2], Catch::StartsWith("building error: build of d1 failed"));
+  REQUIRE(eventually([&] { return slotsEmpty(e); }));
+}
+
+TEST_CASE_METHOD(DeployTest, "cancel while waiting for a slot and a deploy superseded in the queue",
+                 "[deploy]") {
+  Engine& e = start();
+  // A build slot held by someone else (quota 1).
+  buildslot::AcquireSlotRequest hold;
+  hold.set_deployment_id("elsewhere");
+  hold.set_awakeable_id("prm_unknown_elsewhere");
+  REQUIRE_THAT(e.call(invocation(buildslot::kServiceName, "AcquireOrWait", "ws", hold), 10s),
+               IsOk());
+  // Two branches, so neither skips itself for the other.
+  deployment("d1", 100, "sha1", "feature");
+  deployment("d2", 200, "sha2");
+  auto one = send(e, "d1", prebuilt());
+  auto two = send(e, "d2", prebuilt());
+  REQUIRE(eventually([&] {
+    auto s = resultAs<buildslot::BuildSlots>(
+        e.call(invocation(buildslot::kServiceName, "Slots", "ws", buildslot::SlotsRequest()), 10s));
+    return s.ok() && s->production_size() == 2;
+  }));
+  // d1 is cancelled by an operator while it waits; d2 is superseded by a newer commit.
+  REQUIRE_THAT(e.cancel(*one), IsOk());
+  CHECK_THAT(e.awaitResult(*one, 30s), IsError(absl::StatusCode::kCancelled));
+  CHECK(statusOfDeployment("d1") == "cancelled");
+  CHECK(steps("d1").back() == "queued error: cancelled");
+  INFO("the workflow recorded its invocation, for commit dedup to cancel");
+  CHECK(scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd2' AND invocation_id = ?", {*two}) ==
+        1);
+  deployment("d3", 300, "sha3");
+  auto superseded = dedup::cancelOlderSiblings(*pool_, "d3");
+  REQUIRE_THAT(superseded, IsOk());
+  CHECK(superseded->size() == 1u);  // d2 (d1 is finished)
+  CHECK(statusOfDeployment("d2") == "superseded");
+  (void)e.awaitResult(*two, 30s);
+  CHECK(statusOfDeployment("d2") == "superseded");  // its compensations did not overwrite it
+  CHECK(topologyRows("d1") + topologyRows("d2") == 0);
+  REQUIRE(eventually([&] {
+    auto s = resultAs<buildslot::BuildSlots>(
+        e.call(invocation(buildslot::kServiceName, "Slots", "ws", buildslot::SlotsRequest()), 10s));
+    return s.ok() && s->production().empty() && s->active_size() == 1;  // only "elsewhere"
+  }));
+}
+
+}  // namespace
+}  // namespace krane::services::deploy
