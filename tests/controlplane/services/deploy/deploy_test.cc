@@ -190,6 +190,45 @@ TEST_CASE_METHOD(DeployTest, "a deploy reaches ready in two regions and goes liv
                {kServiceName}) == 1);
 }
 
+// Two control-plane replicas (two engines, each with its own gate on the ingestor its agents
+// report to) both see the threshold met: the deploy is notified once.
+TEST_CASE_METHOD(DeployTest, "two replicas seeing the threshold notify once", "[deploy]") {
+  Engine& first = start();
+  auto other_ingestor = std::make_shared<ingest::Ingestor>(pool_);
+  Engine& second = engine([&](Engine& e) {
+    DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(),
+                            std::make_shared<builder::CommandBuilder>(
+                                builder::CommandBuilderOptions{.log_dir = dir_ / "logs"})};
+    REQUIRE_THAT(e.registerService(deployService(deps)), IsOk());
+    REQUIRE_THAT(e.registerService(buildslot::buildSlotService(pool_)), IsOk());
+    REQUIRE_THAT(e.registerService(routing::routingService()), IsOk());
+  });
+  other_ingestor->addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, second));
+  deployment("d1", 100);
+  auto id = send(first, "d1", prebuilt());
+  REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
+  report("d1", "eu-1", 2);
+  // us-1's agent reports to the other replica, then both hear more reports.
+  cluster::v1::ReportDeploymentStatusRequest r;
+  r.set_deployment_id("d1");
+  r.set_region("us-1");
+  for (int i = 0; i < 2; ++i) {
+    auto* inst = r.mutable_instances()->add_instances();
+    inst->set_id("us-" + std::to_string(i));
+    inst->set_address("127.0.0.1:" + std::to_string(9100 + i));
+    inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
+  }
+  REQUIRE_THAT(other_ingestor->reportDeploymentStatus("us-1", r), IsOk());
+  report("d1", "eu-1", 2);
+  REQUIRE_THAT(other_ingestor->reportDeploymentStatus("us-1", r), IsOk());
+  auto result = resultAs<DeployResult>(first.awaitResult(*id, 30s));
+  REQUIRE_THAT(result, IsOk());
+  CHECK(result->status() == "ready");
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE service = ?"
+               " AND handler = 'NotifyInstancesReady'",
+               {kServiceName}) == 1);
+}
+
 TEST_CASE_METHOD(DeployTest, "one region down is tolerated and none up times out", "[deploy]") {
   exec("INSERT INTO regions (id, display_name, created_at) VALUES ('ap-1', 'ap-1', 1)");
   exec(
