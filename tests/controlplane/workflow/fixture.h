@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -55,6 +56,29 @@ class WorkflowTest : public krane::testing::MariaDbTest {
         (*pool_->acquire())->query("SELECT status FROM workflow_invocations WHERE id = ?", {id});
     if (!rows.ok() || rows->empty()) return "<none>";
     return rows->rows[0].str(0);
+  }
+
+  void exec(const std::string& sql, const db::Params& params = {}) {
+    REQUIRE_THAT((*pool_->acquire())->exec(sql, params), IsOk());
+  }
+
+  // What a deployment belongs to: workspace 'ws', project 'proj', app 'app', and environments
+  // (id, kind: production or preview) of the app.
+  void seedTenancy(const std::vector<std::pair<std::string, std::string>>& environments = {
+                       {"prod", "production"}}) {
+    exec("INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)");
+    exec(
+        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
+        " VALUES ('proj', 'ws', 'p', 'p', 1)");
+    exec(
+        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
+        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)");
+    for (const auto& [id, kind] : environments) {
+      exec(
+          "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
+          " created_at) VALUES (?, 'ws', 'proj', 'app', ?, ?, 1)",
+          {id, id, kind});
+    }
   }
 
   int64_t scalar(const std::string& sql, const db::Params& params = {}) {

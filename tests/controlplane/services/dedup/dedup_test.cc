@@ -24,25 +24,7 @@ using namespace std::chrono_literals;
 
 class DedupTest : public workflow::WorkflowTest {
  protected:
-  DedupTest() {
-    exec("INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)");
-    exec(
-        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
-        " VALUES ('proj', 'ws', 'p', 'p', 1)");
-    exec(
-        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
-        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)");
-    for (const char* env : {"prod", "preview"}) {
-      exec(
-          "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
-          " created_at) VALUES (?, 'ws', 'proj', 'app', ?, 'production', 1)",
-          {env, env});
-    }
-  }
-
-  void exec(const std::string& sql, const db::Params& params = {}) {
-    REQUIRE_THAT((*pool_->acquire())->exec(sql, params), IsOk());
-  }
+  DedupTest() { seedTenancy({{"prod", "production"}, {"preview", "production"}}); }
 
   // A deployment row with one open step, created at `at` (ms).
   void deployment(const std::string& id, int64_t at, const std::string& status,

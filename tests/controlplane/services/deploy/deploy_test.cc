@@ -33,19 +33,10 @@ class DeployTest : public workflow::WorkflowTest {
   DeployTest()
       : writer_(std::make_shared<feed::Writer>(pool_, std::make_shared<feed::ResourceTables>())),
         ingestor_(std::make_shared<ingest::Ingestor>(pool_)) {
-    exec("INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)");
+    seedTenancy();
+    exec("UPDATE environments SET deploy_timeout_seconds = 600 WHERE id = 'prod'");
     exec(
         "INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at) VALUES ('ws', 1, 1)");
-    exec(
-        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
-        " VALUES ('proj', 'ws', 'p', 'p', 1)");
-    exec(
-        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
-        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)");
-    exec(
-        "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
-        " deploy_timeout_seconds, created_at)"
-        " VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 600, 1)");
     for (const char* region : {"eu-1", "us-1"}) {
       exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
       exec(
@@ -53,11 +44,6 @@ class DeployTest : public workflow::WorkflowTest {
           " VALUES ('prod', ?, 2, 1)",
           {region});
     }
-    exec(
-        "INSERT INTO frontline_routes (id, workspace_id, project_id, app_id, environment_id,"
-        " deployment_id, hostname, sticky, created_at)"
-        " SELECT 'rt_live', 'ws', 'proj', 'app', 'prod', 'seed', 'app.example.com', 'live', 1"
-        " FROM DUAL WHERE FALSE");
     dir_ = std::filesystem::path(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") /
            ("deploy-" + std::to_string(::getpid()));
   }
@@ -66,9 +52,6 @@ class DeployTest : public workflow::WorkflowTest {
     engines_.clear();
   }
 
-  void exec(const std::string& sql, const db::Params& params = {}) {
-    REQUIRE_THAT((*pool_->acquire())->exec(sql, params), IsOk());
-  }
   void deployment(const std::string& id, int64_t at, const std::string& sha = "abc123",
                   const std::string& branch = "main") {
     exec(
@@ -78,7 +61,9 @@ class DeployTest : public workflow::WorkflowTest {
         {id, branch, sha, at});
   }
 
-  Engine& start() {
+  // A control-plane replica's engine: the deploy workflow and the services it calls, with a
+  // readiness gate on `ingestor` (the one its agents report to).
+  Engine& replica(ingest::Ingestor& ingestor) {
     Engine& e = engine([&](Engine& e) {
       DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(),
                               std::make_shared<builder::CommandBuilder>(
@@ -87,9 +72,10 @@ class DeployTest : public workflow::WorkflowTest {
       REQUIRE_THAT(e.registerService(buildslot::buildSlotService(pool_)), IsOk());
       REQUIRE_THAT(e.registerService(routing::routingService()), IsOk());
     });
-    ingestor_->addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, e));
+    ingestor.addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, e));
     return e;
   }
+  Engine& start() { return replica(*ingestor_); }
 
   static DeployRequest prebuilt(const std::string& image = "registry.example.com/app:v1") {
     DeployRequest r;
@@ -195,15 +181,7 @@ TEST_CASE_METHOD(DeployTest, "a deploy reaches ready in two regions and goes liv
 TEST_CASE_METHOD(DeployTest, "two replicas seeing the threshold notify once", "[deploy]") {
   Engine& first = start();
   auto other_ingestor = std::make_shared<ingest::Ingestor>(pool_);
-  Engine& second = engine([&](Engine& e) {
-    DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(),
-                            std::make_shared<builder::CommandBuilder>(
-                                builder::CommandBuilderOptions{.log_dir = dir_ / "logs"})};
-    REQUIRE_THAT(e.registerService(deployService(deps)), IsOk());
-    REQUIRE_THAT(e.registerService(buildslot::buildSlotService(pool_)), IsOk());
-    REQUIRE_THAT(e.registerService(routing::routingService()), IsOk());
-  });
-  other_ingestor->addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, second));
+  replica(*other_ingestor);  // the second replica, with its own gate
   deployment("d1", 100);
   auto id = send(first, "d1", prebuilt());
   REQUIRE(eventually([&] { return waitingForInstances("d1"); }));

@@ -27,23 +27,8 @@ using namespace std::chrono_literals;
 
 class RoutingTest : public workflow::WorkflowTest {
  protected:
-  RoutingTest() {
-    exec("INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)");
-    exec(
-        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
-        " VALUES ('proj', 'ws', 'p', 'p', 1)");
-    exec(
-        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
-        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)");
-    exec(
-        "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind, created_at)"
-        " VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1),"
-        " ('prev', 'ws', 'proj', 'app', 'preview', 'preview', 1)");
-  }
+  RoutingTest() { seedTenancy({{"prod", "production"}, {"prev", "preview"}}); }
 
-  void exec(const std::string& sql, const db::Params& params = {}) {
-    REQUIRE_THAT((*pool_->acquire())->exec(sql, params), IsOk());
-  }
   void deployment(const std::string& id, int64_t at, const std::string& status = "ready",
                   const std::string& env = "prod", const std::string& branch = "main") {
     exec(
