@@ -164,27 +164,35 @@ absl::StatusOr<std::vector<WriteResult>> Writer::transact(
   KRANE_RETURN_IF_ERROR(pool_->transact(
       name,
       [&](db::Connection& conn) -> absl::Status {
-        WriteTx tx(conn, *tables_);
-        KRANE_RETURN_IF_ERROR(body(tx));
-        KRANE_ASSIGN_OR_RETURN(results, tx.commitChanges(unixMillis()));
+        KRANE_ASSIGN_OR_RETURN(results, transactIn(conn, body));
         return absl::OkStatus();
       },
       options));
+  committed(results);
+  return results;
+}
+
+absl::StatusOr<std::vector<WriteResult>> Writer::transactIn(
+    db::Connection& conn, const std::function<absl::Status(WriteTx&)>& body) {
+  WriteTx tx(conn, *tables_);
+  KRANE_RETURN_IF_ERROR(body(tx));
+  return tx.commitChanges(unixMillis());
+}
+
+void Writer::committed(const std::vector<WriteResult>& results) {
   for (const auto& r : results) {
     spdlog::debug("feed: committed op={} region={} type={} id={} version={}",
                   r.deleted ? "delete" : "apply", r.resource.region(), r.resource.type(),
                   r.resource.id(), r.version);
   }
-  if (!results.empty()) {
-    std::vector<std::string> regions;
-    for (const auto& r : results) {
-      if (std::find(regions.begin(), regions.end(), r.resource.region()) == regions.end()) {
-        regions.push_back(r.resource.region());
-      }
+  if (results.empty()) return;
+  std::vector<std::string> regions;
+  for (const auto& r : results) {
+    if (std::find(regions.begin(), regions.end(), r.resource.region()) == regions.end()) {
+      regions.push_back(r.resource.region());
     }
-    for (const auto& listener : listeners_) listener(regions);
   }
-  return results;
+  for (const auto& listener : listeners_) listener(regions);
 }
 
 absl::StatusOr<WriteResult> Writer::put(const Resource& resource, uint64_t expected_version) {

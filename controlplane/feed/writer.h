@@ -68,6 +68,15 @@ class Writer {
   absl::StatusOr<std::vector<WriteResult>> transact(
       std::string_view name, const std::function<absl::Status(WriteTx&)>& body);
 
+  // The same on `conn`, in a transaction the caller owns and commits: for a workflow step
+  // (Context::runTx), whose changes then commit together with its journal entry, exactly once.
+  // The region counters are taken last, and their row locks are held until the caller's COMMIT:
+  // write nothing slow after this. After the caller committed, pass the results to committed().
+  absl::StatusOr<std::vector<WriteResult>> transactIn(
+      db::Connection& conn, const std::function<absl::Status(WriteTx&)>& body);
+  // Tells the listeners (the tailer) about changes a caller committed.
+  void committed(const std::vector<WriteResult>& results);
+
   absl::StatusOr<WriteResult> put(const Resource& resource, uint64_t expected_version = 0);
   absl::StatusOr<WriteResult> remove(const ResourceKey& key, uint64_t expected_version = 0);
 

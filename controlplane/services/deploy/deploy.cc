@@ -2,8 +2,6 @@
 
 #include <algorithm>
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -153,44 +151,52 @@ feed::Resource topologyFor(const DeployRequest& req, const DeploymentInfo& info,
   return r;
 }
 
-// Puts the topology of every region in one writer transaction; a region whose stored topology
-// is already this one gets no change (the step may run twice after a crash).
-absl::Status writeTopology(feed::Writer& writer, const std::vector<feed::Resource>& wanted) {
-  const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
-  return writer
-      .transact("deploy topology",
-                [&](feed::WriteTx& tx) -> absl::Status {
-                  for (const feed::Resource& r : wanted) {
-                    KRANE_ASSIGN_OR_RETURN(
-                        auto stored, table.load(tx.connection(), {r.type(), r.id(), r.region()}));
-                    if (stored && !stored->deleted &&
-                        google::protobuf::util::MessageDifferencer::Equals(
-                            stored->resource.deployment_topology(), r.deployment_topology())) {
-                      continue;
-                    }
-                    KRANE_RETURN_IF_ERROR(tx.put(r));
-                  }
-                  return absl::OkStatus();
-                })
-      .status();
+// Puts the topology of every region, on the step's own transaction (Context::runTx): the
+// changes commit with the step's journal entry, so a crash never writes them twice.
+absl::Status writeTopology(Context& ctx, feed::Writer& writer,
+                           const std::vector<feed::Resource>& wanted) {
+  std::vector<feed::WriteResult> written;
+  auto done = ctx.runTx("write topology", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+    auto results = writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
+      for (const feed::Resource& r : wanted) KRANE_RETURN_IF_ERROR(tx.put(r));
+      return absl::OkStatus();
+    });
+    if (!results.ok()) {
+      // A spec the table refuses will be refused on every retry.
+      if (absl::IsInvalidArgument(results.status())) {
+        return terminalError(results.status().code(), toStd(results.status().message()));
+      }
+      return results.status();
+    }
+    written = *std::move(results);
+    return std::string();
+  });
+  writer.committed(written);  // empty when the step was replayed
+  return done.status();
 }
 
-absl::Status removeTopology(feed::Writer& writer, const std::string& deployment_id,
+// Removes what writeTopology wrote, the same way.
+absl::Status removeTopology(Context& ctx, feed::Writer& writer, const std::string& deployment_id,
                             const std::vector<std::string>& regions) {
   const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
-  return writer
-      .transact("undo deploy topology",
-                [&](feed::WriteTx& tx) -> absl::Status {
-                  for (const std::string& region : regions) {
-                    const feed::ResourceKey key{std::string(feed::kDeploymentTopology),
-                                                deployment_id, region};
-                    KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
-                    if (!stored || stored->deleted) continue;
-                    KRANE_RETURN_IF_ERROR(tx.remove(key));
-                  }
-                  return absl::OkStatus();
-                })
-      .status();
+  std::vector<feed::WriteResult> written;
+  auto done =
+      ctx.runTx("remove topology", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+        KRANE_ASSIGN_OR_RETURN(
+            written, writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
+              for (const std::string& region : regions) {
+                const feed::ResourceKey key{std::string(feed::kDeploymentTopology), deployment_id,
+                                            region};
+                KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
+                if (!stored || stored->deleted) continue;
+                KRANE_RETURN_IF_ERROR(tx.remove(key));
+              }
+              return absl::OkStatus();
+            }));
+        return std::string();
+      });
+  writer.committed(written);
+  return done.status();
 }
 
 absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& deps,
@@ -208,6 +214,18 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
                                       .status());
             return loaded;
           }));
+  // A spec that no region would accept fails now, before it waits for a build slot.
+  {
+    DeploymentInfo::Region any;
+    any.set_region_id(info.regions(0).region_id());
+    any.set_replicas(info.regions(0).replicas());
+    feed::Resource probe = topologyFor(req, info, id, "validation.invalid/image:check", any);
+    absl::Status valid = deps.writer->tables().forType(feed::kDeploymentTopology).validate(probe);
+    if (!valid.ok()) {
+      return terminalError(absl::StatusCode::kInvalidArgument,
+                           strCat("spec: ", toStd(valid.message())));
+    }
+  }
   SlotHold hold;
   hold.set_workspace_id(info.workspace_id());
   hold.set_deployment_id(id);
@@ -312,12 +330,11 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
     topologies.push_back(topologyFor(req, info, id, built.image(), region));
     regions.push_back(region.region_id());
   }
-  // Outside the engine's database (the feed writer's own transaction): captured by value.
-  ctx.compensateRun("remove topology", [writer = deps.writer, id, regions] {
-    return removeTopology(*writer, id, regions);
+  // The writer outlives the engine: captured by value, like the data.
+  ctx.compensate("remove topology", [writer = deps.writer, id, regions](Context& ctx) {
+    return removeTopology(ctx, *writer, id, regions);
   });
-  KRANE_RETURN_IF_ERROR(
-      ctx.runVoid("write topology", [&] { return writeTopology(*deps.writer, topologies); }));
+  KRANE_RETURN_IF_ERROR(writeTopology(ctx, *deps.writer, topologies));
 
   // waiting: for the readiness gate, or the timeout.
   KRANE_ASSIGN_OR_RETURN(bool waiting, enterStep(ctx, "waiting", "", {"deploying"}));

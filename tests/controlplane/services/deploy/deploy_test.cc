@@ -261,6 +261,24 @@ TEST_CASE_METHOD(DeployTest, "a failing build releases the slot and deploys noth
   REQUIRE(eventually([&] { return slotsEmpty(e); }));
 }
 
+TEST_CASE_METHOD(DeployTest, "a spec no region accepts fails at once naming the field",
+                 "[deploy]") {
+  Engine& e = start();
+  deployment("d1", 100);
+  DeployRequest bad = prebuilt();
+  bad.mutable_spec()->set_port(70000);
+  auto id = send(e, "d1", bad);
+  auto failed = e.awaitResult(*id, 30s);
+  CHECK_THAT(failed, IsError(absl::StatusCode::kInvalidArgument));
+  CHECK_THAT(workflow::messageOf(failed.status()),
+             Catch::StartsWith("spec: deployment_topology.port"));
+  CHECK(workflow::isTerminal(failed.status()));
+  CHECK(statusOfDeployment("d1") == "failed");
+  CHECK(topologyRows("d1") == 0);
+  CHECK(scalar("SELECT attempts FROM workflow_invocations WHERE id = ?", {*id}) == 0);
+  CHECK(slotsEmpty(e));  // it never asked for one
+}
+
 TEST_CASE_METHOD(DeployTest, "cancel while waiting for a slot and a deploy superseded in the queue",
                  "[deploy]") {
   Engine& e = start();
