@@ -3,8 +3,12 @@
 // through the real Ingestor, so the readiness gate runs as in krane-ctrl. Covered: the happy
 // path in two regions with its steps in order; readiness with one region down (1 of 2 healthy is
 // enough) and its timeout (compensated); a build that fails (slot released, nothing deployed);
-// cancel while waiting for a slot; a deploy superseded while it waited for its slot.
+// cancel while waiting for a slot and for readiness; a deploy superseded while it waited for its
+// slot; three quick deploys on one branch; self-skip; a spec no region accepts.
 #include "controlplane/services/deploy/deploy.h"
+
+#include <filesystem>
+#include <fstream>
 
 #include <catch2/catch.hpp>
 
@@ -319,6 +323,92 @@ TEST_CASE_METHOD(DeployTest, "cancel while waiting for a slot and a deploy super
         e.call(invocation(buildslot::kServiceName, "Slots", "ws", buildslot::SlotsRequest()), 10s));
     return s.ok() && s->production().empty() && s->active_size() == 1;  // only "elsewhere"
   }));
+}
+
+TEST_CASE_METHOD(DeployTest, "cancel while waiting for readiness undoes the deploy", "[deploy]") {
+  Engine& e = start();
+  deployment("d1", 100);
+  auto id = send(e, "d1", prebuilt());
+  REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
+  CHECK(topologyRows("d1") == 2);
+  REQUIRE_THAT(e.cancel(*id), IsOk());
+  CHECK_THAT(e.awaitResult(*id, 30s), IsError(absl::StatusCode::kCancelled));
+  CHECK(statusOfDeployment("d1") == "cancelled");
+  CHECK(steps("d1").back() == "waiting error: cancelled");
+  CHECK(topologyRows("d1") == 0);
+  CHECK_FALSE(waitingForInstances("d1"));
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id IS NULL") == 1);
+  REQUIRE(eventually([&] { return slotsEmpty(e); }));
+}
+
+// Three quick pushes to one branch with one build slot: the one building is committed and
+// finishes, the one still queued when the third arrives is superseded, the newest builds next.
+TEST_CASE_METHOD(DeployTest, "three quick deploys on one branch", "[deploy]") {
+  Engine& e = start();
+  const std::string gate = (dir_ / "release-build").string();
+  std::filesystem::create_directories(dir_);
+  auto building = [&](const std::string& tag) {
+    DeployRequest r = prebuilt();
+    auto* command = r.mutable_build()->mutable_command();
+    command->add_argv("/bin/sh");
+    command->add_argv("-c");
+    command->add_argv("while [ ! -e " + gate + " ]; do sleep 0.05; done; echo " + tag);
+    command->set_image_name("demo-app");
+    return r;
+  };
+  deployment("d1", 100, "sha1");
+  auto one = send(e, "d1", building("one"));
+  REQUIRE(eventually([&] { return statusOfDeployment("d1") == "building"; }));
+  deployment("d2", 200, "sha2");
+  auto two = send(e, "d2", building("two"));
+  REQUIRE(eventually([&] {
+    auto s = resultAs<buildslot::BuildSlots>(
+        e.call(invocation(buildslot::kServiceName, "Slots", "ws", buildslot::SlotsRequest()), 10s));
+    return s.ok() && s->production_size() == 1;
+  }));
+  deployment("d3", 300, "sha3");
+  auto superseded = dedup::cancelOlderSiblings(*pool_, "d3");  // what creating d3 does
+  REQUIRE_THAT(superseded, IsOk());
+  REQUIRE(superseded->size() == 1u);
+  CHECK((*superseded)[0].deployment_id == "d2");
+  auto three = send(e, "d3", building("three"));
+  std::ofstream(gate).put('\n');  // the builds may finish now
+
+  auto up = [&](const std::string& id) {
+    REQUIRE(eventually([&] { return waitingForInstances(id); }));
+    report(id, "eu-1", 2);
+    report(id, "us-1", 2);
+  };
+  up("d1");
+  auto first = resultAs<DeployResult>(e.awaitResult(*one, 30s));
+  REQUIRE_THAT(first, IsOk());
+  CHECK(first->status() == "ready");  // it held a slot: committed, never superseded
+  CHECK_THAT(e.awaitResult(*two, 30s), IsError(absl::StatusCode::kCancelled));
+  CHECK(statusOfDeployment("d2") == "superseded");
+  up("d3");
+  auto third = resultAs<DeployResult>(e.awaitResult(*three, 30s));
+  REQUIRE_THAT(third, IsOk());
+  CHECK(third->status() == "ready");
+  CHECK(third->image() == "demo-app:sha3");
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd3'") == 1);
+  CHECK(topologyRows("d2") == 0);
+}
+
+// The cancel of commit dedup did not reach a deploy (its invocation was not recorded yet): it
+// finds the newer sibling itself and stops before taking a build slot.
+TEST_CASE_METHOD(DeployTest, "a deploy skips itself when a newer commit is queued", "[deploy]") {
+  Engine& e = start();
+  deployment("d1", 100, "sha1");
+  deployment("d2", 200, "sha2");
+  auto id = send(e, "d1", prebuilt());
+  auto result = resultAs<DeployResult>(e.awaitResult(*id, 30s));
+  REQUIRE_THAT(result, IsOk());
+  CHECK(result->status() == "superseded");
+  CHECK(statusOfDeployment("d1") == "superseded");
+  CHECK(steps("d1") ==
+        std::vector<std::string>{std::string("queued error: ") + dedup::kSupersededMessage});
+  CHECK(topologyRows("d1") == 0);
+  CHECK(slotsEmpty(e));
 }
 
 }  // namespace
