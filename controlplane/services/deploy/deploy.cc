@@ -354,6 +354,11 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
   if (*already == "ready") ctx.resolveAwakeable(ready.id, "");
   const auto timeout = std::chrono::seconds(std::max<int64_t>(1, info.deploy_timeout_seconds()));
   KRANE_ASSIGN_OR_RETURN(workflow::Selected first, ctx.select({ready.future, ctx.timer(timeout)}));
+  if (first.index == 0 && !first.result.ok()) {
+    // The gate gave up on it: failing regions make the threshold unreachable.
+    return terminalError(absl::StatusCode::kFailedPrecondition,
+                         toStd(first.result.status().message()));
+  }
   if (first.index == 1) {
     auto detail = ctx.run("readiness at the timeout", [&]() -> absl::StatusOr<std::string> {
       KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());

@@ -24,9 +24,11 @@
 //   Deploy(DeployRequest)                             -> DeployResult                 exclusive
 //   NotifyInstancesReady(NotifyInstancesReadyRequest) -> NotifyInstancesReadyResponse shared
 //
-// Not yet: sentinel rows and the environment's Cilium policy in the deploying step, failing fast
-// when crash-looping regions make the gate unreachable, scaling the previous live deployment
-// down after a swap (DeploymentService.Schedule).
+// When failing regions (crash loops, images that cannot be fetched) make readiness unreachable,
+// the gate rejects the wait and the deploy fails at once with their reasons.
+//
+// Not yet: sentinel rows and the environment's Cilium policy in the deploying step, scaling the
+// previous live deployment down after a swap (DeploymentService.Schedule).
 #pragma once
 
 #include <memory>

@@ -21,21 +21,46 @@ absl::StatusOr<Readiness> readinessOf(db::Connection& conn, const std::string& d
   Readiness r;
   r.regions = static_cast<int>(rows.rows.size());
   for (const db::Row& row : rows.rows) {
-    if (row.i64("running") >= std::max<int64_t>(1, row.i64("wanted"))) ++r.healthy;
+    if (row.i64("running") >= std::max<int64_t>(1, row.i64("wanted"))) {
+      ++r.healthy;
+      continue;
+    }
+    KRANE_ASSIGN_OR_RETURN(auto failed,
+                           conn.query("SELECT COALESCE(failure_reason, 'failed') AS reason"
+                                      " FROM instances WHERE deployment_id = ? AND region_id = ?"
+                                      " AND status = 'failed' ORDER BY id LIMIT 1",
+                                      {deployment_id, row.str("region_id")}));
+    if (!failed.empty()) {
+      r.failing.push_back(strCat(row.str("region_id"), ": ", failed.rows[0].str("reason")));
+    }
   }
   r.needed = std::max(1, r.regions - 1);
   return r;
 }
 
 void ReadinessGate::onInstancesReported(const std::string& deployment_id, const std::string&,
-                                        uint32_t running, uint32_t, uint32_t) {
-  if (running == 0) return;  // this report cannot have made anything ready
+                                        uint32_t running, uint32_t, uint32_t failed) {
+  if (running == 0 && failed == 0) return;  // this report changes neither outcome
   auto waiting = workflow::readState(*pool_, kServiceName, deployment_id, kReadyAwakeableState);
   if (!waiting.ok() || !*waiting) return;  // not waiting: it checks for itself when it starts
   auto conn = pool_->acquire();
   if (!conn.ok()) return;
   auto ready = readinessOf(**conn, deployment_id);
-  if (!ready.ok() || !ready->ready()) return;
+  if (!ready.ok()) return;
+  if (!ready->ready()) {
+    if (!ready->hopeless()) return;
+    // The first settle of an awakeable wins: a reject from several replicas is one.
+    std::string reasons;
+    for (const auto& f : ready->failing) reasons += (reasons.empty() ? "" : "; ") + f;
+    auto rejected = engine_.rejectAwakeable(
+        **waiting, strCat("instances failing in ", ready->failing.size(), " of ", ready->regions,
+                          " regions (", ready->needed, " must be healthy): ", reasons));
+    if (!rejected.ok()) {
+      spdlog::warn("deploy: failing deployment={} fast did not work: {}", deployment_id,
+                   toStd(rejected.message()));
+    }
+    return;
+  }
   workflow::InvokeRequest notify;
   notify.service = kServiceName;
   notify.handler = "NotifyInstancesReady";

@@ -1,7 +1,10 @@
 // The readiness gate of deploys (seed 001, "Instance readiness"): after the ingestor stored the
 // instances a region reported, it checks whether the deployment now has its minimum replicas
 // running in enough regions (all but one, at least one), and if the deploy is waiting for that,
-// sends DeployService.NotifyInstancesReady once.
+// sends DeployService.NotifyInstancesReady once. When so many regions report failed instances
+// (crash loops, images that cannot be fetched) that the threshold cannot be met, it rejects the
+// deploy's awakeable with their reasons instead: the deploy fails at once rather than waiting
+// out its timeout.
 //
 // "Once" holds across control-plane replicas: the notification's idempotency key is the
 // awakeable the deploy waits on, so every replica that sees the threshold met sends the same
@@ -11,6 +14,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "controlplane/db/connection.h"
@@ -24,7 +28,12 @@ struct Readiness {
   int regions = 0;  // regions with a topology row
   int healthy = 0;  // of them, with at least their minimum replicas running
   int needed = 0;   // max(1, regions - 1)
+  // Regions short of their minimum with instances that failed (a crash loop, an image that
+  // cannot be fetched), and why: "eu-1: CrashLoopBackOff: exit code 1".
+  std::vector<std::string> failing;
   bool ready() const { return regions > 0 && healthy >= needed; }
+  // So many regions fail that the threshold cannot be met while they do.
+  bool hopeless() const { return regions - static_cast<int>(failing.size()) < needed; }
 };
 
 // Counts from the topology rows (replicas, or the autoscaler's minimum) and the instances the

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -409,6 +410,43 @@ TEST_CASE_METHOD(DeployTest, "a deploy skips itself when a newer commit is queue
         std::vector<std::string>{std::string("queued error: ") + dedup::kSupersededMessage});
   CHECK(topologyRows("d1") == 0);
   CHECK(slotsEmpty(e));
+}
+
+// Crash loops in enough regions that readiness can never be reached: the deploy fails at once
+// with the reasons, well before its timeout.
+TEST_CASE_METHOD(DeployTest, "failing regions fail the deploy at once with their reasons",
+                 "[deploy]") {
+  Engine& e = start();
+  deployment("d1", 100);
+  auto id = send(e, "d1", prebuilt());
+  REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
+  auto failing = [&](const std::string& region, const std::string& reason) {
+    cluster::v1::ReportDeploymentStatusRequest r;
+    r.set_deployment_id("d1");
+    r.set_region(region);
+    auto* inst = r.mutable_instances()->add_instances();
+    inst->set_id("d1-" + region);
+    inst->set_address("127.0.0.1:9000");
+    inst->set_status(cluster::v1::INSTANCE_STATUS_FAILED);
+    inst->set_failure_reason(reason);
+    REQUIRE_THAT(ingestor_->reportDeploymentStatus(region, r), IsOk());
+  };
+  failing("eu-1", "CrashLoopBackOff: exit code 1");
+  // One region failing of two still leaves one that may come up: it waits.
+  std::this_thread::sleep_for(300ms);
+  CHECK(statusOfDeployment("d1") == "deploying");
+  failing("us-1", "ErrImagePull: manifest unknown");
+  const auto started = std::chrono::steady_clock::now();
+  auto failed = e.awaitResult(*id, 30s);
+  CHECK(std::chrono::steady_clock::now() - started < 20s);  // the timeout is 600 s
+  CHECK_THAT(failed, IsError(absl::StatusCode::kFailedPrecondition));
+  const std::string message = workflow::messageOf(failed.status());
+  CHECK_THAT(message, Catch::Contains("instances failing in 2 of 2 regions (1 must be healthy)"));
+  CHECK_THAT(message, Catch::Contains("eu-1: CrashLoopBackOff: exit code 1"));
+  CHECK_THAT(message, Catch::Contains("us-1: ErrImagePull: manifest unknown"));
+  CHECK(statusOfDeployment("d1") == "failed");
+  CHECK(topologyRows("d1") == 0);
+  CHECK_THAT(steps("d1").back(), Catch::StartsWith("waiting error: instances failing"));
 }
 
 }  // namespace
