@@ -178,12 +178,15 @@ absl::Status Server::startGrpc() {
   resource_service_ = std::make_unique<api::ResourceServiceImpl>(writer_, pool_, operators_);
   agent_service_ = std::make_unique<api::AgentServiceImpl>(ingestor_, operators_);
   workflow_service_ = std::make_unique<api::WorkflowServiceImpl>(pool_, operators_);
+  deployment_service_ =
+      std::make_unique<api::DeploymentServiceImpl>(pool_, tables_, *engine_, operators_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.listen, credentials, &grpc_port_);
   builder.RegisterService(cluster_service_.get());
   builder.RegisterService(resource_service_.get());
   builder.RegisterService(agent_service_.get());
   builder.RegisterService(workflow_service_.get());
+  builder.RegisterService(deployment_service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {

@@ -35,6 +35,7 @@
 #include <google/protobuf/util/message_differencer.h>
 
 #include "krane/api/v1/agents.pb.h"
+#include "krane/api/v1/deployments.pb.h"
 #include "krane/api/v1/resources.pb.h"
 #include "krane/api/v1/workflows.pb.h"
 #include "krane/cluster/v1/cluster.pb.h"
@@ -64,6 +65,7 @@ std::vector<const pb::FileDescriptor*> KraneFiles() {
       cluster::v1::WatchEvent::descriptor()->file(),
       api::v1::PutResourceRequest::descriptor()->file(),
       api::v1::ListAgentsRequest::descriptor()->file(),
+      api::v1::CreateDeploymentRequest::descriptor()->file(),
       api::v1::ListInvocationsRequest::descriptor()->file(),
       plugin::v1::Frame::descriptor()->file(),
       services::v1::BuildRequest::descriptor()->file(),

@@ -1,0 +1,314 @@
+#include "controlplane/api/deployments.h"
+
+#include <random>
+
+#include "common/clock.h"
+#include "common/grpc_status.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/api/services.h"
+#include "controlplane/services/builder/builder.h"
+#include "controlplane/services/dedup/dedup.h"
+#include "controlplane/services/deploy/deploy.h"
+#include "controlplane/services/routing/routing.h"
+#include "controlplane/workflow/typed.h"
+
+namespace krane::api {
+namespace {
+
+constexpr auto kRoutingTimeout = std::chrono::seconds(30);
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+absl::Status checkText(std::string_view field, const std::string& value, size_t max,
+                       bool required) {
+  if (required && value.empty()) return invalid(strCat(field, ": required"));
+  if (value.size() > max) return invalid(strCat(field, ": at most ", max, " bytes"));
+  return absl::OkStatus();
+}
+
+std::string newDeploymentId() {
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "dep_";
+  for (int i = 0; i < 16; ++i) id += kHex[random() % 16];
+  return id;
+}
+
+// The build request of the deploy workflow, checked the way the builders will check it.
+absl::StatusOr<services::v1::BuildRequest> buildOf(const v1::CreateDeploymentRequest& req) {
+  services::v1::BuildRequest build;
+  switch (req.source_case()) {
+    case v1::CreateDeploymentRequest::kImage: {
+      build.set_image(req.image());
+      KRANE_RETURN_IF_ERROR(services::builder::PrebuiltBuilder().build(build).status());
+      break;
+    }
+    case v1::CreateDeploymentRequest::kBuild: {
+      const v1::BuildCommand& in = req.build();
+      if (in.argv().empty() || in.argv(0).empty()) {
+        return invalid("build.argv: required, the build command and its arguments");
+      }
+      KRANE_RETURN_IF_ERROR(checkText("build.image_name", in.image_name(), 255, true));
+      auto* out = build.mutable_command();
+      *out->mutable_argv() = in.argv();
+      out->set_working_dir(in.working_dir());
+      out->set_image_name(in.image_name());
+      out->set_timeout_seconds(in.timeout_seconds());
+      break;
+    }
+    case v1::CreateDeploymentRequest::SOURCE_NOT_SET:
+      return invalid("source: an image, or a build command");
+  }
+  return build;
+}
+
+absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::string& id) {
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows, conn.query("SELECT d.id, d.app_id, d.environment_id, d.status, d.git_branch,"
+                            " d.git_commit_sha, d.image, d.invocation_id, d.created_at,"
+                            " a.current_deployment_id = d.id AS live"
+                            " FROM deployments d JOIN apps a ON a.id = d.app_id WHERE d.id = ?",
+                            {id}));
+  if (rows.empty()) return absl::NotFoundError(strCat("no deployment '", id, "'"));
+  const db::Row& r = rows.rows[0];
+  v1::Deployment d;
+  d.set_id(r.str("id"));
+  d.set_app_id(r.str("app_id"));
+  d.set_environment_id(r.str("environment_id"));
+  d.set_status(r.str("status"));
+  d.set_git_branch(r.optStr("git_branch").value_or(""));
+  d.set_git_commit_sha(r.optStr("git_commit_sha").value_or(""));
+  d.set_image(r.optStr("image").value_or(""));
+  d.set_invocation_id(r.optStr("invocation_id").value_or(""));
+  d.set_created_at_ms(r.i64("created_at"));
+  d.set_live(!r.isNull("live") && r.i64("live") != 0);
+  KRANE_ASSIGN_OR_RETURN(auto steps, conn.query("SELECT step, started_at, ended_at, error"
+                                                " FROM deployment_steps WHERE deployment_id = ?"
+                                                " ORDER BY id",
+                                                {id}));
+  for (const db::Row& s : steps.rows) {
+    auto* step = d.add_steps();
+    step->set_step(s.str("step"));
+    step->set_started_at_ms(s.i64("started_at"));
+    step->set_ended_at_ms(s.optI64("ended_at").value_or(0));
+    step->set_error(s.optStr("error").value_or(""));
+  }
+  return d;
+}
+
+void fill(const services::v1::SwapLiveResponse& in, v1::LiveChange* out) {
+  out->set_swapped(in.swapped());
+  out->set_live_deployment_id(in.live_deployment_id());
+  out->set_previous_deployment_id(in.previous_deployment_id());
+  out->set_reason(in.reason());
+}
+
+}  // namespace
+
+DeploymentServiceImpl::DeploymentServiceImpl(std::shared_ptr<db::Pool> pool,
+                                             std::shared_ptr<const feed::ResourceTables> tables,
+                                             workflow::Engine& engine,
+                                             std::shared_ptr<const OperatorTokens> operators)
+    : pool_(std::move(pool)),
+      tables_(std::move(tables)),
+      engine_(engine),
+      operators_(std::move(operators)) {}
+
+grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* context,
+                                                     const v1::CreateDeploymentRequest* request,
+                                                     v1::Deployment* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  const v1::CreateDeploymentRequest& req = *request;
+  for (const auto& [field, value, max, required] :
+       std::vector<std::tuple<const char*, const std::string*, size_t, bool>>{
+           {"app_id", &req.app_id(), 64, true},
+           {"environment_id", &req.environment_id(), 64, true},
+           {"git_branch", &req.git_branch(), 255, false},
+           {"git_commit_sha", &req.git_commit_sha(), 64, false}}) {
+    if (auto st = checkText(field, *value, max, required); !st.ok()) return toGrpc(st);
+  }
+  auto build = buildOf(req);
+  if (!build.ok()) return toGrpc(invalid(std::string(toStd(build.status().message()))));
+  const std::string id = newDeploymentId();
+  absl::Status stored =
+      pool_->transact("create deployment", [&](db::Connection& conn) -> absl::Status {
+        KRANE_ASSIGN_OR_RETURN(auto env,
+                               conn.query("SELECT workspace_id, project_id FROM environments"
+                                          " WHERE id = ? AND app_id = ? AND deleted_at IS NULL",
+                                          {req.environment_id(), req.app_id()}));
+        if (env.empty()) {
+          return absl::NotFoundError(strCat("environment_id: no environment '",
+                                            req.environment_id(), "' of app '", req.app_id(), "'"));
+        }
+        KRANE_ASSIGN_OR_RETURN(auto regions,
+                               conn.query("SELECT region_id, replicas FROM"
+                                          " environment_regions WHERE environment_id = ?"
+                                          " ORDER BY region_id LIMIT 1",
+                                          {req.environment_id()}));
+        if (regions.empty()) {
+          return absl::FailedPreconditionError(
+              strCat("environment '", req.environment_id(), "' has no regions to deploy to"));
+        }
+        // The spec as every region will store it; refused here, nothing is written.
+        feed::Resource probe;
+        probe.set_type(std::string(feed::kDeploymentTopology));
+        probe.set_id(id);
+        probe.set_region(regions.rows[0].str("region_id"));
+        auto* t = probe.mutable_deployment_topology();
+        *t = req.spec();
+        t->set_workspace_id(env.rows[0].str("workspace_id"));
+        t->set_project_id(env.rows[0].str("project_id"));
+        t->set_app_id(req.app_id());
+        t->set_environment_id(req.environment_id());
+        t->set_image(build->has_command() ? strCat(build->command().image_name(), ":check")
+                                          : build->image());
+        t->set_replicas(static_cast<uint32_t>(regions.rows[0].i64("replicas")));
+        if (auto st = tables_->forType(feed::kDeploymentTopology).validate(probe); !st.ok()) {
+          return invalid(strCat("spec: ", toStd(st.message())));
+        }
+        return conn
+            .exec(
+                "INSERT INTO deployments (id, workspace_id, project_id, app_id, environment_id,"
+                " status, git_branch, git_commit_sha, created_at) VALUES "
+                "(?,?,?,?,?,'pending',?,?,?)",
+                {id, env.rows[0].str("workspace_id"), env.rows[0].str("project_id"), req.app_id(),
+                 req.environment_id(),
+                 req.git_branch().empty() ? db::Value() : db::Value(req.git_branch()),
+                 req.git_commit_sha().empty() ? db::Value() : db::Value(req.git_commit_sha()),
+                 unixMillis()})
+            .status();
+      });
+  if (!stored.ok()) return toGrpc(stored);
+  // Older queued siblings are superseded now; the deploy checks again when it starts.
+  if (auto superseded = services::dedup::cancelOlderSiblings(*pool_, id); !superseded.ok()) {
+    return toGrpc(superseded.status());
+  }
+  services::v1::DeployRequest deploy;
+  *deploy.mutable_build() = *build;
+  *deploy.mutable_spec() = req.spec();
+  auto started =
+      engine_.send(workflow::invocation(services::deploy::kServiceName, "Deploy", id, deploy, id));
+  if (!started.ok()) return toGrpc(started.status());
+  // Recorded here too, so that a cancel finds it before the workflow's first step ran.
+  auto conn = pool_->acquire();
+  if (!conn.ok()) return toGrpc(conn.status());
+  auto recorded = (*conn)->exec(
+      "UPDATE deployments SET invocation_id = ? WHERE id = ? AND invocation_id IS NULL",
+      {*started, id});
+  if (!recorded.ok()) return toGrpc(recorded.status());
+  auto loaded = loadDeployment(**conn, id);
+  if (!loaded.ok()) return toGrpc(loaded.status());
+  *response = *std::move(loaded);
+  return grpc::Status::OK;
+}
+
+grpc::Status DeploymentServiceImpl::GetDeployment(grpc::ServerContext* context,
+                                                  const v1::DeploymentRef* request,
+                                                  v1::Deployment* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (auto st = checkText("id", request->id(), 64, true); !st.ok()) return toGrpc(st);
+  auto conn = pool_->acquire();
+  if (!conn.ok()) return toGrpc(conn.status());
+  auto loaded = loadDeployment(**conn, request->id());
+  if (!loaded.ok()) return toGrpc(loaded.status());
+  *response = *std::move(loaded);
+  return grpc::Status::OK;
+}
+
+grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context,
+                                                    const v1::ListDeploymentsRequest* request,
+                                                    v1::ListDeploymentsResponse* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (request->app_id().empty() && request->environment_id().empty()) {
+    return toGrpc(invalid("app_id: an app_id or an environment_id is required"));
+  }
+  const uint32_t limit = request->limit() == 0 ? 50 : std::min<uint32_t>(request->limit(), 1000);
+  std::string where = "1 = 1";
+  db::Params params;
+  if (!request->app_id().empty()) {
+    where += " AND app_id = ?";
+    params.emplace_back(request->app_id());
+  }
+  if (!request->environment_id().empty()) {
+    where += " AND environment_id = ?";
+    params.emplace_back(request->environment_id());
+  }
+  params.emplace_back(static_cast<uint64_t>(limit));
+  auto conn = pool_->acquire();
+  if (!conn.ok()) return toGrpc(conn.status());
+  auto ids = (*conn)->query(strCat("SELECT id FROM deployments WHERE ", where,
+                                   " ORDER BY created_at DESC, id DESC LIMIT ?"),
+                            params);
+  if (!ids.ok()) return toGrpc(ids.status());
+  for (const db::Row& r : ids->rows) {
+    auto loaded = loadDeployment(**conn, r.str("id"));
+    if (!loaded.ok()) return toGrpc(loaded.status());
+    *response->add_deployments() = *std::move(loaded);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* context,
+                                                     const v1::DeploymentRef* request,
+                                                     v1::Deployment* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (auto st = checkText("id", request->id(), 64, true); !st.ok()) return toGrpc(st);
+  auto conn = pool_->acquire();
+  if (!conn.ok()) return toGrpc(conn.status());
+  auto d = loadDeployment(**conn, request->id());
+  if (!d.ok()) return toGrpc(d.status());
+  const std::string& status = d->status();
+  if (status == "ready" || status == "failed" || status == "superseded" || status == "cancelled") {
+    return toGrpc(absl::FailedPreconditionError(
+        strCat("deployment '", d->id(), "' already finished (", status, "): nothing to cancel")));
+  }
+  if (d->invocation_id().empty()) {
+    return toGrpc(absl::FailedPreconditionError(
+        strCat("deployment '", d->id(), "' has no deploy workflow to cancel")));
+  }
+  if (auto st = engine_.cancel(d->invocation_id()); !st.ok()) return toGrpc(st);
+  auto loaded = loadDeployment(**conn, request->id());
+  if (!loaded.ok()) return toGrpc(loaded.status());
+  *response = *std::move(loaded);
+  return grpc::Status::OK;
+}
+
+grpc::Status DeploymentServiceImpl::PromoteDeployment(grpc::ServerContext* context,
+                                                      const v1::DeploymentRef* request,
+                                                      v1::LiveChange* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (auto st = checkText("id", request->id(), 64, true); !st.ok()) return toGrpc(st);
+  auto conn = pool_->acquire();
+  if (!conn.ok()) return toGrpc(conn.status());
+  auto d = loadDeployment(**conn, request->id());
+  if (!d.ok()) return toGrpc(d.status());
+  services::v1::SwapLiveRequest swap;
+  swap.set_deployment_id(d->id());
+  swap.set_reason(services::v1::SWAP_REASON_PROMOTE);
+  auto swapped = workflow::resultAs<services::v1::SwapLiveResponse>(
+      engine_.call(workflow::invocation(services::routing::kServiceName, "SwapLiveDeployment",
+                                        d->environment_id(), swap),
+                   kRoutingTimeout));
+  if (!swapped.ok()) return toGrpc(swapped.status());
+  fill(*swapped, response);
+  return grpc::Status::OK;
+}
+
+grpc::Status DeploymentServiceImpl::RollbackEnvironment(
+    grpc::ServerContext* context, const v1::RollbackEnvironmentRequest* request,
+    v1::LiveChange* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (auto st = checkText("environment_id", request->environment_id(), 64, true); !st.ok()) {
+    return toGrpc(st);
+  }
+  auto rolled = workflow::resultAs<services::v1::SwapLiveResponse>(
+      engine_.call(workflow::invocation(services::routing::kServiceName, "Rollback",
+                                        request->environment_id(), services::v1::RollbackRequest()),
+                   kRoutingTimeout));
+  if (!rolled.ok()) return toGrpc(rolled.status());
+  fill(*rolled, response);
+  return grpc::Status::OK;
+}
+
+}  // namespace krane::api

@@ -1,0 +1,223 @@
+// krane.api.v1.DeploymentService on a krane-ctrl server in process, with a real MariaDB: bad
+// requests are refused naming the field with nothing written; a deployment created through the
+// API is deployed to ready once the agents report its instances (through ClusterService); it
+// lists newest first; rollback and promote move the live deployment; cancel refuses a finished
+// deployment and cancels a running one.
+#include <catch2/catch.hpp>
+
+#include "krane/api/v1/deployments.grpc.pb.h"
+#include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/support/control_plane.h"
+#include "tests/support/matchers.h"
+#include "tests/support/wait.h"
+
+namespace krane {
+namespace {
+
+using krane::testing::eventually;
+using krane::testing::kOperatorToken;
+using krane::testing::TestControlPlane;
+namespace v1 = krane::api::v1;
+
+class DeploymentsApiTest {
+ protected:
+  DeploymentsApiTest() {
+    cp_.startReplica(
+        [](ctrl::CtrlConfig& c) { c.workflow.poll_interval = std::chrono::milliseconds(20); });
+    for (const std::string sql :
+         {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
+          "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
+          " VALUES ('proj', 'ws', 'p', 'p', 1)",
+          "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
+          " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
+          "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
+          " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1),"
+          " ('empty', 'ws', 'proj', 'app', 'empty', 'preview', 1)",
+          "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
+          " VALUES ('prod', 'eu-1', 1, 1), ('prod', 'us-1', 1, 1)"}) {
+      REQUIRE_THAT((*cp_.pool()->acquire())->exec(sql, {}), IsOk());
+    }
+    stub_ = v1::DeploymentService::NewStub(cp_.channel());
+    cluster_ = cp_.cluster();
+  }
+
+  static v1::CreateDeploymentRequest request(const std::string& sha) {
+    v1::CreateDeploymentRequest r;
+    r.set_app_id("app");
+    r.set_environment_id("prod");
+    r.set_git_branch("main");
+    r.set_git_commit_sha(sha);
+    r.set_image("registry.example.com/app:" + sha);
+    r.mutable_spec()->set_port(8080);
+    r.mutable_spec()->set_cpu_millicores(100);
+    r.mutable_spec()->set_memory_mib(64);
+    return r;
+  }
+  grpc::Status create(const v1::CreateDeploymentRequest& r, v1::Deployment* out) {
+    return stub_->CreateDeployment(TestControlPlane::withToken(kOperatorToken).get(), r, out);
+  }
+  v1::Deployment get(const std::string& id) {
+    v1::DeploymentRef ref;
+    ref.set_id(id);
+    v1::Deployment d;
+    CHECK_THAT(stub_->GetDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &d),
+               IsOk());
+    return d;
+  }
+  // Both regions' agents report one running instance.
+  void instancesUp(const std::string& id) {
+    for (const char* region : {"eu-1", "us-1"}) {
+      cluster::v1::ReportDeploymentStatusRequest r;
+      r.set_deployment_id(id);
+      r.set_region(region);
+      auto* inst = r.mutable_instances()->add_instances();
+      inst->set_id(id + "-0");
+      inst->set_address("127.0.0.1:9000");
+      inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
+      cluster::v1::ReportDeploymentStatusResponse ignored;
+      REQUIRE_THAT(cluster_->ReportDeploymentStatus(
+                       TestControlPlane::withToken(cp_.agentToken(region)).get(), r, &ignored),
+                   IsOk());
+    }
+  }
+  // Created, deployed, ready.
+  v1::Deployment deployed(const std::string& sha) {
+    v1::Deployment d;
+    REQUIRE_THAT(create(request(sha), &d), IsOk());
+    REQUIRE(eventually([&] { return get(d.id()).status() == "deploying"; }));
+    REQUIRE(eventually([&] {
+      const auto steps = get(d.id()).steps();
+      return !steps.empty() && steps.rbegin()->step() == "waiting";
+    }));
+    instancesUp(d.id());
+    REQUIRE(eventually([&] { return get(d.id()).status() == "ready"; }));
+    return get(d.id());
+  }
+  int64_t count(const std::string& table) {
+    auto rows = (*cp_.pool()->acquire())->query("SELECT COUNT(*) FROM " + table, {});
+    return rows.ok() ? rows->rows[0].i64(0) : -1;
+  }
+
+  TestControlPlane cp_;
+  std::unique_ptr<v1::DeploymentService::Stub> stub_;
+  std::unique_ptr<cluster::v1::ClusterService::Stub> cluster_;
+};
+
+TEST_CASE_METHOD(DeploymentsApiTest, "bad deployments are refused naming the field",
+                 "[deployments-api]") {
+  v1::Deployment out;
+  auto refused = [&](v1::CreateDeploymentRequest r) {
+    auto st = create(r, &out);
+    return std::make_pair(st.error_code(), st.error_message());
+  };
+  auto r = request("abc");
+  r.clear_app_id();
+  CHECK(refused(r) == std::make_pair(grpc::INVALID_ARGUMENT, std::string("app_id: required")));
+  r = request("abc");
+  r.clear_image();
+  CHECK_THAT(refused(r).second, Catch::StartsWith("source: an image, or a build command"));
+  r = request("abc");
+  r.set_image("app v2");
+  CHECK_THAT(refused(r).second, Catch::StartsWith("image: must not contain spaces"));
+  r = request("abc");
+  r.mutable_build()->set_image_name("demo");
+  CHECK_THAT(refused(r).second, Catch::StartsWith("build.argv: required"));
+  r = request("abc");
+  r.set_environment_id("staging");
+  CHECK(refused(r).first == grpc::NOT_FOUND);
+  CHECK_THAT(refused(r).second, Catch::StartsWith("environment_id: no environment 'staging'"));
+  r = request("abc");
+  r.set_environment_id("empty");
+  CHECK(refused(r).first == grpc::FAILED_PRECONDITION);
+  CHECK_THAT(refused(r).second, Catch::Contains("has no regions"));
+  r = request("abc");
+  r.mutable_spec()->set_port(70000);
+  CHECK(refused(r).first == grpc::INVALID_ARGUMENT);
+  CHECK_THAT(refused(r).second, Catch::StartsWith("spec: deployment_topology.port"));
+  r = request(std::string(65, 'f'));
+  CHECK_THAT(refused(r).second, Catch::StartsWith("git_commit_sha: at most 64 bytes"));
+  auto st = stub_->CreateDeployment(TestControlPlane::withToken("not-a-token").get(),
+                                    request("abc"), &out);
+  CHECK(st.error_code() == grpc::UNAUTHENTICATED);
+  INFO("nothing was written");
+  CHECK(count("deployments") == 0);
+  CHECK(count("workflow_invocations WHERE service = 'DeployService'") == 0);
+}
+
+TEST_CASE_METHOD(DeploymentsApiTest, "deploy promote rollback and cancel through the API",
+                 "[deployments-api]") {
+  v1::Deployment created;
+  REQUIRE_THAT(create(request("sha1"), &created), IsOk());
+  CHECK(created.status() == "pending");
+  CHECK_FALSE(created.invocation_id().empty());
+  CHECK_THAT(created.id(), Catch::StartsWith("dep_"));
+  REQUIRE(eventually([&] {
+    const auto steps = get(created.id()).steps();
+    return !steps.empty() && steps.rbegin()->step() == "waiting";
+  }));
+  instancesUp(created.id());
+  REQUIRE(eventually([&] { return get(created.id()).status() == "ready"; }));
+  v1::Deployment first = get(created.id());
+  CHECK(first.live());
+  CHECK(first.image() == "registry.example.com/app:sha1");
+  std::vector<std::string> steps;
+  for (const auto& s : first.steps()) steps.push_back(s.step());
+  CHECK(steps == std::vector<std::string>{"queued", "starting", "building", "deploying", "waiting",
+                                          "network", "finalizing", "ready"});
+
+  v1::RollbackEnvironmentRequest rollback;
+  rollback.set_environment_id("prod");
+  v1::LiveChange change;
+  auto nothing = stub_->RollbackEnvironment(TestControlPlane::withToken(kOperatorToken).get(),
+                                            rollback, &change);
+  CHECK(nothing.error_code() == grpc::FAILED_PRECONDITION);
+  CHECK_THAT(nothing.error_message(), Catch::Contains("no ready deployment older"));
+
+  v1::Deployment second = deployed("sha2");
+  CHECK(second.live());
+  CHECK_FALSE(get(first.id()).live());
+  REQUIRE_THAT(stub_->RollbackEnvironment(TestControlPlane::withToken(kOperatorToken).get(),
+                                          rollback, &change),
+               IsOk());
+  CHECK(change.swapped());
+  CHECK(change.live_deployment_id() == first.id());
+  CHECK(change.previous_deployment_id() == second.id());
+  CHECK(get(first.id()).live());
+
+  v1::DeploymentRef ref;
+  ref.set_id(second.id());
+  REQUIRE_THAT(
+      stub_->PromoteDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &change),
+      IsOk());
+  CHECK(change.live_deployment_id() == second.id());
+  CHECK(get(second.id()).live());
+
+  v1::ListDeploymentsRequest list;
+  list.set_app_id("app");
+  v1::ListDeploymentsResponse listed;
+  REQUIRE_THAT(
+      stub_->ListDeployments(TestControlPlane::withToken(kOperatorToken).get(), list, &listed),
+      IsOk());
+  REQUIRE(listed.deployments_size() == 2);
+  CHECK(listed.deployments(0).id() == second.id());  // newest first
+  CHECK(listed.deployments(1).id() == first.id());
+
+  v1::Deployment out;
+  auto finished =
+      stub_->CancelDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &out);
+  CHECK(finished.error_code() == grpc::FAILED_PRECONDITION);
+  CHECK_THAT(finished.error_message(), Catch::Contains("already finished (ready)"));
+
+  v1::Deployment third;
+  REQUIRE_THAT(create(request("sha3"), &third), IsOk());
+  REQUIRE(eventually([&] { return get(third.id()).status() == "deploying"; }));
+  ref.set_id(third.id());
+  REQUIRE_THAT(
+      stub_->CancelDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &out),
+      IsOk());
+  REQUIRE(eventually([&] { return get(third.id()).status() == "cancelled"; }));
+  CHECK(get(second.id()).live());
+}
+
+}  // namespace
+}  // namespace krane
