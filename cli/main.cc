@@ -7,9 +7,14 @@
 //   kranectl agents                     each agent: region, leader, version, lag, heartbeat
 //   kranectl delete deployment demo --region local-1   (or delete -f app.yaml)
 //
+//   kranectl deploy --app demo --env production --image demo-app:v2   follow the deploy's steps
+//   kranectl deploy --app demo --env production --image-name demo-app -- make image
+//   kranectl deployments list --app demo | deployments get ID
+//   kranectl promote ID | rollback --env production | cancel ID
+//
 // Exit codes (stable, for scripts): 0 success; 1 the server refused the request; 2 bad usage or
 // an invalid file; 3 the server cannot be reached; 4 the token was refused; 5 not found;
-// 6 `status --wait` saw the resource fail; 7 `status --wait` timed out.
+// 6 `status --wait` saw the resource fail, or the deploy did not become ready; 7 timed out.
 #include <unistd.h>
 
 #include <chrono>
@@ -30,6 +35,7 @@
 #include "common/strings.h"
 #include "common/version.h"
 #include "krane/api/v1/agents.grpc.pb.h"
+#include "krane/api/v1/deployments.grpc.pb.h"
 #include "krane/api/v1/resources.grpc.pb.h"
 
 namespace krane::cli {
@@ -101,6 +107,7 @@ class Api {
     channel_ = grpc::CreateChannel(g.server, creds);
     resources_ = v1::ResourceService::NewStub(channel_);
     agents_ = v1::AgentService::NewStub(channel_);
+    deployments_ = v1::DeploymentService::NewStub(channel_);
   }
 
   std::unique_ptr<grpc::ClientContext> context(bool deadline = true) const {
@@ -114,12 +121,14 @@ class Api {
   }
   v1::ResourceService::Stub& resources() { return *resources_; }
   v1::AgentService::Stub& agents() { return *agents_; }
+  v1::DeploymentService::Stub& deployments() { return *deployments_; }
 
  private:
   const Globals& g_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::ResourceService::Stub> resources_;
   std::unique_ptr<v1::AgentService::Stub> agents_;
+  std::unique_ptr<v1::DeploymentService::Stub> deployments_;
 };
 
 // --- output ------------------------------------------------------------------------------------
@@ -490,6 +499,231 @@ int agents(const Globals& g, const std::string& region) {
   return kOk;
 }
 
+// --- deploys -----------------------------------------------------------------------------------
+
+struct DeployArgs {
+  std::string app, env, image, image_name, branch, sha, working_dir;
+  std::vector<std::string> build;
+  std::vector<std::string> env_vars;  // KEY=VALUE
+  uint32_t port = 8080, cpu_millicores = 250, memory_mib = 128;
+  bool no_wait = false;
+  double timeout_s = 1800;
+};
+
+bool finished(const std::string& status) {
+  return status == "ready" || status == "failed" || status == "superseded" || status == "cancelled";
+}
+
+std::string seconds(int64_t from_ms, int64_t to_ms) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1fs", static_cast<double>(to_ms - from_ms) / 1000.0);
+  return text;
+}
+
+int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Prints each step as it ends (and the one still running at the end), until the deployment
+// finished or `timeout_s` passed. Exit 0 ready, 6 anything else final, 7 timed out.
+int follow(const Globals& g, Api& api, const std::string& id, double timeout_s) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  size_t printed = 0;
+  v1::Deployment d;
+  for (;;) {
+    v1::DeploymentRef ref;
+    ref.set_id(id);
+    const auto s = api.deployments().GetDeployment(api.context().get(), ref, &d);
+    if (!s.ok()) return rpcFail(g, strCat("deployment ", id), s);
+    while (printed < static_cast<size_t>(d.steps_size()) && d.steps(printed).ended_at_ms() > 0) {
+      const auto& step = d.steps(printed);
+      if (step.error().empty()) {
+        std::printf("  %-11s %s\n", step.step().c_str(),
+                    seconds(step.started_at_ms(), step.ended_at_ms()).c_str());
+      } else {
+        std::printf("  %-11s %s, %s\n", step.step().c_str(),
+                    seconds(step.started_at_ms(), step.ended_at_ms()).c_str(),
+                    step.error().c_str());
+      }
+      std::fflush(stdout);
+      ++printed;
+    }
+    if (finished(d.status())) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      const std::string at = printed < static_cast<size_t>(d.steps_size())
+                                 ? strCat(" in step ", d.steps(printed).step())
+                                 : "";
+      return fail(kTimedOut,
+                  strCat("deployment ", id, " is still ", d.status(), at, " after ", timeout_s,
+                         " s (it goes on; kranectl deployments get ", id, ")"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  if (d.status() == "ready") {
+    std::printf("deployment %s is ready%s: %s\n", id.c_str(), d.live() ? " and live" : "",
+                d.image().c_str());
+    return kOk;
+  }
+  std::string why;
+  for (const auto& step : d.steps()) {
+    if (!step.error().empty()) why = strCat(": ", step.step(), ": ", step.error());
+  }
+  return fail(kFailed, strCat("deployment ", id, " ", d.status(), why));
+}
+
+int deploy(const Globals& g, const DeployArgs& a) {
+  v1::CreateDeploymentRequest request;
+  request.set_app_id(a.app);
+  request.set_environment_id(a.env);
+  request.set_git_branch(a.branch);
+  request.set_git_commit_sha(a.sha);
+  if (!a.image.empty() && !a.build.empty()) {
+    return fail(kUsage, "deploy: give --image or a build command (after --), not both");
+  }
+  if (!a.image.empty()) request.set_image(a.image);
+  if (!a.build.empty()) {
+    auto* b = request.mutable_build();
+    for (const auto& arg : a.build) b->add_argv(arg);
+    b->set_image_name(a.image_name);
+    b->set_working_dir(a.working_dir);
+  }
+  auto* spec = request.mutable_spec();
+  spec->set_port(a.port);
+  spec->set_cpu_millicores(a.cpu_millicores);
+  spec->set_memory_mib(a.memory_mib);
+  for (const auto& kv : a.env_vars) {
+    const size_t eq = kv.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      return fail(kUsage, strCat("deploy: --env-var \"", kv, "\": use KEY=VALUE"));
+    }
+    auto* e = spec->add_env();
+    e->set_name(kv.substr(0, eq));
+    e->set_value(kv.substr(eq + 1));
+  }
+  Api api(g);
+  v1::Deployment created;
+  const auto s = api.deployments().CreateDeployment(api.context().get(), request, &created);
+  if (!s.ok()) return rpcFail(g, "deploy", s);
+  std::printf("deployment %s created (app %s, environment %s%s)\n", created.id().c_str(),
+              a.app.c_str(), a.env.c_str(),
+              a.branch.empty() ? "" : strCat(", branch ", a.branch).c_str());
+  std::fflush(stdout);
+  if (a.no_wait) return kOk;
+  return follow(g, api, created.id(), a.timeout_s);
+}
+
+std::vector<std::string> deploymentRow(const v1::Deployment& d) {
+  std::string step;
+  if (d.steps_size() > 0) step = d.steps(d.steps_size() - 1).step();
+  return {d.id(),
+          d.status(),
+          step,
+          d.git_branch(),
+          d.git_commit_sha(),
+          d.image(),
+          d.live() ? "yes" : "",
+          ago(d.created_at_ms())};
+}
+
+int listDeployments(const Globals& g, const std::string& app, const std::string& env) {
+  Api api(g);
+  v1::ListDeploymentsRequest request;
+  request.set_app_id(app);
+  request.set_environment_id(env);
+  v1::ListDeploymentsResponse response;
+  const auto s = api.deployments().ListDeployments(api.context().get(), request, &response);
+  if (!s.ok()) return rpcFail(g, "deployments list", s);
+  if (g.output != "table") {
+    printStructured(g, protoJson(response)["deployments"]);
+    return kOk;
+  }
+  if (response.deployments().empty()) {
+    std::printf("no deployments\n");
+    return kOk;
+  }
+  std::vector<std::vector<std::string>> rows{
+      {"ID", "STATUS", "STEP", "BRANCH", "COMMIT", "IMAGE", "LIVE", "CREATED"}};
+  for (const auto& d : response.deployments()) rows.push_back(deploymentRow(d));
+  printTable(rows);
+  return kOk;
+}
+
+int getDeployment(const Globals& g, const std::string& id) {
+  Api api(g);
+  v1::DeploymentRef ref;
+  ref.set_id(id);
+  v1::Deployment d;
+  const auto s = api.deployments().GetDeployment(api.context().get(), ref, &d);
+  if (!s.ok()) return rpcFail(g, strCat("deployment ", id), s);
+  if (g.output != "table") {
+    printStructured(g, protoJson(d));
+    return kOk;
+  }
+  printTable(
+      {{"ID", "STATUS", "STEP", "BRANCH", "COMMIT", "IMAGE", "LIVE", "CREATED"}, deploymentRow(d)});
+  std::printf("\n");
+  std::vector<std::vector<std::string>> steps{{"STEP", "TOOK", "ERROR"}};
+  for (const auto& step : d.steps()) {
+    steps.push_back({step.step(),
+                     step.ended_at_ms() > 0
+                         ? seconds(step.started_at_ms(), step.ended_at_ms())
+                         : strCat("running for ", seconds(step.started_at_ms(), nowMs())),
+                     step.error()});
+  }
+  printTable(steps);
+  return kOk;
+}
+
+int liveChange(const Globals& g, const std::string& what, const grpc::Status& s,
+               const v1::LiveChange& change) {
+  if (!s.ok()) return rpcFail(g, what, s);
+  if (!change.swapped()) {
+    std::printf("%s: %s stays live: %s\n", what.c_str(), change.live_deployment_id().c_str(),
+                change.reason().c_str());
+    return kOk;
+  }
+  std::printf("%s: %s is live%s\n", what.c_str(), change.live_deployment_id().c_str(),
+              change.previous_deployment_id().empty()
+                  ? ""
+                  : strCat(" (was ", change.previous_deployment_id(), ")").c_str());
+  return kOk;
+}
+
+int promote(const Globals& g, const std::string& id) {
+  Api api(g);
+  v1::DeploymentRef ref;
+  ref.set_id(id);
+  v1::LiveChange change;
+  const auto s = api.deployments().PromoteDeployment(api.context().get(), ref, &change);
+  return liveChange(g, strCat("promote ", id), s, change);
+}
+
+int rollback(const Globals& g, const std::string& env) {
+  Api api(g);
+  v1::RollbackEnvironmentRequest request;
+  request.set_environment_id(env);
+  v1::LiveChange change;
+  const auto s = api.deployments().RollbackEnvironment(api.context().get(), request, &change);
+  return liveChange(g, strCat("rollback ", env), s, change);
+}
+
+int cancel(const Globals& g, const std::string& id) {
+  Api api(g);
+  v1::DeploymentRef ref;
+  ref.set_id(id);
+  v1::Deployment d;
+  const auto s = api.deployments().CancelDeployment(api.context().get(), ref, &d);
+  if (!s.ok()) return rpcFail(g, strCat("cancel ", id), s);
+  std::printf(
+      "deployment %s: cancel requested (it undoes what it did; kranectl deployments get"
+      " %s)\n",
+      id.c_str(), id.c_str());
+  return kOk;
+}
+
 std::string readToken(const std::string& path) {
   std::ifstream in(path);
   std::string token;
@@ -511,7 +745,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "kranectl: operate Krane through krane-ctrl's public API.\n"
       "Exit codes: 0 ok, 1 refused by the server, 2 bad usage or invalid file, 3 server\n"
-      "unreachable, 4 token refused, 5 not found, 6 failed (status --wait), 7 timed out.",
+      "unreachable, 4 token refused, 5 not found, 6 failed (status --wait, deploy), 7 timed out.",
       "kranectl"};
   app.set_version_flag("--version", krane::kVersion);
   app.require_subcommand(1);
@@ -569,6 +803,52 @@ int main(int argc, char** argv) {
       "agents", "Each agent: region, leader, build version, applied version and lag, heartbeat.");
   agents_cmd->add_option("--region", region, "only this region");
   agents_cmd->callback([&] { code = agents(g, region); });
+
+  DeployArgs deploy_args;
+  auto* deploy_cmd = app.add_subcommand(
+      "deploy", "Deploy an app to every region of an environment and follow its steps.");
+  deploy_cmd->add_option("--app", deploy_args.app, "app id")->required();
+  deploy_cmd->add_option("--env", deploy_args.env, "environment id")->required();
+  deploy_cmd->add_option("--image", deploy_args.image, "a prebuilt image");
+  deploy_cmd->add_option("build", deploy_args.build,
+                         "after --: a build command and its arguments, run by krane-ctrl without"
+                         " a shell (instead of --image)");
+  deploy_cmd->add_option("--image-name", deploy_args.image_name,
+                         "with a build command: the image it produces, tagged with the commit");
+  deploy_cmd->add_option("--working-dir", deploy_args.working_dir,
+                         "with a build command: where it runs");
+  deploy_cmd->add_option("--branch", deploy_args.branch, "git branch (commit dedup is per branch)");
+  deploy_cmd->add_option("--commit", deploy_args.sha, "git commit sha");
+  deploy_cmd->add_option("--port", deploy_args.port, "the port instances serve on");
+  deploy_cmd->add_option("--cpu-millicores", deploy_args.cpu_millicores, "per instance");
+  deploy_cmd->add_option("--memory-mib", deploy_args.memory_mib, "per instance");
+  deploy_cmd->add_option("--env-var", deploy_args.env_vars, "KEY=VALUE, repeatable");
+  deploy_cmd->add_flag("--no-wait", deploy_args.no_wait, "create it and return");
+  deploy_cmd->add_option("--timeout", deploy_args.timeout_s, "seconds to follow it");
+  deploy_cmd->callback([&] { code = deploy(g, deploy_args); });
+
+  std::string app_id, env_id;
+  auto* deployments_cmd = app.add_subcommand("deployments", "List deployments, or show one.");
+  deployments_cmd->require_subcommand(1);
+  auto* list_cmd = deployments_cmd->add_subcommand("list", "Newest first.");
+  list_cmd->add_option("--app", app_id, "of this app");
+  list_cmd->add_option("--env", env_id, "of this environment");
+  list_cmd->callback([&] { code = listDeployments(g, app_id, env_id); });
+  auto* show_cmd = deployments_cmd->add_subcommand("get", "One deployment with its steps.");
+  show_cmd->add_option("id", id, "deployment id")->required();
+  show_cmd->callback([&] { code = getDeployment(g, id); });
+
+  auto* promote_cmd = app.add_subcommand(
+      "promote", "Make a ready deployment live (and clear a rollback's hold on new deploys).");
+  promote_cmd->add_option("id", id, "deployment id")->required();
+  promote_cmd->callback([&] { code = promote(g, id); });
+  auto* rollback_cmd = app.add_subcommand(
+      "rollback", "Make the previous ready deployment of an environment live again.");
+  rollback_cmd->add_option("--env", env_id, "environment id")->required();
+  rollback_cmd->callback([&] { code = rollback(g, env_id); });
+  auto* cancel_cmd = app.add_subcommand("cancel", "Cancel a deployment that is not finished.");
+  cancel_cmd->add_option("id", id, "deployment id")->required();
+  cancel_cmd->callback([&] { code = cancel(g, id); });
 
   app.parse_complete_callback([&] {
     if (!g.token_file.empty()) g.token = readToken(g.token_file);

@@ -1,0 +1,186 @@
+// kranectl's deploy commands against a krane-ctrl server in process (real MariaDB): `deploy`
+// follows the steps to ready (agents' reports come from the test through ClusterService), fails
+// with exit 6 and the failed step's error, refuses bad input with exit 1; `deployments list|get`,
+// `rollback`, `promote` and `cancel`, with their exit codes.
+#include <thread>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "common/strings.h"
+#include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/support/control_plane.h"
+#include "tests/support/matchers.h"
+#include "tests/support/process.h"
+#include "tests/support/threads.h"
+#include "tests/support/wait.h"
+
+namespace krane {
+namespace {
+
+using krane::testing::CommandResult;
+using krane::testing::eventually;
+using krane::testing::kOperatorToken;
+using krane::testing::runCommand;
+using krane::testing::runfile;
+using krane::testing::TestControlPlane;
+
+class DeployCliTest {
+ protected:
+  DeployCliTest() {
+    auto& server = cp_.startReplica(
+        [](ctrl::CtrlConfig& c) { c.workflow.poll_interval = std::chrono::milliseconds(20); });
+    address_ = strCat("127.0.0.1:", server.grpcPort());
+    for (const std::string sql :
+         {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
+          "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
+          " VALUES ('proj', 'ws', 'p', 'p', 1)",
+          "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
+          " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
+          "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
+          " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1)",
+          "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
+          " VALUES ('prod', 'eu-1', 1, 1), ('prod', 'us-1', 1, 1)"}) {
+      REQUIRE_THAT((*cp_.pool()->acquire())->exec(sql, {}), IsOk());
+    }
+  }
+
+  CommandResult kranectl(std::vector<std::string> args) {
+    std::vector<std::string> argv = {runfile("cli/kranectl")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return runCommand(argv, {{"KRANE_SERVER", address_}, {"KRANE_TOKEN", kOperatorToken}},
+                      std::chrono::seconds(120));
+  }
+
+  // Plays the agents: once a deployment waits for its instances, both regions report them up.
+  // Runs on its own thread while kranectl follows the deploy; records failures instead of
+  // asserting.
+  std::thread agentsBringUp(const std::string& sha) {
+    return std::thread([this, sha] {
+      std::string id;
+      const bool waiting = eventually(
+          [&] {
+            auto rows = (*cp_.pool()->acquire())
+                            ->query(
+                                "SELECT d.id FROM deployments d JOIN deployment_steps s ON"
+                                " s.deployment_id = d.id WHERE d.git_commit_sha = ? AND"
+                                " s.step = 'waiting'",
+                                {sha});
+            if (!rows.ok() || rows->empty()) return false;
+            id = rows->rows[0].str(0);
+            return true;
+          },
+          std::chrono::seconds(60));
+      if (!failures_.expect(waiting, "deployment " + sha + " never waited")) return;
+      auto cluster = cp_.cluster();
+      for (const char* region : {"eu-1", "us-1"}) {
+        cluster::v1::ReportDeploymentStatusRequest r;
+        r.set_deployment_id(id);
+        r.set_region(region);
+        auto* inst = r.mutable_instances()->add_instances();
+        inst->set_id(id + "-0");
+        inst->set_address("127.0.0.1:9000");
+        inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
+        cluster::v1::ReportDeploymentStatusResponse ignored;
+        failures_.expect(
+            cluster
+                ->ReportDeploymentStatus(TestControlPlane::withToken(cp_.agentToken(region)).get(),
+                                         r, &ignored)
+                .ok(),
+            "report");
+      }
+    });
+  }
+
+  CommandResult deployImage(const std::string& sha) {
+    auto agents = agentsBringUp(sha);
+    auto result = kranectl({"deploy", "--app", "app", "--env", "prod", "--branch", "main",
+                            "--commit", sha, "--image", "registry.example.com/app:" + sha});
+    agents.join();
+    return result;
+  }
+
+  TestControlPlane cp_;
+  std::string address_;
+  krane::testing::ThreadFailures failures_;
+};
+
+TEST_CASE_METHOD(DeployCliTest, "kranectl deploys follows the steps and steers the live one",
+                 "[kranectl][deploy]") {
+  auto first = deployImage("sha1");
+  INFO(first.out << first.err);
+  CHECK(failures_.all() == std::vector<std::string>{});
+  REQUIRE(first.exit_code == 0);
+  CHECK_THAT(first.out, Catch::Matches("deployment dep_[0-9a-f]+ created \\(app app, environment "
+                                       "prod, branch main\\)\\n(.|\\n)*"));
+  for (const char* step :
+       {"queued", "starting", "building", "deploying", "waiting", "network", "finalizing"}) {
+    CHECK_THAT(first.out, Catch::Contains(strCat("\n  ", step)));
+  }
+  CHECK_THAT(first.out, Catch::Contains("is ready and live: registry.example.com/app:sha1"));
+  const std::string first_id = first.out.substr(11, first.out.find(' ', 11) - 11);
+
+  auto second = deployImage("sha2");
+  REQUIRE(second.exit_code == 0);
+  const std::string second_id = second.out.substr(11, second.out.find(' ', 11) - 11);
+
+  auto listed = kranectl({"deployments", "list", "--app", "app"});
+  REQUIRE(listed.exit_code == 0);
+  CHECK_THAT(listed.out, Catch::StartsWith("ID"));
+  CHECK(listed.out.find(second_id) < listed.out.find(first_id));  // newest first
+  auto as_json = kranectl({"deployments", "list", "--env", "prod", "-o", "json"});
+  REQUIRE(as_json.exit_code == 0);
+  auto parsed = nlohmann::json::parse(as_json.out);
+  REQUIRE(parsed.size() == 2u);
+  CHECK(parsed[0]["status"] == "ready");
+  CHECK(parsed[0]["live"] == true);
+
+  auto shown = kranectl({"deployments", "get", first_id});
+  REQUIRE(shown.exit_code == 0);
+  CHECK_THAT(shown.out, Catch::Contains("STEP"));
+  CHECK_THAT(shown.out, Catch::Contains("finalizing"));
+
+  auto back = kranectl({"rollback", "--env", "prod"});
+  REQUIRE(back.exit_code == 0);
+  CHECK(back.out == strCat("rollback prod: ", first_id, " is live (was ", second_id, ")\n"));
+  auto promoted = kranectl({"promote", second_id});
+  REQUIRE(promoted.exit_code == 0);
+  CHECK(promoted.out ==
+        strCat("promote ", second_id, ": ", second_id, " is live (was ", first_id, ")\n"));
+
+  auto finished = kranectl({"cancel", first_id});
+  CHECK(finished.exit_code == 1);
+  CHECK_THAT(finished.err, Catch::Contains("already finished (ready)"));
+  auto unknown = kranectl({"deployments", "get", "dep_nope"});
+  CHECK(unknown.exit_code == 5);
+  CHECK_THAT(unknown.err, Catch::Contains("no deployment 'dep_nope'"));
+}
+
+TEST_CASE_METHOD(DeployCliTest, "kranectl deploy fails with the failed steps error",
+                 "[kranectl][deploy]") {
+  auto bad =
+      kranectl({"deploy", "--app", "app", "--env", "prod", "--image", "app:v1", "--port", "70000"});
+  CHECK(bad.exit_code == 1);
+  CHECK_THAT(bad.err, Catch::Contains("deploy: refused: spec: deployment_topology.port"));
+  auto both =
+      kranectl({"deploy", "--app", "app", "--env", "prod", "--image", "app:v1", "--", "true"});
+  CHECK(both.exit_code == 2);
+  auto env_var = kranectl(
+      {"deploy", "--app", "app", "--env", "prod", "--image", "app:v1", "--env-var", "NOVALUE"});
+  CHECK(env_var.exit_code == 2);
+  CHECK_THAT(env_var.err, Catch::Contains("--env-var \"NOVALUE\": use KEY=VALUE"));
+
+  auto failed = kranectl({"deploy", "--app", "app", "--env", "prod", "--commit", "sha9",
+                          "--image-name", "demo", "--", "/bin/sh", "-c",
+                          "echo compiling; echo 'error: no main' >&2; exit 3"});
+  INFO(failed.out << failed.err);
+  CHECK(failed.exit_code == 6);
+  CHECK_THAT(failed.out, Catch::Contains("  queued"));
+  CHECK_THAT(failed.out, Catch::Contains("  building"));
+  CHECK_THAT(failed.err, Catch::Contains("failed: building: build of dep_"));
+  CHECK_THAT(failed.err, Catch::Contains("exited with status 3"));
+  CHECK_THAT(failed.err, Catch::Contains("error: no main"));
+}
+
+}  // namespace
+}  // namespace krane
