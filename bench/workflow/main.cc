@@ -18,6 +18,8 @@
 
 #include <fmt/format.h>
 
+#include "bench/support/commit_rate.h"
+#include "bench/support/figures.h"
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "controlplane/db/pool.h"
@@ -38,35 +40,12 @@ constexpr const char* kUsage = R"(usage: workflow [--json] [--quick] [--help]
   --quick   a smoke run: fewer workflows and 2,000 suspended invocations instead of 10,000
 )";
 
-struct Figure {
-  std::string name;
-  double value;
-  std::string unit;
-  std::string target;
-  int passed = -1;  // -1: no target
-};
-
 std::FILE* progress = stderr;
 
 template <typename... Args>
 void say(fmt::format_string<Args...> f, Args&&... args) {
   std::fprintf(progress, "%s\n", fmt::format(f, std::forward<Args>(args)...).c_str());
   std::fflush(progress);
-}
-
-template <typename T>
-T check(absl::StatusOr<T> v, const char* what) {
-  if (!v.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, std::string(toStd(v.status().message())).c_str());
-    std::exit(1);
-  }
-  return *std::move(v);
-}
-void check(const absl::Status& s, const char* what) {
-  if (!s.ok()) {
-    std::fprintf(stderr, "%s: %s\n", what, std::string(toStd(s.message())).c_str());
-    std::exit(1);
-  }
 }
 
 int64_t rssKib() {
@@ -76,12 +55,6 @@ int64_t rssKib() {
     if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
   }
   return 0;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
 double seconds(std::chrono::steady_clock::duration d) {
@@ -112,35 +85,6 @@ ServerCounters counters(db::Pool& pool) {
   return c;
 }
 
-// Single-row autocommit INSERTs into a fresh table from `threads` connections for `window`.
-double rawCommitRate(db::Pool& pool, int threads, std::chrono::seconds window, int round) {
-  const std::string table = strCat("bench_raw_", round);
-  {
-    auto conn = check(pool.acquire(), "connection");
-    check(conn->execText(strCat("CREATE TABLE ", table,
-                                " (id BIGINT AUTO_INCREMENT PRIMARY KEY, v VARCHAR(64))"
-                                " ENGINE=InnoDB")),
-          "create raw table");
-  }
-  std::atomic<int64_t> commits{0};
-  std::atomic<bool> stop{false};
-  std::vector<std::thread> ts;
-  for (int i = 0; i < threads; ++i) {
-    ts.emplace_back([&] {
-      auto conn = check(pool.acquire(), "connection");
-      while (!stop) {
-        check(conn->exec(strCat("INSERT INTO ", table, " (v) VALUES (?)"), {"x"}).status(),
-              "insert");
-        ++commits;
-      }
-    });
-  }
-  std::this_thread::sleep_for(window);
-  stop = true;
-  for (auto& t : ts) t.join();
-  return static_cast<double>(commits.load()) / static_cast<double>(window.count());
-}
-
 // Sends n invocations from several threads and waits for all of them; returns the seconds.
 double runBatch(Engine& engine, const std::string& service, int n) {
   const auto start = std::chrono::steady_clock::now();
@@ -159,6 +103,7 @@ double runBatch(Engine& engine, const std::string& service, int n) {
 
 int run(bool json, bool quick) {
   if (json) progress = stderr;
+  logsToStderr();
   auto& mariadb = testing::ScratchMariaDb::instance();
   const db::Dsn dsn = mariadb.freshDatabase();
   auto pool = check(db::Pool::create(dsn, {.max_connections = 64}), "pool");
@@ -315,7 +260,8 @@ int run(bool json, bool quick) {
   std::vector<double> fan_all_ms, fan_each_ms, fan_all_runs, fan_each_runs;
   for (int round = 1; round <= rounds; ++round) {
     say("round {}/{}", round, rounds);
-    const double raw = rawCommitRate(*pool, 8, raw_window, round);
+    const double raw = check(
+        bench::rawCommitRate(*pool, 8, raw_window, strCat("bench_raw_", round)), "raw commit rate");
     raw_r.push_back(raw);
     say("  raw commit rate: {:.0f} commits/s (single-row autocommit INSERTs, 8 connections, {} s)",
         raw, raw_window.count());
@@ -391,48 +337,29 @@ int run(bool json, bool quick) {
   const double wf = median(wf_r);
   const double kib = median(kib_r);
   figures.push_back({"workflows_per_s_5_steps", wf, "1/s", ">= 100", wf >= 100});
-  figures.push_back({"step_overhead_ms", median(step_ms_r), "ms", "", -1});
-  figures.push_back({"db_writes_per_step", median(writes_r), "rows", "", -1});
+  figures.push_back({"step_overhead_ms", median(step_ms_r), "ms"});
+  figures.push_back({"db_writes_per_step", median(writes_r), "rows"});
   figures.push_back({"suspended_memory_kib_per_invocation", kib, "KiB", "<= 2", kib <= 2.0});
-  figures.push_back({"resolve_10k_awakeables_s", median(resolve_r), "s", "", -1});
-  figures.push_back({"raw_commit_rate_per_s", median(raw_r), "1/s", "", -1});
-  figures.push_back({"fanout_100_await_all_ms", median(fan_all_ms), "ms", "", -1});
-  figures.push_back({"fanout_100_await_each_ms", median(fan_each_ms), "ms", "", -1});
-  figures.push_back({"fanout_100_await_all_parent_runs", median(fan_all_runs), "runs", "", -1});
-  figures.push_back({"fanout_100_await_each_parent_runs", median(fan_each_runs), "runs", "", -1});
+  figures.push_back({"resolve_10k_awakeables_s", median(resolve_r), "s"});
+  figures.push_back({"raw_commit_rate_per_s", median(raw_r), "1/s"});
+  figures.push_back({"fanout_100_await_all_ms", median(fan_all_ms), "ms"});
+  figures.push_back({"fanout_100_await_each_ms", median(fan_each_ms), "ms"});
+  figures.push_back({"fanout_100_await_all_parent_runs", median(fan_all_runs), "runs"});
+  figures.push_back({"fanout_100_await_each_parent_runs", median(fan_each_runs), "runs"});
   // Shown in the table only: the JSON carries the figures above.
   std::vector<Figure> extra;
-  extra.push_back({"db_commits_per_step", median(commits_r), "commits", "", -1});
-  extra.push_back({"commit_rate_vs_raw_ratio", median(wf_commit_r), "", "", -1});
+  extra.push_back({"db_commits_per_step", median(commits_r), "commits"});
+  extra.push_back({"commit_rate_vs_raw_ratio", median(wf_commit_r), ""});
 
-  std::FILE* table = json ? stderr : stdout;
-  std::fprintf(
-      table, "\nworkflow engine, %u cores, median of %d round%s%s\n",
-      std::thread::hardware_concurrency(), rounds, rounds == 1 ? "" : "s",
-      quick ? strCat(" (--quick: ", suspended_n, " suspended invocations, not 10,000; a smoke run)")
-                  .c_str()
-            : "");
-  auto print = [&](const Figure& f) {
-    std::fprintf(table, "  %-38s %12.3f %-8s %s\n", f.name.c_str(), f.value, f.unit.c_str(),
-                 f.target.empty()
-                     ? ""
-                     : strCat("target ", f.target, f.passed ? "  PASS" : "  FAIL").c_str());
-  };
-  for (const auto& f : figures) print(f);
-  for (const auto& f : extra) print(f);
-  std::fprintf(table,
-               "\ncommit_rate_vs_raw_ratio: commits per second during the five-step batch (claim,"
-               " 5 steps, completion) over raw_commit_rate_per_s.\n");
-  if (json) {
-    std::string out = "{\"figures\": [";
-    for (size_t i = 0; i < figures.size(); ++i) {
-      strAppend(&out, i ? ", " : "",
-                fmt::format(R"({{"name": "{}", "value": {:.4f}, "unit": "{}"}})", figures[i].name,
-                            figures[i].value, figures[i].unit));
-    }
-    out += "]}\n";
-    std::fputs(out.c_str(), stdout);
-  }
+  report(json,
+         strCat("workflow engine, ", std::thread::hardware_concurrency(), " cores, median of ",
+                rounds, rounds == 1 ? " round" : " rounds",
+                quick ? strCat(" (--quick: ", suspended_n,
+                               " suspended invocations, not 10,000; a smoke run)")
+                      : ""),
+         figures, extra,
+         "commit_rate_vs_raw_ratio: commits per second during the five-step batch (claim, 5 steps,"
+         " completion) over raw_commit_rate_per_s.");
   return 0;
 }
 

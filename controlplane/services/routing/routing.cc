@@ -86,11 +86,13 @@ absl::StatusOr<std::vector<std::string>> moveRoutes(db::Connection& conn,
   return hostnames;
 }
 
+// Not locked: the kind never changes, and a lock here would order against the shared locks that
+// inserting a deployment takes on its environment and app (foreign keys), which deadlocks with
+// the app lock a swap takes next.
 absl::StatusOr<std::string> environmentKind(db::Connection& conn,
                                             const std::string& environment_id) {
   KRANE_ASSIGN_OR_RETURN(
-      auto rows,
-      conn.query("SELECT kind FROM environments WHERE id = ? FOR UPDATE", {environment_id}));
+      auto rows, conn.query("SELECT kind FROM environments WHERE id = ?", {environment_id}));
   if (rows.empty()) {
     return refuse(absl::StatusCode::kNotFound,
                   strCat("environment '", environment_id, "' not found"));
