@@ -20,6 +20,7 @@
 #include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/typed.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/reports.h"
 
 namespace krane::bench {
 namespace {
@@ -76,14 +77,8 @@ class FakeAgents {
             if (reported_.count(id)) continue;
           }
           for (const char* region : {"r1", "r2"}) {
-            cluster::v1::ReportDeploymentStatusRequest report;
-            report.set_deployment_id(id);
-            report.set_region(region);
-            auto* inst = report.mutable_instances()->add_instances();
-            inst->set_id(id + "-0");
-            inst->set_address("127.0.0.1:9000");
-            inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
-            check(ingestor_.reportDeploymentStatus(region, report), "report");
+            check(ingestor_.reportDeploymentStatus(region, testing::instancesReport(id, region)),
+                  "report");
           }
           std::lock_guard lock(mutex_);
           reported_[id] = Clock::now();

@@ -97,6 +97,13 @@ absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::s
   return d;
 }
 
+// The deployment a request names: its id checked, then loaded with its steps.
+absl::StatusOr<v1::Deployment> deploymentById(db::Pool& pool, const std::string& id) {
+  KRANE_RETURN_IF_ERROR(checkText("id", id, 64, true));
+  KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+  return loadDeployment(*conn, id);
+}
+
 void fill(const services::v1::SwapLiveResponse& in, v1::LiveChange* out) {
   out->set_swapped(in.swapped());
   out->set_live_deployment_id(in.live_deployment_id());
@@ -207,10 +214,7 @@ grpc::Status DeploymentServiceImpl::GetDeployment(grpc::ServerContext* context,
                                                   const v1::DeploymentRef* request,
                                                   v1::Deployment* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
-  if (auto st = checkText("id", request->id(), 64, true); !st.ok()) return toGrpc(st);
-  auto conn = pool_->acquire();
-  if (!conn.ok()) return toGrpc(conn.status());
-  auto loaded = loadDeployment(**conn, request->id());
+  auto loaded = deploymentById(*pool_, request->id());
   if (!loaded.ok()) return toGrpc(loaded.status());
   *response = *std::move(loaded);
   return grpc::Status::OK;
@@ -253,10 +257,7 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
                                                      const v1::DeploymentRef* request,
                                                      v1::Deployment* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
-  if (auto st = checkText("id", request->id(), 64, true); !st.ok()) return toGrpc(st);
-  auto conn = pool_->acquire();
-  if (!conn.ok()) return toGrpc(conn.status());
-  auto d = loadDeployment(**conn, request->id());
+  auto d = deploymentById(*pool_, request->id());
   if (!d.ok()) return toGrpc(d.status());
   const std::string& status = d->status();
   if (status == "ready" || status == "failed" || status == "superseded" || status == "cancelled") {
@@ -268,7 +269,7 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
         strCat("deployment '", d->id(), "' has no deploy workflow to cancel")));
   }
   if (auto st = engine_.cancel(d->invocation_id()); !st.ok()) return toGrpc(st);
-  auto loaded = loadDeployment(**conn, request->id());
+  auto loaded = deploymentById(*pool_, request->id());
   if (!loaded.ok()) return toGrpc(loaded.status());
   *response = *std::move(loaded);
   return grpc::Status::OK;
@@ -278,10 +279,7 @@ grpc::Status DeploymentServiceImpl::PromoteDeployment(grpc::ServerContext* conte
                                                       const v1::DeploymentRef* request,
                                                       v1::LiveChange* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
-  if (auto st = checkText("id", request->id(), 64, true); !st.ok()) return toGrpc(st);
-  auto conn = pool_->acquire();
-  if (!conn.ok()) return toGrpc(conn.status());
-  auto d = loadDeployment(**conn, request->id());
+  auto d = deploymentById(*pool_, request->id());
   if (!d.ok()) return toGrpc(d.status());
   services::v1::SwapLiveRequest swap;
   swap.set_deployment_id(d->id());

@@ -12,6 +12,7 @@
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
+#include "tests/support/reports.h"
 #include "tests/support/threads.h"
 #include "tests/support/wait.h"
 
@@ -74,18 +75,11 @@ class DeployCliTest {
       if (!failures_.expect(waiting, "deployment " + sha + " never waited")) return;
       auto cluster = cp_.cluster();
       for (const char* region : {"eu-1", "us-1"}) {
-        cluster::v1::ReportDeploymentStatusRequest r;
-        r.set_deployment_id(id);
-        r.set_region(region);
-        auto* inst = r.mutable_instances()->add_instances();
-        inst->set_id(id + "-0");
-        inst->set_address("127.0.0.1:9000");
-        inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
         cluster::v1::ReportDeploymentStatusResponse ignored;
         failures_.expect(
             cluster
                 ->ReportDeploymentStatus(TestControlPlane::withToken(cp_.agentToken(region)).get(),
-                                         r, &ignored)
+                                         krane::testing::instancesReport(id, region), &ignored)
                 .ok(),
             "report");
       }

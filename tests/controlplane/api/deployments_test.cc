@@ -9,6 +9,7 @@
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
+#include "tests/support/reports.h"
 #include "tests/support/wait.h"
 
 namespace krane {
@@ -67,16 +68,10 @@ class DeploymentsApiTest {
   // Both regions' agents report one running instance.
   void instancesUp(const std::string& id) {
     for (const char* region : {"eu-1", "us-1"}) {
-      cluster::v1::ReportDeploymentStatusRequest r;
-      r.set_deployment_id(id);
-      r.set_region(region);
-      auto* inst = r.mutable_instances()->add_instances();
-      inst->set_id(id + "-0");
-      inst->set_address("127.0.0.1:9000");
-      inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
       cluster::v1::ReportDeploymentStatusResponse ignored;
       REQUIRE_THAT(cluster_->ReportDeploymentStatus(
-                       TestControlPlane::withToken(cp_.agentToken(region)).get(), r, &ignored),
+                       TestControlPlane::withToken(cp_.agentToken(region)).get(),
+                       krane::testing::instancesReport(id, region), &ignored),
                    IsOk());
     }
   }

@@ -18,6 +18,7 @@
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
+#include "tests/support/reports.h"
 #include "tests/support/wait.h"
 
 namespace krane::services::deploy {
@@ -76,14 +77,9 @@ class DeployCrashTest : public workflow::WorkflowTest {
   }
   void reportRunning(const std::string& id) {
     for (const char* region : {"eu-1", "us-1"}) {
-      cluster::v1::ReportDeploymentStatusRequest r;
-      r.set_deployment_id(id);
-      r.set_region(region);
-      auto* inst = r.mutable_instances()->add_instances();
-      inst->set_id(id + "-" + region);
-      inst->set_address("127.0.0.1:9000");
-      inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
-      REQUIRE_THAT(ingestor_->reportDeploymentStatus(region, r), IsOk());
+      REQUIRE_THAT(
+          ingestor_->reportDeploymentStatus(region, krane::testing::instancesReport(id, region)),
+          IsOk());
     }
   }
   int builds(const std::string& id) {

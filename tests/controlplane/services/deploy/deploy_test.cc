@@ -22,6 +22,7 @@
 #include "controlplane/workflow/typed.h"
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
+#include "tests/support/reports.h"
 #include "tests/support/wait.h"
 
 namespace krane::services::deploy {
@@ -97,17 +98,9 @@ class DeployTest : public workflow::WorkflowTest {
 
   // An agent's report: `running` instances up in the region.
   void report(const std::string& deployment, const std::string& region, int running) {
-    cluster::v1::ReportDeploymentStatusRequest r;
-    r.set_deployment_id(deployment);
-    r.set_region(region);
-    auto* set = r.mutable_instances();
-    for (int i = 0; i < running; ++i) {
-      auto* inst = set->add_instances();
-      inst->set_id(deployment + "-" + std::to_string(i));
-      inst->set_address("127.0.0.1:" + std::to_string(9000 + i));
-      inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
-    }
-    REQUIRE_THAT(ingestor_->reportDeploymentStatus(region, r), IsOk());
+    REQUIRE_THAT(ingestor_->reportDeploymentStatus(
+                     region, krane::testing::instancesReport(deployment, region, running)),
+                 IsOk());
   }
 
   std::string statusOfDeployment(const std::string& id) {
@@ -192,15 +185,7 @@ TEST_CASE_METHOD(DeployTest, "two replicas seeing the threshold notify once", "[
   REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
   report("d1", "eu-1", 2);
   // us-1's agent reports to the other replica, then both hear more reports.
-  cluster::v1::ReportDeploymentStatusRequest r;
-  r.set_deployment_id("d1");
-  r.set_region("us-1");
-  for (int i = 0; i < 2; ++i) {
-    auto* inst = r.mutable_instances()->add_instances();
-    inst->set_id("us-" + std::to_string(i));
-    inst->set_address("127.0.0.1:" + std::to_string(9100 + i));
-    inst->set_status(cluster::v1::INSTANCE_STATUS_RUNNING);
-  }
+  const auto r = krane::testing::instancesReport("d1", "us-1", 2);
   REQUIRE_THAT(other_ingestor->reportDeploymentStatus("us-1", r), IsOk());
   report("d1", "eu-1", 2);
   REQUIRE_THAT(other_ingestor->reportDeploymentStatus("us-1", r), IsOk());
@@ -421,15 +406,9 @@ TEST_CASE_METHOD(DeployTest, "failing regions fail the deploy at once with their
   auto id = send(e, "d1", prebuilt());
   REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
   auto failing = [&](const std::string& region, const std::string& reason) {
-    cluster::v1::ReportDeploymentStatusRequest r;
-    r.set_deployment_id("d1");
-    r.set_region(region);
-    auto* inst = r.mutable_instances()->add_instances();
-    inst->set_id("d1-" + region);
-    inst->set_address("127.0.0.1:9000");
-    inst->set_status(cluster::v1::INSTANCE_STATUS_FAILED);
-    inst->set_failure_reason(reason);
-    REQUIRE_THAT(ingestor_->reportDeploymentStatus(region, r), IsOk());
+    REQUIRE_THAT(ingestor_->reportDeploymentStatus(
+                     region, krane::testing::instancesReport("d1", region, 0, reason)),
+                 IsOk());
   };
   failing("eu-1", "CrashLoopBackOff: exit code 1");
   // One region failing of two still leaves one that may come up: it waits.
