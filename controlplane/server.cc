@@ -180,6 +180,7 @@ absl::Status Server::startGrpc() {
   workflow_service_ = std::make_unique<api::WorkflowServiceImpl>(pool_, operators_);
   deployment_service_ =
       std::make_unique<api::DeploymentServiceImpl>(pool_, tables_, *engine_, operators_);
+  tenancy_service_ = std::make_unique<api::TenancyServiceImpl>(pool_, operators_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.listen, credentials, &grpc_port_);
   builder.RegisterService(cluster_service_.get());
@@ -187,6 +188,7 @@ absl::Status Server::startGrpc() {
   builder.RegisterService(agent_service_.get());
   builder.RegisterService(workflow_service_.get());
   builder.RegisterService(deployment_service_.get());
+  builder.RegisterService(tenancy_service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {

@@ -10,8 +10,9 @@
 
 #include "absl/status/status.h"
 #include "controlplane/api/auth.h"
-#include "controlplane/api/services.h"
 #include "controlplane/api/deployments.h"
+#include "controlplane/api/services.h"
+#include "controlplane/api/tenancy.h"
 #include "controlplane/api/workflows.h"
 #include "controlplane/config.h"
 #include "controlplane/feed/cleanup.h"
@@ -75,6 +76,7 @@ class Server {
   std::unique_ptr<api::AgentServiceImpl> agent_service_;
   std::unique_ptr<api::WorkflowServiceImpl> workflow_service_;
   std::unique_ptr<api::DeploymentServiceImpl> deployment_service_;
+  std::unique_ptr<api::TenancyServiceImpl> tenancy_service_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;

@@ -37,6 +37,7 @@
 #include "krane/api/v1/agents.pb.h"
 #include "krane/api/v1/deployments.pb.h"
 #include "krane/api/v1/resources.pb.h"
+#include "krane/api/v1/tenancy.pb.h"
 #include "krane/api/v1/workflows.pb.h"
 #include "krane/cluster/v1/cluster.pb.h"
 #include "krane/cluster/v1/state.pb.h"
@@ -66,6 +67,7 @@ std::vector<const pb::FileDescriptor*> KraneFiles() {
       api::v1::PutResourceRequest::descriptor()->file(),
       api::v1::ListAgentsRequest::descriptor()->file(),
       api::v1::CreateDeploymentRequest::descriptor()->file(),
+      api::v1::CreateWorkspaceRequest::descriptor()->file(),
       api::v1::ListInvocationsRequest::descriptor()->file(),
       plugin::v1::Frame::descriptor()->file(),
       services::v1::BuildRequest::descriptor()->file(),

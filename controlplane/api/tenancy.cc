@@ -1,0 +1,260 @@
+#include "controlplane/api/tenancy.h"
+
+#include <random>
+
+#include "common/clock.h"
+#include "common/grpc_status.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/api/services.h"
+#include "controlplane/db/errors.h"
+
+namespace krane::api {
+namespace {
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+std::string generatedId(std::string_view prefix) {
+  static thread_local std::mt19937_64 random{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = strCat(prefix, "_");
+  for (int i = 0; i < 16; ++i) id += kHex[random() % 16];
+  return id;
+}
+
+bool allowed(std::string_view text, bool underscore) {
+  if (text.empty() || text.size() > 64) return false;
+  for (char c : text) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || (underscore && c == '_');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// The id to use: the given one (checked) or a new one.
+absl::StatusOr<std::string> idOf(const std::string& given, std::string_view prefix) {
+  if (given.empty()) return generatedId(prefix);
+  if (!allowed(given, true)) return invalid("id: 1-64 of a-z, 0-9, '_' and '-'");
+  return given;
+}
+
+// The slug to use: the given one (checked) or one made from the name.
+absl::StatusOr<std::string> slugOf(const std::string& given, const std::string& name) {
+  std::string slug = given;
+  if (slug.empty()) {
+    for (char c : name) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+      if (ok) {
+        slug += c;
+      } else if (!slug.empty() && slug.back() != '-') {
+        slug += '-';
+      }
+    }
+    while (!slug.empty() && slug.back() == '-') slug.pop_back();
+    if (slug.size() > 64) slug.resize(64);
+  }
+  if (!allowed(slug, false)) return invalid("slug: 1-64 of a-z, 0-9 and '-'");
+  return slug;
+}
+
+absl::Status checkName(const std::string& name) {
+  if (name.empty()) return invalid("name: required");
+  if (name.size() > 255) return invalid("name: at most 255 bytes");
+  return absl::OkStatus();
+}
+
+// A duplicate key names what is taken.
+absl::Status taken(const absl::Status& s, std::string_view what) {
+  if (db::mysqlErrno(s) == 1062) return absl::AlreadyExistsError(strCat(what, " is taken"));
+  return s;
+}
+
+absl::Status parentExists(db::Connection& conn, std::string_view table, std::string_view field,
+                          const std::string& id, std::string* workspace = nullptr,
+                          std::string* project = nullptr) {
+  if (id.empty()) return invalid(strCat(field, ": required"));
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows,
+      conn.query(strCat("SELECT * FROM ", table, " WHERE id = ? AND deleted_at IS NULL"), {id}));
+  if (rows.empty())
+    return absl::NotFoundError(
+        strCat(field, ": no ", field.substr(0, field.size() - 3), " '", id, "'"));
+  if (workspace != nullptr) *workspace = rows.rows[0].str("workspace_id");
+  if (project != nullptr) *project = rows.rows[0].str("project_id");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+TenancyServiceImpl::TenancyServiceImpl(std::shared_ptr<db::Pool> pool,
+                                       std::shared_ptr<const OperatorTokens> operators)
+    : pool_(std::move(pool)), operators_(std::move(operators)) {}
+
+grpc::Status TenancyServiceImpl::CreateWorkspace(grpc::ServerContext* context,
+                                                 const v1::CreateWorkspaceRequest* request,
+                                                 v1::Workspace* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (auto st = checkName(request->name()); !st.ok()) return toGrpc(st);
+  auto id = idOf(request->id(), "ws");
+  if (!id.ok()) return toGrpc(id.status());
+  auto slug = slugOf(request->slug(), request->name());
+  if (!slug.ok()) return toGrpc(slug.status());
+  const uint32_t builds =
+      request->max_concurrent_builds() == 0 ? 1 : request->max_concurrent_builds();
+  if (builds > 1000) return toGrpc(invalid("max_concurrent_builds: at most 1000"));
+  absl::Status s = pool_->transact("create workspace", [&](db::Connection& conn) -> absl::Status {
+    const int64_t now = unixMillis();
+    KRANE_RETURN_IF_ERROR(taken(conn.exec("INSERT INTO workspaces (id, name, slug, created_at)"
+                                          " VALUES (?, ?, ?, ?)",
+                                          {*id, request->name(), *slug, now})
+                                    .status(),
+                                strCat("workspace id '", *id, "' or slug '", *slug, "'")));
+    return conn
+        .exec("INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at) VALUES (?,?,?)",
+              {*id, builds, now})
+        .status();
+  });
+  if (!s.ok()) return toGrpc(s);
+  response->set_id(*id);
+  response->set_name(request->name());
+  response->set_slug(*slug);
+  response->set_max_concurrent_builds(builds);
+  return grpc::Status::OK;
+}
+
+grpc::Status TenancyServiceImpl::CreateProject(grpc::ServerContext* context,
+                                               const v1::CreateProjectRequest* request,
+                                               v1::Project* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (auto st = checkName(request->name()); !st.ok()) return toGrpc(st);
+  auto id = idOf(request->id(), "proj");
+  if (!id.ok()) return toGrpc(id.status());
+  auto slug = slugOf(request->slug(), request->name());
+  if (!slug.ok()) return toGrpc(slug.status());
+  absl::Status s = pool_->transact("create project", [&](db::Connection& conn) -> absl::Status {
+    KRANE_RETURN_IF_ERROR(
+        parentExists(conn, "workspaces", "workspace_id", request->workspace_id()));
+    return taken(conn.exec("INSERT INTO projects (id, workspace_id, name, slug, created_at)"
+                           " VALUES (?, ?, ?, ?, ?)",
+                           {*id, request->workspace_id(), request->name(), *slug, unixMillis()})
+                     .status(),
+                 strCat("project id '", *id, "' or slug '", *slug, "'"));
+  });
+  if (!s.ok()) return toGrpc(s);
+  response->set_id(*id);
+  response->set_workspace_id(request->workspace_id());
+  response->set_name(request->name());
+  response->set_slug(*slug);
+  return grpc::Status::OK;
+}
+
+grpc::Status TenancyServiceImpl::CreateApp(grpc::ServerContext* context,
+                                           const v1::CreateAppRequest* request, v1::App* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (auto st = checkName(request->name()); !st.ok()) return toGrpc(st);
+  auto id = idOf(request->id(), "app");
+  if (!id.ok()) return toGrpc(id.status());
+  auto slug = slugOf(request->slug(), request->name());
+  if (!slug.ok()) return toGrpc(slug.status());
+  std::string workspace;
+  absl::Status s = pool_->transact("create app", [&](db::Connection& conn) -> absl::Status {
+    KRANE_RETURN_IF_ERROR(
+        parentExists(conn, "projects", "project_id", request->project_id(), &workspace));
+    return taken(
+        conn.exec("INSERT INTO apps (id, workspace_id, project_id, name, slug,"
+                  " created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                  {*id, workspace, request->project_id(), request->name(), *slug, unixMillis()})
+            .status(),
+        strCat("app id '", *id, "' or slug '", *slug, "'"));
+  });
+  if (!s.ok()) return toGrpc(s);
+  response->set_id(*id);
+  response->set_workspace_id(workspace);
+  response->set_project_id(request->project_id());
+  response->set_name(request->name());
+  response->set_slug(*slug);
+  return grpc::Status::OK;
+}
+
+grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
+                                                   const v1::CreateEnvironmentRequest* request,
+                                                   v1::Environment* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  const v1::CreateEnvironmentRequest& r = *request;
+  auto id = idOf(r.id(), "env");
+  if (!id.ok()) return toGrpc(id.status());
+  if (!allowed(r.slug(), false)) return toGrpc(invalid("slug: 1-64 of a-z, 0-9 and '-'"));
+  if (r.kind() != "production" && r.kind() != "preview") {
+    return toGrpc(invalid("kind: \"production\" or \"preview\""));
+  }
+  const std::string strategy = r.strategy().empty() ? "blue_green" : r.strategy();
+  if (strategy != "blue_green" && strategy != "rolling") {
+    return toGrpc(invalid("strategy: \"blue_green\" or \"rolling\""));
+  }
+  if (r.regions().empty()) return toGrpc(invalid("regions: at least one region"));
+  for (int i = 0; i < r.regions_size(); ++i) {
+    const auto& region = r.regions(i);
+    if (region.region().empty())
+      return toGrpc(invalid(strCat("regions[", i, "].region: required")));
+    if (region.replicas() < 1 || region.replicas() > 1000) {
+      return toGrpc(invalid(strCat("regions[", i, "].replicas: 1 to 1000")));
+    }
+    for (int j = 0; j < i; ++j) {
+      if (r.regions(j).region() == region.region()) {
+        return toGrpc(invalid(strCat("regions[", i, "].region: '", region.region(), "' twice")));
+      }
+    }
+  }
+  const uint32_t surge = r.has_max_surge() ? r.max_surge() : 1;
+  const uint32_t unavailable = r.has_max_unavailable() ? r.max_unavailable() : 0;
+  if (surge == 0 && unavailable == 0) {
+    return toGrpc(invalid("max_surge: max_surge and max_unavailable cannot both be 0"));
+  }
+  const uint32_t timeout = r.deploy_timeout_seconds() == 0 ? 1800 : r.deploy_timeout_seconds();
+  if (timeout > 24 * 3600) return toGrpc(invalid("deploy_timeout_seconds: at most 86400"));
+  std::string workspace, project;
+  absl::Status s = pool_->transact("create environment", [&](db::Connection& conn) -> absl::Status {
+    KRANE_RETURN_IF_ERROR(parentExists(conn, "apps", "app_id", r.app_id(), &workspace, &project));
+    for (int i = 0; i < r.regions_size(); ++i) {
+      KRANE_ASSIGN_OR_RETURN(auto found, conn.query("SELECT 1 FROM regions WHERE id = ? AND"
+                                                    " deleted_at IS NULL",
+                                                    {r.regions(i).region()}));
+      if (found.empty()) {
+        return absl::NotFoundError(strCat("regions[", i, "].region: no region '",
+                                          r.regions(i).region(),
+                                          "' (krane-ctrl region add registers one)"));
+      }
+    }
+    const int64_t now = unixMillis();
+    KRANE_RETURN_IF_ERROR(taken(
+        conn.exec("INSERT INTO environments (id, workspace_id, project_id, app_id, slug,"
+                  " kind, strategy, max_surge, max_unavailable, deploy_timeout_seconds,"
+                  " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                  {*id, workspace, project, r.app_id(), r.slug(), r.kind(), strategy, surge,
+                   unavailable, timeout, now})
+            .status(),
+        strCat("environment id '", *id, "' or slug '", r.slug(), "' of app '", r.app_id(), "'")));
+    for (const auto& region : r.regions()) {
+      KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO environment_regions (environment_id,"
+                                      " region_id, replicas, created_at) VALUES (?,?,?,?)",
+                                      {*id, region.region(), region.replicas(), now})
+                                .status());
+    }
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return toGrpc(s);
+  response->set_id(*id);
+  response->set_app_id(r.app_id());
+  response->set_slug(r.slug());
+  response->set_kind(r.kind());
+  *response->mutable_regions() = r.regions();
+  response->set_strategy(strategy);
+  response->set_max_surge(surge);
+  response->set_max_unavailable(unavailable);
+  response->set_deploy_timeout_seconds(timeout);
+  return grpc::Status::OK;
+}
+
+}  // namespace krane::api
