@@ -11,6 +11,7 @@
 //   kranectl deploy --app demo --env production --image-name demo-app -- make image
 //   kranectl deployments list --app demo | deployments get ID
 //   kranectl promote ID | rollback --env production | cancel ID
+//   kranectl create workspace|project|app|environment ...   what deployments belong to
 //
 // Exit codes (stable, for scripts): 0 success; 1 the server refused the request; 2 bad usage or
 // an invalid file; 3 the server cannot be reached; 4 the token was refused; 5 not found;
@@ -37,6 +38,7 @@
 #include "krane/api/v1/agents.grpc.pb.h"
 #include "krane/api/v1/deployments.grpc.pb.h"
 #include "krane/api/v1/resources.grpc.pb.h"
+#include "krane/api/v1/tenancy.grpc.pb.h"
 
 namespace krane::cli {
 namespace {
@@ -108,6 +110,7 @@ class Api {
     resources_ = v1::ResourceService::NewStub(channel_);
     agents_ = v1::AgentService::NewStub(channel_);
     deployments_ = v1::DeploymentService::NewStub(channel_);
+    tenancy_ = v1::TenancyService::NewStub(channel_);
   }
 
   std::unique_ptr<grpc::ClientContext> context(bool deadline = true) const {
@@ -122,6 +125,7 @@ class Api {
   v1::ResourceService::Stub& resources() { return *resources_; }
   v1::AgentService::Stub& agents() { return *agents_; }
   v1::DeploymentService::Stub& deployments() { return *deployments_; }
+  v1::TenancyService::Stub& tenancy() { return *tenancy_; }
 
  private:
   const Globals& g_;
@@ -129,6 +133,7 @@ class Api {
   std::unique_ptr<v1::ResourceService::Stub> resources_;
   std::unique_ptr<v1::AgentService::Stub> agents_;
   std::unique_ptr<v1::DeploymentService::Stub> deployments_;
+  std::unique_ptr<v1::TenancyService::Stub> tenancy_;
 };
 
 // --- output ------------------------------------------------------------------------------------
@@ -724,6 +729,95 @@ int cancel(const Globals& g, const std::string& id) {
   return kOk;
 }
 
+// --- tenancy -----------------------------------------------------------------------------------
+
+struct CreateArgs {
+  std::string kind;  // workspace, project, app, environment
+  std::string name, id, slug, parent, env_kind = "production", strategy;
+  uint32_t max_builds = 0, deploy_timeout_s = 0;
+  int max_surge = -1, max_unavailable = -1;
+  std::vector<std::string> regions;  // REGION=REPLICAS
+};
+
+int created(const Globals& g, const std::string& what, const grpc::Status& s,
+            const google::protobuf::Message& m, const std::string& id, const std::string& detail) {
+  if (!s.ok()) return rpcFail(g, strCat("create ", what), s);
+  if (g.output != "table") {
+    printStructured(g, protoJson(m));
+  } else {
+    std::printf("%s %s created%s\n", what.c_str(), id.c_str(), detail.c_str());
+  }
+  return kOk;
+}
+
+int create(const Globals& g, const CreateArgs& a) {
+  Api api(g);
+  if (a.kind == "workspace") {
+    v1::CreateWorkspaceRequest r;
+    r.set_name(a.name);
+    r.set_id(a.id);
+    r.set_slug(a.slug);
+    r.set_max_concurrent_builds(a.max_builds);
+    v1::Workspace out;
+    const auto s = api.tenancy().CreateWorkspace(api.context().get(), r, &out);
+    return created(
+        g, a.kind, s, out, out.id(),
+        strCat(" (slug ", out.slug(), ", ", out.max_concurrent_builds(), " concurrent builds)"));
+  }
+  if (a.kind == "project") {
+    v1::CreateProjectRequest r;
+    r.set_name(a.name);
+    r.set_id(a.id);
+    r.set_slug(a.slug);
+    r.set_workspace_id(a.parent);
+    v1::Project out;
+    const auto s = api.tenancy().CreateProject(api.context().get(), r, &out);
+    return created(g, a.kind, s, out, out.id(), strCat(" in workspace ", out.workspace_id()));
+  }
+  if (a.kind == "app") {
+    v1::CreateAppRequest r;
+    r.set_name(a.name);
+    r.set_id(a.id);
+    r.set_slug(a.slug);
+    r.set_project_id(a.parent);
+    v1::App out;
+    const auto s = api.tenancy().CreateApp(api.context().get(), r, &out);
+    return created(g, a.kind, s, out, out.id(), strCat(" in project ", out.project_id()));
+  }
+  v1::CreateEnvironmentRequest r;
+  r.set_slug(a.name);
+  r.set_id(a.id);
+  r.set_app_id(a.parent);
+  r.set_kind(a.env_kind);
+  r.set_strategy(a.strategy);
+  r.set_deploy_timeout_seconds(a.deploy_timeout_s);
+  if (a.max_surge >= 0) r.set_max_surge(static_cast<uint32_t>(a.max_surge));
+  if (a.max_unavailable >= 0) r.set_max_unavailable(static_cast<uint32_t>(a.max_unavailable));
+  for (const auto& spec : a.regions) {
+    const size_t eq = spec.find('=');
+    auto* region = r.add_regions();
+    region->set_region(spec.substr(0, eq));
+    region->set_replicas(1);
+    if (eq != std::string::npos) {
+      const std::string n = spec.substr(eq + 1);
+      if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos || n.size() > 6) {
+        return fail(kUsage, strCat("create environment: --region \"", spec,
+                                   "\": use REGION or REGION=REPLICAS"));
+      }
+      region->set_replicas(static_cast<uint32_t>(std::stoul(n)));
+    }
+  }
+  v1::Environment out;
+  const auto s = api.tenancy().CreateEnvironment(api.context().get(), r, &out);
+  std::string regions;
+  for (const auto& region : out.regions()) {
+    regions += strCat(regions.empty() ? "" : ", ", region.region(), " x", region.replicas());
+  }
+  return created(
+      g, a.kind, s, out, out.id(),
+      strCat(" (app ", out.app_id(), ", ", out.kind(), ", ", out.strategy(), ": ", regions, ")"));
+}
+
 std::string readToken(const std::string& path) {
   std::ifstream in(path);
   std::string token;
@@ -849,6 +943,57 @@ int main(int argc, char** argv) {
   auto* cancel_cmd = app.add_subcommand("cancel", "Cancel a deployment that is not finished.");
   cancel_cmd->add_option("id", id, "deployment id")->required();
   cancel_cmd->callback([&] { code = cancel(g, id); });
+
+  CreateArgs create_args;
+  auto* create_cmd = app.add_subcommand("create",
+                                        "Create what deployments belong to: workspaces, projects,"
+                                        " apps, environments.");
+  create_cmd->require_subcommand(1);
+  auto common = [&](CLI::App* c, const char* name_help) {
+    c->add_option("name", create_args.name, name_help)->required();
+    c->add_option("--id", create_args.id, "the id (default: generated)");
+  };
+  auto* ws_cmd = create_cmd->add_subcommand("workspace", "A workspace and its build quota.");
+  common(ws_cmd, "display name");
+  ws_cmd->add_option("--slug", create_args.slug, "default: from the name");
+  ws_cmd->add_option("--max-builds", create_args.max_builds,
+                     "deployments that build at once (default 1)");
+  ws_cmd->callback([&] {
+    create_args.kind = "workspace";
+    code = create(g, create_args);
+  });
+  auto* proj_cmd = create_cmd->add_subcommand("project", "A project of a workspace.");
+  common(proj_cmd, "display name");
+  proj_cmd->add_option("--slug", create_args.slug, "default: from the name");
+  proj_cmd->add_option("--workspace", create_args.parent, "workspace id")->required();
+  proj_cmd->callback([&] {
+    create_args.kind = "project";
+    code = create(g, create_args);
+  });
+  auto* app_cmd = create_cmd->add_subcommand("app", "An app of a project.");
+  common(app_cmd, "display name");
+  app_cmd->add_option("--slug", create_args.slug, "default: from the name");
+  app_cmd->add_option("--project", create_args.parent, "project id")->required();
+  app_cmd->callback([&] {
+    create_args.kind = "app";
+    code = create(g, create_args);
+  });
+  auto* env_cmd = create_cmd->add_subcommand("environment", "An environment of an app.");
+  common(env_cmd, "slug, e.g. production");
+  env_cmd->add_option("--app", create_args.parent, "app id")->required();
+  env_cmd->add_option("--kind", create_args.env_kind, "production or preview");
+  env_cmd->add_option("--region", create_args.regions, "REGION or REGION=REPLICAS, repeatable")
+      ->required();
+  env_cmd->add_option("--strategy", create_args.strategy, "blue_green (default) or rolling");
+  env_cmd->add_option("--max-surge", create_args.max_surge, "rolling: replicas above desired");
+  env_cmd->add_option("--max-unavailable", create_args.max_unavailable,
+                      "rolling: replicas below desired");
+  env_cmd->add_option("--deploy-timeout", create_args.deploy_timeout_s,
+                      "seconds a deployment may take to become ready (default 1800)");
+  env_cmd->callback([&] {
+    create_args.kind = "environment";
+    code = create(g, create_args);
+  });
 
   app.parse_complete_callback([&] {
     if (!g.token_file.empty()) g.token = readToken(g.token_file);

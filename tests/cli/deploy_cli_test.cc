@@ -176,5 +176,42 @@ TEST_CASE_METHOD(DeployCliTest, "kranectl deploy fails with the failed steps err
   CHECK_THAT(failed.err, Catch::Contains("error: no main"));
 }
 
+TEST_CASE_METHOD(DeployCliTest, "kranectl creates what a deployment needs", "[kranectl][tenancy]") {
+  auto ws = kranectl({"create", "workspace", "Acme Corp", "--id", "acme", "--max-builds", "2"});
+  INFO(ws.out << ws.err);
+  REQUIRE(ws.exit_code == 0);
+  CHECK(ws.out == "workspace acme created (slug acme-corp, 2 concurrent builds)\n");
+  auto project = kranectl({"create", "project", "Web", "--id", "web", "--workspace", "acme"});
+  REQUIRE(project.exit_code == 0);
+  CHECK(project.out == "project web created in workspace acme\n");
+  auto app = kranectl({"create", "app", "Shop", "--id", "shop", "--project", "web"});
+  REQUIRE(app.exit_code == 0);
+  auto env = kranectl({"create", "environment", "production", "--id", "shop-prod", "--app", "shop",
+                       "--region", "eu-1=2", "--region", "us-1"});
+  REQUIRE(env.exit_code == 0);
+  CHECK(env.out ==
+        "environment shop-prod created (app shop, production, blue_green: eu-1 x2, us-1 x1)\n");
+  auto as_json = kranectl({"create", "app", "Admin", "--project", "web", "-o", "json"});
+  REQUIRE(as_json.exit_code == 0);
+  CHECK(nlohmann::json::parse(as_json.out)["slug"] == "admin");
+
+  auto unknown =
+      kranectl({"create", "environment", "staging", "--app", "shop", "--region", "mars-1"});
+  CHECK(unknown.exit_code == 5);
+  CHECK_THAT(unknown.err, Catch::Contains("regions[0].region: no region 'mars-1'"));
+  auto bad_spec =
+      kranectl({"create", "environment", "staging", "--app", "shop", "--region", "eu-1=many"});
+  CHECK(bad_spec.exit_code == 2);
+  CHECK_THAT(bad_spec.err, Catch::Contains("use REGION or REGION=REPLICAS"));
+  auto taken = kranectl({"create", "workspace", "Acme", "--id", "acme"});
+  CHECK(taken.exit_code == 1);
+  CHECK_THAT(taken.err, Catch::Contains("is taken"));
+
+  auto deployed = kranectl({"deploy", "--app", "shop", "--env", "shop-prod", "--image",
+                            "registry.example.com/shop:v1", "--no-wait"});
+  CHECK(deployed.exit_code == 0);
+  CHECK_THAT(deployed.out, Catch::Contains("created (app shop, environment shop-prod)"));
+}
+
 }  // namespace
 }  // namespace krane
