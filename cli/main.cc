@@ -762,7 +762,7 @@ int create(const Globals& g, const CreateArgs& a) {
     const auto s = api.tenancy().CreateWorkspace(api.context().get(), r, &out);
     return created(
         g, a.kind, s, out, out.id(),
-        strCat(" (slug ", out.slug(), ", ", out.max_concurrent_builds(), " concurrent builds)"));
+        strCat(" (slug ", out.slug(), ", builds at once: ", out.max_concurrent_builds(), ")"));
   }
   if (a.kind == "project") {
     v1::CreateProjectRequest r;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # ./dev demo: bring the local stack up, deploy the example app (examples/demo-app.yaml: the demo
 # app with 3 replicas in each of two regions, plus a sentinel per region), wait until healthy,
-# request every instance, scale it, roll it to a new version, delete it, print each agent's lag,
-# and stop the stack. Exits 0 only if every step converged.
+# request every instance, scale it, roll it to a new version, delete it; then deploy it as a
+# workflow with kranectl deploy (two versions, rollback, promote, a failing build, a cancelled
+# deploy waiting for the build slot); print each agent's lag, and stop the stack. Exits 0 only if every step
+# converged.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -113,6 +115,82 @@ for address in $OLD_ADDRESSES; do
 done
 echo "every instance stopped"
 kranectl get
+
+# --- deploys as workflows ---------------------------------------------------------------------
+# Prints what the instances of deployment $1 answer and checks they name version $2.
+request_deployment() {
+  local dep="$1" version="$2" region address answer count=0
+  for region in "${REGIONS[@]}"; do
+    for address in $(kranectl status deployment "$dep" --region "$region" -o json |
+      sed -n 's/.*"address": *"\([^"]*\)".*/\1/p'); do
+      answer="$(curl -fsS --max-time 2 "http://$address/")" || die "$address did not answer"
+      printf '  %-8s %-16s %s\n' "$region" "$address" "$answer"
+      case "$answer" in *" $version "*) ;; *) die "$address answers \"$answer\", expected $version" ;; esac
+      count=$((count + 1))
+    done
+  done
+  [ "$count" -gt 0 ] || die "no instance of $dep answered"
+}
+# Runs kranectl deploy (its output shown as it comes) and prints the deployment's id last.
+deploy() {
+  kranectl deploy --app demo-app --env demo-prod --branch main --timeout "$WAIT_S" "$@" |
+    tee "$LOCAL/deploy.out" >&2 || die "kranectl deploy $* failed"
+  sed -n 's/^deployment \(dep_[0-9a-f]*\) created.*/\1/p' "$LOCAL/deploy.out"
+}
+live() { kranectl deployments list --app demo-app -o json | grep -B8 '"live": true' | sed -n 's/.*"id": "\(dep_[^"]*\)".*/\1/p'; }
+
+step "Deploys as workflows: a workspace (one build at a time), project, app and environment"
+kranectl create workspace "Demo" --id demo-ws --max-builds 1
+kranectl create project "Demo" --id demo-proj --workspace demo-ws
+kranectl create app "Demo app" --id demo-app --project demo-proj
+kranectl create environment production --id demo-prod --app demo-app \
+  --region local-1=2 --region local-2=2 --deploy-timeout "$WAIT_S"
+
+step "kranectl deploy: version v1 to both regions, followed step by step"
+DEP1="$(deploy --commit v1 --image krane.dev/demo-app:v1)"
+request_deployment "$DEP1" v1
+
+step "kranectl deploy: version v2 goes live in its turn"
+DEP2="$(deploy --commit v2 --image krane.dev/demo-app:v2)"
+request_deployment "$DEP2" v2
+[ "$(live)" = "$DEP2" ] || die "$DEP2 is not live"
+
+step "Rolling back: v1 is live again (and new deploys stay off the live routes until a promote)"
+kranectl rollback --env demo-prod
+[ "$(live)" = "$DEP1" ] || die "the rollback did not make $DEP1 live"
+request_deployment "$DEP1" v1
+kranectl deployments list --app demo-app
+
+step "Promoting v2"
+kranectl promote "$DEP2"
+[ "$(live)" = "$DEP2" ] || die "the promote did not make $DEP2 live"
+request_deployment "$DEP2" v2
+
+step "Cancelling a deploy that waits for the build slot (a failing build holds it)"
+DEP3="$(kranectl deploy --app demo-app --env demo-prod --branch broken --commit v3 --no-wait \
+  --image-name krane.dev/demo-app -- /bin/sh -c 'echo compiling v3; sleep 4; echo "error: v3 does not compile" >&2; exit 1' |
+  sed -n 's/^deployment \(dep_[0-9a-f]*\) created.*/\1/p')"
+for _ in $(seq 1 100); do
+  kranectl deployments get "$DEP3" -o json | grep -q '"status": "building"' && break
+  sleep 0.1
+done
+DEP4="$(kranectl deploy --app demo-app --env demo-prod --branch other --commit v4 --no-wait \
+  --image krane.dev/demo-app:v4 | sed -n 's/^deployment \(dep_[0-9a-f]*\) created.*/\1/p')"
+sleep 0.5
+kranectl deployments list --app demo-app
+kranectl cancel "$DEP4"
+await_status() {
+  for _ in $(seq 1 $((WAIT_S * 10))); do
+    kranectl deployments get "$1" -o json | grep -q "\"status\": \"$2\"" && return 0
+    sleep 0.1
+  done
+  die "$1 did not end $2"
+}
+await_status "$DEP4" cancelled
+kranectl deployments get "$DEP4"
+await_status "$DEP3" failed
+kranectl deployments get "$DEP3"
+[ "$(live)" = "$DEP2" ] || die "$DEP2 is no longer live"
 
 step "Agents and their lag"
 for _ in $(seq 1 50); do

@@ -123,6 +123,8 @@ database:
   dsn: $KRANE_DSN
 auth:
   operator_tokens_file: $LOCAL/operator.token
+deploy:
+  build_log_dir: $LOCAL/builds
 YAML
 say "starting krane-ctrl on 127.0.0.1:$GRPC_PORT (metrics on :$HTTP_PORT)"
 start krane-ctrl "$LOCAL/logs/krane-ctrl.log" "$CTRL" serve --config "$LOCAL/ctrl.yaml"

@@ -180,7 +180,7 @@ TEST_CASE_METHOD(DeployCliTest, "kranectl creates what a deployment needs", "[kr
   auto ws = kranectl({"create", "workspace", "Acme Corp", "--id", "acme", "--max-builds", "2"});
   INFO(ws.out << ws.err);
   REQUIRE(ws.exit_code == 0);
-  CHECK(ws.out == "workspace acme created (slug acme-corp, 2 concurrent builds)\n");
+  CHECK(ws.out == "workspace acme created (slug acme-corp, builds at once: 2)\n");
   auto project = kranectl({"create", "project", "Web", "--id", "web", "--workspace", "acme"});
   REQUIRE(project.exit_code == 0);
   CHECK(project.out == "project web created in workspace acme\n");
