@@ -246,20 +246,5 @@ int run(bool json, bool quick) {
 }  // namespace krane::bench
 
 int main(int argc, char** argv) {
-  bool json = false, quick = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--json") {
-      json = true;
-    } else if (arg == "--quick") {
-      quick = true;
-    } else if (arg == "--help" || arg == "-h") {
-      std::fputs(krane::bench::kUsage, stdout);
-      return 0;
-    } else {
-      std::fprintf(stderr, "deploy: unknown argument %s\n%s", arg.c_str(), krane::bench::kUsage);
-      return 2;
-    }
-  }
-  return krane::bench::run(json, quick);
+  return krane::bench::benchMain(argc, argv, krane::bench::kUsage, krane::bench::run);
 }

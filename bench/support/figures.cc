@@ -34,6 +34,25 @@ void report(bool json, const std::string& title, const std::vector<Figure>& figu
   std::fflush(stdout);
 }
 
+int benchMain(int argc, char** argv, const char* usage, int (*run)(bool json, bool quick)) {
+  bool json = false, quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--json") {
+      json = true;
+    } else if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--help" || arg == "-h") {
+      std::fputs(usage, stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "unknown argument '%s'\n%s", arg.c_str(), usage);
+      return 2;
+    }
+  }
+  return run(json, quick);
+}
+
 void logsToStderr() { spdlog::set_default_logger(spdlog::stderr_logger_mt("bench")); }
 
 double median(std::vector<double> values) {

@@ -23,6 +23,10 @@ struct Figure {
 void report(bool json, const std::string& title, const std::vector<Figure>& figures,
             const std::vector<Figure>& extra = {}, const std::string& notes = "");
 
+// The command line every benchmark takes: --json, --quick, --help. Runs `run(json, quick)`;
+// prints `usage` for --help (exit 0) or an unknown argument (exit 2).
+int benchMain(int argc, char** argv, const char* usage, int (*run)(bool json, bool quick));
+
 // Sends the process's logs to stderr, so that stdout carries only the table or the JSON.
 void logsToStderr();
 
