@@ -40,50 +40,51 @@ absl::StatusOr<ScheduleDesiredStateResponse> schedule(Context& ctx,
   return out;
 }
 
-// Sets the desired status of every live topology row of the deployment; returns the regions
-// that changed.
-absl::StatusOr<ApplyDesiredStateResponse> write(feed::Writer& writer,
-                                                const std::string& deployment_id,
-                                                DesiredStatus status) {
-  ApplyDesiredStateResponse out;
-  out.set_applied(true);
+// Sets the desired status of every live topology row of the deployment, on `conn` (the journal
+// transaction of the step that calls it); returns the regions that changed.
+absl::StatusOr<std::vector<feed::WriteResult>> write(feed::Writer& writer, db::Connection& conn,
+                                                     const std::string& deployment_id,
+                                                     DesiredStatus status,
+                                                     ApplyDesiredStateResponse* out) {
   const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
-  KRANE_RETURN_IF_ERROR(
-      writer
-          .transact("desired state",
-                    [&](feed::WriteTx& tx) -> absl::Status {
-                      out.clear_changed_regions();
-                      KRANE_ASSIGN_OR_RETURN(
-                          auto rows,
-                          tx.connection().query("SELECT region_id FROM deployment_topology"
-                                                " WHERE deployment_id = ? AND deleted_at IS NULL"
-                                                " ORDER BY region_id FOR UPDATE",
-                                                {deployment_id}));
-                      for (const db::Row& r : rows.rows) {
-                        const feed::ResourceKey key{std::string(feed::kDeploymentTopology),
-                                                    deployment_id, r.str("region_id")};
-                        KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
-                        if (!stored || stored->deleted) continue;
-                        feed::Resource resource = stored->resource;
-                        if (resource.deployment_topology().desired_status() == status) continue;
-                        resource.mutable_deployment_topology()->set_desired_status(status);
-                        KRANE_RETURN_IF_ERROR(tx.put(resource, stored->resource.version()));
-                        out.add_changed_regions(key.region);
-                      }
-                      return absl::OkStatus();
-                    })
-          .status());
-  return out;
+  return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
+    out->clear_changed_regions();
+    KRANE_ASSIGN_OR_RETURN(auto rows,
+                           tx.connection().query("SELECT region_id FROM deployment_topology"
+                                                 " WHERE deployment_id = ? AND deleted_at IS NULL"
+                                                 " ORDER BY region_id FOR UPDATE",
+                                                 {deployment_id}));
+    for (const db::Row& r : rows.rows) {
+      const feed::ResourceKey key{std::string(feed::kDeploymentTopology), deployment_id,
+                                  r.str("region_id")};
+      KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
+      if (!stored || stored->deleted) continue;
+      feed::Resource resource = stored->resource;
+      if (resource.deployment_topology().desired_status() == status) continue;
+      resource.mutable_deployment_topology()->set_desired_status(status);
+      KRANE_RETURN_IF_ERROR(tx.put(resource, stored->resource.version()));
+      out->add_changed_regions(key.region);
+    }
+    return absl::OkStatus();
+  });
 }
 
+// The change commits with the step's journal entry: exactly once, even across a crash.
 absl::StatusOr<ApplyDesiredStateResponse> apply(Context& ctx, feed::Writer& writer,
                                                 const ApplyDesiredStateRequest& req) {
   KRANE_RETURN_IF_ERROR(checkStatus(req.desired_status()));
   if (ctx.get(kNonceKey) != req.nonce()) return ApplyDesiredStateResponse();  // replaced
-  return workflow::run<ApplyDesiredStateResponse>(
-      ctx, "write desired state", [&]() -> absl::StatusOr<ApplyDesiredStateResponse> {
-        return write(writer, ctx.key(), req.desired_status());
+  std::vector<feed::WriteResult> written;
+  auto result = workflow::runTx<ApplyDesiredStateResponse>(
+      ctx, "write desired state",
+      [&](db::Connection& conn) -> absl::StatusOr<ApplyDesiredStateResponse> {
+        ApplyDesiredStateResponse out;
+        out.set_applied(true);
+        KRANE_ASSIGN_OR_RETURN(written, write(writer, conn, ctx.key(), req.desired_status(), &out));
+        return out;
       });
+  writer.committed(written);  // empty when the step was replayed
+  return result;
 }
 
 }  // namespace

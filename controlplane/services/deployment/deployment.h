@@ -8,9 +8,8 @@
 //   Apply(ApplyDesiredStateRequest)       -> ApplyDesiredStateResponse      exclusive
 //
 // Apply writes the desired status of every live deployment_topology row of the deployment
-// through the feed writer (state row and change record in one transaction). A region that has
-// it already gets no change, so an Apply that runs twice (a crash between the write and its
-// journal entry) changes nothing the second time.
+// through the feed writer, on its step's journal transaction: state rows, change records and the
+// step's result commit together, exactly once. A region that has it already gets no change.
 #pragma once
 
 #include <memory>
