@@ -515,10 +515,6 @@ struct DeployArgs {
   double timeout_s = 1800;
 };
 
-bool finished(const std::string& status) {
-  return status == "ready" || status == "failed" || status == "superseded" || status == "cancelled";
-}
-
 std::string seconds(int64_t from_ms, int64_t to_ms) {
   char text[32];
   std::snprintf(text, sizeof(text), "%.1fs", static_cast<double>(to_ms - from_ms) / 1000.0);
@@ -531,42 +527,39 @@ int64_t nowMs() {
       .count();
 }
 
-// Prints each step as it ends (and the one still running at the end), until the deployment
-// finished or `timeout_s` passed. Exit 0 ready, 6 anything else final, 7 timed out.
+// Prints each step as it ends, from WatchDeployment, until the deployment finished or
+// `timeout_s` passed. Exit 0 ready, 6 anything else final, 7 timed out.
 int follow(const Globals& g, Api& api, const std::string& id, double timeout_s) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  v1::DeploymentRef ref;
+  ref.set_id(id);
+  auto context = api.context(/*deadline=*/false);
+  context->set_deadline(std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  auto reader = api.deployments().WatchDeployment(context.get(), ref);
   size_t printed = 0;
   v1::Deployment d;
-  for (;;) {
-    v1::DeploymentRef ref;
-    ref.set_id(id);
-    const auto s = api.deployments().GetDeployment(api.context().get(), ref, &d);
-    if (!s.ok()) return rpcFail(g, strCat("deployment ", id), s);
+  while (reader->Read(&d)) {
     while (printed < static_cast<size_t>(d.steps_size()) && d.steps(printed).ended_at_ms() > 0) {
       const auto& step = d.steps(printed);
+      const std::string took = seconds(step.started_at_ms(), step.ended_at_ms());
       if (step.error().empty()) {
-        std::printf("  %-11s %s\n", step.step().c_str(),
-                    seconds(step.started_at_ms(), step.ended_at_ms()).c_str());
+        std::printf("  %-11s %s\n", step.step().c_str(), took.c_str());
       } else {
-        std::printf("  %-11s %s, %s\n", step.step().c_str(),
-                    seconds(step.started_at_ms(), step.ended_at_ms()).c_str(),
-                    step.error().c_str());
+        std::printf("  %-11s %s, %s\n", step.step().c_str(), took.c_str(), step.error().c_str());
       }
       std::fflush(stdout);
       ++printed;
     }
-    if (finished(d.status())) break;
-    if (std::chrono::steady_clock::now() > deadline) {
-      const std::string at = printed < static_cast<size_t>(d.steps_size())
-                                 ? strCat(" in step ", d.steps(printed).step())
-                                 : "";
-      return fail(kTimedOut,
-                  strCat("deployment ", id, " is still ", d.status(), at, " after ", timeout_s,
-                         " s (it goes on; kranectl deployments get ", id, ")"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
+  const grpc::Status s = reader->Finish();
+  if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    const std::string at = printed < static_cast<size_t>(d.steps_size())
+                               ? strCat(" in step ", d.steps(printed).step())
+                               : "";
+    return fail(kTimedOut, strCat("deployment ", id, " is still ", d.status(), at, " after ",
+                                  timeout_s, " s (it goes on; kranectl deployments get ", id, ")"));
+  }
+  if (!s.ok()) return rpcFail(g, strCat("deployment ", id), s);
   if (d.status() == "ready") {
     std::printf("deployment %s is ready%s: %s\n", id.c_str(), d.live() ? " and live" : "",
                 d.image().c_str());

@@ -1,6 +1,7 @@
 #include "controlplane/api/deployments.h"
 
 #include <random>
+#include <thread>
 
 #include "common/clock.h"
 #include "common/grpc_status.h"
@@ -17,6 +18,11 @@ namespace krane::api {
 namespace {
 
 constexpr auto kRoutingTimeout = std::chrono::seconds(30);
+constexpr auto kWatchPoll = std::chrono::milliseconds(200);
+
+bool finished(const std::string& status) {
+  return status == "ready" || status == "failed" || status == "superseded" || status == "cancelled";
+}
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -253,6 +259,27 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
   return grpc::Status::OK;
 }
 
+grpc::Status DeploymentServiceImpl::WatchDeployment(grpc::ServerContext* context,
+                                                    const v1::DeploymentRef* request,
+                                                    grpc::ServerWriter<v1::Deployment>* writer) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  std::string last;
+  for (;;) {
+    auto d = deploymentById(*pool_, request->id());
+    if (!d.ok()) return toGrpc(d.status());
+    // Sent when anything an operator sees changed (status, a step, live); polled, since steps
+    // are written by whichever replica runs the deploy.
+    std::string now = d->SerializeAsString();
+    if (now != last) {
+      if (!writer->Write(*d)) return grpc::Status::OK;  // the client went away
+      last = std::move(now);
+    }
+    if (finished(d->status())) return grpc::Status::OK;
+    if (context->IsCancelled()) return grpc::Status::CANCELLED;
+    std::this_thread::sleep_for(kWatchPoll);
+  }
+}
+
 grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* context,
                                                      const v1::DeploymentRef* request,
                                                      v1::Deployment* response) {
@@ -260,7 +287,7 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
   auto d = deploymentById(*pool_, request->id());
   if (!d.ok()) return toGrpc(d.status());
   const std::string& status = d->status();
-  if (status == "ready" || status == "failed" || status == "superseded" || status == "cancelled") {
+  if (finished(status)) {
     return toGrpc(absl::FailedPreconditionError(
         strCat("deployment '", d->id(), "' already finished (", status, "): nothing to cancel")));
   }

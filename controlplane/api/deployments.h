@@ -30,6 +30,8 @@ class DeploymentServiceImpl final : public krane::api::v1::DeploymentService::Se
   grpc::Status ListDeployments(grpc::ServerContext* context,
                                const v1::ListDeploymentsRequest* request,
                                v1::ListDeploymentsResponse* response) override;
+  grpc::Status WatchDeployment(grpc::ServerContext* context, const v1::DeploymentRef* request,
+                               grpc::ServerWriter<v1::Deployment>* writer) override;
   grpc::Status CancelDeployment(grpc::ServerContext* context, const v1::DeploymentRef* request,
                                 v1::Deployment* response) override;
   grpc::Status PromoteDeployment(grpc::ServerContext* context, const v1::DeploymentRef* request,

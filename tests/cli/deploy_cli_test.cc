@@ -164,6 +164,16 @@ TEST_CASE_METHOD(DeployCliTest, "kranectl deploy fails with the failed steps err
   CHECK(env_var.exit_code == 2);
   CHECK_THAT(env_var.err, Catch::Contains("--env-var \"NOVALUE\": use KEY=VALUE"));
 
+  // Nobody reports its instances: kranectl stops following after --timeout, the deploy goes on.
+  auto slow = kranectl({"deploy", "--app", "app", "--env", "prod", "--branch", "slow", "--commit",
+                        "sha8", "--image", "app:v8", "--timeout", "3"});
+  CHECK(slow.exit_code == 7);
+  CHECK_THAT(slow.err, Catch::Contains("is still deploying in step waiting after 3 s"));
+  CHECK_THAT(slow.out, Catch::Contains("  deploying"));
+  // It holds the workspace's one build slot until it finishes: cancelled, it lets the next build.
+  const std::string slow_id = slow.out.substr(11, slow.out.find(' ', 11) - 11);
+  REQUIRE(kranectl({"cancel", slow_id}).exit_code == 0);
+
   auto failed = kranectl({"deploy", "--app", "app", "--env", "prod", "--commit", "sha9",
                           "--image-name", "demo", "--", "/bin/sh", "-c",
                           "echo compiling; echo 'error: no main' >&2; exit 3"});

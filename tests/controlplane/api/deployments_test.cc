@@ -3,6 +3,8 @@
 // API is deployed to ready once the agents report its instances (through ClusterService); it
 // lists newest first; rollback and promote move the live deployment; cancel refuses a finished
 // deployment and cancels a running one.
+#include <thread>
+
 #include <catch2/catch.hpp>
 
 #include "krane/api/v1/deployments.grpc.pb.h"
@@ -10,6 +12,7 @@
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
 #include "tests/support/reports.h"
+#include "tests/support/threads.h"
 #include "tests/support/wait.h"
 
 namespace krane {
@@ -212,6 +215,59 @@ TEST_CASE_METHOD(DeploymentsApiTest, "deploy promote rollback and cancel through
       IsOk());
   REQUIRE(eventually([&] { return get(third.id()).status() == "cancelled"; }));
   CHECK(get(second.id()).live());
+}
+
+TEST_CASE_METHOD(DeploymentsApiTest, "a deployment is watched until it finished",
+                 "[deployments-api]") {
+  v1::Deployment created;
+  REQUIRE_THAT(create(request("sha1"), &created), IsOk());
+  krane::testing::ThreadFailures failures;
+  // The agents bring the instances up once the deploy waits for them.
+  std::thread agents([&] {
+    const bool waiting = eventually([&] {
+      auto rows = (*cp_.pool()->acquire())
+                      ->query(
+                          "SELECT 1 FROM deployment_steps WHERE deployment_id = ? AND"
+                          " step = 'waiting'",
+                          {created.id()});
+      return rows.ok() && !rows->empty();
+    });
+    if (!failures.expect(waiting, "the deploy never waited")) return;
+    for (const char* region : {"eu-1", "us-1"}) {
+      cluster::v1::ReportDeploymentStatusResponse ignored;
+      failures.expect(cluster_
+                          ->ReportDeploymentStatus(
+                              TestControlPlane::withToken(cp_.agentToken(region)).get(),
+                              krane::testing::instancesReport(created.id(), region), &ignored)
+                          .ok(),
+                      "report");
+    }
+  });
+  v1::DeploymentRef ref;
+  ref.set_id(created.id());
+  auto context = TestControlPlane::withToken(kOperatorToken, std::chrono::seconds(60));
+  auto reader = stub_->WatchDeployment(context.get(), ref);
+  std::vector<v1::Deployment> seen;
+  v1::Deployment d;
+  while (reader->Read(&d)) seen.push_back(d);
+  const grpc::Status ended = reader->Finish();
+  agents.join();
+  CHECK(failures.all() == std::vector<std::string>{});
+  REQUIRE_THAT(ended, IsOk());
+  REQUIRE(seen.size() >= 2u);
+  CHECK(seen.back().status() == "ready");
+  CHECK(seen.back().steps_size() == 8);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    INFO("message " << i);
+    CHECK(seen[i].SerializeAsString() != seen[i - 1].SerializeAsString());  // only changes
+    CHECK(seen[i].steps_size() >= seen[i - 1].steps_size());
+  }
+
+  ref.set_id("dep_nope");
+  auto missing_context = TestControlPlane::withToken(kOperatorToken);
+  auto missing = stub_->WatchDeployment(missing_context.get(), ref);
+  CHECK_FALSE(missing->Read(&d));
+  CHECK(missing->Finish().error_code() == grpc::NOT_FOUND);
 }
 
 }  // namespace
