@@ -320,6 +320,9 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
                                     return std::string();
                                   })
                             .status());
+  // The slot caps builds: the next deploy of the workspace may build while this one rolls out.
+  // (The compensation's Release then finds nothing to release, which is a no-op.)
+  KRANE_RETURN_IF_ERROR(releaseSlot(ctx, hold));
 
   // deploying: desired state in every region.
   KRANE_ASSIGN_OR_RETURN(bool deploying, enterStep(ctx, "deploying", "deploying", {"building"}));
@@ -410,7 +413,6 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
                   return std::string();
                 })
           .status());
-  KRANE_RETURN_IF_ERROR(releaseSlot(ctx, hold));
   DeployResult result;
   result.set_status("ready");
   result.set_image(built.image());

@@ -6,7 +6,7 @@
 //               slot (BuildSlotService, production first)
 //   starting    the deployment leaves the queue (only from pending / awaiting_approval: a
 //               superseded one stops here)
-//   building    the builder turns the request into an image
+//   building    the builder turns the request into an image; then the build slot is released
 //   deploying   one deployment_topology row per region of the environment, through the feed
 //               writer (state and change record in one transaction)
 //   waiting     until the readiness gate (readiness.h) says enough regions run their minimum
@@ -15,7 +15,8 @@
 //   finalizing  RoutingService.SwapLiveDeployment (production environments)
 //   ready
 //
-// The build slot is released on every path. On failure or cancel the compensations run last in,
+// The build slot is released once the build is done (it caps builds, not rollouts), and by the
+// compensations on every failure path before that. On failure or cancel the compensations run last in,
 // first out: the topology rows are removed, the slot released, the open step stamped with the
 // error and the deployment marked failed (cancelled, for a cancel) if it is still active, never
 // over superseded or ready. Retries: the deploy preset (30 s to 5 min, 10 attempts).

@@ -153,6 +153,8 @@ TEST_CASE_METHOD(DeployTest, "a deploy reaches ready in two regions and goes liv
   REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
   CHECK(topologyRows("d1") == 2);
   CHECK(statusOfDeployment("d1") == "deploying");
+  INFO("the build slot was released once the build was done, while the deploy rolls out");
+  REQUIRE(eventually([&] { return slotsEmpty(e); }));
   report("d1", "eu-1", 1);  // below its two replicas
   report("d1", "us-1", 2);
   report("d1", "eu-1", 2);
