@@ -1,10 +1,10 @@
 #include "controlplane/api/deployments.h"
 
-#include <random>
 #include <thread>
 
 #include "common/clock.h"
 #include "common/grpc_status.h"
+#include "common/random_id.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/api/services.h"
@@ -31,14 +31,6 @@ absl::Status checkText(std::string_view field, const std::string& value, size_t 
   if (required && value.empty()) return invalid(strCat(field, ": required"));
   if (value.size() > max) return invalid(strCat(field, ": at most ", max, " bytes"));
   return absl::OkStatus();
-}
-
-std::string newDeploymentId() {
-  static thread_local std::mt19937_64 random{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "dep_";
-  for (int i = 0; i < 16; ++i) id += kHex[random() % 16];
-  return id;
 }
 
 // The build request of the deploy workflow, checked the way the builders will check it.
@@ -143,7 +135,7 @@ grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* contex
   }
   auto build = buildOf(req);
   if (!build.ok()) return toGrpc(invalid(std::string(toStd(build.status().message()))));
-  const std::string id = newDeploymentId();
+  const std::string id = newId("dep");
   absl::Status stored =
       pool_->transact("create deployment", [&](db::Connection& conn) -> absl::Status {
         KRANE_ASSIGN_OR_RETURN(auto env,

@@ -1,9 +1,8 @@
 #include "controlplane/api/tenancy.h"
 
-#include <random>
-
 #include "common/clock.h"
 #include "common/grpc_status.h"
+#include "common/random_id.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/api/services.h"
@@ -13,14 +12,6 @@ namespace krane::api {
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-std::string generatedId(std::string_view prefix) {
-  static thread_local std::mt19937_64 random{std::random_device{}()};
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = strCat(prefix, "_");
-  for (int i = 0; i < 16; ++i) id += kHex[random() % 16];
-  return id;
-}
 
 bool allowed(std::string_view text, bool underscore) {
   if (text.empty() || text.size() > 64) return false;
@@ -34,7 +25,7 @@ bool allowed(std::string_view text, bool underscore) {
 
 // The id to use: the given one (checked) or a new one.
 absl::StatusOr<std::string> idOf(const std::string& given, std::string_view prefix) {
-  if (given.empty()) return generatedId(prefix);
+  if (given.empty()) return newId(prefix);
   if (!allowed(given, true)) return invalid("id: 1-64 of a-z, 0-9, '_' and '-'");
   return given;
 }

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "common/clock.h"
+#include "common/random_id.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/workflow/context_impl.h"
@@ -19,7 +20,7 @@ namespace {
 std::string defaultWorkerId() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
-  return strCat(host, "-", getpid(), "-", store::randomHex(3));
+  return strCat(host, "-", getpid(), "-", randomHex(3));
 }
 
 bool validName(std::string_view name) {
@@ -173,7 +174,7 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
         strCat("idempotency_key: ", request.idempotency_key.size(), " bytes, at most 255"));
   }
   store::NewInvocation inv;
-  inv.id = strCat("inv_", store::randomHex(16));
+  inv.id = strCat("inv_", randomHex(16));
   inv.service = request.service;
   inv.handler = request.handler;
   inv.key = request.key;

@@ -218,12 +218,4 @@ std::string sha256Hex(std::string_view data) {
   return out;
 }
 
-std::string randomHex(size_t bytes) {
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string out;
-  while (out.size() < bytes * 2) strAppend(&out, fmt::format("{:016x}", rng()));
-  out.resize(bytes * 2);
-  return out;
-}
-
 }  // namespace krane::workflow::store

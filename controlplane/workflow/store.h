@@ -69,6 +69,5 @@ db::Value errorMessage(const absl::Status& status);
 absl::Status statusFrom(const db::Row& row, std::string_view code_col, std::string_view msg_col);
 
 std::string sha256Hex(std::string_view data);
-std::string randomHex(size_t bytes);
 
 }  // namespace krane::workflow::store

@@ -6,6 +6,7 @@
 #include "controlplane/api/auth.h"
 #include "controlplane/db/migrate.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
 
 namespace krane::testing {
 
@@ -47,6 +48,21 @@ ctrl::Server& TestControlPlane::startReplica(std::function<void(ctrl::CtrlConfig
 }
 
 void TestControlPlane::stopReplica(size_t index) { replicas_.at(index)->stop(); }
+
+void TestControlPlane::seedApp() {
+  for (const std::string sql :
+       {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
+        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
+        " VALUES ('proj', 'ws', 'p', 'p', 1)",
+        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
+        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
+        "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
+        " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1)",
+        "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
+        " VALUES ('prod', 'eu-1', 1, 1), ('prod', 'us-1', 1, 1)"}) {
+    REQUIRE_THAT((*pool_->acquire())->exec(sql, {}), IsOk());
+  }
+}
 
 std::string TestControlPlane::agentToken(const std::string& region) {
   auto it = tokens_.find(region);

@@ -39,6 +39,9 @@ class TestControlPlane {
   const db::Dsn& dsn() const { return dsn_; }
   // An agent token of the region (created once per region).
   std::string agentToken(const std::string& region);
+  // What deployments need, in SQL: workspace 'ws', project 'proj', app 'app' and its production
+  // environment 'prod' deploying to eu-1 and us-1 with one replica each.
+  void seedApp();
 
   std::shared_ptr<grpc::Channel> channel(size_t replica = 0);
   std::unique_ptr<krane::api::v1::ResourceService::Stub> resources(size_t replica = 0);

@@ -28,19 +28,13 @@ class DeploymentsApiTest {
   DeploymentsApiTest() {
     cp_.startReplica(
         [](ctrl::CtrlConfig& c) { c.workflow.poll_interval = std::chrono::milliseconds(20); });
-    for (const std::string sql :
-         {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
-          "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
-          " VALUES ('proj', 'ws', 'p', 'p', 1)",
-          "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
-          " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
-          "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
-          " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1),"
-          " ('empty', 'ws', 'proj', 'app', 'empty', 'preview', 1)",
-          "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
-          " VALUES ('prod', 'eu-1', 1, 1), ('prod', 'us-1', 1, 1)"}) {
-      REQUIRE_THAT((*cp_.pool()->acquire())->exec(sql, {}), IsOk());
-    }
+    cp_.seedApp();
+    REQUIRE_THAT((*cp_.pool()->acquire())
+                     ->exec("INSERT INTO environments (id, workspace_id, project_id, app_id,"
+                            " slug, kind, created_at)"
+                            " VALUES ('empty', 'ws', 'proj', 'app', 'empty', 'preview', 1)",
+                            {}),
+                 IsOk());
     stub_ = v1::DeploymentService::NewStub(cp_.channel());
     cluster_ = cp_.cluster();
   }
