@@ -176,7 +176,10 @@ for _ in $(seq 1 100); do
 done
 DEP4="$(kranectl deploy --app demo-app --env demo-prod --branch other --commit v4 --no-wait \
   --image krane.dev/demo-app:v4 | sed -n 's/^deployment \(dep_[0-9a-f]*\) created.*/\1/p')"
-sleep 0.5
+for _ in $(seq 1 100); do  # until it waits in the slot's queue
+  kranectl deployments get "$DEP4" -o json | grep -q '"step": "queued"' && break
+  sleep 0.1
+done
 kranectl deployments list --app demo-app
 kranectl cancel "$DEP4"
 await_status() {

@@ -19,10 +19,6 @@ using services::v1::SlotHold;
 using workflow::Context;
 using workflow::terminalError;
 
-// Statuses a deployment can still leave: everything but ready, failed, superseded, cancelled.
-const std::vector<std::string> kUnfinished = {
-    "pending", "awaiting_approval", "starting", "building", "deploying", "network", "finalizing"};
-
 bool among(const std::string& status, const std::vector<std::string>& set) {
   return std::find(set.begin(), set.end(), status) != set.end();
 }
