@@ -14,6 +14,7 @@
 
 namespace krane::ctrl {
 using config::bad;
+using config::flag;
 using config::number;
 using config::text;
 using config::validHostPort;
@@ -79,10 +80,20 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
            [&](const YAML::Node& n, const std::string& p) {
              return walk(n, s, p,
                          {{"build_log_dir", text(c.deploy.build_log_dir, s)},
-                          {"build_timeout_s", number(c.deploy.build_timeout, s, 1, 24 * 3600)}});
+                          {"build_timeout_s", number(c.deploy.build_timeout, s, 1, 24 * 3600)},
+                          {"sentinel_image", text(c.deploy.sentinel_image, s)},
+                          {"sentinel_replicas", number(c.deploy.sentinel_replicas, s, 1, 100)},
+                          {"sentinel_cpu_millicores",
+                           number(c.deploy.sentinel_cpu_millicores, s, 10, 64000)},
+                          {"sentinel_memory_mib",
+                           number(c.deploy.sentinel_memory_mib, s, 16, 262144)},
+                          {"cilium_policy", flag(c.deploy.cilium_policy, s)},
+                          {"previous_stop_delay_s",
+                           number(c.deploy.previous_stop_delay, s, 0, 30LL * 24 * 3600)}});
            }},
       });
   if (!status.ok()) return status;
+  if (c.deploy.sentinel_image.empty()) return bad(s, "deploy.sentinel_image", "must not be empty");
   if (!validHostPort(c.listen))
     return bad(s, "listen", strCat("\"", c.listen, "\" is not host:port"));
   if (!validHostPort(c.http_listen))

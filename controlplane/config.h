@@ -60,6 +60,15 @@ struct CtrlConfig {
     // system's temporary directory / krane-builds.
     std::string build_log_dir;
     std::chrono::seconds build_timeout{600};  // a build command running longer is stopped
+    // The sentinel a deploy creates in each region of an environment that has none yet.
+    std::string sentinel_image = "krane.dev/sentinel:v1";
+    uint32_t sentinel_replicas = 1;
+    uint32_t sentinel_cpu_millicores = 250;
+    uint32_t sentinel_memory_mib = 256;
+    // Whether a deploy writes the environment's CiliumNetworkPolicy in each region.
+    bool cilium_policy = true;
+    // After a swap, the deployment that was live is stopped this much later (0: never).
+    std::chrono::seconds previous_stop_delay{1800};
   } deploy;
 };
 

@@ -134,17 +134,25 @@ absl::Status Server::startWorkflow() {
   options.poll_interval = config_.workflow.poll_interval;
   options.max_payload_bytes = config_.workflow.max_payload_bytes;
   engine_ = std::make_unique<workflow::Engine>(pool_, options);
-  KRANE_RETURN_IF_ERROR(engine_->registerService(services::buildslot::buildSlotService(pool_)));
-  KRANE_RETURN_IF_ERROR(engine_->registerService(services::deployment::deploymentService(writer_)));
-  KRANE_RETURN_IF_ERROR(engine_->registerService(services::routing::routingService()));
   services::builder::CommandBuilderOptions builds;
   builds.log_dir = config_.deploy.build_log_dir.empty()
                        ? std::filesystem::temp_directory_path() / "krane-builds"
                        : std::filesystem::path(config_.deploy.build_log_dir);
   builds.default_timeout = config_.deploy.build_timeout;
-  KRANE_RETURN_IF_ERROR(engine_->registerService(services::deploy::deployService(
-      {pool_, writer_, std::make_shared<services::builder::PrebuiltBuilder>(),
-       std::make_shared<services::builder::CommandBuilder>(builds)})));
+  services::deploy::EnvironmentResourceOptions environment;
+  environment.sentinel_image = config_.deploy.sentinel_image;
+  environment.sentinel_replicas = config_.deploy.sentinel_replicas;
+  environment.sentinel_cpu_millicores = config_.deploy.sentinel_cpu_millicores;
+  environment.sentinel_memory_mib = config_.deploy.sentinel_memory_mib;
+  environment.cilium_policy = config_.deploy.cilium_policy;
+  services::routing::RoutingOptions routing;
+  routing.previous_stop_delay = config_.deploy.previous_stop_delay;
+  for (auto& service : services::deploy::deployServices(
+           {pool_, writer_, std::make_shared<services::builder::PrebuiltBuilder>(),
+            std::make_shared<services::builder::CommandBuilder>(builds), environment},
+           routing)) {
+    KRANE_RETURN_IF_ERROR(engine_->registerService(std::move(service)));
+  }
   // Instance reports tell waiting deploys when enough regions are healthy. gRPC (the only
   // caller of the ingestor) stops before the engine does.
   ingestor_->addDeploymentInstancesHook(

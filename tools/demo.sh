@@ -149,6 +149,15 @@ kranectl create environment production --id demo-prod --app demo-app \
 step "kranectl deploy: version v1 to both regions, followed step by step"
 DEP1="$(deploy --commit v1 --image krane.dev/demo-app:v1)"
 request_deployment "$DEP1" v1
+step "The first deploy gave each region the environment's sentinel and network policy"
+for region in "${REGIONS[@]}"; do
+  kranectl -o json get sentinel --region "$region" | grep -q '"environment_id": "demo-prod"' ||
+    die "the deploy created no sentinel for demo-prod in $region"
+  kranectl -o json get cnp --region "$region" | grep -q '"environment_id": "demo-prod"' ||
+    die "the deploy created no network policy for demo-prod in $region"
+done
+kranectl get sentinel
+kranectl get cnp
 
 step "kranectl deploy: version v2 goes live in its turn"
 DEP2="$(deploy --commit v2 --image krane.dev/demo-app:v2)"

@@ -191,11 +191,13 @@ agents_up() {
 }
 wait_for "the agents" 60 agents_up
 
-cat >"$LOCAL/env" <<ENV
+# Written whole, then renamed: whoever waits for the file never reads half of it.
+cat >"$LOCAL/env.tmp" <<ENV
 export KRANE_SERVER=127.0.0.1:$GRPC_PORT
 export KRANE_TOKEN=$(cat "$LOCAL/operator.token")
 export PATH="$BIN/cli:\$PATH"
 ENV
+mv "$LOCAL/env.tmp" "$LOCAL/env"
 cat >&2 <<INFO
 
 Krane is running.

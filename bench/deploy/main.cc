@@ -125,13 +125,12 @@ int run(bool json, bool quick) {
   options.threads = 16;
   options.poll_interval = 20ms;
   workflow::Engine engine(pool, options);
-  check(engine.registerService(services::deploy::deployService(
-            {pool, writer, std::make_shared<services::builder::PrebuiltBuilder>(),
-             std::make_shared<services::builder::CommandBuilder>(
-                 services::builder::CommandBuilderOptions{.log_dir = "/tmp/krane-bench-builds"})})),
-        "register deploy");
-  check(engine.registerService(services::buildslot::buildSlotService(pool)), "register slots");
-  check(engine.registerService(services::routing::routingService()), "register routing");
+  for (auto& service : services::deploy::deployServices(
+           {pool, writer, std::make_shared<services::builder::PrebuiltBuilder>(),
+            std::make_shared<services::builder::CommandBuilder>(
+                services::builder::CommandBuilderOptions{.log_dir = "/tmp/krane-bench-builds"})})) {
+    check(engine.registerService(std::move(service)), "register the deploy services");
+  }
   engine.start();
   ingestor.addDeploymentInstancesHook(
       std::make_shared<services::deploy::ReadinessGate>(pool, engine));

@@ -8,6 +8,36 @@
 namespace krane::deployment {
 namespace {
 
+// The instance's reason with its last output lines (at most kReasonLines, each cut to
+// kReasonLineBytes), so that whoever reads a failed deploy sees why without a shell on the host;
+// at most kReasonBytes in all, never cut inside a UTF-8 sequence.
+constexpr size_t kReasonLines = 5;
+constexpr size_t kReasonLineBytes = 300;
+constexpr size_t kReasonBytes = 2000;
+
+std::string utf8Prefix(const std::string& s, size_t max_bytes) {
+  if (s.size() <= max_bytes) return s;
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
+std::string failureReason(const runtime::InstanceStatus& i) {
+  std::string reason = i.reason;
+  if (!i.last_output.empty()) {
+    strAppend(&reason, "; last output:");
+    const size_t first = i.last_output.size() > kReasonLines ? i.last_output.size() - kReasonLines : 0;
+    for (size_t k = first; k < i.last_output.size(); ++k) {
+      strAppend(&reason, "\n  | ", utf8Prefix(i.last_output[k], kReasonLineBytes));
+    }
+  }
+  return utf8Prefix(reason, kReasonBytes);
+}
+
+}  // namespace
+
+namespace {
+
 runtime::HttpProbe probe(const cluster::v1::HttpProbe& p) {
   runtime::HttpProbe out;
   out.path = p.path();
@@ -89,9 +119,8 @@ cluster::v1::ReportDeploymentStatusRequest deploymentReport(const runtime::Workl
     } else {
       out->set_status(cluster::v1::INSTANCE_STATUS_PENDING);
     }
-    std::string reason = i.reason;
-    if (!i.last_output.empty()) strAppend(&reason, "; last output: ", i.last_output.back());
-    if (!reason.empty()) out->set_failure_reason(reason.substr(0, 2000));
+    const std::string reason = failureReason(i);
+    if (!reason.empty()) out->set_failure_reason(reason);
   }
   return r;
 }

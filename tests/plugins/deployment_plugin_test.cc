@@ -181,7 +181,15 @@ TEST_CASE_METHOD(DeploymentPluginTest,
   }));
   const auto i = latest("broken")->instances().instances(0);
   CHECK_THAT(i.failure_reason(), Catch::Contains("crash loop: exited with code 4"));
-  CHECK_THAT(i.failure_reason(), Catch::Contains("exiting at start with code 4"));
+  INFO("the last output lines, one per line, so that a failed deploy shows them");
+  CHECK_THAT(i.failure_reason(),
+             Catch::Contains("; last output:\n  | krane-demo-app: exiting at start with code 4"));
+  size_t lines = 0;
+  for (size_t at = 0; (at = i.failure_reason().find("\n  | ", at)) != std::string::npos; ++at) {
+    ++lines;
+  }
+  CHECK(lines >= 2);  // one line per start, and it started at least three times
+  CHECK(lines <= 5);
 }
 
 TEST_CASE_METHOD(DeploymentPluginTest, "after a sync what it did not mention is removed",

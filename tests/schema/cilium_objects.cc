@@ -2,6 +2,7 @@
 // its own metadata, several rules (specs), egress to CIDRs / FQDNs / entities, deny rules, a
 // node selector, default-deny settings, ids that are not label values.
 #include "common/strings.h"
+#include "controlplane/services/deploy/environment_resources.h"
 #include "plugins/cilium/policy.h"
 #include "tests/schema/generators.h"
 
@@ -84,6 +85,15 @@ std::vector<GeneratedObject> ciliumObjects() {
   auto named = policy("Pol With Spaces/and slashes", ingressFromSentinels());
   named.set_name("named.by.the.control-plane");
   variants.emplace_back("odd id, explicit name", named);
+  services::v1::DeploymentInfo info;
+  info.set_workspace_id("ws_1");
+  info.set_project_id("proj_1");
+  info.set_app_id("app_1");
+  info.set_environment_id("env_prod");
+  variants.emplace_back(
+      "the environment policy a deploy writes",
+      services::deploy::environmentPolicy(info, "eu-west-1", "cnp_0123456789abcdef")
+          .cilium_network_policy());
 
   std::vector<GeneratedObject> out;
   for (const auto& [variant, p] : variants) {

@@ -1,6 +1,7 @@
 // The sentinel plugin's five objects for the variants that change them: running or standby (zero
 // replicas), with and without resources and configuration, ids that need a hashed name.
 #include "common/strings.h"
+#include "controlplane/services/deploy/environment_resources.h"
 #include "plugins/sentinel/sentinel.h"
 #include "tests/schema/generators.h"
 
@@ -45,6 +46,15 @@ std::vector<GeneratedObject> sentinelObjects() {
   odd.set_sentinel_id("Sentinel_With.A-Very-Long-Identifier-That-Does-Not-Fit-In-A-Dns-Label-0123");
   odd.set_environment_id("Env.Staging_2");
   variants.emplace_back("ids needing hashed names", odd);
+  services::v1::DeploymentInfo info;
+  info.set_workspace_id("ws_1");
+  info.set_project_id("proj_1");
+  info.set_app_id("app_1");
+  info.set_environment_id("env_prod");
+  variants.emplace_back("as a deploy creates it",
+                        services::deploy::newSentinel(info, "eu-west-1", "sen_0123456789abcdef",
+                                                      services::deploy::EnvironmentResourceOptions{})
+                            .sentinel());
 
   std::vector<GeneratedObject> out;
   for (const auto& [variant, s] : variants) {

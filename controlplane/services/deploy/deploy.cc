@@ -7,6 +7,8 @@
 #include "common/strings.h"
 #include "controlplane/services/buildslot/buildslot.h"
 #include "controlplane/services/dedup/dedup.h"
+#include "controlplane/services/deployment/deployment.h"
+#include "controlplane/services/deploy/environment_resources.h"
 #include "controlplane/services/deploy/readiness.h"
 #include "controlplane/services/routing/routing.h"
 #include "controlplane/workflow/typed.h"
@@ -147,31 +149,37 @@ feed::Resource topologyFor(const DeployRequest& req, const DeploymentInfo& info,
   return r;
 }
 
-// Puts the topology of every region, on the step's own transaction (Context::runTx): the
-// changes commit with the step's journal entry, so a crash never writes them twice.
-absl::Status writeTopology(Context& ctx, feed::Writer& writer,
-                           const std::vector<feed::Resource>& wanted) {
+// Puts the topology of every region, and the environment's sentinels and policies where a
+// region has none, on the step's own transaction (Context::runTx): the changes commit with the
+// step's journal entry, so a crash never writes them twice.
+absl::StatusOr<services::v1::EnvironmentResources> writeDesiredState(
+    Context& ctx, feed::Writer& writer, const std::vector<feed::Resource>& wanted,
+    const DeploymentInfo& info, const EnvironmentResourceOptions& options) {
   std::vector<feed::WriteResult> written;
-  auto done = ctx.runTx("write topology", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
-    auto results = writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
-      for (const feed::Resource& r : wanted) KRANE_RETURN_IF_ERROR(tx.put(r));
-      return absl::OkStatus();
-    });
-    if (!results.ok()) {
-      // A spec the table refuses will be refused on every retry.
-      if (absl::IsInvalidArgument(results.status())) {
-        return terminalError(results.status().code(), toStd(results.status().message()));
-      }
-      return results.status();
-    }
-    written = *std::move(results);
-    return std::string();
-  });
+  auto done = workflow::runTx<services::v1::EnvironmentResources>(
+      ctx, "write topology",
+      [&](db::Connection& conn) -> absl::StatusOr<services::v1::EnvironmentResources> {
+        services::v1::EnvironmentResources created;
+        auto results = writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
+          for (const feed::Resource& r : wanted) KRANE_RETURN_IF_ERROR(tx.put(r));
+          KRANE_ASSIGN_OR_RETURN(created, ensureEnvironmentResources(tx, info, options));
+          return absl::OkStatus();
+        });
+        if (!results.ok()) {
+          // A spec the table refuses will be refused on every retry.
+          if (absl::IsInvalidArgument(results.status())) {
+            return terminalError(results.status().code(), toStd(results.status().message()));
+          }
+          return results.status();
+        }
+        written = *std::move(results);
+        return created;
+      });
   writer.committed(written);  // empty when the step was replayed
-  return done.status();
+  return done;
 }
 
-// Removes what writeTopology wrote, the same way.
+// Removes the topology writeDesiredState wrote, the same way.
 absl::Status removeTopology(Context& ctx, feed::Writer& writer, const std::string& deployment_id,
                             const std::vector<std::string>& regions) {
   const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
@@ -333,7 +341,8 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
   ctx.compensate("remove topology", [writer = deps.writer, id, regions](Context& ctx) {
     return removeTopology(ctx, *writer, id, regions);
   });
-  KRANE_RETURN_IF_ERROR(writeTopology(ctx, *deps.writer, topologies));
+  KRANE_ASSIGN_OR_RETURN(services::v1::EnvironmentResources created,
+                         writeDesiredState(ctx, *deps.writer, topologies, info, deps.environment));
 
   // waiting: for the readiness gate, or the timeout.
   KRANE_ASSIGN_OR_RETURN(bool waiting, enterStep(ctx, "waiting", "", {"deploying"}));
@@ -414,6 +423,7 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
   result.set_image(built.image());
   for (const auto& r : regions) result.add_regions(r);
   result.set_live(live);
+  *result.mutable_created_sentinel_ids() = created.created_sentinel_ids();
   return result;
 }
 
@@ -460,6 +470,16 @@ workflow::ServiceDefinition deployService(DeployDependencies deps) {
       .shared("NotifyInstancesReady",
               typed<NotifyInstancesReadyRequest, NotifyInstancesReadyResponse>(notifyReady))
       .retry(workflow::RetryPolicy::deployPreset());
+}
+
+std::vector<workflow::ServiceDefinition> deployServices(DeployDependencies deps,
+                                                        routing::RoutingOptions routing) {
+  std::vector<workflow::ServiceDefinition> out;
+  out.push_back(buildslot::buildSlotService(deps.pool));
+  out.push_back(deployment::deploymentService(deps.writer));
+  out.push_back(routing::routingService(routing));
+  out.push_back(deployService(std::move(deps)));
+  return out;
 }
 
 }  // namespace krane::services::deploy

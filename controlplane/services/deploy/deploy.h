@@ -7,12 +7,15 @@
 //   starting    the deployment leaves the queue (only from pending / awaiting_approval: a
 //               superseded one stops here)
 //   building    the builder turns the request into an image; then the build slot is released
-//   deploying   one deployment_topology row per region of the environment, through the feed
-//               writer (state and change record in one transaction)
+//   deploying   one deployment_topology row per region of the environment, and the
+//               environment's sentinel and CiliumNetworkPolicy in each region that has none
+//               (environment_resources.h), through the feed writer: state rows and change
+//               records in one transaction, with the step's journal entry
 //   waiting     until the readiness gate (readiness.h) says enough regions run their minimum
 //               replicas, or the environment's deploy timeout passes
 //   network     RoutingService.AssignRoutes
-//   finalizing  RoutingService.SwapLiveDeployment (production environments)
+//   finalizing  RoutingService.SwapLiveDeployment (production environments); the routing service
+//               then schedules the previous live deployment's stop (DeploymentService)
 //   ready
 //
 // The build slot is released once the build is done (it caps builds, not rollouts), and by the
@@ -27,16 +30,16 @@
 //
 // When failing regions (crash loops, images that cannot be fetched) make readiness unreachable,
 // the gate rejects the wait and the deploy fails at once with their reasons.
-//
-// Not yet: sentinel rows and the environment's Cilium policy in the deploying step, scaling the
-// previous live deployment down after a swap (DeploymentService.Schedule).
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "controlplane/db/pool.h"
 #include "controlplane/feed/writer.h"
 #include "controlplane/services/builder/builder.h"
+#include "controlplane/services/deploy/environment_resources.h"
+#include "controlplane/services/routing/routing.h"
 #include "controlplane/workflow/service.h"
 #include "krane/services/v1/deploy.pb.h"
 
@@ -56,8 +59,14 @@ struct DeployDependencies {
   std::shared_ptr<feed::Writer> writer;
   std::shared_ptr<builder::PrebuiltBuilder> prebuilt;
   std::shared_ptr<builder::CommandBuilder> command;
+  EnvironmentResourceOptions environment = {};
 };
 
 workflow::ServiceDefinition deployService(DeployDependencies deps);
+
+// DeployService and every service it calls (BuildSlotService, RoutingService and the
+// DeploymentService that a swap schedules on), for one engine to register.
+std::vector<workflow::ServiceDefinition> deployServices(DeployDependencies deps,
+                                                        routing::RoutingOptions routing = {});
 
 }  // namespace krane::services::deploy

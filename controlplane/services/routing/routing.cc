@@ -3,6 +3,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/services/deployment/deployment.h"
 #include "controlplane/workflow/typed.h"
 
 namespace krane::services::routing {
@@ -140,20 +141,46 @@ absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const std::string& e
   return out;
 }
 
-absl::StatusOr<SwapLiveResponse> swapLive(Context& ctx, const SwapLiveRequest& req) {
+// What a swap sets in motion for the two deployments' instances (journaled sends).
+void scheduleAfterSwap(Context& ctx, const SwapLiveResponse& swapped, SwapReason reason,
+                       const RoutingOptions& options) {
+  if (!swapped.swapped()) return;
+  auto schedule = [&](const std::string& deployment_id, cluster::v1::DesiredStatus status,
+                      std::chrono::milliseconds delay) {
+    deployment::ScheduleDesiredStateRequest req;
+    req.set_desired_status(status);
+    req.set_delay_ms(delay.count());
+    workflow::send(ctx, deployment::kServiceName, "Schedule", deployment_id, req);
+  };
+  // A deploy's own deployment runs, and nothing can have scheduled its stop yet.
+  if (reason != services::v1::SWAP_REASON_DEPLOY) {
+    schedule(swapped.live_deployment_id(), cluster::v1::DESIRED_STATUS_RUNNING, {});
+  }
+  const std::string& previous = swapped.previous_deployment_id();
+  if (options.previous_stop_delay.count() > 0 && !previous.empty() &&
+      previous != swapped.live_deployment_id()) {
+    schedule(previous, cluster::v1::DESIRED_STATUS_STOPPED, options.previous_stop_delay);
+  }
+}
+
+absl::StatusOr<SwapLiveResponse> swapLive(Context& ctx, const RoutingOptions& options,
+                                          const SwapLiveRequest& req) {
   if (req.reason() == services::v1::SWAP_REASON_UNSPECIFIED) {
     return refuse(absl::StatusCode::kInvalidArgument,
                   "reason: SWAP_REASON_DEPLOY, SWAP_REASON_PROMOTE or SWAP_REASON_ROLLBACK");
   }
-  return workflow::runTx<SwapLiveResponse>(
+  auto swapped = workflow::runTx<SwapLiveResponse>(
       ctx, "swap live", [&](db::Connection& conn) -> absl::StatusOr<SwapLiveResponse> {
         KRANE_ASSIGN_OR_RETURN(Deployment to, deploymentOf(conn, ctx.key(), req.deployment_id()));
         return swap(conn, ctx.key(), to, req.reason());
       });
+  if (swapped.ok()) scheduleAfterSwap(ctx, *swapped, req.reason(), options);
+  return swapped;
 }
 
-absl::StatusOr<SwapLiveResponse> rollback(Context& ctx, const RollbackRequest&) {
-  return workflow::runTx<SwapLiveResponse>(
+absl::StatusOr<SwapLiveResponse> rollback(Context& ctx, const RoutingOptions& options,
+                                          const RollbackRequest&) {
+  auto swapped = workflow::runTx<SwapLiveResponse>(
       ctx, "rollback", [&](db::Connection& conn) -> absl::StatusOr<SwapLiveResponse> {
         KRANE_ASSIGN_OR_RETURN(auto live,
                                conn.query("SELECT d.id, d.created_at FROM environments e"
@@ -182,6 +209,8 @@ absl::StatusOr<SwapLiveResponse> rollback(Context& ctx, const RollbackRequest&) 
                                deploymentOf(conn, ctx.key(), previous.rows[0].str("id")));
         return swap(conn, ctx.key(), to, services::v1::SWAP_REASON_ROLLBACK);
       });
+  if (swapped.ok()) scheduleAfterSwap(ctx, *swapped, services::v1::SWAP_REASON_ROLLBACK, options);
+  return swapped;
 }
 
 absl::StatusOr<AssignRoutesResponse> assignRoutes(Context& ctx, const AssignRoutesRequest& req) {
@@ -201,12 +230,18 @@ absl::StatusOr<AssignRoutesResponse> assignRoutes(Context& ctx, const AssignRout
 
 }  // namespace
 
-workflow::ServiceDefinition routingService() {
+workflow::ServiceDefinition routingService(RoutingOptions options) {
   using workflow::typed;
   return workflow::ServiceDefinition::virtualObject(kServiceName)
       .exclusive("AssignRoutes", typed<AssignRoutesRequest, AssignRoutesResponse>(assignRoutes))
-      .exclusive("SwapLiveDeployment", typed<SwapLiveRequest, SwapLiveResponse>(swapLive))
-      .exclusive("Rollback", typed<RollbackRequest, SwapLiveResponse>(rollback))
+      .exclusive("SwapLiveDeployment", typed<SwapLiveRequest, SwapLiveResponse>(
+                                           [options](Context& ctx, const SwapLiveRequest& req) {
+                                             return swapLive(ctx, options, req);
+                                           }))
+      .exclusive("Rollback", typed<RollbackRequest, SwapLiveResponse>(
+                                 [options](Context& ctx, const RollbackRequest& req) {
+                                   return rollback(ctx, options, req);
+                                 }))
       .retry(workflow::RetryPolicy::deployPreset());
 }
 

@@ -16,11 +16,19 @@
 //   Rollback(RollbackRequest)           -> SwapLiveResponse
 //       the newest ready deployment created before the live one goes live (reason ROLLBACK)
 //
+// After a swap, the deployment that was live is stopped `previous_stop_delay` later
+// (DeploymentService.Schedule, STOPPED): until then a rollback finds it running. A promote or
+// rollback also schedules the deployment that goes live to run at once, which replaces a stop
+// still pending for it and starts it again if it was stopped (its routes move at once; its
+// instances take their start-up time).
+//
 // Errors (terminal): INVALID_ARGUMENT naming a missing field or reason; NOT_FOUND for a
 // deployment that is not one of this environment; FAILED_PRECONDITION for a deployment that is
 // not ready, a preview environment (it has no live deployment), or a rollback with nothing to
 // roll back to.
 #pragma once
+
+#include <chrono>
 
 #include "controlplane/workflow/service.h"
 #include "krane/services/v1/routing.pb.h"
@@ -35,6 +43,11 @@ using SwapLiveRequest = services::v1::SwapLiveRequest;
 using SwapLiveResponse = services::v1::SwapLiveResponse;
 using RollbackRequest = services::v1::RollbackRequest;
 
-workflow::ServiceDefinition routingService();
+struct RoutingOptions {
+  // 0: the previous live deployment keeps running.
+  std::chrono::milliseconds previous_stop_delay = std::chrono::minutes(30);
+};
+
+workflow::ServiceDefinition routingService(RoutingOptions options = {});
 
 }  // namespace krane::services::routing

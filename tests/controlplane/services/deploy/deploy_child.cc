@@ -40,8 +40,7 @@ int serve(const std::string& dsn_text, const std::string& worker, const std::str
       std::make_shared<builder::PrebuiltBuilder>(),
       std::make_shared<builder::CommandBuilder>(
           builder::CommandBuilderOptions{.log_dir = log_dir})};
-  for (auto service :
-       {deployService(deps), buildslot::buildSlotService(p), routing::routingService()}) {
+  for (auto& service : deployServices(deps)) {
     if (!engine.registerService(std::move(service)).ok()) return 2;
   }
   engine.start();

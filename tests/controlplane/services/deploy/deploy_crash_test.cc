@@ -149,6 +149,11 @@ TEST_CASE_METHOD(DeployCrashTest, "a deploy killed in each step completes with n
     CHECK(steps == kSteps);
     INFO("one desired-state change per region");
     CHECK(scalar("SELECT COUNT(*) FROM resource_changes WHERE resource_id = ?", {id}) == 2);
+    INFO("the environment's sentinel and policy of each region, created once, by the first deploy");
+    for (const char* type : {"sentinel", "cilium_network_policy"}) {
+      INFO(type);
+      CHECK(scalar("SELECT COUNT(*) FROM resource_changes WHERE resource_type = ?", {type}) == 2);
+    }
     CHECK(scalar("SELECT COUNT(*) FROM deployments WHERE id = ? AND status = 'ready'", {id}) == 1);
     CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = ?", {id}) == 1);
     INFO(

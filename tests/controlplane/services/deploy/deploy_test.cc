@@ -74,9 +74,9 @@ class DeployTest : public workflow::WorkflowTest {
       DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(),
                               std::make_shared<builder::CommandBuilder>(
                                   builder::CommandBuilderOptions{.log_dir = dir_ / "logs"})};
-      REQUIRE_THAT(e.registerService(deployService(deps)), IsOk());
-      REQUIRE_THAT(e.registerService(buildslot::buildSlotService(pool_)), IsOk());
-      REQUIRE_THAT(e.registerService(routing::routingService()), IsOk());
+      for (auto& service : deployServices(deps)) {
+        REQUIRE_THAT(e.registerService(std::move(service)), IsOk());
+      }
     });
     ingestor.addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, e));
     return e;
@@ -174,6 +174,53 @@ TEST_CASE_METHOD(DeployTest, "a deploy reaches ready in two regions and goes liv
   CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE service = ?"
                " AND handler = 'NotifyInstancesReady'",
                {kServiceName}) == 1);
+}
+
+// Seed 001's ensureSentinels and ensureCiliumNetworkPolicy: the first deploy of an environment
+// gives each region a sentinel and the environment's policy, in its deploying step; the next
+// deploy finds them and writes none; a region added later gets its own.
+TEST_CASE_METHOD(DeployTest, "the first deploy creates the environment's sentinels and policies",
+                 "[deploy]") {
+  Engine& e = start();
+  auto deployToReady = [&](const std::string& id, int64_t at) {
+    deployment(id, at, "sha-" + id, "branch-" + id);
+    auto sent = send(e, id, prebuilt());
+    REQUIRE_THAT(sent, IsOk());
+    REQUIRE(eventually([&] { return waitingForInstances(id); }));
+    for (const char* region : {"eu-1", "us-1", "ap-1"}) report(id, region, 2);
+    auto result = resultAs<DeployResult>(e.awaitResult(*sent, 30s));
+    REQUIRE_THAT(result, IsOk());
+    CHECK(result->status() == "ready");
+    return std::vector<std::string>(result->created_sentinel_ids().begin(),
+                                    result->created_sentinel_ids().end());
+  };
+  auto first = deployToReady("d1", 100);
+  CHECK(first.size() == 2);
+  CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE environment_id = 'prod' AND workspace_id ="
+               " 'ws' AND project_id = 'proj' AND app_id = 'app' AND desired_state = 'running'"
+               " AND image = 'krane.dev/sentinel:v1' AND replicas = 1 AND version > 0") == 2);
+  CHECK(scalar("SELECT COUNT(DISTINCT region_id) FROM sentinels WHERE environment_id = 'prod'") ==
+        2);
+  CHECK(scalar("SELECT COUNT(*) FROM cilium_network_policies WHERE environment_id = 'prod'"
+               " AND name = ? AND version > 0",
+               {environmentPolicyName("prod")}) == 2);
+  INFO("each with its change record, in the deploy's own transaction");
+  CHECK(scalar("SELECT COUNT(*) FROM resource_changes WHERE resource_type = 'sentinel'") == 2);
+  CHECK(scalar("SELECT COUNT(*) FROM resource_changes"
+               " WHERE resource_type = 'cilium_network_policy'") == 2);
+
+  CHECK(deployToReady("d2", 200).empty());
+  CHECK(scalar("SELECT COUNT(*) FROM resource_changes WHERE resource_type = 'sentinel'") == 2);
+
+  exec("INSERT INTO regions (id, display_name, created_at) VALUES ('ap-1', 'ap-1', 1)");
+  exec(
+      "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
+      " VALUES ('prod', 'ap-1', 2, 1)");
+  auto third = deployToReady("d3", 300);
+  REQUIRE(third.size() == 1);
+  CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE id = ? AND region_id = 'ap-1'", {third[0]}) ==
+        1);
+  CHECK(scalar("SELECT COUNT(*) FROM cilium_network_policies WHERE environment_id = 'prod'") == 3);
 }
 
 // Two control-plane replicas (two engines, each with its own gate on the ingestor its agents

@@ -8,15 +8,19 @@
 
 #include <catch2/catch.hpp>
 
+#include "controlplane/feed/writer.h"
+#include "controlplane/services/deployment/deployment.h"
 #include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/typed.h"
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
 #include "tests/support/threads.h"
+#include "tests/support/wait.h"
 
 namespace krane::services::routing {
 namespace {
 
+using krane::testing::eventually;
 using services::v1::SWAP_REASON_DEPLOY;
 using services::v1::SWAP_REASON_PROMOTE;
 using services::v1::SwapReason;
@@ -27,7 +31,10 @@ using namespace std::chrono_literals;
 
 class RoutingTest : public workflow::WorkflowTest {
  protected:
-  RoutingTest() { seedTenancy({{"prod", "production"}, {"prev", "preview"}}); }
+  RoutingTest()
+      : writer_(std::make_shared<feed::Writer>(pool_, std::make_shared<feed::ResourceTables>())) {
+    seedTenancy({{"prod", "production"}, {"prev", "preview"}});
+  }
 
   void deployment(const std::string& id, int64_t at, const std::string& status = "ready",
                   const std::string& env = "prod", const std::string& branch = "main") {
@@ -58,8 +65,14 @@ class RoutingTest : public workflow::WorkflowTest {
   }
   bool rolledBack() { return scalar("SELECT is_rolled_back FROM apps WHERE id = 'app'") != 0; }
 
-  Engine& start() {
-    return engine([](Engine& e) { REQUIRE_THAT(e.registerService(routingService()), IsOk()); });
+  std::shared_ptr<feed::Writer> writer_;
+
+  // With DeploymentService, which a swap schedules the previous deployment's stop on.
+  Engine& start(RoutingOptions options = {}) {
+    return engine([&](Engine& e) {
+      REQUIRE_THAT(e.registerService(routingService(options)), IsOk());
+      REQUIRE_THAT(e.registerService(deployment::deploymentService(writer_)), IsOk());
+    });
   }
   static SwapLiveRequest swapOf(const std::string& id, SwapReason reason) {
     SwapLiveRequest r;
@@ -138,6 +151,58 @@ TEST_CASE_METHOD(RoutingTest, "a rollback keeps new deploys off the live routes 
   deployment("d4", 400);
   REQUIRE_THAT(swap(e, "d4", SWAP_REASON_DEPLOY), IsOk());
   CHECK(live() == "d4");
+}
+
+// The instances behind a swap: the deployment that was live stops after the configured delay
+// (DeploymentService), and one that goes live again through a rollback or promote runs again,
+// which also makes the stop still pending for it a no-op.
+TEST_CASE_METHOD(RoutingTest, "a swap stops the previous deployment later and a rollback starts it",
+                 "[routing]") {
+  exec("INSERT INTO regions (id, display_name, created_at) VALUES ('eu-1', 'eu-1', 1)");
+  for (const char* id : {"d1", "d2"}) {
+    deployment(id, id == std::string("d1") ? 100 : 200);
+    feed::Resource r;
+    r.set_type("deployment_topology");
+    r.set_id(id);
+    r.set_region("eu-1");
+    auto* t = r.mutable_deployment_topology();
+    for (auto* field : {t->mutable_workspace_id(), t->mutable_project_id(), t->mutable_app_id(),
+                        t->mutable_environment_id()}) {
+      *field = "x";
+    }
+    t->set_image("registry.example.com/app:v1");
+    t->set_port(8080);
+    t->set_cpu_millicores(100);
+    t->set_memory_mib(64);
+    t->set_replicas(1);
+    t->set_desired_status(cluster::v1::DESIRED_STATUS_RUNNING);
+    REQUIRE_THAT(writer_->put(r), IsOk());
+  }
+  auto desired = [&](const std::string& id) {
+    auto rows = (*pool_->acquire())
+                    ->query("SELECT desired_status FROM deployment_topology"
+                            " WHERE deployment_id = ?",
+                            {id});
+    return rows.ok() && !rows->empty() ? rows->rows[0].str(0) : "<none>";
+  };
+  Engine& e = start({.previous_stop_delay = 1500ms});
+  REQUIRE_THAT(swap(e, "d1", SWAP_REASON_DEPLOY), IsOk());
+  REQUIRE_THAT(swap(e, "d2", SWAP_REASON_DEPLOY), IsOk());
+  INFO("d1 keeps running for the delay, so a quick rollback finds it up");
+  CHECK(desired("d1") == "running");
+  REQUIRE(eventually([&] { return desired("d1") == "stopped"; }, 20s));
+  CHECK(desired("d2") == "running");
+
+  // Rolled back to d1: it runs again at once; d2 stops after the delay.
+  REQUIRE_THAT(rollback(e), IsOk());
+  REQUIRE(eventually([&] { return desired("d1") == "running"; }, 20s));
+  CHECK(desired("d2") == "running");
+  // A promote of d2 before d2's stop is due replaces that stop: d2 keeps running.
+  REQUIRE_THAT(swap(e, "d2", SWAP_REASON_PROMOTE), IsOk());
+  std::this_thread::sleep_for(2500ms);  // past the delay of d2's replaced stop
+  CHECK(desired("d2") == "running");
+  REQUIRE(eventually([&] { return desired("d1") == "stopped"; }, 20s));
+  CHECK(desired("d2") == "running");
 }
 
 TEST_CASE_METHOD(RoutingTest, "routes that follow the environment or the branch are assigned",
