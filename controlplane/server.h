@@ -43,6 +43,8 @@ class Server {
   int httpPort() const { return http_port_; }
   // For tests and the metrics page.
   feed::Writer& writer() { return *writer_; }
+  // The fan-out of this replica's watch streams (tests inject batches through it).
+  feed::Hub& hub() { return *hub_; }
   feed::Tailer& tailer() { return *tailer_; }
   api::AgentTokens& tokens() { return *tokens_; }
   const feed::WatchContext& watch() const { return *watch_; }

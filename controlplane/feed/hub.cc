@@ -21,12 +21,6 @@ void Hub::unsubscribe(const std::string& region, const Subscriber* subscriber) {
              subs.end());
 }
 
-bool Hub::hasSubscribers(const std::string& region) const {
-  std::lock_guard lock(mutex_);
-  auto it = regions_.find(region);
-  return it != regions_.end() && !it->second.subscribers.empty();
-}
-
 uint64_t Hub::published(const std::string& region) const {
   std::lock_guard lock(mutex_);
   auto it = regions_.find(region);
@@ -64,10 +58,12 @@ void Hub::publish(const std::shared_ptr<const EventBatch>& batch) {
   for (const auto& s : audience) s->deliver(batch);
 }
 
-void Hub::skipTo(const std::string& region, uint64_t version) {
+bool Hub::skipIfUnwatched(const std::string& region, uint64_t version) {
   std::lock_guard lock(mutex_);
   Region& r = regions_[region];
+  if (!r.subscribers.empty()) return false;
   r.published = std::max(r.published, version);
+  return true;
 }
 
 void Hub::expireRegion(const std::string& region, uint64_t version, const std::string& reason) {

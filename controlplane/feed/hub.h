@@ -50,7 +50,6 @@ class Hub {
   uint64_t subscribe(const std::string& region, const std::shared_ptr<Subscriber>& subscriber);
   void unsubscribe(const std::string& region, const Subscriber* subscriber);
 
-  bool hasSubscribers(const std::string& region) const;
   // Highest version published (or skipped, with nobody subscribed) for the region; 0 if none.
   uint64_t published(const std::string& region) const;
   // Regions with at least one subscriber.
@@ -59,8 +58,10 @@ class Hub {
 
   // The tailer: hands a batch to the region's subscribers and advances its position.
   void publish(const std::shared_ptr<const EventBatch>& batch);
-  // The tailer: moves the position of a region nobody watches, without events.
-  void skipTo(const std::string& region, uint64_t version);
+  // The tailer: moves the position of a region to `version` without events, if and only if
+  // nobody watches it; true if it did. One step under the hub's lock, so a subscriber either
+  // joins before (and the tailer reads the changes for it) or after (and is given `version`).
+  bool skipIfUnwatched(const std::string& region, uint64_t version);
   // The tailer: changes after `after` are gone; every subscriber of the region must resync.
   void expireRegion(const std::string& region, uint64_t version, const std::string& reason);
 

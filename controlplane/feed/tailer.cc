@@ -86,10 +86,7 @@ absl::Status Tailer::pollOnce() {
   for (const auto& [region, head] : heads) {
     uint64_t position = hub_->published(region);
     if (head <= position) continue;
-    if (!hub_->hasSubscribers(region)) {
-      hub_->skipTo(region, head);
-      continue;
-    }
+    if (hub_->skipIfUnwatched(region, head)) continue;
     // Read in bounded batches; a busy region does not starve the others for long.
     auto batch = readChanges(*conn, *tables_, region, position, head, options_.batch_limit);
     if (absl::IsOutOfRange(batch.status())) {

@@ -265,6 +265,33 @@ TEST_CASE("a future cursor is refused explicitly", "[feed]") {
         cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION);
 }
 
+// A stream checks that each batch starts where it is; one that does not (versions it would never
+// get) ends the stream with a resync, never a silent gap.
+TEST_CASE("a batch that does not start at the stream's position ends it with a resync",
+          "[feed]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  REQUIRE_THAT(server.writer().put(bucket("b1", "eu-1", "one")), IsOk());
+  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  REQUIRE(agent.waitForVersion(1));
+  REQUIRE(agent.waitFor([](const auto& ev) {
+    return std::any_of(ev.begin(), ev.end(), [](const WatchEvent& e) { return e.has_sync_end(); });
+  }));
+  auto gapped = std::make_shared<feed::EventBatch>();
+  gapped->region = "eu-1";
+  gapped->after = 5;  // the stream is at 1: versions 2 to 5 would be lost
+  gapped->through = 6;
+  server.hub().publish(gapped);
+  REQUIRE(agent.waitFor([](const auto& ev) { return !ev.empty() && ev.back().has_cursor_expired(); }));
+  const auto expired = agent.events().back().cursor_expired();
+  CHECK(expired.reason() == cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED);
+  CHECK_THAT(expired.message(), Catch::Contains("missed versions 2 to 5"));
+  for (const auto& e : agent.events()) {
+    INFO("nothing of the gapped batch was streamed");
+    CHECK_FALSE((e.has_change() && e.change().version() > 1));
+  }
+}
+
 TEST_CASE("two replicas each deliver every change", "[feed]") {
   TestControlPlane cp;
   auto& a = cp.startReplica();
