@@ -251,6 +251,10 @@ absl::Status Agent::startReporter() {
       std::make_unique<Reporter>(channel_, options, [this](cluster::v1::HeartbeatRequest& beat) {
         beat.set_applied_version(tracker_->watermark());
         beat.set_is_leader(isLeader());
+        beat.set_parked_events(static_cast<uint32_t>(store_->listParked().size()));
+        std::lock_guard lock(dispatcher_mutex_);  // started after the reporter, stopped before
+        if (dispatcher_)
+          beat.set_retrying_events(static_cast<uint32_t>(dispatcher_->stats().retrying));
         for (size_t i = 0; i < plugins_.size() && i < config_.plugins.size(); ++i) {
           auto* info = beat.add_plugins();
           info->set_name(config_.plugins[i].name);
@@ -273,7 +277,7 @@ absl::Status Agent::startDispatcher() {
     store_->setWatermark(version);
     store_->recordFullSync(version, unixMillis());
   };
-  dispatcher_ = std::make_unique<Dispatcher>(
+  auto dispatcher = std::make_unique<Dispatcher>(
       plugins_, *ledger_, *tracker_,
       [this](const cluster::v1::Change& change, const absl::Status& error, int attempts) {
         if (auto it = slot_by_type_.find(change.resource().type()); it != slot_by_type_.end())
@@ -293,6 +297,8 @@ absl::Status Agent::startDispatcher() {
         reporter_->report(failed);
       },
       options);
+  std::lock_guard lock(dispatcher_mutex_);
+  dispatcher_ = std::move(dispatcher);
   return absl::OkStatus();
 }
 
@@ -357,14 +363,19 @@ void Agent::onLeadership(bool leader) {
 void Agent::stop() {
   if (stopping_.exchange(true)) return;
   if (leader_) leader_->stop();
+  // Applies what is queued for a moment, then stops: a change retried for a transient error (or
+  // a full sync waiting for one) must not hold the shutdown, and stays unacknowledged.
+  if (dispatcher_) dispatcher_->stop(std::chrono::seconds(5));
   {
     std::lock_guard lock(watcher_mutex_);
     if (watcher_) watcher_->stop();
     watcher_.reset();
   }
-  if (dispatcher_) dispatcher_->drain();
   persistWatermark();
-  dispatcher_.reset();
+  {
+    std::lock_guard lock(dispatcher_mutex_);
+    dispatcher_.reset();
+  }
   if (reporter_) reporter_->stop();
   for (auto& h : hosts_) h->stop();
   if (persister_.joinable()) persister_.join();

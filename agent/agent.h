@@ -69,6 +69,7 @@ class Agent {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Reporter> reporter_;
   std::unique_ptr<Dispatcher> dispatcher_;
+  std::mutex dispatcher_mutex_;  // dispatcher_ set and reset, against the heartbeat reading it
   std::unique_ptr<LeaderElector> leader_;
   std::mutex watcher_mutex_;
   std::mutex persist_mutex_;

@@ -55,8 +55,8 @@ struct AgentConfig {
   } reporter;
 
   struct Dispatch {
-    int max_attempts = 5;
-    int batch = 32;  // ready resources one worker hands to a plugin at once
+    int max_attempts = 3;  // for a change the plugin refuses as invalid, before it is parked
+    int batch = 32;        // ready resources one worker hands to a plugin at once
   } dispatch;
 
   std::vector<PluginConfig> plugins;

@@ -40,16 +40,23 @@ Dispatcher::Dispatcher(std::vector<std::shared_ptr<PluginEndpoint>> plugins, Res
 }
 
 Dispatcher::~Dispatcher() {
+  stop(std::chrono::milliseconds(0));
+  for (auto& lane : lanes_) {
+    for (auto& t : lane->workers) t.join();
+  }
+}
+
+void Dispatcher::stop(std::chrono::milliseconds grace) {
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
+    idle_.wait_for(lock, grace, [&] { return in_flight_ == 0 || stopping_; });
     stopping_ = true;
   }
+  idle_.notify_all();
+  stop_wake_.notify_all();
   for (auto& lane : lanes_) {
     lane->has_work.notify_all();
     lane->has_room.notify_all();
-  }
-  for (auto& lane : lanes_) {
-    for (auto& t : lane->workers) t.join();
   }
 }
 
@@ -112,6 +119,12 @@ void Dispatcher::syncEnd(uint64_t version) {
   // Garbage collection only once every synced resource is applied: otherwise a plugin could
   // delete an object a queued apply is about to recreate.
   drain();
+  {
+    // Stopped before every synced resource was applied: neither collect garbage nor claim the
+    // sync's version (the watermark must not pass what was not applied).
+    std::lock_guard lock(mutex_);
+    if (stopping_) return;
+  }
   std::map<std::string, std::set<std::string>> ids;
   {
     std::lock_guard lock(mutex_);
@@ -264,31 +277,78 @@ void Dispatcher::recordSuccess(const Work& work) {
   ledger_.unpark(r.type(), r.id());
 }
 
+bool Dispatcher::isPermanent(const absl::Status& status) {
+  // The plugin says the change itself is wrong (KRANE_INVALID): it fails the same way every time.
+  return absl::IsInvalidArgument(status);
+}
+
+bool Dispatcher::supersededWhileRetrying(Lane& lane, const Work& work) {
+  const auto& r = work.change.resource();
+  std::lock_guard lock(mutex_);
+  auto it = lane.queues.find(strCat(r.type(), "/", r.id()));
+  return it != lane.queues.end() && !it->second.empty();
+}
+
 bool Dispatcher::retry(Lane& lane, const Work& work, absl::Status status) {
   const auto& c = work.change;
   const auto& r = c.resource();
   Backoff backoff(options_.retry);
   int attempt = 1;
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.retrying;
+  }
+  auto done_retrying = [&] {
+    std::lock_guard lock(mutex_);
+    --stats_.retrying;
+  };
   for (;;) {
     {
       std::lock_guard lock(mutex_);
-      if (stopping_) return false;
+      if (stopping_) {
+        --stats_.retrying;
+        return false;
+      }
       ++stats_.retried;
     }
-    spdlog::warn("agent: plugin={} type={} id={} version={} attempt={} failed: {}",
-                 lane.plugin->name(), r.type(), r.id(), c.version(), attempt, status.message());
-    if (attempt >= options_.max_attempts) break;
-    std::this_thread::sleep_for(backoff.next());
+    const bool permanent = isPermanent(status);
+    // A transient failure is logged at its first attempts, then every 10th, not every second.
+    if (permanent || attempt <= 3 || attempt % 10 == 0) {
+      spdlog::warn("agent: plugin={} type={} id={} version={} attempt={} failed{}: {}",
+                   lane.plugin->name(), r.type(), r.id(), c.version(), attempt,
+                   permanent ? " (invalid)" : ", retrying", status.message());
+    }
+    if (permanent && attempt >= options_.max_attempts) break;
+    if (!permanent && supersededWhileRetrying(lane, work)) {
+      // A newer change of the resource is queued behind this one and carries its whole state:
+      // it is applied instead (acknowledging this one loses nothing).
+      spdlog::info("agent: type={} id={} version={} replaced by a newer change while retrying",
+                   r.type(), r.id(), c.version());
+      done_retrying();
+      std::lock_guard lock(mutex_);
+      ++stats_.superseded;
+      return true;
+    }
+    {
+      std::unique_lock lock(mutex_);
+      if (stop_wake_.wait_for(lock, backoff.next(), [&] { return stopping_; })) {
+        --stats_.retrying;
+        return false;
+      }
+    }
     ++attempt;
     status = lane.plugin->handle(c);
     if (status.ok()) {
       recordSuccess(work);
+      done_retrying();
       std::lock_guard lock(mutex_);
       ++stats_.applied;
       return true;
     }
   }
-  // Poison: park it, say so, and let everything else flow. The next full sync tries again.
+  // Invalid: park it, say so, and let everything else flow. A newer version of the resource (or
+  // the next full sync) tries again.
+  done_retrying();
   ledger_.park(r.type(), r.id(), c.version(), attempt, std::string(toStd(status.message())));
   report_(c, status, attempt);
   spdlog::error("agent: parked type={} id={} version={} after {} attempts: {}", r.type(), r.id(),

@@ -5,9 +5,16 @@
 // - A change older than what was already applied for its resource is skipped (the ledger keeps
 //   the last applied version of every resource, durably). A full sync replaces the ledger: its
 //   versions are recorded as they are, and resources it did not contain are forgotten.
-// - A failing change is retried with backoff; after `max_attempts` it is parked: recorded in
-//   the ledger, reported as a failed apply, and acknowledged so that it does not hold back the
-//   watermark or other resources. It is applied again by the next full sync.
+// - A change that fails for a transient reason (unavailable, deadline, conflict, a plugin host
+//   restarting: anything but INVALID_ARGUMENT) is retried with backoff until it is applied; it
+//   is not acknowledged meanwhile, so the watermark (the cursor) never passes it. Only its own
+//   resource waits: other resources flow. A newer change of the same resource replaces it (the
+//   newer one carries the whole state), and so does stopping the dispatcher (then it is not
+//   acknowledged, and is delivered again after a restart).
+// - A change the plugin refuses as invalid (INVALID_ARGUMENT: a bad spec, KRANE_INVALID across
+//   the ABI) is tried `max_attempts` times, then parked: recorded in the ledger, reported as a
+//   failed apply, and acknowledged so that it does not hold back the watermark or other
+//   resources. A newer version of the resource, or the next full sync, tries again.
 // - A change of a type no plugin owns is an error, parked and reported, never skipped silently.
 // - After a full sync, each plugin is told which of its resources the sync contained, so it can
 //   delete what it manages and the sync did not mention.
@@ -40,8 +47,8 @@ class PluginEndpoint {
   virtual ~PluginEndpoint() = default;
   virtual std::string name() const = 0;
   virtual std::vector<std::string> resourceTypes() const = 0;
-  // APPLY or DELETE; UNAVAILABLE/ABORTED/DEADLINE_EXCEEDED are retried, others count as failures
-  // that are retried too, up to max_attempts (a plugin cannot know whether the cluster recovers).
+  // APPLY or DELETE; INVALID_ARGUMENT means the change itself is wrong (it is parked after
+  // max_attempts); any other error is retried until the change is applied.
   virtual absl::Status handle(const cluster::v1::Change& change) = 0;
   // Several changes of different resources at once (the dispatcher hands a worker a batch of
   // ready resources); one status each, in order. The default calls handle() for each; a host
@@ -85,8 +92,9 @@ struct DispatcherOptions {
   size_t workers_per_plugin = 4;
   // Overrides workers_per_plugin for the plugins named here.
   std::map<std::string, size_t> workers_by_plugin;
-  int max_attempts = 5;
-  BackoffPolicy retry{std::chrono::milliseconds(100), 2.0, std::chrono::milliseconds(5000), 0.5};
+  // Attempts at a change the plugin refuses as invalid before it is parked.
+  int max_attempts = 3;
+  BackoffPolicy retry{std::chrono::milliseconds(100), 2.0, std::chrono::milliseconds(30000), 0.5};
   // Changes queued per plugin before the watcher is made to wait.
   size_t max_queued = 10000;
   // Ready resources a worker takes at once (one change each); they go to the plugin together.
@@ -101,6 +109,8 @@ struct DispatcherStats {
   uint64_t retried = 0;
   uint64_t parked = 0;
   uint64_t unowned = 0;
+  uint64_t retrying = 0;    // changes being retried now (a gauge)
+  uint64_t superseded = 0;  // retried changes a newer change of their resource replaced
 };
 
 class Dispatcher final : public ChangeSink {
@@ -115,8 +125,13 @@ class Dispatcher final : public ChangeSink {
   void syncEnd(uint64_t version) override;
   void bookmark(uint64_t version) override;
 
-  // Waits until nothing is queued or being applied (tests, shutdown).
+  // Waits until nothing is queued or being applied (tests, shutdown), or the dispatcher stopped.
   void drain();
+  // Waits up to `grace` for what is queued to be applied, then stops: changes still queued or
+  // being retried are left unacknowledged (the watermark stays below them, so they are delivered
+  // again after a restart), and a full sync that had not been applied in full does not end.
+  // Further changes are ignored. Thread-safe; the destructor calls it with no grace.
+  void stop(std::chrono::milliseconds grace);
   DispatcherStats stats() const;
 
  private:
@@ -128,15 +143,18 @@ class Dispatcher final : public ChangeSink {
 
   void work(Lane& lane);
   // Applies a batch: stale changes skipped, the rest handed over together; a failed one is
-  // retried alone with backoff and parked after max_attempts.
+  // retried alone with backoff (see retry()).
   // Returns the failures (index in `batch`, first error).
   std::vector<std::pair<size_t, absl::Status>> applyBatch(Lane& lane,
                                                           const std::vector<Work*>& batch);
   // Lets the resources `which` of a batch take their next change, and acknowledges them.
   void release(Lane& lane, const std::vector<std::string>& keys, const std::vector<Work>& items,
                const std::vector<size_t>& which);
-  // Returns false when the dispatcher stopped before the change was applied or parked.
+  // Returns false when the dispatcher stopped before the change was applied, parked or replaced.
   bool retry(Lane& lane, const Work& work, absl::Status status);
+  static bool isPermanent(const absl::Status& status);
+  // A newer change of the resource is queued behind `work`.
+  bool supersededWhileRetrying(Lane& lane, const Work& work);
   void recordSuccess(const Work& work);
   static uint64_t orderingVersion(const cluster::v1::Change& change);
   void finish(const Work& work);
@@ -150,6 +168,7 @@ class Dispatcher final : public ChangeSink {
 
   mutable std::mutex mutex_;
   std::condition_variable idle_;
+  std::condition_variable stop_wake_;  // wakes retry backoffs when stopping
   size_t in_flight_ = 0;
   bool stopping_ = false;
   // Resources named by the running full sync, by type, for garbage collection.

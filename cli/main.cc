@@ -493,12 +493,13 @@ int agents(const Globals& g, const std::string& region) {
     std::printf("no agents have reported\n");
     return kOk;
   }
-  std::vector<std::vector<std::string>> rows{
-      {"AGENT", "REGION", "LEADER", "BUILD", "APPLIED", "LATEST", "LAG", "LAST HEARTBEAT"}};
+  std::vector<std::vector<std::string>> rows{{"AGENT", "REGION", "LEADER", "BUILD", "APPLIED",
+                                              "LATEST", "LAG", "RETRYING", "PARKED",
+                                              "LAST HEARTBEAT"}};
   for (const auto& a : response.agents()) {
     rows.push_back({a.agent_id(), a.region(), a.is_leader() ? "yes" : "no", a.build_version(),
                     strCat(a.applied_version()), strCat(a.latest_version()), strCat(a.lag()),
-                    ago(a.last_seen_ms())});
+                    strCat(a.retrying_events()), strCat(a.parked_events()), ago(a.last_seen_ms())});
   }
   printTable(rows);
   return kOk;

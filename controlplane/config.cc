@@ -78,18 +78,18 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
            }},
           {"deploy",
            [&](const YAML::Node& n, const std::string& p) {
-             return walk(n, s, p,
-                         {{"build_log_dir", text(c.deploy.build_log_dir, s)},
-                          {"build_timeout_s", number(c.deploy.build_timeout, s, 1, 24 * 3600)},
-                          {"sentinel_image", text(c.deploy.sentinel_image, s)},
-                          {"sentinel_replicas", number(c.deploy.sentinel_replicas, s, 1, 100)},
-                          {"sentinel_cpu_millicores",
-                           number(c.deploy.sentinel_cpu_millicores, s, 10, 64000)},
-                          {"sentinel_memory_mib",
-                           number(c.deploy.sentinel_memory_mib, s, 16, 262144)},
-                          {"cilium_policy", flag(c.deploy.cilium_policy, s)},
-                          {"previous_stop_delay_s",
-                           number(c.deploy.previous_stop_delay, s, 0, 30LL * 24 * 3600)}});
+             return walk(
+                 n, s, p,
+                 {{"build_log_dir", text(c.deploy.build_log_dir, s)},
+                  {"build_timeout_s", number(c.deploy.build_timeout, s, 1, 24 * 3600)},
+                  {"sentinel_image", text(c.deploy.sentinel_image, s)},
+                  {"sentinel_replicas", number(c.deploy.sentinel_replicas, s, 1, 100)},
+                  {"sentinel_cpu_millicores",
+                   number(c.deploy.sentinel_cpu_millicores, s, 10, 64000)},
+                  {"sentinel_memory_mib", number(c.deploy.sentinel_memory_mib, s, 16, 262144)},
+                  {"cilium_policy", flag(c.deploy.cilium_policy, s)},
+                  {"previous_stop_delay_s",
+                   number(c.deploy.previous_stop_delay, s, 0, 30LL * 24 * 3600)}});
            }},
       });
   if (!status.ok()) return status;

@@ -295,6 +295,30 @@ std::string Server::metricsText() const {
       family("krane_db_connections_open", "Database sessions open", MetricType::Gauge, p.open));
   f.push_back(family("krane_db_connections_waiting", "Callers waiting for a session",
                      MetricType::Gauge, p.waiting));
+  // What each agent's last heartbeat said (one small table, read at each scrape).
+  if (auto agents = ingestor_->listAgents(""); agents.ok()) {
+    const std::pair<const char*, const char*> gauges[] = {
+        {"krane_agent_lag_versions", "Changes of its region the agent has not applied yet"},
+        {"krane_agent_retrying_events", "Changes the agent is retrying (its cursor waits)"},
+        {"krane_agent_parked_events", "Changes a plugin refused as invalid, parked"},
+    };
+    for (const auto& [name, help] : gauges) {
+      prometheus::MetricFamily g;
+      g.name = name;
+      g.help = help;
+      g.type = MetricType::Gauge;
+      for (const auto& a : *agents) {
+        prometheus::ClientMetric m;
+        m.label = {{"region", a.region}, {"agent_id", a.agent_id}};
+        m.gauge.value = static_cast<double>(name == std::string("krane_agent_lag_versions") ? a.lag
+                                            : name == std::string("krane_agent_retrying_events")
+                                                ? a.retrying_events
+                                                : a.parked_events);
+        g.metric.push_back(std::move(m));
+      }
+      f.push_back(std::move(g));
+    }
+  }
   if (engine_) {
     for (auto& m : engine_->metrics()) f.push_back(std::move(m));
   }

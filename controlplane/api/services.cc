@@ -355,6 +355,8 @@ grpc::Status AgentServiceImpl::ListAgents(grpc::ServerContext* context,
     out->set_latest_version(a.latest_version);
     out->set_lag(a.lag);
     out->set_is_leader(a.is_leader);
+    out->set_parked_events(static_cast<uint32_t>(a.parked_events));
+    out->set_retrying_events(static_cast<uint32_t>(a.retrying_events));
     for (const auto& p : a.plugins) *out->add_plugins() = p;
     out->set_first_seen_ms(a.first_seen_ms);
     out->set_last_seen_ms(a.last_seen_ms);

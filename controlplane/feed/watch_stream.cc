@@ -211,8 +211,8 @@ void WatchStream::queueBatchLocked(const EventBatch& batch) {
   if (batch.after > queued_through_) {
     // Versions (queued_through_, after] would never reach this agent: end the stream with a
     // resync rather than stream past a gap.
-    spdlog::error("feed: watch region={} peer={} got changes after {} while at {}: resync",
-                  region_, peer_, batch.after, queued_through_);
+    spdlog::error("feed: watch region={} peer={} got changes after {} while at {}: resync", region_,
+                  peer_, batch.after, queued_through_);
     resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED,
                  strCat("the stream missed versions ", queued_through_ + 1, " to ", batch.after,
                         " of region ", region_));

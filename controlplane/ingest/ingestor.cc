@@ -638,13 +638,16 @@ absl::StatusOr<HeartbeatResponse> Ingestor::heartbeat(const std::string& region,
         const int64_t now = unixMillis();
         KRANE_RETURN_IF_ERROR(
             conn.exec("INSERT INTO agents (region_id, agent_id, build_version, applied_version,"
-                      " is_leader, plugins, first_seen_at, last_seen_at)"
-                      " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                      " is_leader, plugins, parked_events, retrying_events, first_seen_at,"
+                      " last_seen_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                       " ON DUPLICATE KEY UPDATE build_version = VALUES(build_version),"
                       " applied_version = VALUES(applied_version), is_leader = VALUES(is_leader),"
-                      " plugins = VALUES(plugins), last_seen_at = VALUES(last_seen_at)",
+                      " plugins = VALUES(plugins), parked_events = VALUES(parked_events),"
+                      " retrying_events = VALUES(retrying_events),"
+                      " last_seen_at = VALUES(last_seen_at)",
                       {region, request.agent_id(), request.build_version(),
-                       request.applied_version(), request.is_leader(), *plugins, now, now})
+                       request.applied_version(), request.is_leader(), *plugins,
+                       request.parked_events(), request.retrying_events(), now, now})
                 .status());
         KRANE_ASSIGN_OR_RETURN(
             auto latest,
@@ -670,7 +673,8 @@ absl::StatusOr<HeartbeatResponse> Ingestor::heartbeat(const std::string& region,
 absl::StatusOr<std::vector<AgentInfo>> Ingestor::listAgents(const std::string& region) {
   std::string sql =
       "SELECT a.region_id, a.agent_id, a.build_version, a.applied_version, a.is_leader, a.plugins,"
-      " a.first_seen_at, a.last_seen_at, v.version AS latest_version"
+      " a.parked_events, a.retrying_events, a.first_seen_at, a.last_seen_at,"
+      " v.version AS latest_version"
       " FROM agents a LEFT JOIN region_versions v ON v.region_id = a.region_id";
   db::Params params;
   if (!region.empty()) {
@@ -693,6 +697,8 @@ absl::StatusOr<std::vector<AgentInfo>> Ingestor::listAgents(const std::string& r
     a.latest_version = row.isNull("latest_version") ? 0 : row.u64("latest_version");
     a.lag = a.latest_version > a.applied_version ? a.latest_version - a.applied_version : 0;
     a.is_leader = row.i64("is_leader") != 0;
+    a.parked_events = row.u64("parked_events");
+    a.retrying_events = row.u64("retrying_events");
     if (!row.isNull("plugins")) {
       auto plugins = parsePlugins(row.str("plugins"));
       if (!plugins.ok()) {

@@ -42,6 +42,8 @@ struct AgentInfo {
   uint64_t latest_version = 0;  // the region's latest change version
   uint64_t lag = 0;             // latest_version - applied_version (0 if ahead)
   bool is_leader = false;
+  uint64_t parked_events = 0;    // refused as invalid, acknowledged
+  uint64_t retrying_events = 0;  // failing for a transient reason; the cursor waits for them
   std::vector<cluster::v1::PluginInfo> plugins;
   int64_t first_seen_ms = 0;
   int64_t last_seen_ms = 0;

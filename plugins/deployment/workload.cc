@@ -26,7 +26,8 @@ std::string failureReason(const runtime::InstanceStatus& i) {
   std::string reason = i.reason;
   if (!i.last_output.empty()) {
     strAppend(&reason, "; last output:");
-    const size_t first = i.last_output.size() > kReasonLines ? i.last_output.size() - kReasonLines : 0;
+    const size_t first =
+        i.last_output.size() > kReasonLines ? i.last_output.size() - kReasonLines : 0;
     for (size_t k = first; k < i.last_output.size(); ++k) {
       strAppend(&reason, "\n  | ", utf8Prefix(i.last_output[k], kReasonLineBytes));
     }

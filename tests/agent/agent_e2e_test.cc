@@ -1,5 +1,6 @@
 // The real `krane` binary against a real krane-ctrl: apply, kill -9 and resume from the
 // watermark without a full sync, and two agents of one region with one leader.
+#include <httplib.h>
 #include <signal.h>
 
 #include <fstream>
@@ -325,6 +326,75 @@ TEST_CASE("an in process plugins counters and parked events show in inspect", "[
   }));
   agent.signal(SIGTERM);
   CHECK(agent.wait() == 0);
+}
+
+// A change failing for a transient reason holds the agent's cursor (nothing passes a change
+// that was not applied) and shows as retrying; one refused as invalid is parked and shows as
+// parked; both through the agent's heartbeat, in the control plane's agent list.
+TEST_CASE("retrying and parked changes hold or free the cursor and show in the agent list",
+          "[agent][slow]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  AgentSetup s = setUp(cp);
+  std::ofstream(s.config) << strCat(
+      "region: eu-1\nstate_dir: ", s.dir,
+      "/state\n"
+      "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
+      "reporter:\n  heartbeat_interval_ms: 200\n"
+      "control_plane:\n  address: 127.0.0.1:",
+      cp.replica(0).grpcPort(),
+      "\n"
+      "plugins:\n"
+      "  - name: failing\n    path: ",
+      runfile("tests/support/plugins/libfailing.so"),
+      "\n    config_text: |\n      retryable_prefix=down\n      invalid_prefix=bad\n"
+      "      types=example.krane.dev/bucket\n");
+  REQUIRE_THAT(server.writer().put(bucket("b1", "x")), IsOk());  // 1
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 1; }));            // its full sync is done
+  REQUIRE_THAT(server.writer().put(bucket("bad-1", "x")), IsOk());   // 2: parked
+  REQUIRE_THAT(server.writer().put(bucket("b2", "x")), IsOk());      // 3
+  REQUIRE_THAT(server.writer().put(bucket("down-1", "x")), IsOk());  // 4: retried
+  REQUIRE_THAT(server.writer().put(bucket("b3", "x")), IsOk());      // 5
+  auto agents = cp.agents();
+  krane::api::v1::Agent seen;
+  REQUIRE(eventually([&] {
+    krane::api::v1::ListAgentsResponse response;
+    if (!agents
+             ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(), {},
+                          &response)
+             .ok() ||
+        response.agents_size() != 1) {
+      return false;
+    }
+    seen = response.agents(0);
+    return seen.parked_events() == 1 && seen.retrying_events() == 1;
+  }));
+  INFO("the cursor stops before the change still being retried, past the parked one");
+  CHECK(watermark(s) == 3u);
+  CHECK(seen.applied_version() == 3u);
+  const auto kranectl = runCommand({runfile("cli/kranectl"), "--server",
+                                    strCat("127.0.0.1:", cp.replica(0).grpcPort()), "--token",
+                                    krane::testing::kOperatorToken, "agents"});
+  CHECK(kranectl.exit_code == 0);
+  CHECK_THAT(kranectl.out, Catch::Contains("RETRYING") && Catch::Contains("PARKED"));
+  httplib::Client http("127.0.0.1", server.httpPort());
+  auto metrics = http.Get("/metrics");
+  REQUIRE(metrics);
+  CHECK_THAT(metrics->body,
+             ContainsRegex(R"(krane_agent_retrying_events\{[^}]*region="eu-1"[^}]*\} 1\b)"));
+  CHECK_THAT(metrics->body,
+             ContainsRegex(R"(krane_agent_parked_events\{[^}]*region="eu-1"[^}]*\} 1\b)"));
+  INFO("still held a while later: a transient failure is never parked");
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  CHECK(watermark(s) == 3u);
+  INFO("a change being retried does not hold the shutdown");
+  const auto asked = std::chrono::steady_clock::now();
+  agent.signal(SIGTERM);
+  CHECK(agent.wait() == 0);
+  CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(20));
+  CHECK(watermark(s) == 3u);
 }
 
 TEST_CASE("start up failures name the step", "[agent][slow]") {

@@ -44,7 +44,7 @@ plugins:
   CHECK(c->plugins[0].config_json == R"({"ports":{"from":20000,"to":20999},"runtime":"process"})");
   CHECK(c->plugins[1].isolation == "in_process");
   CHECK(c->plugins[1].config_json == "{}");
-  CHECK(c->dispatch.max_attempts == 5);
+  CHECK(c->dispatch.max_attempts == 3);
   CHECK(c->dispatch.batch == 32);
 }
 

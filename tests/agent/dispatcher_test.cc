@@ -37,9 +37,19 @@ class FakePlugin : public PluginEndpoint {
     if (delay.count() > 0) std::this_thread::sleep_for(delay * (c.version() % 3));
     --concurrent;
     std::lock_guard lock(mutex);
-    if (c.resource().id().rfind("poison", 0) == 0) {
+    const std::string& id = c.resource().id();
+    if (id.rfind("invalid", 0) == 0) {
+      ++invalid_attempts;
+      return absl::InvalidArgumentError("spec.port: must be between 1 and 65535");
+    }
+    // Unavailable below version 100, as if the cluster were down for it.
+    if (id.rfind("poison", 0) == 0 && c.version() < 100) {
       ++poison_attempts;
-      return absl::UnavailableError("the cluster refuses it");
+      return absl::UnavailableError("the cluster is unreachable");
+    }
+    // Unavailable for its first `flaky_failures` attempts.
+    if (id.rfind("flaky", 0) == 0 && flaky_attempts++ < flaky_failures) {
+      return absl::DeadlineExceededError("the API server did not answer in time");
     }
     order[c.resource().id()].push_back(c.version());
     return absl::OkStatus();
@@ -58,6 +68,9 @@ class FakePlugin : public PluginEndpoint {
   std::map<std::string, std::vector<uint64_t>> order;
   std::map<std::string, std::set<std::string>> gc_ids;
   int poison_attempts = 0;
+  int invalid_attempts = 0;
+  int flaky_attempts = 0;
+  int flaky_failures = 0;
 
  private:
   std::vector<std::string> types_;
@@ -112,25 +125,73 @@ TEST_CASE("an older version after a newer one is ignored", "[dispatcher]") {
   CHECK(f.watermark.watermark() == 10u);  // the late 7 does not move it back
 }
 
-TEST_CASE("a poison event is parked and reported while others flow", "[dispatcher]") {
+TEST_CASE("a change the plugin refuses as invalid is parked and reported while others flow",
+          "[dispatcher]") {
   Fixture f({.workers_per_plugin = 2, .max_attempts = 3});
   f.dispatcher->change(change("bucket", "good-1", 1), false);
-  f.dispatcher->change(change("bucket", "poison-1", 2), false);
+  f.dispatcher->change(change("bucket", "invalid-1", 2), false);
   f.dispatcher->change(change("bucket", "good-2", 3), false);
   f.dispatcher->drain();
-  CHECK(f.plugin->poison_attempts == 3);
+  CHECK(f.plugin->invalid_attempts == 3);
   CHECK(f.plugin->order.size() == 2u);
   REQUIRE(f.reports.size() == 1u);
-  CHECK_THAT(f.reports[0], Catch::Contains("poison-1 attempts=3 the cluster refuses it"));
-  CHECK_THAT(f.ledger.parked()[MemoryLedger::key("bucket", "poison-1")],
-             Catch::Contains("2: the cluster refuses it"));
+  CHECK_THAT(f.reports[0], Catch::Contains("invalid-1 attempts=3 spec.port: must be"));
+  CHECK_THAT(f.ledger.parked()[MemoryLedger::key("bucket", "invalid-1")],
+             Catch::Contains("2: spec.port: must be"));
   CHECK(f.watermark.watermark() == 3u);  // parked, so it does not hold the cursor back
   CHECK(f.dispatcher->stats().parked == 1u);
 }
 
+// Seed 004's promise: the cursor only passes changes that were applied. A transient error is
+// never parked, however many attempts it takes (here 20, four times the attempts an invalid
+// change gets), and the watermark waits for it.
+TEST_CASE("a transient failure is retried until applied and holds the cursor", "[dispatcher]") {
+  Fixture f({.workers_per_plugin = 2, .max_attempts = 5});
+  f.plugin->flaky_failures = 20;
+  f.dispatcher->change(change("bucket", "flaky-1", 1), false);
+  f.dispatcher->change(change("bucket", "good-1", 2), false);
+  // While it is being retried: the other resource flowed, the cursor did not pass it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  for (;;) {
+    {
+      std::lock_guard lock(f.plugin->mutex);
+      if (f.plugin->flaky_attempts > 6 && f.plugin->order["good-1"].size() == 1) break;
+    }
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(f.watermark.watermark() == 0u);
+  CHECK(f.dispatcher->stats().retrying == 1u);
+  f.dispatcher->drain();
+  CHECK(f.plugin->flaky_attempts == 21);
+  CHECK(f.plugin->order["flaky-1"] == std::vector<uint64_t>{1});
+  CHECK(f.watermark.watermark() == 2u);
+  CHECK(f.reports.empty());
+  CHECK(f.ledger.parked().empty());
+  CHECK(f.dispatcher->stats().parked == 0u);
+  CHECK(f.dispatcher->stats().retrying == 0u);
+}
+
+TEST_CASE("a newer change replaces one still being retried", "[dispatcher]") {
+  Fixture f({.workers_per_plugin = 2});
+  f.dispatcher->change(change("bucket", "poison-1", 2), false);  // unreachable below 100
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (f.dispatcher->stats().retried < 3) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(f.watermark.watermark() == 0u);
+  f.dispatcher->change(change("bucket", "poison-1", 100), false);
+  f.dispatcher->drain();
+  CHECK(f.plugin->order["poison-1"] == std::vector<uint64_t>{100});
+  CHECK(f.watermark.watermark() == 100u);
+  CHECK(f.dispatcher->stats().superseded == 1u);
+  CHECK(f.ledger.parked().empty());
+}
+
 TEST_CASE("a retrying change holds back only itself and is not acknowledged on stop",
           "[dispatcher]") {
-  Fixture f({.workers_per_plugin = 2, .max_attempts = 1000000});
+  Fixture f({.workers_per_plugin = 2});
   f.dispatcher->change(change("bucket", "good-1", 1), false);
   f.dispatcher->change(change("bucket", "poison-1", 2), false);
   f.dispatcher->change(change("bucket", "good-2", 3), false);
@@ -153,6 +214,29 @@ TEST_CASE("a retrying change holds back only itself and is not acknowledged on s
   f.dispatcher.reset();
   CHECK(f.watermark.watermark() == 1u);
   CHECK(f.reports.empty());
+}
+
+// A full sync ends (garbage collection, the sync's version as watermark) only once every synced
+// resource was applied. Stopping while one is still being retried must neither hang nor end the
+// sync as if it had been applied.
+TEST_CASE("stopping while a synced change is retried neither hangs nor ends the sync",
+          "[dispatcher]") {
+  Fixture f({.workers_per_plugin = 2});
+  f.dispatcher->syncBegin(10);
+  f.dispatcher->change(change("bucket", "good-1", 3), true);
+  f.dispatcher->change(change("bucket", "poison-1", 7), true);
+  std::thread sync_end([&] { f.dispatcher->syncEnd(10); });  // waits for the synced changes
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (f.dispatcher->stats().retried < 3) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  f.dispatcher->stop(std::chrono::milliseconds(50));
+  sync_end.join();
+  CHECK(f.watermark.watermark() == 0u);
+  std::lock_guard lock(f.plugin->mutex);
+  INFO("no garbage collection after a sync that was not applied in full");
+  CHECK(f.plugin->gc_ids.empty());
 }
 
 TEST_CASE("a change no plugin owns is parked and reported not skipped", "[dispatcher]") {

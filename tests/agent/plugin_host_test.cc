@@ -120,7 +120,6 @@ TEST_CASE("killed mid stream nothing is lost", "[plugin-host]") {
   WatermarkTracker watermark;
   DispatcherOptions options;
   options.workers_per_plugin = 4;
-  options.max_attempts = 50;
   options.retry = {std::chrono::milliseconds(10), 2.0, std::chrono::milliseconds(100), 0.5};
   Dispatcher dispatcher(
       {host}, ledger, watermark, [](const auto&, const auto&, int) {}, options);

@@ -51,10 +51,11 @@ std::vector<GeneratedObject> sentinelObjects() {
   info.set_project_id("proj_1");
   info.set_app_id("app_1");
   info.set_environment_id("env_prod");
-  variants.emplace_back("as a deploy creates it",
-                        services::deploy::newSentinel(info, "eu-west-1", "sen_0123456789abcdef",
-                                                      services::deploy::EnvironmentResourceOptions{})
-                            .sentinel());
+  variants.emplace_back(
+      "as a deploy creates it",
+      services::deploy::newSentinel(info, "eu-west-1", "sen_0123456789abcdef",
+                                    services::deploy::EnvironmentResourceOptions{})
+          .sentinel());
 
   std::vector<GeneratedObject> out;
   for (const auto& [variant, s] : variants) {

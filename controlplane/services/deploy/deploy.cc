@@ -7,9 +7,9 @@
 #include "common/strings.h"
 #include "controlplane/services/buildslot/buildslot.h"
 #include "controlplane/services/dedup/dedup.h"
-#include "controlplane/services/deployment/deployment.h"
 #include "controlplane/services/deploy/environment_resources.h"
 #include "controlplane/services/deploy/readiness.h"
+#include "controlplane/services/deployment/deployment.h"
 #include "controlplane/services/routing/routing.h"
 #include "controlplane/workflow/typed.h"
 

@@ -19,8 +19,8 @@
 //   ready
 //
 // The build slot is released once the build is done (it caps builds, not rollouts), and by the
-// compensations on every failure path before that. On failure or cancel the compensations run last in,
-// first out: the topology rows are removed, the slot released, the open step stamped with the
+// compensations on every failure path before that. On failure or cancel the compensations run last
+// in, first out: the topology rows are removed, the slot released, the open step stamped with the
 // error and the deployment marked failed (cancelled, for a cancel) if it is still active, never
 // over superseded or ready. Retries: the deploy preset (30 s to 5 min, 10 attempts).
 //

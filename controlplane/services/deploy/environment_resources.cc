@@ -43,14 +43,13 @@ feed::Resource environmentPolicy(const DeploymentInfo& info, const std::string& 
        {{"matchLabels",
          {{"app.kubernetes.io/component", "deployment"},
           {"krane.dev/environment.id", info.environment_id()}}}}},
-      {"ingress",
-       nlohmann::json::array(
-           {{{"fromEndpoints",
-              nlohmann::json::array(
-                  {{{"matchLabels",
-                     {{"k8s:io.kubernetes.pod.namespace", "sentinel"},
-                      {"app.kubernetes.io/component", "sentinel"},
-                      {"krane.dev/environment.id", info.environment_id()}}}}})}}})},
+      {"ingress", nlohmann::json::array(
+                      {{{"fromEndpoints",
+                         nlohmann::json::array(
+                             {{{"matchLabels",
+                                {{"k8s:io.kubernetes.pod.namespace", "sentinel"},
+                                 {"app.kubernetes.io/component", "sentinel"},
+                                 {"krane.dev/environment.id", info.environment_id()}}}}})}}})},
   };
   feed::Resource r;
   r.set_type(std::string(feed::kCiliumNetworkPolicy));

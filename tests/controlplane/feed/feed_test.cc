@@ -267,8 +267,7 @@ TEST_CASE("a future cursor is refused explicitly", "[feed]") {
 
 // A stream checks that each batch starts where it is; one that does not (versions it would never
 // get) ends the stream with a resync, never a silent gap.
-TEST_CASE("a batch that does not start at the stream's position ends it with a resync",
-          "[feed]") {
+TEST_CASE("a batch that does not start at the stream's position ends it with a resync", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
   REQUIRE_THAT(server.writer().put(bucket("b1", "eu-1", "one")), IsOk());
@@ -282,7 +281,8 @@ TEST_CASE("a batch that does not start at the stream's position ends it with a r
   gapped->after = 5;  // the stream is at 1: versions 2 to 5 would be lost
   gapped->through = 6;
   server.hub().publish(gapped);
-  REQUIRE(agent.waitFor([](const auto& ev) { return !ev.empty() && ev.back().has_cursor_expired(); }));
+  REQUIRE(
+      agent.waitFor([](const auto& ev) { return !ev.empty() && ev.back().has_cursor_expired(); }));
   const auto expired = agent.events().back().cursor_expired();
   CHECK(expired.reason() == cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED);
   CHECK_THAT(expired.message(), Catch::Contains("missed versions 2 to 5"));

@@ -180,9 +180,10 @@ TEST_CASE_METHOD(RoutingTest, "a swap stops the previous deployment later and a 
   }
   auto desired = [&](const std::string& id) {
     auto rows = (*pool_->acquire())
-                    ->query("SELECT desired_status FROM deployment_topology"
-                            " WHERE deployment_id = ?",
-                            {id});
+                    ->query(
+                        "SELECT desired_status FROM deployment_topology"
+                        " WHERE deployment_id = ?",
+                        {id});
     return rows.ok() && !rows->empty() ? rows->rows[0].str(0) : "<none>";
   };
   Engine& e = start({.previous_stop_delay = 1500ms});
