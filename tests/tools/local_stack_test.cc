@@ -1,0 +1,383 @@
+// tools/supervise.sh, which keeps krane-ctrl and the agents of `./dev up` running: small scripts
+// that die show the restart delays, the log lines and the stop; then tools/local-stack.sh itself
+// runs the whole stack (MariaDB, krane-ctrl, two agents, real instances), krane-ctrl and an agent
+// are killed with SIGKILL and come back, and SIGTERM leaves nothing running.
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "common/strings.h"
+#include "tests/support/process.h"
+#include "tests/support/wait.h"
+
+namespace krane {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using testing::ChildProcess;
+using testing::eventually;
+using testing::runCommand;
+using testing::runfile;
+using testing::slurp;
+
+// A directory with a short path (Unix socket paths are limited to 108 bytes, TEST_TMPDIR is
+// longer), removed afterwards unless KRANE_TEST_KEEP is set.
+class ShortTmpDir {
+ public:
+  ShortTmpDir() {
+    char pattern[] = "/tmp/krane-up-XXXXXX";
+    REQUIRE(::mkdtemp(pattern) != nullptr);
+    path_ = pattern;
+  }
+  ~ShortTmpDir() {
+    if (std::getenv("KRANE_TEST_KEEP") == nullptr) {
+      std::error_code ec;
+      fs::remove_all(path_, ec);
+    }
+  }
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return strCat(path_, "/", name); }
+
+ private:
+  std::string path_;
+};
+
+void writeFile(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+int readPid(const std::string& path) {
+  std::ifstream in(path);
+  int pid = 0;
+  in >> pid;
+  return pid;
+}
+
+// Running, not a zombie waiting to be reaped.
+bool alive(int pid) {
+  if (pid <= 0 || ::kill(pid, 0) != 0) return false;
+  const std::string stat = slurp(strCat("/proc/", pid, "/stat"));
+  const auto paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+}
+
+int freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+size_t count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (auto at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// What the supervisor said about restarts: "0.1s", "0.2s", ... in order.
+std::vector<std::string> restartDelays(const std::string& log) {
+  std::vector<std::string> out;
+  static const std::regex line(R"(up: \S+ \(pid \d+\) .* after \d+s; restarting in ([0-9.]+s))");
+  for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) {
+    out.push_back((*it)[1]);
+  }
+  return out;
+}
+
+// Every process (but this test) whose command line mentions `dir` or whose working directory is
+// in it: what a stack living in `dir` runs.
+std::set<int> processesOf(const std::string& dir) {
+  std::set<int> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (dirent* entry = ::readdir(proc)) {
+    const int pid = std::atoi(entry->d_name);
+    if (pid <= 0 || pid == ::getpid() || !alive(pid)) continue;
+    std::string cmdline = slurp(strCat("/proc/", pid, "/cmdline"));
+    std::error_code ec;
+    const std::string cwd = fs::read_symlink(strCat("/proc/", pid, "/cwd"), ec).string();
+    if (cmdline.find(dir) != std::string::npos || cwd.rfind(dir, 0) == 0) out.insert(pid);
+  }
+  ::closedir(proc);
+  return out;
+}
+
+// run_supervised NAME LOG PIDFILE COMMAND... in a bash of its own (the supervisor's pid is the
+// ChildProcess's), its standard error in `dir`/supervisor.log.
+std::unique_ptr<ChildProcess> supervise(const ShortTmpDir& dir, const std::string& command,
+                                        std::map<std::string, std::string> env) {
+  env["DIR"] = dir.path();
+  return std::make_unique<ChildProcess>(
+      std::vector<std::string>{"/bin/bash", "-c", "source \"$0\"; run_supervised \"$@\"",
+                               runfile("tools/supervise.sh"), "child", dir / "child.log",
+                               dir / "child.pid", "/bin/sh", "-c", command},
+      dir / "supervisor.log", env);
+}
+
+TEST_CASE(
+    "a process that dies is restarted after doubling delays, back to the first once it "
+    "stayed up",
+    "[supervisor]") {
+  ShortTmpDir dir;
+  // Runs 1-4 and 6 fail at once, run 5 stays up 1.5 s (longer than the stable time) and fails,
+  // run 7 keeps running.
+  const std::string script = R"(
+    n=$(cat "$DIR/count" 2>/dev/null || echo 0); n=$((n + 1)); echo $n > "$DIR/count"
+    echo "run $n"
+    case $n in 5) sleep 1.5; exit 4 ;; 7) exec sleep 1000 ;; esac
+    exit 3)";
+  auto supervisor = supervise(dir, script,
+                              {{"KRANE_UP_BACKOFF_MS", "100"},
+                               {"KRANE_UP_BACKOFF_MAX_MS", "400"},
+                               {"KRANE_UP_STABLE_S", "1"}});
+  REQUIRE(eventually([&] { return slurp(dir / "count") == "7\n"; }, 20s));
+  REQUIRE(eventually([&] { return alive(readPid(dir / "child.pid")); }, 5s));
+  const int child = readPid(dir / "child.pid");
+  REQUIRE(
+      eventually([&] { return count(slurp(dir / "supervisor.log"), "restarted (pid") == 6u; }, 5s));
+  const std::string log = slurp(dir / "supervisor.log");
+  INFO(log);
+  CHECK(restartDelays(log) ==
+        std::vector<std::string>{"0.1s", "0.2s", "0.4s", "0.4s", "0.1s", "0.2s"});
+  CHECK_THAT(log, Catch::Contains("up: child (pid ") &&
+                      Catch::Contains(") exited with status 3 after 0s; restarting in 0.1s"));
+  CHECK(std::regex_search(log,
+                          std::regex(R"(exited with status 4 after [12]s; restarting in 0.1s)")));
+  CHECK_THAT(log, Catch::Contains(strCat("up: child restarted (pid ", child, ", restart 6)")));
+  // The command's own log has its output and the same lines, timed.
+  const std::string child_log = slurp(dir / "child.log");
+  CHECK_THAT(child_log, Catch::Contains("run 7"));
+  CHECK(restartDelays(child_log) == restartDelays(log));
+
+  supervisor->signal(SIGTERM);
+  const auto asked = std::chrono::steady_clock::now();
+  CHECK(supervisor->wait() == 0);
+  CHECK(std::chrono::steady_clock::now() - asked < 3s);
+  CHECK_FALSE(alive(child));
+  CHECK_FALSE(fs::exists(dir / "child.pid"));
+}
+
+TEST_CASE("a kill is named by its signal, and a stop during the delay is immediate",
+          "[supervisor]") {
+  ShortTmpDir dir;
+  auto supervisor = supervise(dir, R"(echo started >> "$DIR/runs"; exec sleep 1000)",
+                              {{"KRANE_UP_BACKOFF_MS", "5000"}});
+  REQUIRE(eventually([&] { return slurp(dir / "runs") == "started\n"; }, 5s));
+  const int child = readPid(dir / "child.pid");
+  REQUIRE(alive(child));
+  REQUIRE(::kill(child, SIGKILL) == 0);
+  REQUIRE(eventually(
+      [&] {
+        return slurp(dir / "supervisor.log")
+                   .find(strCat("up: child (pid ", child,
+                                ") was killed by SIGKILL after 0s; restarting in 5s")) !=
+               std::string::npos;
+      },
+      5s));
+  supervisor->signal(SIGTERM);
+  const auto asked = std::chrono::steady_clock::now();
+  CHECK(supervisor->wait() == 0);
+  CHECK(std::chrono::steady_clock::now() - asked < 2s);
+  CHECK(slurp(dir / "runs") == "started\n");  // not started again
+}
+
+TEST_CASE("a process that ignores SIGTERM is killed after the grace period", "[supervisor]") {
+  ShortTmpDir dir;
+  auto supervisor = supervise(dir, R"(trap '' TERM; echo ignoring > "$DIR/ready"; exec sleep 1000)",
+                              {{"KRANE_UP_STOP_GRACE_S", "1"}});
+  REQUIRE(eventually([&] { return slurp(dir / "ready") == "ignoring\n"; }, 5s));
+  const int child = readPid(dir / "child.pid");
+  REQUIRE(alive(child));
+  supervisor->signal(SIGTERM);
+  const auto asked = std::chrono::steady_clock::now();
+  CHECK(supervisor->wait() == 0);
+  const auto took = std::chrono::steady_clock::now() - asked;
+  CHECK(took >= 900ms);
+  CHECK(took < 4s);
+  CHECK_FALSE(alive(child));
+  CHECK_THAT(
+      slurp(dir / "supervisor.log"),
+      Catch::Contains(strCat("up: child (pid ", child, ") did not stop within 1s; killing it")));
+}
+
+// The whole stack of ./dev up, as tools/local-stack.sh runs it.
+class LocalStack {
+ public:
+  LocalStack()
+      : grpc_port_(freePort()), http_port_(freePort()), bin_([] {
+          const std::string ctrl = runfile("controlplane/krane-ctrl");
+          return ctrl.substr(0, ctrl.size() - std::string("/controlplane/krane-ctrl").size());
+        }()) {
+    // Instances take ports from ranges of 200 per agent and plugin: away from other tests'.
+    const int instance_port = 30000 + static_cast<int>(::getpid() % 100) * 400;
+    stack_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{"/bin/bash", runfile("tools/local-stack.sh")}, dir_ / "stack.log",
+        std::map<std::string, std::string>{
+            {"BIN", bin_},
+            {"KRANE_LOCAL_DIR", dir_ / "local"},
+            {"KRANE_DB_PORT", std::to_string(freePort())},
+            {"KRANE_GRPC_PORT", std::to_string(grpc_port_)},
+            {"KRANE_HTTP_PORT", std::to_string(http_port_)},
+            {"KRANE_INSTANCE_PORT", std::to_string(instance_port)},
+            {"PATH", strCat(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin",
+                            ":/usr/sbin:/sbin")}});
+  }
+  ~LocalStack() {
+    if (stack_->running()) {
+      stack_->signal(SIGTERM);
+      stack_->wait();
+    }
+  }
+
+  std::string local(const std::string& name) const { return strCat(dir_.path(), "/local/", name); }
+  std::string log() const { return slurp(dir_ / "stack.log"); }
+  int pidOf(const std::string& name) const { return readPid(local(strCat("run/", name, ".pid"))); }
+  ChildProcess& process() { return *stack_; }
+  const std::string& dir() const { return dir_.path(); }
+
+  testing::CommandResult kranectl(std::vector<std::string> args) {
+    args.insert(args.begin(),
+                {strCat(bin_, "/cli/kranectl"), "--server", strCat("127.0.0.1:", grpc_port_),
+                 "--token-file", local("operator.token")});
+    return runCommand(args, {}, 60s);
+  }
+  bool ctrlReady() {
+    return runCommand({"/usr/bin/curl", "-fsS", "--max-time", "1",
+                       strCat("http://127.0.0.1:", http_port_, "/readyz")})
+               .exit_code == 0;
+  }
+
+ private:
+  ShortTmpDir dir_;
+  int grpc_port_;
+  int http_port_;
+  std::string bin_;
+  std::unique_ptr<ChildProcess> stack_;
+};
+
+TEST_CASE("krane-ctrl and an agent killed with SIGKILL are restarted, and SIGTERM stops it all",
+          "[local-stack][slow]") {
+  LocalStack stack;
+  REQUIRE(eventually([&] { return fs::exists(stack.local("env")) || !stack.process().running(); },
+                     60s));
+  INFO(stack.log());
+  REQUIRE(fs::exists(stack.local("env")));
+
+  // Two real instances in local-1, to see that they outlive their agent's crash and are stopped
+  // at the end.
+  writeFile(stack.dir() + "/app.yaml", R"(kind: Deployment
+id: supervised
+regions: [local-1]
+spec:
+  workspaceId: ws-up
+  projectId: proj-up
+  appId: app-up
+  environmentId: env-up
+  image: krane.dev/demo-app:v1
+  port: 8080
+  replicas: 2
+  cpuMillicores: 100
+  memoryMib: 64
+)");
+  auto applied = stack.kranectl({"apply", "-f", stack.dir() + "/app.yaml"});
+  INFO(applied.out << applied.err);
+  REQUIRE(applied.exit_code == 0);
+  auto converged = stack.kranectl(
+      {"status", "deployment", "supervised", "--region", "local-1", "--wait", "--timeout", "30"});
+  INFO(converged.out << converged.err);
+  REQUIRE(converged.exit_code == 0);
+  const std::set<int> before = processesOf(stack.dir());
+  const int mariadb = readPid(stack.local("mariadb/mysqld.pid"));
+  CHECK(alive(mariadb));
+
+  // krane-ctrl: killed, reported with its signal, back within the first delay (1 s) and ready.
+  const int ctrl = stack.pidOf("krane-ctrl");
+  REQUIRE(alive(ctrl));
+  REQUIRE(::kill(ctrl, SIGKILL) == 0);
+  CHECK(eventually(
+      [&] {
+        const int now = stack.pidOf("krane-ctrl");
+        return now != ctrl && alive(now) && stack.ctrlReady();
+      },
+      20s));
+  CHECK_THAT(stack.log(), Catch::Contains(strCat("up: krane-ctrl (pid ", ctrl,
+                                                 ") was killed by SIGKILL after ")) &&
+                              Catch::Contains("s; restarting in 1s") &&
+                              Catch::Contains("up: krane-ctrl restarted (pid "));
+  CHECK(count(slurp(stack.local("logs/krane-ctrl.log")), "ctrl: serving") == 2u);
+
+  // An agent: the same, and the restarted agent adopts its running instances.
+  const int agent = stack.pidOf("agent-local-1");
+  REQUIRE(alive(agent));
+  REQUIRE(::kill(agent, SIGKILL) == 0);
+  CHECK(eventually(
+      [&] {
+        const int now = stack.pidOf("agent-local-1");
+        return now != agent && alive(now) &&
+               count(slurp(stack.local("logs/agent-local-1.log")),
+                     "agent: running region=local-1") == 2u;
+      },
+      20s));
+  CHECK_THAT(stack.log(), Catch::Contains(strCat("up: agent local-1 (pid ", agent,
+                                                 ") was killed by SIGKILL after ")) &&
+                              Catch::Contains("up: agent local-1 restarted (pid "));
+  auto again = stack.kranectl(
+      {"status", "deployment", "supervised", "--region", "local-1", "--wait", "--timeout", "30"});
+  INFO(again.out << again.err);
+  CHECK(again.exit_code == 0);
+  CHECK(stack.pidOf("agent-local-2") > 0);
+  CHECK(alive(stack.pidOf("agent-local-2")));
+
+  // Instances of local-1 are the same processes as before the kill: adopted, not restarted.
+  std::set<int> instances;
+  for (const auto& entry : fs::recursive_directory_iterator(stack.local("agents/local-1"))) {
+    if (entry.path().filename() != "instance.json") continue;
+    static const std::regex pid_field(R"("pid":\s*(\d+))");
+    std::smatch m;
+    const std::string record = slurp(entry.path().string());
+    if (std::regex_search(record, m, pid_field)) instances.insert(std::stoi(m[1]));
+  }
+  CHECK(instances.size() == 2u);
+  for (int pid : instances) {
+    INFO(pid);
+    CHECK(alive(pid));
+    CHECK(before.count(pid) == 1u);
+  }
+
+  // SIGTERM (what Ctrl-C leads to) stops everything: nothing of the stack is left.
+  const std::set<int> running = processesOf(stack.dir());
+  stack.process().signal(SIGTERM);
+  CHECK(stack.process().wait() == 143);
+  const std::string log = stack.log();
+  INFO(log);
+  CHECK_THAT(log, Catch::Contains("up: stopped; logs are in"));
+  CHECK_FALSE(alive(mariadb));
+  for (int pid : running) {
+    INFO("pid " << pid << " " << slurp(strCat("/proc/", pid, "/cmdline")));
+    CHECK_FALSE(alive(pid));
+  }
+  CHECK(processesOf(stack.dir()).empty());
+  CHECK_FALSE(fs::exists(stack.local("env")));
+}
+
+}  // namespace
+}  // namespace krane
