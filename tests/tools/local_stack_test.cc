@@ -79,8 +79,9 @@ class LocalStack {
           const std::string ctrl = runfile("controlplane/krane-ctrl");
           return ctrl.substr(0, ctrl.size() - std::string("/controlplane/krane-ctrl").size());
         }()) {
-    // Instances take ports from ranges of 200 per agent and plugin: away from other tests'.
-    const int instance_port = 30000 + static_cast<int>(::getpid() % 100) * 400;
+    // Instances take ports from ranges of 200 per agent and plugin, below the ephemeral ports
+    // (32768 and up) that freePort() hands out.
+    const int instance_port = 20000 + static_cast<int>(::getpid() % 30) * 400;
     stack_ = std::make_unique<ChildProcess>(
         std::vector<std::string>{"/bin/bash", runfile("tools/local-stack.sh")}, dir_ / "stack.log",
         std::map<std::string, std::string>{
