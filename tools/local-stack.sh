@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # The whole Krane stack on one machine, in the foreground: a scratch MariaDB, krane-ctrl, and one
-# agent per region (local-1, local-2) on the process runtime. Ctrl-C (or SIGTERM) stops
-# everything, in reverse order, and nothing is left running.
+# agent per region (local-1, local-2) on the process runtime. krane-ctrl and the agents run
+# supervised (tools/supervise.sh): one that exits is restarted with a growing delay (1 s doubling
+# to 30 s, back to 1 s after a minute up), with an `up:` line naming it, its exit status and the
+# delay. Ctrl-C (or SIGTERM) stops everything, in reverse order, and nothing is left running.
 #
 # Everything lives under .krane-local/ in the source tree: the database, the logs, the agents'
-# state directories and the instances' working directories. `.krane-local/env` holds what
-# kranectl needs (KRANE_SERVER, KRANE_TOKEN); it is written once the stack is ready.
+# state directories and the instances' working directories; run/ holds the pid of each running
+# process. `.krane-local/env` holds what kranectl needs (KRANE_SERVER, KRANE_TOKEN); it is written
+# once the stack is ready.
 #
 # Called by `./dev up` and `./dev demo` after the binaries are built (BIN: Bazel's bin folder).
+# The environment can move it: KRANE_LOCAL_DIR, KRANE_DB_PORT, KRANE_GRPC_PORT, KRANE_HTTP_PORT,
+# KRANE_INSTANCE_PORT (first port of the instances' ranges), and the supervisor's KRANE_UP_*
+# settings (tools/supervise.sh).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,27 +22,58 @@ LOCAL="${KRANE_LOCAL_DIR:-$ROOT/.krane-local}"
 DB_PORT="${KRANE_DB_PORT:-17306}"
 GRPC_PORT="${KRANE_GRPC_PORT:-17070}"
 HTTP_PORT="${KRANE_HTTP_PORT:-17071}"
+INSTANCE_PORT="${KRANE_INSTANCE_PORT:-18000}"
 REGIONS=(local-1 local-2)
 
 say() { printf 'up: %s\n' "$*" >&2; }
 die() { printf 'up: error: %s\n' "$*" >&2; exit 1; }
 
-PIDS=()   # started processes, in start order
+# shellcheck source=tools/supervise.sh
+source "$(dirname "${BASH_SOURCE[0]}")/supervise.sh"
+STOP_GRACE_S="${KRANE_UP_STOP_GRACE_S:-10}"
+
+PIDS=()   # supervisors, in start order
 NAMES=()
+PIDFILES=()  # each supervisor's file with the pid of what it runs
+
+# Stops every instance of the process runtime that is still running: those of an agent that was
+# down (waiting for its restart) when the stack stopped. A running agent stops its own.
+stop_left_instances() {
+  local record pid ticks now
+  while IFS= read -r record; do
+    pid="$(sed -n 's/.*"pid": *\([0-9]*\).*/\1/p' "$record" 2>/dev/null)"
+    ticks="$(sed -n 's/.*"start_ticks": *\([0-9]*\).*/\1/p' "$record" 2>/dev/null)"
+    [ "${pid:-0}" -gt 0 ] && [ -r "/proc/$pid/stat" ] || continue
+    # The same process, not a later one that got its pid: field 22 of stat is its start time.
+    now="$(sed -e 's/^.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f20)"
+    [ "$now" = "$ticks" ] || continue
+    say "stopping instance $(basename "$(dirname "$record")") (pid $pid) left by a stopped agent"
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+  done < <(find "$LOCAL/agents" -name instance.json 2>/dev/null)
+}
 
 stop_all() {
   trap - INT TERM EXIT
   local i
   for ((i = ${#PIDS[@]} - 1; i >= 0; i--)); do
-    local pid="${PIDS[$i]}"
+    local pid="${PIDS[$i]}" child
+    child="$(cat "${PIDFILES[$i]}" 2>/dev/null || true)"
     if kill -0 "$pid" 2>/dev/null; then
-      say "stopping ${NAMES[$i]} (pid $pid)"
+      say "stopping ${NAMES[$i]}${child:+ (pid $child)}"
       kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      # The supervisor gives what it runs STOP_GRACE_S, then kills it; this is in case it hangs.
+      for _ in $(seq 1 $(((STOP_GRACE_S + 5) * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -KILL "$pid" 2>/dev/null || true
       wait "$pid" 2>/dev/null || true
     fi
+    # A supervisor that stopped cleanly removed its pid file; one that had to be killed did not.
+    child="$(cat "${PIDFILES[$i]}" 2>/dev/null || true)"
+    if [ -n "$child" ] && kill -0 "$child" 2>/dev/null; then kill -KILL "$child" 2>/dev/null || true; fi
+    rm -f "${PIDFILES[$i]}"
   done
+  stop_left_instances
   if [ -f "$LOCAL/mariadb/mysqld.pid" ]; then
     local pid
     pid="$(cat "$LOCAL/mariadb/mysqld.pid" 2>/dev/null || true)"
@@ -50,12 +87,14 @@ stop_all() {
   say "stopped; logs are in $LOCAL/logs"
 }
 
-start() {  # NAME LOG COMMAND...
-  local name="$1" log="$2"
+start() {  # NAME LOG COMMAND...: runs COMMAND supervised
+  local name="$1" log="$2" pidfile
   shift 2
-  "$@" >>"$log" 2>&1 &
-  PIDS+=("$!")
+  pidfile="$LOCAL/run/${name// /-}.pid"
+  supervise "$name" "$log" "$pidfile" "$@"
+  PIDS+=("$SUPERVISOR_PID")
   NAMES+=("$name")
+  PIDFILES+=("$pidfile")
 }
 
 wait_for() {  # WHAT SECONDS COMMAND...
@@ -82,8 +121,8 @@ trap stop_all EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-mkdir -p "$LOCAL/logs" "$LOCAL/mariadb"
-rm -f "$LOCAL/env"
+mkdir -p "$LOCAL/logs" "$LOCAL/mariadb" "$LOCAL/run"
+rm -f "$LOCAL/env" "$LOCAL"/run/*.pid
 
 # --- MariaDB -----------------------------------------------------------------------------------
 if [ ! -d "$LOCAL/mariadb/data/mysql" ]; then
@@ -132,7 +171,7 @@ wait_for "krane-ctrl" 60 curl -fsS "http://127.0.0.1:$HTTP_PORT/readyz"
 
 # --- agents ------------------------------------------------------------------------------------
 DEMO_APP="$BIN/tests/support/demo_app/krane-demo-app"
-port=18000
+port="$INSTANCE_PORT"
 for region in "${REGIONS[@]}"; do
   state="$LOCAL/agents/$region"
   mkdir -p "$state"
@@ -212,15 +251,21 @@ In another terminal:
   kranectl apply -f examples/demo-app.yaml
   kranectl status deployment demo --region local-1 --wait
 
+krane-ctrl and the agents are restarted when they exit (pids in $LOCAL/run).
 Ctrl-C stops everything.
 INFO
 
-# Stay in the foreground until interrupted, or until a process of the stack dies.
+# Stay in the foreground until interrupted. The supervisors restart what they run; MariaDB is not
+# supervised, and without it nothing works: its end stops the stack.
+MARIADB_PID="$(cat "$LOCAL/mariadb/mysqld.pid" 2>/dev/null || true)"
 while true; do
   for i in "${!PIDS[@]}"; do
     if ! kill -0 "${PIDS[$i]}" 2>/dev/null; then
-      die "${NAMES[$i]} exited; see $LOCAL/logs"
+      die "the supervisor of ${NAMES[$i]} exited; see $LOCAL/logs"
     fi
   done
+  if [ -n "$MARIADB_PID" ] && ! kill -0 "$MARIADB_PID" 2>/dev/null; then
+    die "MariaDB (pid $MARIADB_PID) exited; see $LOCAL/logs/mariadb.err"
+  fi
   sleep 1
 done

@@ -1,19 +1,25 @@
 // manifests/: every document validated with the kubernetes-models schemas (the validator of
 // tools/schema), the agent's ConfigMap accepted by the real `krane check-config`, krane-ctrl's by
 // its config loader, and the pieces that must agree with each other (mount paths and the
-// configuration, RBAC and what the plugins use, the images and the plugin paths).
+// configuration, the agent's RBAC and the table of docs/plugins.md, the images and the plugin
+// paths). Least privilege is checked as such, on the manifests and on copies with the mistakes it
+// rules out: no namespace delete, no cluster-wide PodDisruptionBudgets, no Secrets or wildcards;
+// every container non-root, read-only, without privilege escalation or capabilities, with probes.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
 
 #include "common/strings.h"
 #include "controlplane/config.h"
+#include "ipc/cursor_store.h"
 #include "nlohmann/json.hpp"
 #include "tests/schema/node_validator.h"
 #include "tests/support/matchers.h"
@@ -22,6 +28,7 @@
 namespace krane {
 namespace {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::runCommand;
 using testing::runfile;
@@ -122,8 +129,9 @@ TEST_CASE("the validator rejects a broken manifest", "[manifests]") {
   std::string text = testing::slurp(runfile("manifests/agent.yaml"));
   // A misspelt field and a wrong type, the mistakes a hand-edited manifest gets.
   const std::string mount = "          volumeMounts:";
-  REQUIRE(text.find(mount) != std::string::npos);
-  text.replace(text.find(mount), mount.size(), "          volumeMount:");
+  const auto at = text.find(mount, text.find("      containers:\n"));
+  REQUIRE(at != std::string::npos);
+  text.replace(at, mount.size(), "          volumeMount:");
   const std::string unavailable = "maxUnavailable: 1";
   REQUIRE(text.find(unavailable) != std::string::npos);
   text.replace(text.find(unavailable), unavailable.size(), "maxUnavailable: [1]");
@@ -193,54 +201,382 @@ TEST_CASE("the agent config is accepted by krane and matches the daemon set", "[
   CHECK_THAT(image, Catch::Contains("bin/krane-plugin-host"));
 }
 
-TEST_CASE("rbac grants what the plugins use and nothing more", "[manifests]") {
-  auto docs = documents();
-  const json& role = docs.at("ClusterRole /krane-agent");
-  std::map<std::string, std::set<std::string>> grants;  // "group/resource" -> verbs
-  for (const auto& rule : role["rules"]) {
-    for (const auto& group : rule["apiGroups"]) {
-      for (const auto& resource : rule["resources"]) {
-        for (const auto& verb : rule["verbs"]) {
-          CHECK(verb != "*");
-          CHECK(resource != "*");
-          grants[strCat(group.get<std::string>(), "/", resource.get<std::string>())].insert(verb);
+// What the agent's service account may do: "<scope> <group>/<resource>" -> verbs, where scope is
+// "cluster" for a ClusterRoleBinding and the namespace for a RoleBinding (of a Role or a
+// ClusterRole). Every binding of the account counts, whichever file holds it.
+using Grants = std::map<std::string, std::set<std::string>>;
+
+constexpr char kAgentAccount[] = "krane-agent";
+
+Grants agentGrants(const std::map<std::string, json>& docs) {
+  Grants out;
+  for (const auto& [key, doc] : docs) {
+    const std::string kind = doc["kind"];
+    if (kind != "ClusterRoleBinding" && kind != "RoleBinding") continue;
+    bool bound = false;
+    for (const auto& subject : doc.value("subjects", json::array())) {
+      bound |= subject.value("kind", "") == "ServiceAccount" &&
+               subject.value("name", "") == kAgentAccount &&
+               subject.value("namespace", "") == "krane-system";
+    }
+    if (!bound) continue;
+    const std::string ns = doc["metadata"].value("namespace", "");
+    const json& ref = doc["roleRef"];
+    const std::string role = ref["kind"] == "ClusterRole"
+                                 ? strCat("ClusterRole /", ref["name"].get<std::string>())
+                                 : strCat("Role ", ns, "/", ref["name"].get<std::string>());
+    const auto found = docs.find(role);
+    if (found == docs.end()) {
+      FAIL_CHECK(key << " binds " << role << ", which is not in the manifests");
+      continue;
+    }
+    const std::string scope = kind == "ClusterRoleBinding" ? "cluster" : ns;
+    for (const auto& rule : found->second.value("rules", json::array())) {
+      for (const auto& group : rule.value("apiGroups", json::array({"*"}))) {
+        for (const auto& resource : rule.value("resources", json::array({"*"}))) {
+          for (const auto& verb : rule["verbs"]) {
+            out[strCat(scope, " ", group.get<std::string>(), "/", resource.get<std::string>())]
+                .insert(verb.get<std::string>());
+          }
         }
       }
     }
   }
-  const std::set<std::string> write = {"get",    "list",  "watch", "create",
-                                       "update", "patch", "delete"};
-  const std::set<std::string> read = {"get", "list", "watch"};
-  const std::map<std::string, std::set<std::string>> expected = {
-      {"/namespaces", write},
-      {"/services", write},
-      {"/pods", read},
-      {"apps/deployments", write},
-      {"apps/replicasets", read},
-      {"autoscaling/horizontalpodautoscalers", write},
-      {"networking.k8s.io/networkpolicies", write},
-      {"policy/poddisruptionbudgets", write},
-      {"cilium.io/ciliumnetworkpolicies", write},
-  };
-  CHECK(grants == expected);
+  return out;
+}
 
-  // Leases only in the agents' namespace.
-  const json& leader = docs.at("Role krane-system/krane-agent-leader");
-  REQUIRE(leader["rules"].size() == 1u);
-  CHECK(leader["rules"][0]["apiGroups"] == json::array({"coordination.k8s.io"}));
-  CHECK(leader["rules"][0]["resources"] == json::array({"leases"}));
-
-  // The bindings name the account the DaemonSet runs as.
-  const std::string account = docs.at(
-      "DaemonSet krane-system/krane-agent")["spec"]["template"]["spec"]["serviceAccountName"];
-  CHECK(docs.count("ServiceAccount krane-system/" + account));
-  for (const char* binding :
-       {"ClusterRoleBinding /krane-agent", "RoleBinding krane-system/krane-agent-leader"}) {
-    INFO(binding);
-    CHECK(docs.at(binding)["subjects"][0]["name"] == account);
-    INFO(binding);
-    CHECK(docs.at(binding)["subjects"][0]["namespace"] == "krane-system");
+// What least privilege rules out, whatever the plugins' table says.
+std::vector<std::string> rbacProblems(const Grants& grants) {
+  std::vector<std::string> out;
+  for (const auto& [key, verbs] : grants) {
+    const std::string scope = key.substr(0, key.find(' '));
+    const std::string what = key.substr(key.find(' ') + 1);
+    if (key.find('*') != std::string::npos || verbs.count("*") > 0) {
+      out.push_back(strCat("wildcard: ", key));
+    }
+    if (what == "/namespaces" &&
+        (verbs.count("delete") > 0 || verbs.count("deletecollection") > 0)) {
+      out.push_back(strCat("namespace delete: ", key));
+    }
+    if (scope == "cluster" && what == "policy/poddisruptionbudgets") {
+      out.push_back(strCat("cluster-wide PodDisruptionBudgets: ", key));
+    }
+    if (what == "/secrets") out.push_back(strCat("Secrets: ", key));
+    for (const char* verb : {"escalate", "bind", "impersonate", "deletecollection"}) {
+      if (verbs.count(verb) > 0) out.push_back(strCat(verb, ": ", key));
+    }
   }
+  return out;
+}
+
+std::string render(const Grants& grants) {
+  std::string out;
+  for (const auto& [key, verbs] : grants) {
+    strAppend(&out, key, ":");
+    for (const auto& v : verbs) strAppend(&out, " ", v);
+    out += "\n";
+  }
+  return out;
+}
+
+std::vector<std::string> splitList(const std::string& cell) {
+  std::vector<std::string> out;
+  std::string item;
+  for (char c : cell + ",") {
+    if (c == ',') {
+      while (!item.empty() && item.front() == ' ') item.erase(0, 1);
+      while (!item.empty() && item.back() == ' ') item.pop_back();
+      if (item == "\"\"") item.clear();
+      out.push_back(item);
+      item.clear();
+    } else if (c != '`') {
+      item += c;
+    }
+  }
+  return out;
+}
+
+// The table "| who | scope | API group | resources | verbs |" of docs/plugins.md's RBAC section.
+Grants documentedGrants(const std::string& markdown) {
+  Grants out;
+  const auto section = markdown.find("### RBAC\n");
+  REQUIRE(section != std::string::npos);
+  std::istringstream lines(
+      markdown.substr(section, markdown.find("\n### ", section + 1) - section));
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("| ", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::string cell;
+    for (char c : line.substr(1)) {
+      if (c == '|') {
+        cells.push_back(cell);
+        cell.clear();
+      } else {
+        cell += c;
+      }
+    }
+    INFO(line);
+    REQUIRE(cells.size() == 5u);
+    if (cells[0] == " who ") continue;  // the header
+    std::string scope = splitList(cells[1]).at(0);
+    const std::string group = splitList(cells[2]).at(0);
+    for (const auto& resource : splitList(cells[3])) {
+      for (const auto& verb : splitList(cells[4])) {
+        out[strCat(scope, " ", group, "/", resource)].insert(verb);
+      }
+    }
+    ++rows;
+  }
+  CHECK(rows > 0);
+  return out;
+}
+
+TEST_CASE("rbac grants the agent exactly the table of docs/plugins.md", "[manifests]") {
+  const Grants granted = agentGrants(documents());
+  const Grants documented = documentedGrants(testing::slurp(runfile("docs/plugins.md")));
+  INFO("manifests:\n" << render(granted) << "docs/plugins.md:\n" << render(documented));
+  CHECK(granted == documented);
+  // The table itself: the sentinel plugin only in its namespace, the Lease only next to the
+  // agents, pods only read.
+  CHECK(documented.count("sentinel policy/poddisruptionbudgets") == 1u);
+  CHECK(documented.count("krane-system coordination.k8s.io/leases") == 1u);
+  CHECK(documented.at("cluster /pods") == std::set<std::string>{"list", "watch"});
+
+  // The bindings name the account the DaemonSet runs as, and the namespaces they need exist.
+  auto docs = documents();
+  CHECK(
+      docs.at(
+          "DaemonSet krane-system/krane-agent")["spec"]["template"]["spec"]["serviceAccountName"] ==
+      kAgentAccount);
+  CHECK(docs.count(strCat("ServiceAccount krane-system/", kAgentAccount)) == 1u);
+  for (const auto& [key, doc] : docs) {
+    if (doc["kind"] != "Role" && doc["kind"] != "RoleBinding") continue;
+    INFO(key);
+    CHECK(docs.count(strCat("Namespace /", doc["metadata"]["namespace"].get<std::string>())) == 1u);
+  }
+}
+
+TEST_CASE(
+    "rbac never grants a namespace delete, cluster-wide PodDisruptionBudgets, Secrets or "
+    "a wildcard",
+    "[manifests]") {
+  const auto docs = documents();
+  INFO(render(agentGrants(docs)));
+  CHECK(rbacProblems(agentGrants(docs)).empty());
+
+  // The same check on manifests with each of those mistakes.
+  struct Mistake {
+    std::string what;
+    std::string role;  // the document that gets the rule
+    json rule;
+    std::string problem;
+  };
+  auto mistake = GENERATE(
+      Mistake{"namespaces deletable",
+              "ClusterRole /krane-agent",
+              {{"apiGroups", {""}}, {"resources", {"namespaces"}}, {"verbs", {"delete"}}},
+              "namespace delete: cluster /namespaces"},
+      Mistake{
+          "PodDisruptionBudgets cluster-wide",
+          "ClusterRole /krane-agent",
+          {{"apiGroups", {"policy"}}, {"resources", {"poddisruptionbudgets"}}, {"verbs", {"list"}}},
+          "cluster-wide PodDisruptionBudgets: cluster policy/poddisruptionbudgets"},
+      Mistake{"namespaces deletable in one namespace",
+              "Role sentinel/krane-agent-sentinel",
+              {{"apiGroups", {""}}, {"resources", {"namespaces"}}, {"verbs", {"delete"}}},
+              "namespace delete: sentinel /namespaces"},
+      Mistake{"a wildcard verb",
+              "Role krane-system/krane-agent-leader",
+              {{"apiGroups", {"coordination.k8s.io"}}, {"resources", {"leases"}}, {"verbs", {"*"}}},
+              "wildcard: krane-system coordination.k8s.io/leases"},
+      Mistake{"a wildcard resource",
+              "ClusterRole /krane-agent",
+              {{"apiGroups", {"apps"}}, {"resources", {"*"}}, {"verbs", {"get"}}},
+              "wildcard: cluster apps/*"},
+      Mistake{"Secrets readable",
+              "Role sentinel/krane-agent-sentinel",
+              {{"apiGroups", {""}}, {"resources", {"secrets"}}, {"verbs", {"get"}}},
+              "Secrets: sentinel /secrets"});
+  auto changed = docs;
+  changed.at(mistake.role)["rules"].push_back(mistake.rule);
+  INFO(mistake.what);
+  CHECK_THAT(rbacProblems(agentGrants(changed)), Catch::Matchers::VectorContains(mistake.problem));
+}
+
+// Least privilege for the processes of a pod: every container with probes (init containers
+// excepted) runs as a non-root user set in the manifest, with a read-only root filesystem, no
+// privilege escalation and every capability dropped. An init container may run as root only with
+// the capabilities to hand a directory to another user.
+std::vector<std::string> podProblems(const json& workload) {
+  std::vector<std::string> out;
+  const json& pod = workload["spec"]["template"]["spec"];
+  const json pod_context = pod.value("securityContext", json::object());
+  for (const char* shared : {"hostNetwork", "hostPID", "hostIPC"}) {
+    if (pod.value(shared, false)) out.push_back(strCat("pod: ", shared));
+  }
+  const std::set<std::string> chown_caps = {"CHOWN", "DAC_READ_SEARCH", "FOWNER"};
+  const auto check = [&](const json& c, bool init) {
+    const std::string name = strCat(init ? "init container " : "container ", c.value("name", ""));
+    const json context = c.value("securityContext", json::object());
+    const auto setting = [&](const char* key) -> json {
+      if (context.contains(key)) return context[key];
+      return pod_context.contains(key) ? pod_context[key] : json();
+    };
+    if (context.value("privileged", false)) out.push_back(name + ": privileged");
+    if (context.value("allowPrivilegeEscalation", true)) {
+      out.push_back(name + ": allowPrivilegeEscalation is not false");
+    }
+    if (!context.value("readOnlyRootFilesystem", false)) {
+      out.push_back(name + ": readOnlyRootFilesystem is not true");
+    }
+    const json caps = context.value("capabilities", json::object());
+    const json drop = caps.value("drop", json::array());
+    if (std::find(drop.begin(), drop.end(), "ALL") == drop.end()) {
+      out.push_back(name + ": capabilities do not drop ALL");
+    }
+    const json user = setting("runAsUser");
+    const bool non_root = setting("runAsNonRoot") == true && user.is_number() && user != 0;
+    for (const auto& cap : caps.value("add", json::array())) {
+      if (non_root || !init || chown_caps.count(cap.get<std::string>()) == 0) {
+        out.push_back(strCat(name, ": adds capability ", cap.get<std::string>()));
+      }
+    }
+    if (init) return;
+    if (!non_root) out.push_back(name + ": not runAsNonRoot with a non-zero runAsUser");
+    for (const char* probe : {"readinessProbe", "livenessProbe"}) {
+      const json p = c.value(probe, json::object());
+      if (!p.contains("exec") && !p.contains("httpGet") && !p.contains("tcpSocket") &&
+          !p.contains("grpc")) {
+        out.push_back(strCat(name, ": no ", probe));
+      }
+    }
+  };
+  for (const auto& c : pod.value("initContainers", json::array())) check(c, true);
+  for (const auto& c : pod.value("containers", json::array())) check(c, false);
+  return out;
+}
+
+TEST_CASE("the agent and krane-ctrl run as non-root with probes", "[manifests]") {
+  const auto docs = documents();
+  for (const char* workload :
+       {"DaemonSet krane-system/krane-agent", "Deployment krane-system/krane-ctrl"}) {
+    INFO(workload);
+    CHECK(podProblems(docs.at(workload)).empty());
+  }
+
+  // The same check on the agent's DaemonSet with each of those mistakes.
+  struct Mistake {
+    std::string pointer;  // JSON pointer into the DaemonSet
+    json value;           // null: removed
+    std::string problem;
+  };
+  const std::string krane = "/spec/template/spec/containers/0";
+  const std::string init = "/spec/template/spec/initContainers/0";
+  auto mistake = GENERATE_COPY(
+      Mistake{krane + "/livenessProbe", nullptr, "container krane: no livenessProbe"},
+      Mistake{krane + "/readinessProbe", nullptr, "container krane: no readinessProbe"},
+      Mistake{krane + "/securityContext/runAsNonRoot", false,
+              "container krane: not runAsNonRoot with a non-zero runAsUser"},
+      Mistake{krane + "/securityContext/runAsUser", 0,
+              "container krane: not runAsNonRoot with a non-zero runAsUser"},
+      Mistake{"/spec/template/spec/securityContext/runAsUser", nullptr, ""},  // set on both
+      Mistake{krane + "/securityContext/readOnlyRootFilesystem", nullptr,
+              "container krane: readOnlyRootFilesystem is not true"},
+      Mistake{krane + "/securityContext/allowPrivilegeEscalation", true,
+              "container krane: allowPrivilegeEscalation is not false"},
+      Mistake{krane + "/securityContext/capabilities/drop", json::array({"NET_RAW"}),
+              "container krane: capabilities do not drop ALL"},
+      Mistake{krane + "/securityContext/capabilities/add", json::array({"CHOWN"}),
+              "container krane: adds capability CHOWN"},
+      Mistake{init + "/securityContext/capabilities/add", json::array({"SYS_ADMIN"}),
+              "init container state-dir: adds capability SYS_ADMIN"},
+      Mistake{init + "/securityContext/allowPrivilegeEscalation", nullptr,
+              "init container state-dir: allowPrivilegeEscalation is not false"});
+  json ds = docs.at("DaemonSet krane-system/krane-agent");
+  const json::json_pointer at(mistake.pointer);
+  if (mistake.value.is_null()) {
+    ds[at.parent_pointer()].erase(at.back());
+  } else {
+    ds[at] = mistake.value;
+  }
+  INFO(mistake.pointer);
+  if (mistake.problem.empty()) {
+    CHECK(podProblems(ds).empty());
+  } else {
+    CHECK_THAT(podProblems(ds), Catch::Matchers::VectorContains(mistake.problem));
+  }
+}
+
+TEST_CASE(
+    "the agent's probes check its state directory, and the image and the init container "
+    "agree on its user",
+    "[manifests]") {
+  const auto docs = documents();
+  const json& ds = docs.at("DaemonSet krane-system/krane-agent");
+  const json& krane = container(ds, "krane");
+  const std::string state = mountPath(krane, "state");
+  const YAML::Node agent = YAML::Load(
+      docs.at("ConfigMap krane-system/krane-agent")["data"]["agent.yaml"].get<std::string>());
+  CHECK(agent["state_dir"].as<std::string>() == state);
+  const json& readiness = krane["readinessProbe"]["exec"]["command"];
+  CHECK(krane["livenessProbe"]["exec"]["command"] == readiness);
+  REQUIRE(readiness.size() == 3u);
+  CHECK(readiness[0] == "/bin/sh");
+  const std::string script = readiness[2];
+  CHECK_THAT(script, Catch::Contains(strCat("/usr/bin/krane inspect --state-dir ", state)));
+
+  // The probe for real, with this build's krane and a state directory of the test's: healthy
+  // without a store (a standby), and with a store the agent wrote; failing with a damaged one.
+  const std::string dir = strCat(std::getenv("TEST_TMPDIR"), "/probe-state");
+  fs::create_directories(dir);
+  auto localized = [&](std::string text) {
+    for (auto at = text.find("/usr/bin/krane"); at != std::string::npos;
+         at = text.find("/usr/bin/krane", at + 1)) {
+      text.replace(at, std::string("/usr/bin/krane").size(), runfile("agent/krane"));
+    }
+    for (auto at = text.find(state); at != std::string::npos; at = text.find(state, at + 1)) {
+      text.replace(at, state.size(), dir);
+    }
+    return text;
+  };
+  const auto probe = [&] { return runCommand({"/bin/sh", "-c", localized(script)}); };
+  CHECK(probe().exit_code == 0);
+  {
+    ipc::CursorStoreOptions options;
+    options.region = "eu-west-1";
+    options.max_resources = 1000;
+    options.preallocate = false;
+    auto store = ipc::CursorStore::open(dir, options);
+    REQUIRE_THAT(store, IsOk());
+  }
+  auto healthy = probe();
+  INFO(healthy.out << healthy.err);
+  CHECK(healthy.exit_code == 0);
+  {
+    std::fstream file(strCat(dir, "/cursor.store"),
+                      std::ios::in | std::ios::out | std::ios::binary);
+    file.write("not a cursor store", 18);
+  }
+  auto damaged = probe();
+  INFO(damaged.out << damaged.err);
+  CHECK(damaged.exit_code != 0);
+
+  // The state directory is handed to the user the agent runs as, on the same volume.
+  const json& pod = ds["spec"]["template"]["spec"];
+  const std::string user = strCat(pod["securityContext"]["runAsUser"].get<int64_t>(), ":",
+                                  pod["securityContext"]["runAsGroup"].get<int64_t>());
+  CHECK(krane["securityContext"]["runAsUser"] == pod["securityContext"]["runAsUser"]);
+  REQUIRE(pod["initContainers"].size() == 1u);
+  const json& owner = pod["initContainers"][0];
+  CHECK(mountPath(owner, "state") == state);
+  CHECK_THAT(owner["args"][0].get<std::string>(),
+             Catch::Contains(strCat("chown -R -h ", user, " ", state)) &&
+                 Catch::Contains(strCat("chmod 0700 ", state)));
+  CHECK(owner["image"] == krane["image"]);
+  CHECK_THAT(testing::slurp(runfile("manifests/images/krane.Containerfile")),
+             Catch::Contains(strCat("USER ", user)));
 }
 
 TEST_CASE("the ctrl config is accepted and matches its deployment", "[manifests]") {
