@@ -1,5 +1,6 @@
 #include "agent/watcher.h"
 
+#include "common/clock.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::agent {
@@ -9,7 +10,9 @@ Watcher::Watcher(std::shared_ptr<grpc::Channel> channel, WatcherOptions options,
     : stub_(cluster::v1::ClusterService::NewStub(std::move(channel))),
       options_(std::move(options)),
       sink_(sink),
-      resume_from_(std::move(resume_from)) {}
+      resume_from_(std::move(resume_from)),
+      last_sync_unix_ms_(options_.last_full_sync_unix_ms > 0 ? options_.last_full_sync_unix_ms
+                                                             : unixMillis()) {}
 
 Watcher::~Watcher() { stop(); }
 
@@ -38,12 +41,17 @@ WatcherStats Watcher::stats() const {
   return stats_;
 }
 
+bool Watcher::resyncDue() const {
+  if (options_.resync_interval.count() <= 0) return false;
+  std::lock_guard lock(mutex_);
+  return unixMillis() - last_sync_unix_ms_ >=
+         std::chrono::duration_cast<std::chrono::milliseconds>(options_.resync_interval).count();
+}
+
 void Watcher::run() {
   Backoff backoff(options_.reconnect);
   while (!stopping_) {
-    const bool due = options_.resync_interval.count() > 0 &&
-                     last_sync_ != std::chrono::steady_clock::time_point{} &&
-                     std::chrono::steady_clock::now() - last_sync_ > options_.resync_interval;
+    const bool due = resyncDue();
     const uint64_t version = (resync_.exchange(false) || due) ? 0 : resume_from_();
     const auto started = std::chrono::steady_clock::now();
     const bool expired = streamOnce(version);
@@ -81,7 +89,6 @@ bool Watcher::streamOnce(uint64_t version) {
   cluster::v1::WatchEvent event;
   bool in_sync = false;
   bool expired = false;
-  const auto resync_deadline = std::chrono::steady_clock::now() + options_.resync_interval;
   while (reader->Read(&event)) {
     switch (event.event_case()) {
       case cluster::v1::WatchEvent::kSyncBegin:
@@ -101,7 +108,7 @@ bool Watcher::streamOnce(uint64_t version) {
         sink_.syncEnd(event.sync_end().version());
         std::lock_guard lock(mutex_);
         ++stats_.full_syncs;
-        last_sync_ = std::chrono::steady_clock::now();
+        last_sync_unix_ms_ = unixMillis();
         break;
       }
       case cluster::v1::WatchEvent::kBookmark:
@@ -122,8 +129,7 @@ bool Watcher::streamOnce(uint64_t version) {
         context.TryCancel();
         break;
     }
-    if (options_.resync_interval.count() > 0 && !in_sync &&
-        std::chrono::steady_clock::now() > resync_deadline) {
+    if (!in_sync && resyncDue()) {
       resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
       context.TryCancel();
     }

@@ -1,7 +1,8 @@
 // Streams the region's changes from krane-ctrl and hands them to the dispatcher.
 //
 // Resumes from the durable watermark (so a restarted agent does not resync), does a full sync
-// when it has no cursor, when the server says the cursor expired, and every `resync_interval`,
+// when it has no cursor, when the server says the cursor expired, and every `resync_interval`
+// counted from the end of the last full sync (saved, so restarts do not push it back),
 // and reconnects with jittered backoff when the stream breaks. It never advances the cursor
 // itself: the sink acknowledges what was applied and the watermark follows (watermark.h).
 #pragma once
@@ -40,6 +41,9 @@ struct WatcherOptions {
   std::string token;
   std::vector<std::string> resource_types;  // empty: all
   std::chrono::seconds resync_interval{300};
+  // When the last full sync ended (Unix ms, as saved in the cursor store), so that the periodic
+  // resync falls due on time across restarts and reconnects; 0: unknown, counted from now.
+  int64_t last_full_sync_unix_ms = 0;
   BackoffPolicy reconnect{std::chrono::milliseconds(1000), 2.0, std::chrono::milliseconds(5000),
                           0.8};
 };
@@ -67,6 +71,8 @@ class Watcher {
 
  private:
   void run();
+  // The periodic full sync is due (resync_interval since the last one ended).
+  bool resyncDue() const;
   // One stream, until it ends; returns whether it ended asking for a resync.
   bool streamOnce(uint64_t version);
 
@@ -80,7 +86,7 @@ class Watcher {
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   grpc::ClientContext* context_ = nullptr;  // of the open stream, for cancellation
-  std::chrono::steady_clock::time_point last_sync_{};
+  int64_t last_sync_unix_ms_ = 0;           // when the last full sync ended
   WatcherStats stats_;
   std::thread thread_;
 };

@@ -40,6 +40,27 @@ prometheus::MetricFamily family(const std::string& name, const std::string& help
   return f;
 }
 
+// Ends the open streams whose token was revoked (by any replica, or `krane-ctrl token revoke`)
+// since `*since_ms`. One small query, whatever the number of streams.
+void endRevokedStreams(api::AgentTokens& tokens,
+                       const std::vector<std::shared_ptr<feed::WatchStream>>& streams,
+                       int64_t* since_ms) {
+  int64_t newest = *since_ms;
+  auto revoked = tokens.revokedSince(*since_ms, &newest);
+  if (!revoked.ok()) {
+    spdlog::warn("ctrl: cannot check for revoked agent tokens: {}", revoked.status().message());
+    return;
+  }
+  // A minute of overlap, for revocations recorded by a clock a little behind the newest one.
+  *since_ms = std::max<int64_t>(*since_ms, newest - 60000);
+  if (revoked->empty()) return;
+  for (const auto& s : streams) {
+    if (revoked->count(api::sha256(s->bearer()))) {
+      s->endUnauthenticated("the agent token was revoked");
+    }
+  }
+}
+
 }  // namespace
 
 Server::Server(CtrlConfig config) : config_(std::move(config)) {}
@@ -111,7 +132,8 @@ absl::Status Server::startFeed() {
                            config_.feed.cleanup_batch});
   cleanup_->start();
   ticker_ = std::thread([this] {
-    while (!stopping_) {
+    int64_t revoked_since = 0;  // every revocation once, then the newer ones
+    for (uint64_t tick = 0; !stopping_; ++tick) {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       std::vector<std::shared_ptr<feed::WatchStream>> streams;
       {
@@ -120,6 +142,8 @@ absl::Status Server::startFeed() {
       }
       const auto now = std::chrono::steady_clock::now();
       for (const auto& s : streams) s->tick(now);
+      // A revoked token's streams end within about 2 s.
+      if (tick % 10 == 0) endRevokedStreams(*tokens_, streams, &revoked_since);
     }
   });
   return absl::OkStatus();

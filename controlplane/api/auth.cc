@@ -132,6 +132,24 @@ absl::Status AgentTokens::revoke(const std::string& id) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::set<std::string>> AgentTokens::revokedSince(int64_t since_ms,
+                                                                int64_t* newest_ms) {
+  KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+  std::set<std::string> hashes;
+  KRANE_RETURN_IF_ERROR(
+      conn->queryEach("SELECT token_hash, revoked_at FROM agent_tokens WHERE revoked_at >= ?",
+                      {since_ms}, [&](const db::Row& row) {
+                        hashes.insert(row.str(0));
+                        *newest_ms = std::max(*newest_ms, row.i64(1));
+                        return absl::OkStatus();
+                      }));
+  if (!hashes.empty()) {
+    std::lock_guard lock(mutex_);
+    for (const auto& h : hashes) cache_.erase(h);
+  }
+  return hashes;
+}
+
 absl::StatusOr<std::vector<AgentToken>> AgentTokens::list(const std::string& region) {
   KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
   std::vector<AgentToken> out;

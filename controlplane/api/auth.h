@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,11 @@ class AgentTokens {
 
   // The region the token belongs to; UNAUTHENTICATED for an unknown or revoked token.
   absl::StatusOr<std::string> regionOf(const std::string& secret);
+
+  // Hashes (sha256) of the tokens revoked at or after `since_ms` (Unix ms, as recorded by
+  // whichever process revoked them), which are also dropped from the cache, so that this
+  // replica refuses them from now on. `*newest_ms` gets the latest revocation time seen.
+  absl::StatusOr<std::set<std::string>> revokedSince(int64_t since_ms, int64_t* newest_ms);
 
  private:
   struct Cached {

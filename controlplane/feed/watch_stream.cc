@@ -270,6 +270,15 @@ void WatchStream::tick(std::chrono::steady_clock::time_point now) {
   kick();
 }
 
+void WatchStream::endUnauthenticated(const std::string& message) {
+  {
+    std::lock_guard lock(mutex_);
+    finishLocked(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, message));
+  }
+  spdlog::info("feed: watch ended region={} peer={}: {}", region_, peer_, message);
+  kick();
+}
+
 void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason,
                                const std::string& message) {
   if (finish_pending_ || done_) return;

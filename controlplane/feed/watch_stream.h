@@ -81,6 +81,10 @@ class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEven
 
   // Queues a bookmark if nothing was written for bookmark_interval.
   void tick(std::chrono::steady_clock::time_point now);
+  // Ends the stream with UNAUTHENTICATED (its token was revoked).
+  void endUnauthenticated(const std::string& message);
+  // The bearer token the stream was opened with.
+  const std::string& bearer() const { return bearer_; }
 
   // grpc::ServerWriteReactor
   void OnWriteDone(bool ok) override;

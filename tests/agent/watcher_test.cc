@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/watermark.h"
+#include "common/clock.h"
 #include "common/strings.h"
 #include "controlplane/feed/cleanup.h"
 #include "controlplane/feed/tables.h"
@@ -153,6 +154,44 @@ TEST_CASE("resyncs periodically", "[watcher]") {
   }
   CHECK(sink.syncCount() >= 2);
   watcher.stop();
+}
+
+// The interval counts from the end of the last full sync, saved in the cursor store: a restart
+// (a new Watcher) or a reconnect does not push it back.
+TEST_CASE("the periodic resync falls due on time across restarts", "[watcher]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  REQUIRE_THAT(server.writer().put(bucket("b", "1")), IsOk());
+  auto o = options(cp);
+  o.resync_interval = std::chrono::seconds(60);
+  {
+    INFO("overdue when the agent starts: a full sync at once, though it has a cursor");
+    RecordingSink sink;
+    o.last_full_sync_unix_ms = unixMillis() - 61000;
+    Watcher watcher(cp.channel(), o, sink, [] { return uint64_t{1}; });
+    watcher.start();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (sink.syncCount() < 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(sink.syncCount() == 1);
+    watcher.stop();
+  }
+  {
+    INFO("due 1.5 s after the start: it resumes, then syncs once due");
+    RecordingSink sink;
+    o.last_full_sync_unix_ms = unixMillis() - 58500;
+    Watcher watcher(cp.channel(), o, sink, [] { return uint64_t{1}; });
+    watcher.start();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    CHECK(sink.syncCount() == 0);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (sink.syncCount() < 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    CHECK(sink.syncCount() == 1);
+    watcher.stop();
+  }
 }
 
 TEST_CASE("a bad token keeps retrying and says why", "[watcher]") {

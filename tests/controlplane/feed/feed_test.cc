@@ -9,7 +9,9 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/clock.h"
 #include "common/strings.h"
+#include "controlplane/api/auth.h"
 #include "controlplane/feed/cleanup.h"
 #include "controlplane/feed/tables.h"
 #include "controlplane/feed/writer.h"
@@ -290,6 +292,44 @@ TEST_CASE("a batch that does not start at the stream's position ends it with a r
     INFO("nothing of the gapped batch was streamed");
     CHECK_FALSE((e.has_change() && e.change().version() > 1));
   }
+}
+
+// A token revoked elsewhere (`krane-ctrl token revoke` writes the row from its own process) ends
+// the streams open with it on every replica within seconds, and they cannot reopen.
+TEST_CASE("revoking an agent token ends its open streams", "[feed]") {
+  TestControlPlane cp;
+  cp.startReplica();
+  cp.startReplica();
+  const std::string token = cp.agentToken("eu-1");
+  auto created = api::AgentTokens(cp.pool()).create("eu-1", "another agent");
+  REQUIRE_THAT(created, IsOk());
+  const std::string other = created->secret;
+  WatchRecorder first(cp.channel(0), token, "eu-1", 0);
+  WatchRecorder second(cp.channel(1), token, "eu-1", 0);
+  WatchRecorder unaffected(cp.channel(0), other, "eu-1", 0);
+  for (WatchRecorder* w : {&first, &second, &unaffected}) {
+    REQUIRE(w->waitFor([](const auto& ev) {
+      return std::any_of(ev.begin(), ev.end(),
+                         [](const WatchEvent& e) { return e.has_sync_end(); });
+    }));
+  }
+  REQUIRE(rowsOf(cp, "SELECT id FROM agent_tokens WHERE region_id = 'eu-1'", {}).size() == 2u);
+  auto status = cp.pool()->transact("revoke", [&](db::Connection& conn) -> absl::Status {
+    return conn
+        .exec("UPDATE agent_tokens SET revoked_at = ? WHERE token_hash = ?",
+              {unixMillis(), api::sha256(token)})
+        .status();
+  });
+  REQUIRE_THAT(status, IsOk());
+  for (WatchRecorder* w : {&first, &second}) {
+    REQUIRE(w->waitFinished(std::chrono::seconds(10)));
+    CHECK(w->status().error_code() == grpc::StatusCode::UNAUTHENTICATED);
+    CHECK_THAT(w->status().error_message(), Catch::Contains("revoked"));
+  }
+  CHECK_FALSE(unaffected.finished());
+  WatchRecorder again(cp.channel(1), token, "eu-1", 0);
+  REQUIRE(again.waitFinished(std::chrono::seconds(10)));
+  CHECK(again.status().error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
 
 TEST_CASE("two replicas each deliver every change", "[feed]") {
