@@ -268,6 +268,7 @@ absl::Status Agent::startReporter() {
 absl::Status Agent::startDispatcher() {
   DispatcherOptions options;
   options.max_attempts = config_.dispatch.max_attempts;
+  options.region = config_.region;
   options.batch = static_cast<size_t>(config_.dispatch.batch);
   for (size_t i = 0; i < plugins_.size() && i < config_.plugins.size(); ++i)
     options.workers_by_plugin[plugins_[i]->name()] = config_.plugins[i].workers;

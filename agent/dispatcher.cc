@@ -65,6 +65,7 @@ void Dispatcher::syncBegin(uint64_t snapshot_version) {
   {
     std::lock_guard lock(mutex_);
     sync_ids_.clear();
+    sync_received_ = 0;
   }
   for (auto& lane : lanes_) {
     if (auto st = lane->plugin->syncBegin(snapshot_version); !st.ok()) {
@@ -79,6 +80,7 @@ void Dispatcher::change(const cluster::v1::Change& change, bool in_sync) {
     watermark_.syncReceived();
     std::lock_guard lock(mutex_);
     sync_ids_[resource.type()].insert(resource.id());
+    ++sync_received_;
   } else {
     watermark_.received(change.version());
   }
@@ -115,7 +117,7 @@ void Dispatcher::change(const cluster::v1::Change& change, bool in_sync) {
   }
 }
 
-void Dispatcher::syncEnd(uint64_t version) {
+bool Dispatcher::syncEnd(uint64_t version, uint64_t resource_count) {
   // Garbage collection only once every synced resource is applied: otherwise a plugin could
   // delete an object a queued apply is about to recreate.
   drain();
@@ -123,17 +125,30 @@ void Dispatcher::syncEnd(uint64_t version) {
     // Stopped before every synced resource was applied: neither collect garbage nor claim the
     // sync's version (the watermark must not pass what was not applied).
     std::lock_guard lock(mutex_);
-    if (stopping_) return;
+    if (stopping_) return false;
   }
   std::map<std::string, std::set<std::string>> ids;
+  uint64_t received = 0;
   {
     std::lock_guard lock(mutex_);
     ids.swap(sync_ids_);
+    received = sync_received_;
+  }
+  if (received != resource_count) {
+    // A sync that lost (or gained) resources on the way must not delete anything: what is
+    // missing from it would be taken for gone. Nor may it claim its version.
+    spdlog::error(
+        "agent: full sync at version={} brought {} resources, the server sent {}: no garbage"
+        " collection, starting over",
+        version, received, resource_count);
+    std::lock_guard lock(mutex_);
+    ++stats_.syncs_refused;
+    return false;
   }
   for (auto& lane : lanes_) {
     std::map<std::string, std::set<std::string>> mine;
     for (const auto& type : lane->plugin->resourceTypes()) mine[type] = ids[type];
-    if (auto st = lane->plugin->syncEnd(version, mine); !st.ok()) {
+    if (auto st = lane->plugin->syncEnd(version, options_.region, mine); !st.ok()) {
       spdlog::warn("agent: plugin={} garbage collection after sync failed: {}",
                    lane->plugin->name(), st.message());
     }
@@ -141,6 +156,7 @@ void Dispatcher::syncEnd(uint64_t version) {
   ledger_.retainOnly(ids);
   watermark_.syncEnd(version);
   if (options_.on_sync_end) options_.on_sync_end(version);
+  return true;
 }
 
 void Dispatcher::bookmark(uint64_t version) { watermark_.bookmark(version); }

@@ -61,8 +61,9 @@ class PluginEndpoint {
     return out;
   }
   virtual absl::Status syncBegin(uint64_t snapshot_version) = 0;
-  // `ids` by type: every resource of this plugin's types that the sync contained.
-  virtual absl::Status syncEnd(uint64_t version,
+  // `ids` by type: every resource of this plugin's types that the sync contained. `region` is
+  // the agent's: garbage collection only considers objects of that region.
+  virtual absl::Status syncEnd(uint64_t version, const std::string& region,
                                const std::map<std::string, std::set<std::string>>& ids) = 0;
 };
 
@@ -101,6 +102,8 @@ struct DispatcherOptions {
   size_t batch = 32;
   // Called after a full sync was applied and garbage collected, with its version.
   std::function<void(uint64_t version)> on_sync_end;
+  // The agent's region, handed to the plugins' garbage collection.
+  std::string region;
 };
 
 struct DispatcherStats {
@@ -109,8 +112,9 @@ struct DispatcherStats {
   uint64_t retried = 0;
   uint64_t parked = 0;
   uint64_t unowned = 0;
-  uint64_t retrying = 0;    // changes being retried now (a gauge)
-  uint64_t superseded = 0;  // retried changes a newer change of their resource replaced
+  uint64_t retrying = 0;       // changes being retried now (a gauge)
+  uint64_t superseded = 0;     // retried changes a newer change of their resource replaced
+  uint64_t syncs_refused = 0;  // full syncs whose resource count did not match what arrived
 };
 
 class Dispatcher final : public ChangeSink {
@@ -122,7 +126,7 @@ class Dispatcher final : public ChangeSink {
   // ChangeSink (called by the watcher's thread)
   void syncBegin(uint64_t snapshot_version) override;
   void change(const cluster::v1::Change& change, bool in_sync) override;
-  void syncEnd(uint64_t version) override;
+  bool syncEnd(uint64_t version, uint64_t resource_count) override;
   void bookmark(uint64_t version) override;
 
   // Waits until nothing is queued or being applied (tests, shutdown), or the dispatcher stopped.
@@ -171,8 +175,10 @@ class Dispatcher final : public ChangeSink {
   std::condition_variable stop_wake_;  // wakes retry backoffs when stopping
   size_t in_flight_ = 0;
   bool stopping_ = false;
-  // Resources named by the running full sync, by type, for garbage collection.
+  // Resources named by the running full sync, by type, for garbage collection, and how many
+  // arrived (the server's count must match before anything is deleted).
   std::map<std::string, std::set<std::string>> sync_ids_;
+  uint64_t sync_received_ = 0;
   DispatcherStats stats_;
 };
 

@@ -19,10 +19,11 @@ absl::Status nackStatus(const plugin::v1::Nack& nack) {
   return absl::Status(static_cast<absl::StatusCode>(nack.code()), nack.message());
 }
 
-plugin::v1::SyncEnd syncEndFrame(uint64_t version,
+plugin::v1::SyncEnd syncEndFrame(uint64_t version, const std::string& region,
                                  const std::map<std::string, std::set<std::string>>& ids) {
   plugin::v1::SyncEnd end;
   end.set_snapshot_version(version);
+  end.set_region(region);
   for (const auto& [type, set] : ids) {
     auto* r = end.add_resources();
     r->set_resource_type(type);
@@ -50,9 +51,9 @@ absl::Status InProcessEndpoint::handle(const cluster::v1::Change& change) {
   return status;
 }
 
-absl::Status InProcessEndpoint::syncEnd(uint64_t version,
+absl::Status InProcessEndpoint::syncEnd(uint64_t version, const std::string& region,
                                         const std::map<std::string, std::set<std::string>>& ids) {
-  return plugin_->syncEnd(syncEndFrame(version, ids));
+  return plugin_->syncEnd(syncEndFrame(version, region, ids));
 }
 
 HostEndpoint::HostEndpoint(HostOptions options, StatusSink on_status)
@@ -265,7 +266,7 @@ absl::Status HostEndpoint::syncBegin(uint64_t snapshot_version) {
   return call(std::move(frame), sequence);
 }
 
-absl::Status HostEndpoint::syncEnd(uint64_t version,
+absl::Status HostEndpoint::syncEnd(uint64_t version, const std::string& region,
                                    const std::map<std::string, std::set<std::string>>& ids) {
   plugin::v1::Frame frame;
   uint64_t sequence;
@@ -273,7 +274,7 @@ absl::Status HostEndpoint::syncEnd(uint64_t version,
     std::lock_guard lock(mutex_);
     sequence = next_sequence_++;
   }
-  *frame.mutable_sync_end() = syncEndFrame(version, ids);
+  *frame.mutable_sync_end() = syncEndFrame(version, region, ids);
   frame.mutable_sync_end()->set_sequence(sequence);
   return call(std::move(frame), sequence);
 }

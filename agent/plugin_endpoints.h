@@ -38,7 +38,7 @@ class InProcessEndpoint final : public PluginEndpoint {
   absl::Status syncBegin(uint64_t snapshot_version) override {
     return plugin_->syncBegin(snapshot_version);
   }
-  absl::Status syncEnd(uint64_t version,
+  absl::Status syncEnd(uint64_t version, const std::string& region,
                        const std::map<std::string, std::set<std::string>>& ids) override;
 
  private:
@@ -90,7 +90,7 @@ class HostEndpoint final : public PluginEndpoint {
   std::vector<absl::Status> handleBatch(
       const std::vector<const cluster::v1::Change*>& changes) override;
   absl::Status syncBegin(uint64_t snapshot_version) override;
-  absl::Status syncEnd(uint64_t version,
+  absl::Status syncEnd(uint64_t version, const std::string& region,
                        const std::map<std::string, std::set<std::string>>& ids) override;
   HostStats stats() const;
 

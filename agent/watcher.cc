@@ -105,7 +105,13 @@ bool Watcher::streamOnce(uint64_t version) {
       }
       case cluster::v1::WatchEvent::kSyncEnd: {
         in_sync = false;
-        sink_.syncEnd(event.sync_end().version());
+        if (!sink_.syncEnd(event.sync_end().version(), event.sync_end().resource_count())) {
+          spdlog::error("agent: full sync of region={} at version={} was not taken; starting over",
+                        options_.region, event.sync_end().version());
+          resync_ = true;
+          context.TryCancel();
+          break;
+        }
         std::lock_guard lock(mutex_);
         ++stats_.full_syncs;
         last_sync_unix_ms_ = unixMillis();

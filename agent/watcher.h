@@ -31,7 +31,10 @@ class ChangeSink {
   virtual void syncBegin(uint64_t snapshot_version) = 0;
   // A change; during a sync, the resources of the snapshot (as APPLY changes).
   virtual void change(const cluster::v1::Change& change, bool in_sync) = 0;
-  virtual void syncEnd(uint64_t version) = 0;
+  // The sync ended; `resource_count` is how many resources the server sent in it. False: the
+  // sync was not taken (fewer or more resources arrived than were sent); the watcher starts
+  // over with a new full sync.
+  virtual bool syncEnd(uint64_t version, uint64_t resource_count) = 0;
   virtual void bookmark(uint64_t version) = 0;
 };
 

@@ -87,7 +87,8 @@ class KubeStore final : public PolicyStore {
     std::vector<HeldPolicy> out;
     for (const auto& item : page->items) {
       HeldPolicy held{stringAt(item["metadata"], "annotations", kPolicyIdKey),
-                      stringAt(item, "metadata", "namespace"), stringAt(item, "metadata", "name")};
+                      stringAt(item, "metadata", "namespace"), stringAt(item, "metadata", "name"),
+                      stringAt(item["metadata"], "labels", kRegionLabel)};
       if (!id.empty() && held.id != id) continue;
       out.push_back(std::move(held));
     }

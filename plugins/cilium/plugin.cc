@@ -98,6 +98,10 @@ class CiliumPlugin final : public sdk::Plugin {
     std::set<std::string> removed;
     for (const auto& h : held) {
       if (!h.id.empty() && keep.count(h.id) > 0) continue;
+      // Another region's agent shares the cluster: its policies are not this sync's business.
+      if (!h.region.empty() && !sync_end.region().empty() && h.region != sync_end.region()) {
+        continue;
+      }
       host_->log(
           sdk::LogLevel::kInfo,
           strCat("cilium plugin: policy ", h.id.empty() ? "(no id)" : h.id, " (", h.ns,

@@ -296,6 +296,7 @@ absl::StatusOr<json> policyObject(const cluster::v1::CiliumNetworkPolicy& policy
       {"krane.dev/workspace.id", &policy.workspace_id()},
       {"krane.dev/project.id", &policy.project_id()},
       {"krane.dev/environment.id", &policy.environment_id()},
+      {kRegionLabel, &policy.region()},
       {kPolicyIdKey, &resource_id},
   };
   for (const auto& [key, value] : ids) {

@@ -18,8 +18,8 @@
 //
 // Metadata Krane adds (and which win over the same keys in the JSON):
 //   labels      app.kubernetes.io/managed-by=krane, app.kubernetes.io/component=cilium-policy,
-//               krane.dev/workspace.id, project.id, environment.id and policy.id (each only
-//               when the id is a valid label value);
+//               krane.dev/workspace.id, project.id, environment.id, region and policy.id
+//               (each only when the id is a valid label value);
 //   annotation  krane.dev/policy.id: the resource id, always (it identifies the object for
 //               deletes and garbage collection).
 // metadata keys the API server manages (resourceVersion, uid, ...) are dropped.
@@ -40,6 +40,9 @@ inline constexpr char kManagedByLabel[] = "app.kubernetes.io/managed-by";
 inline constexpr char kComponentLabel[] = "app.kubernetes.io/component";
 inline constexpr char kComponent[] = "cilium-policy";
 inline constexpr char kPolicyIdKey[] = "krane.dev/policy.id";
+// The region whose agent applied the object: garbage collection after a sync only considers
+// its own region's objects (agents of several regions may share a cluster).
+inline constexpr char kRegionLabel[] = "krane.dev/region";
 // The label selector of every object this plugin manages.
 inline constexpr char kManagedSelector[] =
     "app.kubernetes.io/managed-by=krane,app.kubernetes.io/component=cilium-policy";

@@ -18,6 +18,9 @@ struct HeldPolicy {
   std::string id;  // the resource id (annotation krane.dev/policy.id); empty when unknown
   std::string ns;
   std::string name;
+  // Label krane.dev/region of the object; empty when it has none (objects applied before the
+  // label existed, the process runtime's records).
+  std::string region;
 };
 
 class PolicyStore {

@@ -6,6 +6,7 @@
 #include "common/strings.h"
 #include "plugins/deployment/kube_status.h"
 #include "plugins/deployment/workload.h"
+#include "plugins/runtime/kubernetes/names.h"
 #include "plugins/runtime/kubernetes/objects.h"
 #include "plugins/runtime/kubernetes/plugin_config.h"
 
@@ -158,7 +159,16 @@ absl::Status KubeDeploymentPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end) 
     if (group.resource_type() != "deployment_topology") continue;
     keep.insert(group.ids().begin(), group.ids().end());
   }
-  auto removed = deleteMatching(kManagedBySelector, keep);
+  // Only this agent's region: agents of several regions may share one cluster.
+  std::string selector = kManagedBySelector;
+  if (!sync_end.region().empty()) {
+    if (!kube::validLabelValue(sync_end.region())) {
+      return absl::InvalidArgumentError(strCat("garbage collection after a sync: region \"",
+                                               sync_end.region(), "\" is not a label value"));
+    }
+    selector = strCat(selector, ",krane.dev/region=", sync_end.region());
+  }
+  auto removed = deleteMatching(selector, keep);
   if (!removed.ok()) return withContext(removed.status(), "garbage collection after a sync");
   for (const auto& id : *removed) {
     host_->log(sdk::LogLevel::kInfo, strCat("deployment plugin: deployment_topology ", id,

@@ -4,6 +4,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "plugins/runtime/kubernetes/names.h"
 #include "plugins/runtime/kubernetes/objects.h"
 #include "plugins/runtime/kubernetes/plugin_config.h"
 #include "plugins/sentinel/sentinel.h"
@@ -193,9 +194,18 @@ absl::Status KubeSentinelPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end) {
   }
   const std::string context = "garbage collection after a sync";
   std::set<std::string> removed;
+  // Only this agent's region (agents of several regions may share a cluster); the environment's
+  // gossip objects below are shared by every region's sentinels, so they are counted across all.
+  std::string mine = strCat(kSelector, ",", kIdLabel);
+  if (!sync_end.region().empty()) {
+    if (!kube::validLabelValue(sync_end.region())) {
+      return absl::InvalidArgumentError(
+          strCat(context, ": region \"", sync_end.region(), "\" is not a label value"));
+    }
+    mine = strCat(mine, ",krane.dev/region=", sync_end.region());
+  }
   for (const auto& [api_version, kind] : sentinelKinds()) {
-    auto found = kube::listMatching(*client_, api_version, kind, kNamespace,
-                                    strCat(kSelector, ",", kIdLabel));
+    auto found = kube::listMatching(*client_, api_version, kind, kNamespace, mine);
     if (!found.ok()) return withContext(found.status(), context);
     for (const json& object : *found) {
       const std::string id = kube::labelOf(object, kIdLabel);

@@ -27,6 +27,8 @@ json commonLabels(const cluster::v1::Sentinel& s) {
 json sentinelLabels(const cluster::v1::Sentinel& s) {
   json labels = commonLabels(s);
   labels["krane.dev/sentinel.id"] = s.sentinel_id();
+  // Garbage collection after a sync only considers its own region's sentinels.
+  if (!s.region().empty()) labels["krane.dev/region"] = s.region();
   return labels;
 }
 
@@ -76,6 +78,10 @@ absl::Status validate(const cluster::v1::Sentinel& s) {
           strCat("sentinel.", field, ": \"", *value,
                  "\" must be at most 63 characters of [A-Za-z0-9-_.], alphanumeric at both ends"));
     }
+  }
+  if (!s.region().empty() && !kube::validLabelValue(s.region())) {
+    return absl::InvalidArgumentError(
+        strCat("sentinel.region: \"", s.region(), "\" must be a label value"));
   }
   if (s.image().empty()) return absl::InvalidArgumentError("sentinel.image: required");
   if (!s.config_json().empty() && json::parse(s.config_json(), nullptr, false).is_discarded()) {

@@ -55,9 +55,11 @@ class FakePlugin : public PluginEndpoint {
     return absl::OkStatus();
   }
   absl::Status syncBegin(uint64_t) override { return absl::OkStatus(); }
-  absl::Status syncEnd(uint64_t, const std::map<std::string, std::set<std::string>>& ids) override {
+  absl::Status syncEnd(uint64_t, const std::string& region,
+                       const std::map<std::string, std::set<std::string>>& ids) override {
     std::lock_guard lock(mutex);
     gc_ids = ids;
+    gc_region = region;
     return absl::OkStatus();
   }
 
@@ -67,6 +69,7 @@ class FakePlugin : public PluginEndpoint {
   std::mutex mutex;
   std::map<std::string, std::vector<uint64_t>> order;
   std::map<std::string, std::set<std::string>> gc_ids;
+  std::string gc_region;
   int poison_attempts = 0;
   int invalid_attempts = 0;
   int flaky_attempts = 0;
@@ -79,6 +82,7 @@ class FakePlugin : public PluginEndpoint {
 struct Fixture {
   explicit Fixture(DispatcherOptions options = {}) {
     plugin = std::make_shared<FakePlugin>(std::vector<std::string>{"bucket"});
+    options.region = "eu-1";
     options.retry = {std::chrono::milliseconds(1), 2.0, std::chrono::milliseconds(5), 0.5};
     dispatcher = std::make_unique<Dispatcher>(
         std::vector<std::shared_ptr<PluginEndpoint>>{plugin}, ledger, watermark,
@@ -225,7 +229,8 @@ TEST_CASE("stopping while a synced change is retried neither hangs nor ends the 
   f.dispatcher->syncBegin(10);
   f.dispatcher->change(change("bucket", "good-1", 3), true);
   f.dispatcher->change(change("bucket", "poison-1", 7), true);
-  std::thread sync_end([&] { f.dispatcher->syncEnd(10); });  // waits for the synced changes
+  std::thread sync_end(
+      [&] { (void)f.dispatcher->syncEnd(10, 2); });  // waits for the synced changes
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (f.dispatcher->stats().retried < 3) {
     REQUIRE(std::chrono::steady_clock::now() < deadline);
@@ -255,9 +260,30 @@ TEST_CASE("after a sync each plugin learns what the sync contained", "[dispatche
   f.dispatcher->syncBegin(5);
   f.dispatcher->change(change("bucket", "a", 2), true);
   f.dispatcher->change(change("bucket", "b", 5), true);
-  f.dispatcher->syncEnd(5);
+  CHECK(f.dispatcher->syncEnd(5, 2));
   CHECK(f.plugin->gc_ids["bucket"] == std::set<std::string>{"a", "b"});
+  CHECK(f.plugin->gc_region == "eu-1");
   CHECK(f.watermark.watermark() == 5u);
+}
+
+// The server says how many resources it sent; a sync that brought another number (lost on the
+// way, or a bug) must not delete anything the plugin manages, nor claim its version.
+TEST_CASE("a sync whose count does not match deletes nothing", "[dispatcher]") {
+  Fixture f;
+  f.dispatcher->syncBegin(5);
+  f.dispatcher->change(change("bucket", "a", 2), true);
+  f.dispatcher->change(change("bucket", "b", 5), true);
+  CHECK_FALSE(f.dispatcher->syncEnd(5, 3));
+  INFO("no garbage collection ran");
+  CHECK(f.plugin->gc_ids.empty());
+  CHECK(f.watermark.watermark() == 0u);
+  CHECK(f.dispatcher->stats().syncs_refused == 1u);
+  // The next, complete sync is taken.
+  f.dispatcher->syncBegin(6);
+  f.dispatcher->change(change("bucket", "a", 2), true);
+  CHECK(f.dispatcher->syncEnd(6, 1));
+  CHECK(f.plugin->gc_ids["bucket"] == std::set<std::string>{"a"});
+  CHECK(f.watermark.watermark() == 6u);
 }
 
 TEST_CASE("a delete forgets the resource so it can come back", "[dispatcher]") {
@@ -280,7 +306,7 @@ TEST_CASE("a full sync replaces the ledger even with lower versions", "[dispatch
   f.dispatcher->drain();
   f.dispatcher->syncBegin(12);
   f.dispatcher->change(change("bucket", "a", 10), true);
-  f.dispatcher->syncEnd(12);
+  REQUIRE(f.dispatcher->syncEnd(12, 1));
   CHECK(f.ledger.appliedVersion("bucket", "a") == 10u);
   INFO("not in the snapshot");
   CHECK(f.ledger.appliedVersion("bucket", "gone") == std::nullopt);

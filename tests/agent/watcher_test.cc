@@ -54,7 +54,10 @@ class RecordingSink : public ChangeSink {
       watermark.acknowledged(c.version());
     }
   }
-  void syncEnd(uint64_t version) override { watermark.syncEnd(version); }
+  bool syncEnd(uint64_t version, uint64_t) override {
+    watermark.syncEnd(version);
+    return true;
+  }
   void bookmark(uint64_t version) override { watermark.bookmark(version); }
 
   bool waitFor(uint64_t version, std::chrono::seconds timeout = std::chrono::seconds(30)) {

@@ -71,6 +71,7 @@ cluster::v1::Change deleteChange(const std::string& id, uint64_t version) {
 plugin::v1::SyncEnd syncEnd(std::initializer_list<std::string> ids, uint64_t version) {
   plugin::v1::SyncEnd end;
   end.set_snapshot_version(version);
+  end.set_region("eu-1");
   auto* group = end.add_resources();
   group->set_resource_type("cilium_network_policy");
   for (const auto& id : ids) group->add_ids(id);
@@ -357,10 +358,15 @@ TEST_CASE_METHOD(CiliumKubeTest, "garbage collects only its own policies after a
             {"kind", kCnp},
             {"metadata", {{"name", "by-hand"}, {"namespace", "ws1"}}},
             {"spec", rule("ops")}});
+  // Another region's agent shares this cluster: its policy is not this sync's business.
+  auto elsewhere = policyChange("far", rule("web"), 1, "p-far");
+  elsewhere.mutable_resource()->set_region("us-1");
+  elsewhere.mutable_resource()->mutable_cilium_network_policy()->set_region("us-1");
+  REQUIRE_THAT(plugin_->apply(elsewhere), IsOk());
 
   REQUIRE_THAT(plugin_->syncEnd(syncEnd({"b"}, 10)), IsOk());
-  CHECK(cnpNames() ==
-        (std::set<std::string>{"sentinel/sentinel-gossip-e1", "ws1/by-hand", "ws1/p-b"}));
+  CHECK(cnpNames() == (std::set<std::string>{"sentinel/sentinel-gossip-e1", "ws1/by-hand",
+                                             "ws1/p-b", "ws1/p-far"}));
   CHECK(latest("a")->phase() == cluster::v1::RESOURCE_PHASE_DELETED);
   CHECK(latest("c")->phase() == cluster::v1::RESOURCE_PHASE_DELETED);
   CHECK(latest("a")->version() == 10u);
@@ -381,7 +387,8 @@ TEST_CASE_METHOD(CiliumKubeTest, "garbage collects only its own policies after a
   plugin_.reset();
   loadKube();
   REQUIRE_THAT(plugin_->syncEnd(syncEnd({}, 11)), IsOk());
-  CHECK(cnpNames() == (std::set<std::string>{"sentinel/sentinel-gossip-e1", "ws1/by-hand"}));
+  CHECK(cnpNames() ==
+        (std::set<std::string>{"sentinel/sentinel-gossip-e1", "ws1/by-hand", "ws1/p-far"}));
 }
 
 TEST_CASE_METHOD(CiliumKubeTest,

@@ -345,8 +345,15 @@ TEST_CASE_METHOD(DeploymentKubePluginTest,
   stale["metadata"].erase("uid");
   api_.put(stale);
 
+  // Another region's agent shares this cluster: its deployment is not this sync's business.
+  auto elsewhere = topology("elsewhere", 1, 3);
+  elsewhere.mutable_resource()->set_region("us-east-1");
+  elsewhere.mutable_resource()->mutable_deployment_topology()->set_region("us-east-1");
+  REQUIRE_THAT(plugin_->apply(elsewhere), IsOk());
+
   plugin::v1::SyncEnd end;
   end.set_snapshot_version(9);
+  end.set_region("eu-west-1");
   auto* ids = end.add_resources();
   ids->set_resource_type("deployment_topology");
   ids->add_ids("keep");
@@ -368,6 +375,9 @@ TEST_CASE_METHOD(DeploymentKubePluginTest,
     CHECK_FALSE(object(api_version, kind, "d-gone", "ws-ws2"));
   }
   CHECK_FALSE(object("networking.k8s.io/v1", "NetworkPolicy", "d-stale"));
+  INFO("another region's deployment in the same cluster stays");
+  CHECK(object("apps/v1", "Deployment", "d-elsewhere"));
+  CHECK(object("v1", "Service", "d-elsewhere"));
   CHECK(object("v1", "Service", "sentinel-x"));
   CHECK(object("apps/v1", "Deployment", "hand-made", "ws-ws2"));
   CHECK(api_.object("v1", "Namespace", "", "ws-ws2"));

@@ -306,9 +306,16 @@ TEST_CASE_METHOD(SentinelKubePluginTest,
                 {"app.kubernetes.io/component", "deployment"},
                 {"krane.dev/environment.id", "e2"}}}}},
             {"spec", {{"ports", json::array({{{"port", 80}}})}}}});
+  // Another region's agent shares this cluster: its sentinel (of environment e3) stays, and so
+  // does e3's gossip, which its sentinel still needs.
+  auto elsewhere = sentinelChange("elsewhere", "v1", 1, 4, "e3");
+  elsewhere.mutable_resource()->set_region("us-east-1");
+  elsewhere.mutable_resource()->mutable_sentinel()->set_region("us-east-1");
+  REQUIRE_THAT(plugin_->apply(elsewhere), IsOk());
 
   plugin::v1::SyncEnd end;
   end.set_snapshot_version(11);
+  end.set_region("eu-west-1");
   auto* ids = end.add_resources();
   ids->set_resource_type("sentinel");
   ids->add_ids("keep");
@@ -319,6 +326,9 @@ TEST_CASE_METHOD(SentinelKubePluginTest,
   CHECK(noSentinel("other"));
   CHECK(noGossip("e2"));
   CHECK(object("v1", "Service", "foreign"));
+  INFO("another region's sentinel in the same cluster stays");
+  CHECK(hasSentinel("elsewhere"));
+  CHECK(hasGossip("e3"));
   CHECK(latest("gone")->health() == cluster::v1::SENTINEL_HEALTH_PAUSED);
   CHECK(latest("gone")->applied_version() == 11u);
   CHECK(latest("other")->applied_version() == 11u);
