@@ -505,6 +505,21 @@ int agents(const Globals& g, const std::string& region) {
   return kOk;
 }
 
+int removeAgent(const Globals& g, const std::string& region, const std::string& agent_id,
+                bool force) {
+  Api api(g);
+  v1::RemoveAgentRequest request;
+  request.set_region(region);
+  request.set_agent_id(agent_id);
+  request.set_force(force);
+  v1::RemoveAgentResponse response;
+  const auto s = api.agents().RemoveAgent(api.context().get(), request, &response);
+  if (!s.ok()) return rpcFail(g, strCat("agents remove ", agent_id), s);
+  std::printf("removed agent %s of region %s (last heartbeat %s)\n", agent_id.c_str(),
+              region.c_str(), ago(response.last_seen_ms()).c_str());
+  return kOk;
+}
+
 // --- deploys -----------------------------------------------------------------------------------
 
 struct DeployArgs {
@@ -890,7 +905,20 @@ int main(int argc, char** argv) {
   auto* agents_cmd = app.add_subcommand(
       "agents", "Each agent: region, leader, build version, applied version and lag, heartbeat.");
   agents_cmd->add_option("--region", region, "only this region");
-  agents_cmd->callback([&] { code = agents(g, region); });
+  agents_cmd->require_subcommand(0, 1);
+  std::string remove_agent_id;
+  bool remove_force = false;
+  auto* agents_remove = agents_cmd->add_subcommand(
+      "remove", "Forget an agent that is gone (refused while it still sends heartbeats).");
+  agents_remove->add_option("agent", remove_agent_id, "the agent's id (kranectl agents)")
+      ->required();
+  agents_remove->add_option("--region", region, "its region")->required();
+  agents_remove->add_flag("--force", remove_force,
+                          "remove it even though it sent a heartbeat in the last minute");
+  agents_remove->callback([&] { code = removeAgent(g, region, remove_agent_id, remove_force); });
+  agents_cmd->callback([&] {
+    if (agents_cmd->get_subcommands().empty()) code = agents(g, region);
+  });
 
   DeployArgs deploy_args;
   auto* deploy_cmd = app.add_subcommand(

@@ -13,6 +13,7 @@
 #include "controlplane/config.h"
 #include "controlplane/db/pool.h"
 #include "controlplane/feed/resource_table.h"
+#include "controlplane/ingest/ingestor.h"
 #include "controlplane/server.h"
 #include "spdlog/spdlog.h"
 
@@ -228,6 +229,36 @@ void addTokenCommands(CLI::App& app, int& exit_code) {
       return;
     }
     std::printf("revoked %s\n", revoke_id->c_str());
+  });
+}
+
+void addAgentCommands(CLI::App& app, int& exit_code) {
+  CLI::App* agent = app.add_subcommand("agent", "Forget agents that are gone.");
+  agent->require_subcommand(1);
+  auto dsn = std::make_shared<std::string>();
+  auto region = std::make_shared<std::string>();
+  auto id = std::make_shared<std::string>();
+  auto force = std::make_shared<bool>(false);
+  CLI::App* remove = agent->add_subcommand(
+      "remove", "Forget an agent (refused while it still sends heartbeats, unless --force).");
+  remove->add_option("--dsn", *dsn, "Database (default: $KRANE_DSN)");
+  remove->add_option("--region", *region, "its region")->required();
+  remove->add_option("id", *id, "the agent's id (kranectl agents)")->required();
+  remove->add_flag("--force", *force,
+                   "remove it even though it sent a heartbeat in the last minute");
+  remove->callback([dsn, region, id, force, &exit_code] {
+    auto pool = openDatabase(*dsn);
+    if (!pool.ok()) {
+      exit_code = fail("agent remove", pool.status());
+      return;
+    }
+    auto last_seen = ingest::Ingestor(*pool).removeAgent(*region, *id, *force);
+    if (!last_seen.ok()) {
+      exit_code = fail("agent remove", last_seen.status());
+      return;
+    }
+    std::printf("removed agent %s of region %s (last heartbeat %lld s ago)\n", id->c_str(),
+                region->c_str(), static_cast<long long>((unixMillis() - *last_seen) / 1000));
   });
 }
 

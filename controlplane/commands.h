@@ -8,5 +8,6 @@ namespace krane::ctrl {
 void addServeCommand(CLI::App& app, int& exit_code);
 void addRegionCommands(CLI::App& app, int& exit_code);
 void addTokenCommands(CLI::App& app, int& exit_code);
+void addAgentCommands(CLI::App& app, int& exit_code);
 
 }  // namespace krane::ctrl

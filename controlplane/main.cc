@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   krane::ctrl::addServeCommand(app, exit_code);
   krane::ctrl::addRegionCommands(app, exit_code);
   krane::ctrl::addTokenCommands(app, exit_code);
+  krane::ctrl::addAgentCommands(app, exit_code);
   krane::workflow::addWorkflowCommands(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -337,6 +337,23 @@ AgentServiceImpl::AgentServiceImpl(std::shared_ptr<ingest::Ingestor> ingestor,
                                    std::shared_ptr<const OperatorTokens> operators)
     : ingestor_(std::move(ingestor)), operators_(std::move(operators)) {}
 
+grpc::Status AgentServiceImpl::RemoveAgent(grpc::ServerContext* context,
+                                           const v1::RemoveAgentRequest* request,
+                                           v1::RemoveAgentResponse* response) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  if (auto st = feed::checkId("region", request->region()); !st.ok()) return toGrpc(st);
+  if (request->agent_id().empty()) {
+    return toGrpc(absl::InvalidArgumentError("agent_id: required"));
+  }
+  if (request->agent_id().size() > 128) {
+    return toGrpc(absl::InvalidArgumentError("agent_id: at most 128 bytes"));
+  }
+  auto last_seen = ingestor_->removeAgent(request->region(), request->agent_id(), request->force());
+  if (!last_seen.ok()) return toGrpc(last_seen.status());
+  response->set_last_seen_ms(*last_seen);
+  return grpc::Status::OK;
+}
+
 grpc::Status AgentServiceImpl::ListAgents(grpc::ServerContext* context,
                                           const v1::ListAgentsRequest* request,
                                           v1::ListAgentsResponse* response) {

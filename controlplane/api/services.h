@@ -73,6 +73,8 @@ class AgentServiceImpl final : public krane::api::v1::AgentService::Service {
                    std::shared_ptr<const OperatorTokens> operators);
   grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
                           v1::ListAgentsResponse* response) override;
+  grpc::Status RemoveAgent(grpc::ServerContext* context, const v1::RemoveAgentRequest* request,
+                           v1::RemoveAgentResponse* response) override;
 
  private:
   std::shared_ptr<ingest::Ingestor> ingestor_;

@@ -670,6 +670,34 @@ absl::StatusOr<HeartbeatResponse> Ingestor::heartbeat(const std::string& region,
   return response;
 }
 
+absl::StatusOr<int64_t> Ingestor::removeAgent(const std::string& region,
+                                              const std::string& agent_id, bool force,
+                                              std::chrono::milliseconds alive_within) {
+  int64_t last_seen = 0;
+  auto status = pool_->transact("agents.remove", [&](db::Connection& conn) -> absl::Status {
+    KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT last_seen_at FROM agents WHERE"
+                                                 " region_id = ? AND agent_id = ? FOR UPDATE",
+                                                 {region, agent_id}));
+    if (rows.empty()) {
+      return absl::NotFoundError(strCat("no agent \"", agent_id, "\" in region \"", region,
+                                        "\" (kranectl agents lists them)"));
+    }
+    last_seen = rows.rows[0].i64(0);
+    const int64_t ago = unixMillis() - last_seen;
+    if (!force && ago < alive_within.count()) {
+      return absl::FailedPreconditionError(
+          strCat("agent \"", agent_id, "\" of region \"", region, "\" sent a heartbeat ",
+                 ago / 1000, " s ago: it is running and would come back; stop it first, or force"));
+    }
+    return conn.exec("DELETE FROM agents WHERE region_id = ? AND agent_id = ?", {region, agent_id})
+        .status();
+  });
+  if (!status.ok()) return status;
+  spdlog::info("ingest: agent removed region={} agent={} last_seen_ms={}", region, agent_id,
+               last_seen);
+  return last_seen;
+}
+
 absl::StatusOr<std::vector<AgentInfo>> Ingestor::listAgents(const std::string& region) {
   std::string sql =
       "SELECT a.region_id, a.agent_id, a.build_version, a.applied_version, a.is_leader, a.plugins,"

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -77,6 +78,12 @@ class Ingestor {
 
   // Agents that sent a heartbeat, newest first; `region` filters when not empty.
   absl::StatusOr<std::vector<AgentInfo>> listAgents(const std::string& region);
+  // Forgets an agent; returns its last heartbeat (Unix ms). NOT_FOUND when there is none;
+  // FAILED_PRECONDITION when it sent a heartbeat within `alive_within` (it would only come
+  // back), unless `force`.
+  absl::StatusOr<int64_t> removeAgent(
+      const std::string& region, const std::string& agent_id, bool force,
+      std::chrono::milliseconds alive_within = std::chrono::minutes(1));
 
   const IngestCounters& counters() const { return counters_; }
 

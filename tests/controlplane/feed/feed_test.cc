@@ -590,6 +590,63 @@ TEST_CASE("heartbeats make each agents lag visible", "[feed]") {
           .error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
 
+// An agent that is gone (a replaced node) can be forgotten; one that still sends heartbeats is
+// refused by name, since it would only come back, unless forced.
+TEST_CASE("agents that are gone can be removed", "[feed]") {
+  TestControlPlane cp;
+  cp.startReplica();
+  auto cluster = cp.cluster();
+  for (const char* id : {"agent-old", "agent-new"}) {
+    cluster::v1::HeartbeatRequest beat;
+    beat.set_agent_id(id);
+    beat.set_region("eu-1");
+    beat.set_build_version("1.2.3");
+    cluster::v1::HeartbeatResponse answer;
+    REQUIRE_THAT(
+        cluster->Heartbeat(TestControlPlane::withToken(cp.agentToken("eu-1")).get(), beat, &answer),
+        IsOk());
+  }
+  auto agents = cp.agents();
+  auto remove = [&](const std::string& id, bool force = false) {
+    krane::api::v1::RemoveAgentRequest request;
+    request.set_region("eu-1");
+    request.set_agent_id(id);
+    request.set_force(force);
+    krane::api::v1::RemoveAgentResponse response;
+    return agents->RemoveAgent(TestControlPlane::withToken(kOperatorToken).get(), request,
+                               &response);
+  };
+  auto listed = [&] {
+    krane::api::v1::ListAgentsResponse response;
+    CHECK_THAT(agents->ListAgents(TestControlPlane::withToken(kOperatorToken).get(), {}, &response),
+               IsOk());
+    std::set<std::string> ids;
+    for (const auto& a : response.agents()) ids.insert(a.agent_id());
+    return ids;
+  };
+  INFO("alive: refused, naming it");
+  auto alive = remove("agent-old");
+  CHECK(alive.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
+  CHECK_THAT(alive.error_message(), Catch::Contains("agent-old") && Catch::Contains("heartbeat"));
+  CHECK(listed() == std::set<std::string>{"agent-new", "agent-old"});
+
+  REQUIRE_THAT(cp.pool()->transact("age",
+                                   [](db::Connection& conn) {
+                                     return conn
+                                         .exec(
+                                             "UPDATE agents SET last_seen_at = last_seen_at - "
+                                             "120000 WHERE agent_id = 'agent-old'")
+                                         .status();
+                                   }),
+               IsOk());
+  CHECK(remove("agent-old").ok());
+  CHECK(listed() == std::set<std::string>{"agent-new"});
+  CHECK(remove("agent-old").error_code() == grpc::StatusCode::NOT_FOUND);
+  CHECK(remove("agent-new", /*force=*/true).ok());
+  CHECK(listed().empty());
+  CHECK(remove("").error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_CASE("core resource types travel whole through the api and the stream", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
