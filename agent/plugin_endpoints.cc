@@ -70,6 +70,7 @@ absl::Status HostEndpoint::launch() {
   std::unique_lock lock(mutex_);
   ++incarnation_;
   hello_ = false;
+  hello_error_.clear();
   const std::string socket =
       strCat(options_.state_dir, "/host-", options_.name, "-", incarnation_, ".sock");
   ::unlink(socket.c_str());
@@ -120,8 +121,10 @@ absl::Status HostEndpoint::launch() {
   // Wait for the hello, noticing at once a host that exits instead (a refused plugin).
   const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
   bool exited = false;
-  while (!hello_ && !exited && std::chrono::steady_clock::now() < deadline) {
-    changed_.wait_for(lock, std::chrono::milliseconds(50), [&] { return hello_; });
+  while (!hello_ && hello_error_.empty() && !exited &&
+         std::chrono::steady_clock::now() < deadline) {
+    changed_.wait_for(lock, std::chrono::milliseconds(50),
+                      [&] { return hello_ || !hello_error_.empty(); });
     int status = 0;
     if (!hello_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
       exited = true;
@@ -133,8 +136,14 @@ absl::Status HostEndpoint::launch() {
     spdlog::info("agent: plugin host {} up pid={} types={}", name_, pid_, types_.size());
     return absl::OkStatus();
   }
+  const std::string refused = hello_error_;
   lock.unlock();
   killHost();
+  if (!refused.empty()) {
+    spdlog::error("agent: plugin host {} refused: {}", options_.name, refused);
+    return absl::FailedPreconditionError(
+        strCat("plugin ", options_.name, " (", options_.plugin_path, ") did not start: ", refused));
+  }
   const std::string reason = lastLine(log);
   return absl::FailedPreconditionError(
       strCat("plugin ", options_.name, " (", options_.plugin_path, ") did not start",
@@ -146,6 +155,14 @@ void HostEndpoint::onFrame(plugin::v1::Frame&& frame) {
   std::lock_guard lock(mutex_);
   switch (frame.body_case()) {
     case plugin::v1::Frame::kHello:
+      // A host built against another plugin ABI would misread what the agent sends it.
+      if (auto st = checkAbiVersion(strCat("plugin host ", options_.host_binary),
+                                    frame.hello().abi_major(), frame.hello().abi_minor());
+          !st.ok()) {
+        hello_error_ = strCat(toStd(st.message()), ": use the krane-plugin-host of this agent's build");
+        changed_.notify_all();
+        break;
+      }
       name_ = options_.name;
       types_.assign(frame.hello().resource_types().begin(), frame.hello().resource_types().end());
       hello_ = true;
