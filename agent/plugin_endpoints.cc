@@ -159,7 +159,8 @@ void HostEndpoint::onFrame(plugin::v1::Frame&& frame) {
       if (auto st = checkAbiVersion(strCat("plugin host ", options_.host_binary),
                                     frame.hello().abi_major(), frame.hello().abi_minor());
           !st.ok()) {
-        hello_error_ = strCat(toStd(st.message()), ": use the krane-plugin-host of this agent's build");
+        hello_error_ =
+            strCat(toStd(st.message()), ": use the krane-plugin-host of this agent's build");
         changed_.notify_all();
         break;
       }

@@ -58,8 +58,10 @@ absl::Status validateApi(const krane_plugin_api* api, const std::string& label,
   const std::string theirs = abiText(api->abi_major, api->abi_minor);
   if (auto st = checkAbiVersion(strCat("plugin ", label), api->abi_major, api->abi_minor, abi);
       !st.ok()) {
-    return absl::FailedPreconditionError(strCat(toStd(st.message()), ": rebuild the plugin against ",
-                                                kHeaderPath, " ", abiText(abi.major, abi.minor)));
+    const std::string wanted =
+        api->abi_major != abi.major ? strCat(abi.major, ".x") : abiText(abi.major, abi.minor);
+    return absl::FailedPreconditionError(
+        strCat(toStd(st.message()), ": rebuild the plugin against ", kHeaderPath, " ", wanted));
   }
   if (api->struct_size < KRANE_PLUGIN_API_SIZE_1_0) {
     return absl::FailedPreconditionError(

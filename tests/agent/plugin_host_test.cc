@@ -120,9 +120,10 @@ TEST_CASE("a host that speaks another plugin ABI is refused naming both versions
   auto st = host.start();
   REQUIRE_THAT(st, IsError(absl::StatusCode::kFailedPrecondition));
   const std::string message(toStd(st.message()));
-  CHECK_THAT(message, Catch::Contains(strCat("speaks plugin ABI ", KRANE_PLUGIN_ABI_MAJOR + 1, ".0")));
-  CHECK_THAT(message, Catch::Contains(
-                          strCat("this agent speaks ", KRANE_PLUGIN_ABI_MAJOR, ".", KRANE_PLUGIN_ABI_MINOR)));
+  CHECK_THAT(message,
+             Catch::Contains(strCat("speaks plugin ABI ", KRANE_PLUGIN_ABI_MAJOR + 1, ".0")));
+  CHECK_THAT(message, Catch::Contains(strCat("this agent speaks ", KRANE_PLUGIN_ABI_MAJOR, ".",
+                                             KRANE_PLUGIN_ABI_MINOR)));
   // Refused at its hello, not after the start timeout.
   CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
   // Nothing is delivered to it.

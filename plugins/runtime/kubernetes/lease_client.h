@@ -10,8 +10,8 @@
 #include <mutex>
 #include <string>
 
-#include "plugins/runtime/lease.h"
 #include "plugins/runtime/kubernetes/client.h"
+#include "plugins/runtime/lease.h"
 
 namespace krane::kube {
 
