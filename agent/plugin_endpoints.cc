@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -76,11 +79,17 @@ absl::Status HostEndpoint::launch() {
   ::unlink(socket.c_str());
   const std::string config_file = strCat(options_.state_dir, "/host-", options_.name, ".json");
   const std::string log = strCat(options_.state_dir, "/host-", options_.name, ".log");
-  std::ofstream(config_file) << options_.config_json;
+  // The configuration may hold credentials: only the agent's user may read it.
+  if (auto st = writePrivateFile(config_file, options_.config_json); !st.ok()) return st;
   channel_ =
       std::make_unique<FrameChannel>(strCat("ipc://", socket), FrameChannel::Mode::kBind,
                                      [this](plugin::v1::Frame&& f) { onFrame(std::move(f)); });
   if (auto st = channel_->start(); !st.ok()) return st;
+  // ZeroMQ creates the socket with the process umask; only the agent's user may connect.
+  if (::chmod(socket.c_str(), S_IRUSR | S_IWUSR) != 0) {
+    return absl::UnavailableError(
+        strCat("cannot make ", socket, " private: ", std::strerror(errno)));
+  }
 
   std::vector<std::string> argv = {options_.host_binary,
                                    "--plugin",
@@ -103,7 +112,7 @@ absl::Status HostEndpoint::launch() {
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
