@@ -26,6 +26,9 @@ bool finished(const std::string& status) {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
+// Input in a message, in this service's single quotes (krane::quote: short and printable).
+std::string singleQuoted(std::string_view value) { return quote(value, 64, '\''); }
+
 absl::Status checkText(std::string_view field, const std::string& value, size_t max,
                        bool required) {
   if (required && value.empty()) return invalid(strCat(field, ": required"));
@@ -68,7 +71,7 @@ absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::s
                             " a.current_deployment_id = d.id AS live"
                             " FROM deployments d JOIN apps a ON a.id = d.app_id WHERE d.id = ?",
                             {id}));
-  if (rows.empty()) return absl::NotFoundError(strCat("no deployment '", id, "'"));
+  if (rows.empty()) return absl::NotFoundError(strCat("no deployment ", singleQuoted(id)));
   const db::Row& r = rows.rows[0];
   v1::Deployment d;
   d.set_id(r.str("id"));
@@ -143,8 +146,9 @@ grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* contex
                                           " WHERE id = ? AND app_id = ? AND deleted_at IS NULL",
                                           {req.environment_id(), req.app_id()}));
         if (env.empty()) {
-          return absl::NotFoundError(strCat("environment_id: no environment '",
-                                            req.environment_id(), "' of app '", req.app_id(), "'"));
+          return absl::NotFoundError(strCat("environment_id: no environment ",
+                                            singleQuoted(req.environment_id()), " of app ",
+                                            singleQuoted(req.app_id())));
         }
         KRANE_ASSIGN_OR_RETURN(auto regions,
                                conn.query("SELECT region_id, replicas FROM"
@@ -152,8 +156,8 @@ grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* contex
                                           " ORDER BY region_id LIMIT 1",
                                           {req.environment_id()}));
         if (regions.empty()) {
-          return absl::FailedPreconditionError(
-              strCat("environment '", req.environment_id(), "' has no regions to deploy to"));
+          return absl::FailedPreconditionError(strCat(
+              "environment ", singleQuoted(req.environment_id()), " has no regions to deploy to"));
         }
         // The spec as every region will store it; refused here, nothing is written.
         feed::Resource probe;
@@ -280,12 +284,13 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
   if (!d.ok()) return toGrpc(d.status());
   const std::string& status = d->status();
   if (finished(status)) {
-    return toGrpc(absl::FailedPreconditionError(
-        strCat("deployment '", d->id(), "' already finished (", status, "): nothing to cancel")));
+    return toGrpc(absl::FailedPreconditionError(strCat("deployment ", singleQuoted(d->id()),
+                                                       " already finished (", status,
+                                                       "): nothing to cancel")));
   }
   if (d->invocation_id().empty()) {
     return toGrpc(absl::FailedPreconditionError(
-        strCat("deployment '", d->id(), "' has no deploy workflow to cancel")));
+        strCat("deployment ", singleQuoted(d->id()), " has no deploy workflow to cancel")));
   }
   if (auto st = engine_.cancel(d->invocation_id()); !st.ok()) return toGrpc(st);
   auto loaded = deploymentById(*pool_, request->id());

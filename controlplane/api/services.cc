@@ -132,7 +132,7 @@ grpc::Status ResourceServiceImpl::Get(grpc::ServerContext* context,
   if (!stored.ok()) return toGrpc(stored.status());
   if (!*stored || (*stored)->deleted) {
     return toGrpc(absl::NotFoundError(
-        strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\"")));
+        strCat(key.type, " ", quote(key.id), " does not exist in region ", quote(key.region))));
   }
   *response->mutable_resource() = (*stored)->resource;
   response->set_version((*stored)->resource.version());
@@ -207,7 +207,7 @@ grpc::Status ResourceServiceImpl::GetStatus(grpc::ServerContext* context,
   if (!stored.ok()) return toGrpc(stored.status());
   if (!*stored || (*stored)->deleted) {
     return toGrpc(absl::NotFoundError(
-        strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\"")));
+        strCat(key.type, " ", quote(key.id), " does not exist in region ", quote(key.region))));
   }
   const cluster::v1::Resource& resource = (*stored)->resource;
   response->set_version(resource.version());
