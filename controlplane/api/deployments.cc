@@ -118,10 +118,19 @@ DeploymentServiceImpl::DeploymentServiceImpl(std::shared_ptr<db::Pool> pool,
                                              std::shared_ptr<const feed::ResourceTables> tables,
                                              workflow::Engine& engine,
                                              std::shared_ptr<const OperatorTokens> operators)
-    : pool_(std::move(pool)),
+    : CheckedRequests("krane.api.v1.DeploymentService"),
+      pool_(std::move(pool)),
       tables_(std::move(tables)),
       engine_(engine),
-      operators_(std::move(operators)) {}
+      operators_(std::move(operators)) {
+  checkUnary("CreateDeployment", this, &DeploymentServiceImpl::CreateDeployment);
+  checkUnary("GetDeployment", this, &DeploymentServiceImpl::GetDeployment);
+  checkUnary("ListDeployments", this, &DeploymentServiceImpl::ListDeployments);
+  checkServerStreaming("WatchDeployment", this, &DeploymentServiceImpl::WatchUntilFinished);
+  checkUnary("CancelDeployment", this, &DeploymentServiceImpl::CancelDeployment);
+  checkUnary("PromoteDeployment", this, &DeploymentServiceImpl::PromoteDeployment);
+  checkUnary("RollbackEnvironment", this, &DeploymentServiceImpl::RollbackEnvironment);
+}
 
 grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* context,
                                                      const v1::CreateDeploymentRequest* request,
@@ -255,9 +264,9 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
   return grpc::Status::OK;
 }
 
-grpc::Status DeploymentServiceImpl::WatchDeployment(grpc::ServerContext* context,
-                                                    const v1::DeploymentRef* request,
-                                                    grpc::ServerWriter<v1::Deployment>* writer) {
+grpc::Status DeploymentServiceImpl::WatchUntilFinished(
+    grpc::ServerContext* context, const v1::DeploymentRef* request,
+    grpc::ServerWriterInterface<v1::Deployment>* writer) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   std::string last;
   for (;;) {

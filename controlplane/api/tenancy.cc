@@ -84,7 +84,14 @@ absl::Status parentExists(db::Connection& conn, std::string_view table, std::str
 
 TenancyServiceImpl::TenancyServiceImpl(std::shared_ptr<db::Pool> pool,
                                        std::shared_ptr<const OperatorTokens> operators)
-    : pool_(std::move(pool)), operators_(std::move(operators)) {}
+    : CheckedRequests("krane.api.v1.TenancyService"),
+      pool_(std::move(pool)),
+      operators_(std::move(operators)) {
+  checkUnary("CreateWorkspace", this, &TenancyServiceImpl::CreateWorkspace);
+  checkUnary("CreateProject", this, &TenancyServiceImpl::CreateProject);
+  checkUnary("CreateApp", this, &TenancyServiceImpl::CreateApp);
+  checkUnary("CreateEnvironment", this, &TenancyServiceImpl::CreateEnvironment);
+}
 
 grpc::Status TenancyServiceImpl::CreateWorkspace(grpc::ServerContext* context,
                                                  const v1::CreateWorkspaceRequest* request,
