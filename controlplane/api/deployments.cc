@@ -238,6 +238,10 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
   if (request->app_id().empty() && request->environment_id().empty()) {
     return toGrpc(invalid("app_id: an app_id or an environment_id is required"));
   }
+  for (const auto& [field, value] : {std::pair{"app_id", &request->app_id()},
+                                     std::pair{"environment_id", &request->environment_id()}}) {
+    if (auto st = checkText(field, *value, 64, false); !st.ok()) return toGrpc(st);
+  }
   const uint32_t limit = request->limit() == 0 ? 50 : std::min<uint32_t>(request->limit(), 1000);
   std::string where = "1 = 1";
   db::Params params;

@@ -50,6 +50,13 @@ grpc::Status WorkflowServiceImpl::ListInvocations(grpc::ServerContext* context,
   if (!request->key().empty() && request->service().empty()) {
     return toGrpc(absl::InvalidArgumentError("key: a key filter needs a service"));
   }
+  // The limits of service names and object keys (controlplane/workflow/engine.h).
+  if (request->service().size() > 64) {
+    return toGrpc(absl::InvalidArgumentError("service: at most 64 bytes"));
+  }
+  if (request->key().size() > 255) {
+    return toGrpc(absl::InvalidArgumentError("key: at most 255 bytes"));
+  }
   workflow::InvocationFilter filter;
   filter.service = request->service();
   filter.key = request->key();

@@ -1,7 +1,9 @@
 // Every string field of every request of krane-ctrl's gRPC services, found by reflection over
 // the request messages (so a new field or method is covered without touching this test), gets
 // INVALID_ARGUMENT naming the field when it holds bytes that are not UTF-8, never INTERNAL with
-// an empty message. Requests are sent as raw bytes, as a client in any language could.
+// an empty message; and a 1 MiB value in any of them gets a short answer at once (a limit, or a
+// message that quotes it cut short). Requests are sent as raw bytes, as any client could.
+#include <chrono>
 #include <set>
 #include <string>
 #include <vector>
@@ -73,8 +75,9 @@ std::string pathText(const FieldPath& path) {
   return text;
 }
 
-// A request with only that field set, to bytes that are not UTF-8.
-std::string requestWithBadString(const Descriptor& type, const FieldPath& path) {
+// A request with only that field set, to `value` (bytes that are not UTF-8 by default).
+std::string requestWithBadString(const Descriptor& type, const FieldPath& path,
+                                 const std::string& value = kNotUtf8) {
   std::unique_ptr<Message> request(
       google::protobuf::MessageFactory::generated_factory()->GetPrototype(&type)->New());
   Message* at = request.get();
@@ -85,9 +88,9 @@ std::string requestWithBadString(const Descriptor& type, const FieldPath& path) 
   }
   const auto* reflection = at->GetReflection();
   if (path.back()->is_repeated()) {
-    reflection->AddString(at, path.back(), kNotUtf8);
+    reflection->AddString(at, path.back(), value);
   } else {
-    reflection->SetString(at, path.back(), kNotUtf8);
+    reflection->SetString(at, path.back(), value);
   }
   std::string wire;
   REQUIRE(request->SerializePartialToString(&wire));
@@ -137,6 +140,42 @@ TEST_CASE("a string that is not utf8 in any field of any request is refused nami
   auto rows = (*cp.pool()->acquire())->query("SELECT COUNT(*) FROM resource_changes", {});
   REQUIRE_THAT(rows, IsOk());
   CHECK(rows->rows[0].i64(0) == 0);
+}
+
+TEST_CASE("a 1 MiB value in any string field of any request gets a short answer at once",
+          "[utf8]") {
+  TestControlPlane cp;
+  cp.startReplica();
+  auto channel = cp.channel();
+  const std::string huge(1 << 20, 'a');
+  size_t checked = 0;
+  for (const std::string& name : kServices) {
+    const auto* service =
+        google::protobuf::DescriptorPool::generated_pool()->FindServiceByName(name);
+    REQUIRE(service != nullptr);
+    for (int m = 0; m < service->method_count(); ++m) {
+      const auto* method = service->method(m);
+      const std::string rpc = "/" + service->full_name() + "/" + method->name();
+      std::vector<FieldPath> fields;
+      FieldPath prefix;
+      std::set<const Descriptor*> open;
+      stringFields(*method->input_type(), prefix, open, fields);
+      for (const FieldPath& field : fields) {
+        INFO(rpc << " " << pathText(field));
+        const auto started = std::chrono::steady_clock::now();
+        const grpc::Status st =
+            callRaw(*channel, rpc, requestWithBadString(*method->input_type(), field, huge));
+        CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+        INFO(st.error_message().substr(0, 200));
+        CHECK_FALSE(st.ok());  // each request lacks what its method requires
+        CHECK(st.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED);
+        CHECK(st.error_code() != grpc::StatusCode::INTERNAL);
+        CHECK(st.error_message().size() < 512u);
+        ++checked;
+      }
+    }
+  }
+  CHECK(checked > 100u);
 }
 
 TEST_CASE("well formed utf8 of every length passes and the field paths are as documented",
