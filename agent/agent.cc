@@ -98,11 +98,10 @@ absl::Status Agent::start() {
 }
 
 absl::Status Agent::openStateDir() {
-  std::error_code ec;
-  std::filesystem::create_directories(config_.state_dir, ec);
-  if (ec)
-    return absl::FailedPreconditionError(
-        strCat("cannot create state_dir ", config_.state_dir, ": ", ec.message()));
+  // Private: it holds plugin configurations (credentials), the cursor store and host sockets.
+  if (auto st = makePrivateDir(config_.state_dir); !st.ok()) {
+    return absl::FailedPreconditionError(strCat("state_dir: ", toStd(st.message())));
+  }
   if (::access(config_.state_dir.c_str(), W_OK) != 0) {
     return absl::PermissionDeniedError(strCat("state_dir ", config_.state_dir, " is not writable"));
   }

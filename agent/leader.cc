@@ -26,7 +26,7 @@ std::string FileLockElector::holder(const std::string& state_dir) {
 }
 
 bool FileLockElector::tryAcquire() {
-  if (fd_ < 0) fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) return false;
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) return false;
   const std::string who = strCat(identity_, " ", ::getpid(), "\n");

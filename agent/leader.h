@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "plugins/runtime/lease.h"
 
 namespace krane::agent {
 
@@ -53,21 +54,8 @@ class FileLockElector final : public LeaderElector {
   std::thread thread_;
 };
 
-// What a Lease elector needs from the Kubernetes API (implemented with the Kubernetes client).
-class LeaseClient {
- public:
-  virtual ~LeaseClient() = default;
-  struct Lease {
-    std::string holder;
-    std::chrono::system_clock::time_point renewed;
-    std::chrono::seconds duration{15};
-    std::string resource_version;  // for compare-and-swap updates
-  };
-  // NOT_FOUND when there is no lease yet.
-  virtual absl::StatusOr<Lease> get() = 0;
-  // Creates or updates the lease; ABORTED when `expected_resource_version` no longer matches.
-  virtual absl::Status write(const Lease& lease, const std::string& expected_resource_version) = 0;
-};
+// The Lease interface lives with the runtimes that implement it (plugins/runtime/lease.h).
+using LeaseClient = runtime::LeaseClient;
 
 class LeaseElector final : public LeaderElector {
  public:

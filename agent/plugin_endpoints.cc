@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "common/files.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -71,16 +74,23 @@ absl::Status HostEndpoint::launch() {
   std::unique_lock lock(mutex_);
   ++incarnation_;
   hello_ = false;
+  hello_error_.clear();
   const std::string socket =
       strCat(options_.state_dir, "/host-", options_.name, "-", incarnation_, ".sock");
   ::unlink(socket.c_str());
   const std::string config_file = strCat(options_.state_dir, "/host-", options_.name, ".json");
   const std::string log = strCat(options_.state_dir, "/host-", options_.name, ".log");
-  std::ofstream(config_file) << options_.config_json;
+  // The configuration may hold credentials: only the agent's user may read it.
+  if (auto st = writePrivateFile(config_file, options_.config_json); !st.ok()) return st;
   channel_ =
       std::make_unique<FrameChannel>(strCat("ipc://", socket), FrameChannel::Mode::kBind,
                                      [this](plugin::v1::Frame&& f) { onFrame(std::move(f)); });
   if (auto st = channel_->start(); !st.ok()) return st;
+  // ZeroMQ creates the socket with the process umask; only the agent's user may connect.
+  if (::chmod(socket.c_str(), S_IRUSR | S_IWUSR) != 0) {
+    return absl::UnavailableError(
+        strCat("cannot make ", socket, " private: ", std::strerror(errno)));
+  }
 
   std::vector<std::string> argv = {options_.host_binary,
                                    "--plugin",
@@ -103,7 +113,7 @@ absl::Status HostEndpoint::launch() {
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(1);
-    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0600);
     if (fd >= 0) {
       ::dup2(fd, 1);
       ::dup2(fd, 2);
@@ -121,8 +131,10 @@ absl::Status HostEndpoint::launch() {
   // Wait for the hello, noticing at once a host that exits instead (a refused plugin).
   const auto deadline = std::chrono::steady_clock::now() + options_.start_timeout;
   bool exited = false;
-  while (!hello_ && !exited && std::chrono::steady_clock::now() < deadline) {
-    changed_.wait_for(lock, std::chrono::milliseconds(50), [&] { return hello_; });
+  while (!hello_ && hello_error_.empty() && !exited &&
+         std::chrono::steady_clock::now() < deadline) {
+    changed_.wait_for(lock, std::chrono::milliseconds(50),
+                      [&] { return hello_ || !hello_error_.empty(); });
     int status = 0;
     if (!hello_ && ::waitpid(pid_, &status, WNOHANG) == pid_) {
       exited = true;
@@ -134,8 +146,14 @@ absl::Status HostEndpoint::launch() {
     spdlog::info("agent: plugin host {} up pid={} types={}", name_, pid_, types_.size());
     return absl::OkStatus();
   }
+  const std::string refused = hello_error_;
   lock.unlock();
   killHost();
+  if (!refused.empty()) {
+    spdlog::error("agent: plugin host {} refused: {}", options_.name, refused);
+    return absl::FailedPreconditionError(
+        strCat("plugin ", options_.name, " (", options_.plugin_path, ") did not start: ", refused));
+  }
   const std::string reason = lastLine(log);
   return absl::FailedPreconditionError(
       strCat("plugin ", options_.name, " (", options_.plugin_path, ") did not start",
@@ -147,6 +165,15 @@ void HostEndpoint::onFrame(plugin::v1::Frame&& frame) {
   std::lock_guard lock(mutex_);
   switch (frame.body_case()) {
     case plugin::v1::Frame::kHello:
+      // A host built against another plugin ABI would misread what the agent sends it.
+      if (auto st = checkAbiVersion(strCat("plugin host ", options_.host_binary),
+                                    frame.hello().abi_major(), frame.hello().abi_minor());
+          !st.ok()) {
+        hello_error_ =
+            strCat(toStd(st.message()), ": use the krane-plugin-host of this agent's build");
+        changed_.notify_all();
+        break;
+      }
       name_ = options_.name;
       types_.assign(frame.hello().resource_types().begin(), frame.hello().resource_types().end());
       hello_ = true;

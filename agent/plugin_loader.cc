@@ -56,17 +56,12 @@ absl::Status validateApi(const krane_plugin_api* api, const std::string& label,
                " bytes, too small to hold even the ABI version (", kVersionEnd, " bytes)"));
   }
   const std::string theirs = abiText(api->abi_major, api->abi_minor);
-  const std::string ours = abiText(abi.major, abi.minor);
-  if (api->abi_major != abi.major) {
+  if (auto st = checkAbiVersion(strCat("plugin ", label), api->abi_major, api->abi_minor, abi);
+      !st.ok()) {
+    const std::string wanted =
+        api->abi_major != abi.major ? strCat(abi.major, ".x") : abiText(abi.major, abi.minor);
     return absl::FailedPreconditionError(
-        strCat("plugin ", label, " speaks plugin ABI ", theirs, ", this agent speaks ", ours,
-               ": rebuild the plugin against ", kHeaderPath, " ", abi.major, ".x"));
-  }
-  if (api->abi_minor < abi.oldest_minor) {
-    return absl::FailedPreconditionError(
-        strCat("plugin ", label, " speaks plugin ABI ", theirs, ", this agent speaks ", ours,
-               " and accepts ", abiText(abi.major, abi.oldest_minor),
-               " or newer: rebuild the plugin against ", kHeaderPath, " ", ours));
+        strCat(toStd(st.message()), ": rebuild the plugin against ", kHeaderPath, " ", wanted));
   }
   if (api->struct_size < KRANE_PLUGIN_API_SIZE_1_0) {
     return absl::FailedPreconditionError(
@@ -95,6 +90,22 @@ absl::Status validateApi(const krane_plugin_api* api, const std::string& label,
 }
 
 }  // namespace
+
+absl::Status checkAbiVersion(std::string_view who, uint32_t major, uint32_t minor,
+                             const PluginAbi& abi) {
+  const std::string theirs = strCat(major, ".", minor);
+  const std::string ours = abiText(abi.major, abi.minor);
+  if (major != abi.major) {
+    return absl::FailedPreconditionError(
+        strCat(who, " speaks plugin ABI ", theirs, ", this agent speaks ", ours));
+  }
+  if (minor < abi.oldest_minor) {
+    return absl::FailedPreconditionError(strCat(who, " speaks plugin ABI ", theirs,
+                                                ", this agent speaks ", ours, " and accepts ",
+                                                abiText(abi.major, abi.oldest_minor), " or newer"));
+  }
+  return absl::OkStatus();
+}
 
 // The krane_host handed to the plugin and what its callbacks need. Heap-allocated so that its
 // address stays put for the plugin.

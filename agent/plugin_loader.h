@@ -41,6 +41,11 @@ struct PluginAbi {
   uint16_t oldest_minor = 0;
 };
 
+// FAILED_PRECONDITION naming both versions ("<who> speaks plugin ABI 2.0, this agent speaks
+// 1.0") unless `major`.`minor` is one `abi` accepts. Used for plugins and plugin hosts alike.
+absl::Status checkAbiVersion(std::string_view who, uint32_t major, uint32_t minor,
+                             const PluginAbi& abi = {});
+
 enum class PluginLogLevel { kDebug, kInfo, kWarn, kError };
 
 // What the plugin may call back. Either may be empty: logs then go to spdlog, reports are

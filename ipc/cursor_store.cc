@@ -141,7 +141,7 @@ class NewStoreFile {
   absl::Status create(const layout::Geometry& g, std::string_view region, int64_t created_ms,
                       bool preallocate) {
     ::unlink(tmp_path_.c_str());
-    fd_ = ::open(tmp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd_ = ::open(tmp_path_.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd_ < 0) {
       return absl::UnavailableError(
           strCat("cannot create cursor store ", tmp_path_, ": ", errnoText(errno)));
@@ -366,7 +366,7 @@ absl::StatusOr<std::unique_ptr<CursorStore>> CursorStore::open(const std::string
     }
     const std::string lock_path = strCat(state_dir, "/", kLockFileName);
     // O_CLOEXEC: plugin hosts started by the agent must not inherit (and so keep) the lock.
-    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    lock_fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (lock_fd < 0) {
       return absl::UnavailableError(strCat("cannot open ", lock_path, ": ", errnoText(errno)));
     }
@@ -380,6 +380,8 @@ absl::StatusOr<std::unique_ptr<CursorStore>> CursorStore::open(const std::string
                  "; lock file ", lock_path));
     }
     // The pid is only a hint for the message above; the lock is what counts.
+    // Stores made before the state directory was private were created 0644.
+    (void)::fchmod(lock_fd, S_IRUSR | S_IWUSR);
     const std::string pid = std::to_string(::getpid());
     const bool noted =
         ::ftruncate(lock_fd, 0) == 0 && ::pwrite(lock_fd, pid.data(), pid.size(), 0) > 0;
@@ -416,6 +418,11 @@ absl::StatusOr<std::unique_ptr<CursorStore>> CursorStore::open(const std::string
     store->recovery_.created = true;
     if (::stat(path.c_str(), &st) != 0) {
       return absl::UnavailableError(strCat("cannot stat ", path, ": ", errnoText(errno)));
+    }
+  } else if (agent && (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+    // Only the agent's user (and the plugin hosts it starts) may read the cursors.
+    if (::chmod(path.c_str(), S_IRUSR | S_IWUSR) != 0) {
+      return absl::UnavailableError(strCat("cannot make ", path, " private: ", errnoText(errno)));
     }
   }
   if (static_cast<uint64_t>(st.st_size) < layout::kHeaderBytes) {

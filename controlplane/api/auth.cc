@@ -107,7 +107,7 @@ absl::StatusOr<CreatedToken> AgentTokens::create(const std::string& region,
     KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT 1 FROM regions WHERE id = ?", {region}));
     if (rows.empty()) {
       return absl::NotFoundError(
-          strCat("region \"", region, "\" is not registered (krane-ctrl region add ", region, ")"));
+          strCat("region ", quote(region), " is not registered (krane-ctrl region add NAME)"));
     }
     return conn
         .exec(

@@ -26,6 +26,9 @@ bool finished(const std::string& status) {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
+// Input in a message, in this service's single quotes (krane::quote: short and printable).
+std::string singleQuoted(std::string_view value) { return quote(value, 64, '\''); }
+
 absl::Status checkText(std::string_view field, const std::string& value, size_t max,
                        bool required) {
   if (required && value.empty()) return invalid(strCat(field, ": required"));
@@ -68,7 +71,7 @@ absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::s
                             " a.current_deployment_id = d.id AS live"
                             " FROM deployments d JOIN apps a ON a.id = d.app_id WHERE d.id = ?",
                             {id}));
-  if (rows.empty()) return absl::NotFoundError(strCat("no deployment '", id, "'"));
+  if (rows.empty()) return absl::NotFoundError(strCat("no deployment ", singleQuoted(id)));
   const db::Row& r = rows.rows[0];
   v1::Deployment d;
   d.set_id(r.str("id"));
@@ -115,10 +118,19 @@ DeploymentServiceImpl::DeploymentServiceImpl(std::shared_ptr<db::Pool> pool,
                                              std::shared_ptr<const feed::ResourceTables> tables,
                                              workflow::Engine& engine,
                                              std::shared_ptr<const OperatorTokens> operators)
-    : pool_(std::move(pool)),
+    : CheckedRequests("krane.api.v1.DeploymentService"),
+      pool_(std::move(pool)),
       tables_(std::move(tables)),
       engine_(engine),
-      operators_(std::move(operators)) {}
+      operators_(std::move(operators)) {
+  checkUnary("CreateDeployment", this, &DeploymentServiceImpl::CreateDeployment);
+  checkUnary("GetDeployment", this, &DeploymentServiceImpl::GetDeployment);
+  checkUnary("ListDeployments", this, &DeploymentServiceImpl::ListDeployments);
+  checkServerStreaming("WatchDeployment", this, &DeploymentServiceImpl::WatchUntilFinished);
+  checkUnary("CancelDeployment", this, &DeploymentServiceImpl::CancelDeployment);
+  checkUnary("PromoteDeployment", this, &DeploymentServiceImpl::PromoteDeployment);
+  checkUnary("RollbackEnvironment", this, &DeploymentServiceImpl::RollbackEnvironment);
+}
 
 grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* context,
                                                      const v1::CreateDeploymentRequest* request,
@@ -143,8 +155,9 @@ grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* contex
                                           " WHERE id = ? AND app_id = ? AND deleted_at IS NULL",
                                           {req.environment_id(), req.app_id()}));
         if (env.empty()) {
-          return absl::NotFoundError(strCat("environment_id: no environment '",
-                                            req.environment_id(), "' of app '", req.app_id(), "'"));
+          return absl::NotFoundError(strCat("environment_id: no environment ",
+                                            singleQuoted(req.environment_id()), " of app ",
+                                            singleQuoted(req.app_id())));
         }
         KRANE_ASSIGN_OR_RETURN(auto regions,
                                conn.query("SELECT region_id, replicas FROM"
@@ -152,8 +165,8 @@ grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* contex
                                           " ORDER BY region_id LIMIT 1",
                                           {req.environment_id()}));
         if (regions.empty()) {
-          return absl::FailedPreconditionError(
-              strCat("environment '", req.environment_id(), "' has no regions to deploy to"));
+          return absl::FailedPreconditionError(strCat(
+              "environment ", singleQuoted(req.environment_id()), " has no regions to deploy to"));
         }
         // The spec as every region will store it; refused here, nothing is written.
         feed::Resource probe;
@@ -225,6 +238,10 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
   if (request->app_id().empty() && request->environment_id().empty()) {
     return toGrpc(invalid("app_id: an app_id or an environment_id is required"));
   }
+  for (const auto& [field, value] : {std::pair{"app_id", &request->app_id()},
+                                     std::pair{"environment_id", &request->environment_id()}}) {
+    if (auto st = checkText(field, *value, 64, false); !st.ok()) return toGrpc(st);
+  }
   const uint32_t limit = request->limit() == 0 ? 50 : std::min<uint32_t>(request->limit(), 1000);
   std::string where = "1 = 1";
   db::Params params;
@@ -251,9 +268,9 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
   return grpc::Status::OK;
 }
 
-grpc::Status DeploymentServiceImpl::WatchDeployment(grpc::ServerContext* context,
-                                                    const v1::DeploymentRef* request,
-                                                    grpc::ServerWriter<v1::Deployment>* writer) {
+grpc::Status DeploymentServiceImpl::WatchUntilFinished(
+    grpc::ServerContext* context, const v1::DeploymentRef* request,
+    grpc::ServerWriterInterface<v1::Deployment>* writer) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   std::string last;
   for (;;) {
@@ -280,12 +297,13 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
   if (!d.ok()) return toGrpc(d.status());
   const std::string& status = d->status();
   if (finished(status)) {
-    return toGrpc(absl::FailedPreconditionError(
-        strCat("deployment '", d->id(), "' already finished (", status, "): nothing to cancel")));
+    return toGrpc(absl::FailedPreconditionError(strCat("deployment ", singleQuoted(d->id()),
+                                                       " already finished (", status,
+                                                       "): nothing to cancel")));
   }
   if (d->invocation_id().empty()) {
     return toGrpc(absl::FailedPreconditionError(
-        strCat("deployment '", d->id(), "' has no deploy workflow to cancel")));
+        strCat("deployment ", singleQuoted(d->id()), " has no deploy workflow to cancel")));
   }
   if (auto st = engine_.cancel(d->invocation_id()); !st.ok()) return toGrpc(st);
   auto loaded = deploymentById(*pool_, request->id());

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "controlplane/api/auth.h"
+#include "controlplane/api/checked_requests.h"
 #include "controlplane/db/pool.h"
 #include "controlplane/feed/resource_table.h"
 #include "controlplane/workflow/engine.h"
@@ -15,7 +16,8 @@
 
 namespace krane::api {
 
-class DeploymentServiceImpl final : public krane::api::v1::DeploymentService::Service {
+class DeploymentServiceImpl final
+    : public CheckedRequests<krane::api::v1::DeploymentService::Service> {
  public:
   // `engine` must outlive the service (the server stops gRPC first).
   DeploymentServiceImpl(std::shared_ptr<db::Pool> pool,
@@ -30,8 +32,9 @@ class DeploymentServiceImpl final : public krane::api::v1::DeploymentService::Se
   grpc::Status ListDeployments(grpc::ServerContext* context,
                                const v1::ListDeploymentsRequest* request,
                                v1::ListDeploymentsResponse* response) override;
-  grpc::Status WatchDeployment(grpc::ServerContext* context, const v1::DeploymentRef* request,
-                               grpc::ServerWriter<v1::Deployment>* writer) override;
+  // The WatchDeployment RPC.
+  grpc::Status WatchUntilFinished(grpc::ServerContext* context, const v1::DeploymentRef* request,
+                                  grpc::ServerWriterInterface<v1::Deployment>* writer);
   grpc::Status CancelDeployment(grpc::ServerContext* context, const v1::DeploymentRef* request,
                                 v1::Deployment* response) override;
   grpc::Status PromoteDeployment(grpc::ServerContext* context, const v1::DeploymentRef* request,

@@ -57,7 +57,16 @@ absl::Status checkOperator(const grpc::ServerContextBase& context,
 ClusterServiceImpl::ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch,
                                        std::shared_ptr<AgentTokens> tokens,
                                        std::shared_ptr<ingest::Ingestor> ingestor)
-    : watch_(std::move(watch)), tokens_(std::move(tokens)), ingestor_(std::move(ingestor)) {}
+    : CheckedRequests("krane.cluster.v1.ClusterService"),
+      watch_(std::move(watch)),
+      tokens_(std::move(tokens)),
+      ingestor_(std::move(ingestor)) {
+  checkCallbackServerStreaming("Watch", this, &ClusterServiceImpl::Watch);
+  checkUnary("ReportDeploymentStatus", this, &ClusterServiceImpl::ReportDeploymentStatus);
+  checkUnary("ReportSentinelStatus", this, &ClusterServiceImpl::ReportSentinelStatus);
+  checkUnary("ReportResourceStatus", this, &ClusterServiceImpl::ReportResourceStatus);
+  checkUnary("Heartbeat", this, &ClusterServiceImpl::Heartbeat);
+}
 
 grpc::ServerWriteReactor<cluster::v1::WatchEvent>* ClusterServiceImpl::Watch(
     grpc::CallbackServerContext* context, const cluster::v1::WatchRequest* request) {
@@ -105,7 +114,17 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
 ResourceServiceImpl::ResourceServiceImpl(std::shared_ptr<feed::Writer> writer,
                                          std::shared_ptr<db::Pool> pool,
                                          std::shared_ptr<const OperatorTokens> operators)
-    : writer_(std::move(writer)), pool_(std::move(pool)), operators_(std::move(operators)) {}
+    : CheckedRequests("krane.api.v1.ResourceService"),
+      writer_(std::move(writer)),
+      pool_(std::move(pool)),
+      operators_(std::move(operators)) {
+  checkUnary("Put", this, &ResourceServiceImpl::Put);
+  checkUnary("Get", this, &ResourceServiceImpl::Get);
+  checkUnary("List", this, &ResourceServiceImpl::List);
+  checkUnary("Delete", this, &ResourceServiceImpl::Delete);
+  checkUnary("GetStatus", this, &ResourceServiceImpl::GetStatus);
+  checkServerStreaming("Watch", this, &ResourceServiceImpl::WatchChanges);
+}
 
 grpc::Status ResourceServiceImpl::Put(grpc::ServerContext* context,
                                       const v1::PutResourceRequest* request,
@@ -132,7 +151,7 @@ grpc::Status ResourceServiceImpl::Get(grpc::ServerContext* context,
   if (!stored.ok()) return toGrpc(stored.status());
   if (!*stored || (*stored)->deleted) {
     return toGrpc(absl::NotFoundError(
-        strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\"")));
+        strCat(key.type, " ", quote(key.id), " does not exist in region ", quote(key.region))));
   }
   *response->mutable_resource() = (*stored)->resource;
   response->set_version((*stored)->resource.version());
@@ -207,7 +226,7 @@ grpc::Status ResourceServiceImpl::GetStatus(grpc::ServerContext* context,
   if (!stored.ok()) return toGrpc(stored.status());
   if (!*stored || (*stored)->deleted) {
     return toGrpc(absl::NotFoundError(
-        strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\"")));
+        strCat(key.type, " ", quote(key.id), " does not exist in region ", quote(key.region))));
   }
   const cluster::v1::Resource& resource = (*stored)->resource;
   response->set_version(resource.version());
@@ -268,9 +287,9 @@ grpc::Status ResourceServiceImpl::GetStatus(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ResourceServiceImpl::Watch(grpc::ServerContext* context,
-                                        const v1::WatchResourcesRequest* request,
-                                        grpc::ServerWriter<v1::ResourceChange>* writer) {
+grpc::Status ResourceServiceImpl::WatchChanges(
+    grpc::ServerContext* context, const v1::WatchResourcesRequest* request,
+    grpc::ServerWriterInterface<v1::ResourceChange>* writer) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   if (!request->region().empty()) {
     if (auto st = feed::checkId("region", request->region()); !st.ok()) return toGrpc(st);
@@ -335,7 +354,11 @@ grpc::Status ResourceServiceImpl::Watch(grpc::ServerContext* context,
 
 AgentServiceImpl::AgentServiceImpl(std::shared_ptr<ingest::Ingestor> ingestor,
                                    std::shared_ptr<const OperatorTokens> operators)
-    : ingestor_(std::move(ingestor)), operators_(std::move(operators)) {}
+    : CheckedRequests("krane.api.v1.AgentService"),
+      ingestor_(std::move(ingestor)),
+      operators_(std::move(operators)) {
+  checkUnary("ListAgents", this, &AgentServiceImpl::ListAgents);
+}
 
 grpc::Status AgentServiceImpl::RemoveAgent(grpc::ServerContext* context,
                                            const v1::RemoveAgentRequest* request,

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "controlplane/api/auth.h"
+#include "controlplane/api/checked_requests.h"
 #include "controlplane/feed/watch_stream.h"
 #include "controlplane/feed/writer.h"
 #include "controlplane/ingest/ingestor.h"
@@ -15,8 +16,9 @@
 namespace krane::api {
 
 // Watch runs on gRPC's callback API (a stream holds no thread); the unary reports are sync.
-class ClusterServiceImpl final : public cluster::v1::ClusterService::WithCallbackMethod_Watch<
-                                     cluster::v1::ClusterService::Service> {
+class ClusterServiceImpl final
+    : public CheckedRequests<cluster::v1::ClusterService::WithCallbackMethod_Watch<
+          cluster::v1::ClusterService::Service>> {
  public:
   ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch, std::shared_ptr<AgentTokens> tokens,
                      std::shared_ptr<ingest::Ingestor> ingestor);
@@ -41,7 +43,7 @@ class ClusterServiceImpl final : public cluster::v1::ClusterService::WithCallbac
   std::shared_ptr<ingest::Ingestor> ingestor_;
 };
 
-class ResourceServiceImpl final : public krane::api::v1::ResourceService::Service {
+class ResourceServiceImpl final : public CheckedRequests<krane::api::v1::ResourceService::Service> {
  public:
   ResourceServiceImpl(std::shared_ptr<feed::Writer> writer, std::shared_ptr<db::Pool> pool,
                       std::shared_ptr<const OperatorTokens> operators);
@@ -56,10 +58,10 @@ class ResourceServiceImpl final : public krane::api::v1::ResourceService::Servic
                       v1::DeleteResourceResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetResourceStatusRequest* request,
                          v1::GetResourceStatusResponse* response) override;
-  // Polls the change table (every 200 ms) and holds a server thread while it runs: meant for the
-  // few operators watching, not for agents.
-  grpc::Status Watch(grpc::ServerContext* context, const v1::WatchResourcesRequest* request,
-                     grpc::ServerWriter<v1::ResourceChange>* writer) override;
+  // The Watch RPC. Polls the change table (every 200 ms) and holds a server thread while it runs:
+  // meant for the few operators watching, not for agents.
+  grpc::Status WatchChanges(grpc::ServerContext* context, const v1::WatchResourcesRequest* request,
+                            grpc::ServerWriterInterface<v1::ResourceChange>* writer);
 
  private:
   std::shared_ptr<feed::Writer> writer_;
@@ -67,7 +69,7 @@ class ResourceServiceImpl final : public krane::api::v1::ResourceService::Servic
   std::shared_ptr<const OperatorTokens> operators_;
 };
 
-class AgentServiceImpl final : public krane::api::v1::AgentService::Service {
+class AgentServiceImpl final : public CheckedRequests<krane::api::v1::AgentService::Service> {
  public:
   AgentServiceImpl(std::shared_ptr<ingest::Ingestor> ingestor,
                    std::shared_ptr<const OperatorTokens> operators);

@@ -13,6 +13,9 @@ namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
+// Input in a message, in this service's single quotes (krane::quote: short and printable).
+std::string singleQuoted(std::string_view value) { return quote(value, 64, '\''); }
+
 bool allowed(std::string_view text, bool underscore) {
   if (text.empty() || text.size() > 64) return false;
   for (char c : text) {
@@ -71,7 +74,7 @@ absl::Status parentExists(db::Connection& conn, std::string_view table, std::str
       conn.query(strCat("SELECT * FROM ", table, " WHERE id = ? AND deleted_at IS NULL"), {id}));
   if (rows.empty())
     return absl::NotFoundError(
-        strCat(field, ": no ", field.substr(0, field.size() - 3), " '", id, "'"));
+        strCat(field, ": no ", field.substr(0, field.size() - 3), " ", singleQuoted(id)));
   if (workspace != nullptr) *workspace = rows.rows[0].str("workspace_id");
   if (project != nullptr) *project = rows.rows[0].str("project_id");
   return absl::OkStatus();
@@ -81,7 +84,14 @@ absl::Status parentExists(db::Connection& conn, std::string_view table, std::str
 
 TenancyServiceImpl::TenancyServiceImpl(std::shared_ptr<db::Pool> pool,
                                        std::shared_ptr<const OperatorTokens> operators)
-    : pool_(std::move(pool)), operators_(std::move(operators)) {}
+    : CheckedRequests("krane.api.v1.TenancyService"),
+      pool_(std::move(pool)),
+      operators_(std::move(operators)) {
+  checkUnary("CreateWorkspace", this, &TenancyServiceImpl::CreateWorkspace);
+  checkUnary("CreateProject", this, &TenancyServiceImpl::CreateProject);
+  checkUnary("CreateApp", this, &TenancyServiceImpl::CreateApp);
+  checkUnary("CreateEnvironment", this, &TenancyServiceImpl::CreateEnvironment);
+}
 
 grpc::Status TenancyServiceImpl::CreateWorkspace(grpc::ServerContext* context,
                                                  const v1::CreateWorkspaceRequest* request,
@@ -97,11 +107,12 @@ grpc::Status TenancyServiceImpl::CreateWorkspace(grpc::ServerContext* context,
   if (builds > 1000) return toGrpc(invalid("max_concurrent_builds: at most 1000"));
   absl::Status s = pool_->transact("create workspace", [&](db::Connection& conn) -> absl::Status {
     const int64_t now = unixMillis();
-    KRANE_RETURN_IF_ERROR(taken(conn.exec("INSERT INTO workspaces (id, name, slug, created_at)"
-                                          " VALUES (?, ?, ?, ?)",
-                                          {*id, request->name(), *slug, now})
-                                    .status(),
-                                strCat("workspace id '", *id, "' or slug '", *slug, "'")));
+    KRANE_RETURN_IF_ERROR(
+        taken(conn.exec("INSERT INTO workspaces (id, name, slug, created_at)"
+                        " VALUES (?, ?, ?, ?)",
+                        {*id, request->name(), *slug, now})
+                  .status(),
+              strCat("workspace id ", singleQuoted(*id), " or slug ", singleQuoted(*slug))));
     return conn
         .exec("INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at) VALUES (?,?,?)",
               {*id, builds, now})
@@ -131,7 +142,7 @@ grpc::Status TenancyServiceImpl::CreateProject(grpc::ServerContext* context,
                            " VALUES (?, ?, ?, ?, ?)",
                            {*id, request->workspace_id(), request->name(), *slug, unixMillis()})
                      .status(),
-                 strCat("project id '", *id, "' or slug '", *slug, "'"));
+                 strCat("project id ", singleQuoted(*id), " or slug ", singleQuoted(*slug)));
   });
   if (!s.ok()) return toGrpc(s);
   response->set_id(*id);
@@ -158,7 +169,7 @@ grpc::Status TenancyServiceImpl::CreateApp(grpc::ServerContext* context,
                   " created_at) VALUES (?, ?, ?, ?, ?, ?)",
                   {*id, workspace, request->project_id(), request->name(), *slug, unixMillis()})
             .status(),
-        strCat("app id '", *id, "' or slug '", *slug, "'"));
+        strCat("app id ", singleQuoted(*id), " or slug ", singleQuoted(*slug)));
   });
   if (!s.ok()) return toGrpc(s);
   response->set_id(*id);
@@ -194,7 +205,8 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
     }
     for (int j = 0; j < i; ++j) {
       if (r.regions(j).region() == region.region()) {
-        return toGrpc(invalid(strCat("regions[", i, "].region: '", region.region(), "' twice")));
+        return toGrpc(
+            invalid(strCat("regions[", i, "].region: ", singleQuoted(region.region()), " twice")));
       }
     }
   }
@@ -213,20 +225,21 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
                                                     " deleted_at IS NULL",
                                                     {r.regions(i).region()}));
       if (found.empty()) {
-        return absl::NotFoundError(strCat("regions[", i, "].region: no region '",
-                                          r.regions(i).region(),
-                                          "' (krane-ctrl region add registers one)"));
+        return absl::NotFoundError(strCat("regions[", i, "].region: no region ",
+                                          singleQuoted(r.regions(i).region()),
+                                          " (krane-ctrl region add registers one)"));
       }
     }
     const int64_t now = unixMillis();
-    KRANE_RETURN_IF_ERROR(taken(
-        conn.exec("INSERT INTO environments (id, workspace_id, project_id, app_id, slug,"
-                  " kind, strategy, max_surge, max_unavailable, deploy_timeout_seconds,"
-                  " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                  {*id, workspace, project, r.app_id(), r.slug(), r.kind(), strategy, surge,
-                   unavailable, timeout, now})
-            .status(),
-        strCat("environment id '", *id, "' or slug '", r.slug(), "' of app '", r.app_id(), "'")));
+    KRANE_RETURN_IF_ERROR(
+        taken(conn.exec("INSERT INTO environments (id, workspace_id, project_id, app_id, slug,"
+                        " kind, strategy, max_surge, max_unavailable, deploy_timeout_seconds,"
+                        " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        {*id, workspace, project, r.app_id(), r.slug(), r.kind(), strategy, surge,
+                         unavailable, timeout, now})
+                  .status(),
+              strCat("environment id ", singleQuoted(*id), " or slug ", singleQuoted(r.slug()),
+                     " of app ", singleQuoted(r.app_id()))));
     for (const auto& region : r.regions()) {
       KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO environment_regions (environment_id,"
                                       " region_id, replicas, created_at) VALUES (?,?,?,?)",

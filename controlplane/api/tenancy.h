@@ -8,12 +8,13 @@
 #include <memory>
 
 #include "controlplane/api/auth.h"
+#include "controlplane/api/checked_requests.h"
 #include "controlplane/db/pool.h"
 #include "krane/api/v1/tenancy.grpc.pb.h"
 
 namespace krane::api {
 
-class TenancyServiceImpl final : public krane::api::v1::TenancyService::Service {
+class TenancyServiceImpl final : public CheckedRequests<krane::api::v1::TenancyService::Service> {
  public:
   TenancyServiceImpl(std::shared_ptr<db::Pool> pool,
                      std::shared_ptr<const OperatorTokens> operators);

@@ -31,7 +31,17 @@ absl::Status requireId(const std::string& field, const std::string& id) {
 
 WorkflowServiceImpl::WorkflowServiceImpl(std::shared_ptr<db::Pool> pool,
                                          std::shared_ptr<const OperatorTokens> operators)
-    : pool_(std::move(pool)), operators_(std::move(operators)) {}
+    : CheckedRequests("krane.api.v1.WorkflowService"),
+      pool_(std::move(pool)),
+      operators_(std::move(operators)) {
+  checkUnary("ListInvocations", this, &WorkflowServiceImpl::ListInvocations);
+  checkUnary("GetInvocation", this, &WorkflowServiceImpl::GetInvocation);
+  checkUnary("CancelInvocation", this, &WorkflowServiceImpl::CancelInvocation);
+  checkUnary("KillInvocation", this, &WorkflowServiceImpl::KillInvocation);
+  checkUnary("ResumeInvocation", this, &WorkflowServiceImpl::ResumeInvocation);
+  checkUnary("SettleAwakeable", this, &WorkflowServiceImpl::SettleAwakeable);
+  checkUnary("ListHeldKeys", this, &WorkflowServiceImpl::ListHeldKeys);
+}
 
 grpc::Status WorkflowServiceImpl::ListInvocations(grpc::ServerContext* context,
                                                   const v1::ListInvocationsRequest* request,
@@ -39,6 +49,13 @@ grpc::Status WorkflowServiceImpl::ListInvocations(grpc::ServerContext* context,
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   if (!request->key().empty() && request->service().empty()) {
     return toGrpc(absl::InvalidArgumentError("key: a key filter needs a service"));
+  }
+  // The limits of service names and object keys (controlplane/workflow/engine.h).
+  if (request->service().size() > 64) {
+    return toGrpc(absl::InvalidArgumentError("service: at most 64 bytes"));
+  }
+  if (request->key().size() > 255) {
+    return toGrpc(absl::InvalidArgumentError("key: at most 255 bytes"));
   }
   workflow::InvocationFilter filter;
   filter.service = request->service();

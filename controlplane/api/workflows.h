@@ -6,12 +6,13 @@
 #include <memory>
 
 #include "controlplane/api/auth.h"
+#include "controlplane/api/checked_requests.h"
 #include "controlplane/db/pool.h"
 #include "krane/api/v1/workflows.grpc.pb.h"
 
 namespace krane::api {
 
-class WorkflowServiceImpl final : public krane::api::v1::WorkflowService::Service {
+class WorkflowServiceImpl final : public CheckedRequests<krane::api::v1::WorkflowService::Service> {
  public:
   WorkflowServiceImpl(std::shared_ptr<db::Pool> pool,
                       std::shared_ptr<const OperatorTokens> operators);

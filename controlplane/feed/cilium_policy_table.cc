@@ -13,6 +13,7 @@
 #include "controlplane/feed/json_check.h"
 #include "controlplane/feed/single_type_table.h"
 #include "controlplane/feed/tables.h"
+#include "plugins/cilium/policy.h"
 
 namespace krane::feed {
 namespace {
@@ -32,16 +33,16 @@ bool isLowerAlnum(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '
 
 absl::Status validatePolicy(const Resource& r) {
   if (!r.has_cilium_network_policy()) {
-    return invalid(strCat("resource.cilium_network_policy: required for type \"", r.type(), "\""));
+    return invalid(strCat("resource.cilium_network_policy: required for type ", quote(r.type())));
   }
   const CiliumNetworkPolicy& p = r.cilium_network_policy();
   if (!p.policy_id().empty() && p.policy_id() != r.id()) {
-    return invalid(strCat("cilium_network_policy.policy_id: \"", p.policy_id(),
-                          "\" differs from resource.id \"", r.id(), "\""));
+    return invalid(strCat("cilium_network_policy.policy_id: ", quote(p.policy_id()),
+                          " differs from resource.id ", quote(r.id())));
   }
   if (!p.region().empty() && p.region() != r.region()) {
-    return invalid(strCat("cilium_network_policy.region: \"", p.region(),
-                          "\" differs from resource.region \"", r.region(), "\""));
+    return invalid(strCat("cilium_network_policy.region: ", quote(p.region()),
+                          " differs from resource.region ", quote(r.region())));
   }
   KRANE_RETURN_IF_ERROR(checkId("cilium_network_policy.workspace_id", p.workspace_id()));
   KRANE_RETURN_IF_ERROR(checkId("cilium_network_policy.project_id", p.project_id()));
@@ -54,7 +55,7 @@ absl::Status validatePolicy(const Resource& r) {
                       return isLowerAlnum(c) || c == '-' || c == '.';
                     });
     if (!ok) {
-      return invalid(strCat("cilium_network_policy.name: \"", name, "\" must be at most ",
+      return invalid(strCat("cilium_network_policy.name: ", quote(name), " must be at most ",
                             kMaxNameBytes,
                             " characters of a-z, 0-9, '-' and '.', starting and ending with a "
                             "letter or digit"));
@@ -62,8 +63,15 @@ absl::Status validatePolicy(const Resource& r) {
   }
   KRANE_RETURN_IF_ERROR(
       checkNotEmpty("cilium_network_policy.policy_json", p.policy_json(), kMaxPolicyBytes));
-  return checkJsonDocument("cilium_network_policy.policy_json", p.policy_json(),
-                           JsonShape::kObject);
+  KRANE_RETURN_IF_ERROR(
+      checkJsonDocument("cilium_network_policy.policy_json", p.policy_json(), JsonShape::kObject));
+  // The plugin's own check, so a policy it would refuse is refused here, before it is stored,
+  // rather than parked by every agent that receives it.
+  auto object = cilium::policyObject(p, r.id());
+  if (!object.ok()) {
+    return invalid(strCat("cilium_network_policy.", toStd(object.status().message())));
+  }
+  return absl::OkStatus();
 }
 
 Resource fromRow(const db::Row& row) {

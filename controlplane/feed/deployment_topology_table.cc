@@ -142,13 +142,13 @@ absl::Status checkLabelKey(std::string_view field, std::string_view key) {
     const std::string_view prefix = key.substr(0, slash);
     name = key.substr(slash + 1);
     if (prefix.size() > kMaxLabelPrefixBytes || !dnsSubdomain(prefix)) {
-      return invalid(strCat(field, ": key prefix \"", prefix,
-                            "\" must be a DNS subdomain of at most ", kMaxLabelPrefixBytes,
+      return invalid(strCat(field, ": key prefix ", quote(prefix),
+                            " must be a DNS subdomain of at most ", kMaxLabelPrefixBytes,
                             " characters"));
     }
   }
   if (name.size() > kMaxLabelNameBytes || !labelSyntax(name)) {
-    return invalid(strCat(field, ": key name \"", name, "\" must be 1-", kMaxLabelNameBytes,
+    return invalid(strCat(field, ": key name ", quote(name), " must be 1-", kMaxLabelNameBytes,
                           " characters of [A-Za-z0-9-_.], starting and ending alphanumeric"));
   }
   return absl::OkStatus();
@@ -157,7 +157,7 @@ absl::Status checkLabelKey(std::string_view field, std::string_view key) {
 absl::Status checkLabelValue(std::string_view field, std::string_view value) {
   if (value.empty()) return absl::OkStatus();
   if (value.size() > kMaxLabelValueBytes || !labelSyntax(value)) {
-    return invalid(strCat(field, ": value \"", value, "\" must be at most ", kMaxLabelValueBytes,
+    return invalid(strCat(field, ": value ", quote(value), " must be at most ", kMaxLabelValueBytes,
                           " characters of [A-Za-z0-9-_.], starting and ending alphanumeric"));
   }
   return absl::OkStatus();
@@ -171,8 +171,8 @@ absl::Status checkEnvName(std::string_view field, std::string_view name) {
   }
   const auto allowed = [](char c) { return isAlnum(c) || c == '-' || c == '.' || c == '_'; };
   if (!std::all_of(name.begin(), name.end(), allowed) || (name[0] >= '0' && name[0] <= '9')) {
-    return invalid(strCat(field, ": \"", name,
-                          "\" must consist of letters, digits, '_', '-' and '.' and not start "
+    return invalid(strCat(field, ": ", quote(name),
+                          " must consist of letters, digits, '_', '-' and '.' and not start "
                           "with a digit"));
   }
   return absl::OkStatus();
@@ -212,16 +212,16 @@ absl::Status checkProbe(std::string_view field, const HttpProbe& p, bool livenes
 
 absl::Status validateTopology(const Resource& r) {
   if (!r.has_deployment_topology()) {
-    return invalid(strCat("resource.deployment_topology: required for type \"", r.type(), "\""));
+    return invalid(strCat("resource.deployment_topology: required for type ", quote(r.type())));
   }
   const DeploymentTopology& t = r.deployment_topology();
   if (!t.deployment_id().empty() && t.deployment_id() != r.id()) {
-    return invalid(strCat("deployment_topology.deployment_id: \"", t.deployment_id(),
-                          "\" differs from resource.id \"", r.id(), "\""));
+    return invalid(strCat("deployment_topology.deployment_id: ", quote(t.deployment_id()),
+                          " differs from resource.id ", quote(r.id())));
   }
   if (!t.region().empty() && t.region() != r.region()) {
-    return invalid(strCat("deployment_topology.region: \"", t.region(),
-                          "\" differs from resource.region \"", r.region(), "\""));
+    return invalid(strCat("deployment_topology.region: ", quote(t.region()),
+                          " differs from resource.region ", quote(r.region())));
   }
   KRANE_RETURN_IF_ERROR(checkId("deployment_topology.workspace_id", t.workspace_id()));
   KRANE_RETURN_IF_ERROR(checkId("deployment_topology.project_id", t.project_id()));
@@ -263,7 +263,7 @@ absl::Status validateTopology(const Resource& r) {
     const auto [it, inserted] = env_seen.emplace(e.name(), i);
     if (!inserted) {
       return invalid(
-          strCat(field, ".name: \"", e.name(), "\" already set by env[", it->second, "]"));
+          strCat(field, ".name: ", quote(e.name()), " already set by env[", it->second, "]"));
     }
     KRANE_RETURN_IF_ERROR(checkText(strCat(field, ".value"), e.value(), kMaxEnvValueBytes));
     env_bytes += e.name().size() + e.value().size();
@@ -308,8 +308,8 @@ absl::Status validateTopology(const Resource& r) {
 
   if (!t.shutdown_signal().empty() &&
       std::find(kSignals.begin(), kSignals.end(), t.shutdown_signal()) == kSignals.end()) {
-    return invalid(strCat("deployment_topology.shutdown_signal: \"", t.shutdown_signal(),
-                          "\" is not a signal (use e.g. SIGTERM)"));
+    return invalid(strCat("deployment_topology.shutdown_signal: ", quote(t.shutdown_signal()),
+                          " is not a signal (use e.g. SIGTERM)"));
   }
   KRANE_RETURN_IF_ERROR(checkMax("deployment_topology.termination_grace_period_seconds",
                                  t.termination_grace_period_seconds(), kMaxGracePeriodSeconds));
@@ -331,7 +331,7 @@ absl::Status validateTopology(const Resource& r) {
   // Sorted, so the first bad label reported does not depend on the map's iteration order.
   const std::map<std::string, std::string> labels(t.labels().begin(), t.labels().end());
   for (const auto& [key, value] : labels) {
-    const std::string field = strCat("deployment_topology.labels[\"", key, "\"]");
+    const std::string field = strCat("deployment_topology.labels[", quote(key), "]");
     if (!validUtf8(key) || !validUtf8(value)) return invalid(strCat(field, ": not valid UTF-8"));
     KRANE_RETURN_IF_ERROR(checkLabelKey(field, key));
     KRANE_RETURN_IF_ERROR(checkLabelValue(field, value));

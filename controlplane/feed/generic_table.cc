@@ -33,12 +33,12 @@ class GenericTable final : public ResourceTable {
   absl::Status validate(const Resource& r) const override {
     if (!r.has_generic()) {
       return absl::InvalidArgumentError(
-          strCat("resource.generic: required for type \"", r.type(), "\""));
+          strCat("resource.generic: required for type ", quote(r.type())));
     }
     const auto& g = r.generic();
     if (!g.type().empty() && g.type() != r.type()) {
-      return absl::InvalidArgumentError(strCat("resource.generic.type: \"", g.type(),
-                                               "\" differs from resource.type \"", r.type(), "\""));
+      return absl::InvalidArgumentError(strCat("resource.generic.type: ", quote(g.type()),
+                                               " differs from resource.type ", quote(r.type())));
     }
     if (!g.id().empty() && g.id() != r.id()) {
       return absl::InvalidArgumentError("resource.generic.id: differs from resource.id");

@@ -17,8 +17,8 @@ absl::Status checkId(std::string_view field, std::string_view value) {
            c == '_' || c == '-' || c == ':';
   });
   if (!ok) {
-    return absl::InvalidArgumentError(
-        strCat(field, ": \"", value, "\" may only contain letters, digits, '.', '_', '-' and ':'"));
+    return absl::InvalidArgumentError(strCat(
+        field, ": ", quote(value), " may only contain letters, digits, '.', '_', '-' and ':'"));
   }
   return absl::OkStatus();
 }

@@ -50,16 +50,16 @@ absl::Status checkJson(std::string_view field, std::string_view text, size_t max
 
 absl::Status validateSentinel(const Resource& r) {
   if (!r.has_sentinel()) {
-    return invalid(strCat("resource.sentinel: required for type \"", r.type(), "\""));
+    return invalid(strCat("resource.sentinel: required for type ", quote(r.type())));
   }
   const Sentinel& s = r.sentinel();
   if (!s.sentinel_id().empty() && s.sentinel_id() != r.id()) {
-    return invalid(strCat("sentinel.sentinel_id: \"", s.sentinel_id(),
-                          "\" differs from resource.id \"", r.id(), "\""));
+    return invalid(strCat("sentinel.sentinel_id: ", quote(s.sentinel_id()),
+                          " differs from resource.id ", quote(r.id())));
   }
   if (!s.region().empty() && s.region() != r.region()) {
-    return invalid(strCat("sentinel.region: \"", s.region(), "\" differs from resource.region \"",
-                          r.region(), "\""));
+    return invalid(strCat("sentinel.region: ", quote(s.region()), " differs from resource.region ",
+                          quote(r.region())));
   }
   KRANE_RETURN_IF_ERROR(checkId("sentinel.workspace_id", s.workspace_id()));
   KRANE_RETURN_IF_ERROR(checkId("sentinel.project_id", s.project_id()));

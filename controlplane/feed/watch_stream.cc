@@ -76,7 +76,7 @@ absl::Status WatchStream::setupOrError() {
   KRANE_ASSIGN_OR_RETURN(std::string allowed, context_->authorize(bearer_));
   if (allowed != region_) {
     return absl::PermissionDeniedError(
-        strCat("this agent token is for region \"", allowed, "\", not \"", region_, "\""));
+        strCat("this agent token is for region ", quote(allowed), ", not ", quote(region_)));
   }
   KRANE_ASSIGN_OR_RETURN(auto conn, context_->pool->acquire());
   KRANE_ASSIGN_OR_RETURN(
@@ -85,7 +85,7 @@ absl::Status WatchStream::setupOrError() {
                              " WHERE r.id = ?",
                              {region_}));
   if (rows.empty())
-    return absl::NotFoundError(strCat("region \"", region_, "\" is not registered"));
+    return absl::NotFoundError(strCat("region ", quote(region_), " is not registered"));
   const uint64_t head = rows.rows[0].u64(0);
   const uint64_t pruned = rows.rows[0].u64(1);
   uint64_t cursor = request_.version();

@@ -24,8 +24,8 @@ absl::Status checkType(std::string_view field, std::string_view type) {
            c == '_' || c == '-' || c == '/';
   });
   if (!ok) {
-    return absl::InvalidArgumentError(
-        strCat(field, ": \"", type, "\" may only contain letters, digits, '.', '_', '-' and '/'"));
+    return absl::InvalidArgumentError(strCat(
+        field, ": ", quote(type), " may only contain letters, digits, '.', '_', '-' and '/'"));
   }
   return absl::OkStatus();
 }
@@ -42,8 +42,8 @@ absl::Status WriteTx::checkRegion(const std::string& region) {
   }
   KRANE_ASSIGN_OR_RETURN(auto rows, conn_.query("SELECT 1 FROM regions WHERE id = ?", {region}));
   if (rows.empty()) {
-    return absl::NotFoundError(strCat("region \"", region,
-                                      "\" is not registered (add it with `krane-ctrl region add ",
+    return absl::NotFoundError(strCat("region ", quote(region),
+                                      " is not registered (add it with `krane-ctrl region add ",
                                       region, "`)"));
   }
   known_regions_.push_back(region);
@@ -59,12 +59,12 @@ absl::Status WriteTx::put(const Resource& resource, uint64_t expected_version) {
   KRANE_ASSIGN_OR_RETURN(auto row, table.lock(conn_, key));
   if (row && !row->deleted && row->region != key.region) {
     return absl::FailedPreconditionError(
-        strCat(key.type, " \"", key.id, "\" exists in region \"", row->region,
-               "\"; delete it there before putting it in \"", key.region, "\""));
+        strCat(key.type, " ", quote(key.id), " exists in region ", quote(row->region),
+               "; delete it there before putting it in ", quote(key.region)));
   }
   const bool live = row && !row->deleted && row->region == key.region;
   if (expected_version != 0 && (!live || row->version != expected_version)) {
-    return absl::AbortedError(strCat(key.type, " \"", key.id, "\" is at version ",
+    return absl::AbortedError(strCat(key.type, " ", quote(key.id), " is at version ",
                                      live ? row->version : 0, ", not the expected ",
                                      expected_version));
   }
@@ -80,10 +80,10 @@ absl::Status WriteTx::remove(const ResourceKey& key, uint64_t expected_version) 
   KRANE_ASSIGN_OR_RETURN(auto row, table.lock(conn_, key));
   if (!row || row->deleted || row->region != key.region) {
     return absl::NotFoundError(
-        strCat(key.type, " \"", key.id, "\" does not exist in region \"", key.region, "\""));
+        strCat(key.type, " ", quote(key.id), " does not exist in region ", quote(key.region)));
   }
   if (expected_version != 0 && row->version != expected_version) {
-    return absl::AbortedError(strCat(key.type, " \"", key.id, "\" is at version ", row->version,
+    return absl::AbortedError(strCat(key.type, " ", quote(key.id), " is at version ", row->version,
                                      ", not the expected ", expected_version));
   }
   Pending pending{&table, Resource(), true, false};
@@ -196,9 +196,26 @@ void Writer::committed(const std::vector<WriteResult>& results) {
 }
 
 absl::StatusOr<WriteResult> Writer::put(const Resource& resource, uint64_t expected_version) {
-  KRANE_ASSIGN_OR_RETURN(auto results, transact("put", [&](WriteTx& tx) {
-                           return tx.put(resource, expected_version);
-                         }));
+  std::vector<WriteResult> results;
+  db::TxOptions options;
+  options.isolation = db::Isolation::kReadCommitted;
+  KRANE_RETURN_IF_ERROR(pool_->transact(
+      "put",
+      [&](db::Connection& conn) -> absl::Status {
+        KRANE_ASSIGN_OR_RETURN(results, transactIn(conn, [&](WriteTx& tx) {
+                                 return tx.put(resource, expected_version);
+                               }));
+        // The resource as the table stores it (what a read returns), from the same transaction.
+        const ResourceKey key{resource.type(), resource.id(), resource.region()};
+        KRANE_ASSIGN_OR_RETURN(auto stored, tables_->forType(key.type).load(conn, key));
+        if (!stored || stored->deleted) {
+          return absl::InternalError(strCat(key.type, " ", quote(key.id), " was not stored"));
+        }
+        results.at(0).resource = std::move(stored->resource);
+        return absl::OkStatus();
+      },
+      options));
+  committed(results);
   return results.at(0);
 }
 

@@ -77,6 +77,8 @@ class Writer {
   // Tells the listeners (the tailer) about changes a caller committed.
   void committed(const std::vector<WriteResult>& results);
 
+  // `resource` of the result is the resource as stored, read back in the same transaction: what
+  // a read returns (ids the table fills in, version).
   absl::StatusOr<WriteResult> put(const Resource& resource, uint64_t expected_version = 0);
   absl::StatusOr<WriteResult> remove(const ResourceKey& key, uint64_t expected_version = 0);
 

@@ -112,10 +112,16 @@ bool isHostPort(std::string_view a) {
   return value >= 1 && value <= 65535;
 }
 
-// The region a report is about: the token's, which the request may repeat but not change.
+// The region a report is about: required, and the token's (a token reports for its own region
+// only). An empty region is refused rather than taken to mean the token's: the report says
+// which region it is about.
 absl::Status checkRegion(const std::string& token_region, const std::string& requested) {
   if (token_region.empty()) return absl::PermissionDeniedError("the caller's token has no region");
-  if (!requested.empty() && requested != token_region) {
+  if (requested.empty()) {
+    return absl::InvalidArgumentError(strCat("region: required (the region the report is about, ",
+                                             token_region, " for this token)"));
+  }
+  if (requested != token_region) {
     return absl::PermissionDeniedError(
         strCat("token for region ", token_region, " cannot report for region ", requested));
   }
@@ -194,9 +200,8 @@ absl::Status validateInstance(const std::string& field, const Instance& in) {
       return invalid(strCat(field, ".address: required for a running instance"));
     }
   } else if (in.address().size() > kMaxAddressBytes || !isHostPort(in.address())) {
-    const std::string shown =
-        in.address().size() > 64 ? strCat(in.address().substr(0, 64), "...") : in.address();
-    return invalid(strCat(field, ".address: \"", shown, "\" is not host:port"));
+    return invalid(strCat(field, ".address: ", quote(in.address()), " is not host:port (at most ",
+                          kMaxAddressBytes, " bytes)"));
   }
   return checkSize(strCat(field, ".failure_reason"), in.failure_reason(), kMaxMessageBytes);
 }
@@ -223,8 +228,8 @@ absl::Status validateDeploymentReport(const ReportDeploymentStatusRequest& r) {
     KRANE_RETURN_IF_ERROR(validateInstance(field, instances[i]));
     auto [it, inserted] = seen.emplace(instances[i].id(), i);
     if (!inserted) {
-      return invalid(strCat(field, ".id: \"", instances[i].id(),
-                            "\" is listed twice (also instances[", it->second, "])"));
+      return invalid(strCat(field, ".id: ", quote(instances[i].id()),
+                            " is listed twice (also instances[", it->second, "])"));
     }
   }
   return absl::OkStatus();
@@ -522,7 +527,7 @@ absl::Status Ingestor::reportSentinelStatus(const std::string& region,
                                   {id, region}));
         if (rows.empty()) {
           return absl::NotFoundError(
-              strCat("sentinel \"", id, "\" does not exist in region \"", region, "\""));
+              strCat("sentinel ", quote(id), " does not exist in region ", quote(region)));
         }
         KRANE_RETURN_IF_ERROR(
             conn.exec("UPDATE sentinels SET available_replicas = ?, updated_replicas = ?,"

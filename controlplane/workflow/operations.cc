@@ -46,7 +46,7 @@ absl::StatusOr<std::string> lockedStatus(db::Connection& conn, const std::string
   KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT status FROM workflow_invocations"
                                                " WHERE id = ? FOR UPDATE",
                                                {id}));
-  if (rows.empty()) return absl::NotFoundError(strCat("no invocation '", id, "'"));
+  if (rows.empty()) return absl::NotFoundError(strCat("no invocation ", quote(id, 64, '\'')));
   return rows.rows[0].str("status");
 }
 
@@ -56,8 +56,8 @@ absl::StatusOr<std::vector<InvocationSummary>> listInvocations(db::Pool& pool,
                                                                const InvocationFilter& filter) {
   if (!filter.status.empty() && !knownStatus(filter.status)) {
     return absl::InvalidArgumentError(
-        strCat("status: unknown invocation status '", filter.status,
-               "' (scheduled, queued, ready, running, suspended, paused, succeeded, failed,"
+        strCat("status: unknown invocation status ", quote(filter.status, 64, '\''),
+               " (scheduled, queued, ready, running, suspended, paused, succeeded, failed,"
                " cancelled, killed)"));
   }
   if (!filter.key.empty() && filter.service.empty()) {
@@ -95,7 +95,7 @@ absl::StatusOr<InvocationDetail> showInvocation(db::Pool& pool, const std::strin
                          " lease_owner, claims, cancel_requested FROM workflow_invocations"
                          " WHERE id = ?"),
                   {id}));
-  if (rows.empty()) return absl::NotFoundError(strCat("no invocation '", id, "'"));
+  if (rows.empty()) return absl::NotFoundError(strCat("no invocation ", quote(id, 64, '\'')));
   const db::Row& r = rows.rows[0];
   InvocationDetail d;
   d.summary = summaryOf(r);
@@ -167,7 +167,7 @@ absl::Status cancelInvocation(db::Pool& pool, const std::string& id) {
     const int64_t now = unixMillis();
     if (isFinal(status)) {
       return absl::FailedPreconditionError(
-          strCat("invocation '", id, "' already finished (", status, ")"));
+          strCat("invocation ", quote(id, 64, '\''), " already finished (", status, ")"));
     }
     KRANE_RETURN_IF_ERROR(requestCancel(conn, id, status, now));
     // The cancel goes down the call tree: every unfinished invocation this one called (not the
@@ -198,7 +198,7 @@ absl::Status killInvocation(db::Pool& pool, const std::string& id) {
     KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
     if (isFinal(status)) {
       return absl::FailedPreconditionError(
-          strCat("invocation '", id, "' already finished (", status, ")"));
+          strCat("invocation ", quote(id, 64, '\''), " already finished (", status, ")"));
     }
     return store::finish(
         conn, id, "killed",
@@ -211,7 +211,8 @@ absl::Status resumeInvocation(db::Pool& pool, const std::string& id) {
   return pool.transact("workflow resume", [&](db::Connection& conn) -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
     if (status != "paused") {
-      return absl::FailedPreconditionError(strCat("invocation '", id, "' is ", status,
+      return absl::FailedPreconditionError(strCat("invocation ", quote(id, 64, '\''), " is ",
+                                                  status,
                                                   ", not paused: only a paused invocation"
                                                   " can be resumed"));
     }

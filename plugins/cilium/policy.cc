@@ -25,6 +25,11 @@ uint32_t fnv1a32(std::string_view bytes) {
 
 bool isAlnumLower(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
+// A JSON value in an error message, quoted and cut like every echoed input.
+std::string shown(const json& value) {
+  return quote(value.is_string() ? value.get<std::string>() : value.dump());
+}
+
 absl::Status invalid(const std::string& path, std::string_view what) {
   return absl::InvalidArgumentError(strCat(path, ": ", what));
 }
@@ -224,10 +229,10 @@ absl::StatusOr<json> policyObject(const cluster::v1::CiliumNetworkPolicy& policy
       const std::string path = strCat("policy_json.", key);
       if (key == "apiVersion") {
         if (value != kApiVersion) {
-          return invalid(path, strCat("must be ", kApiVersion, ", got ", value.dump()));
+          return invalid(path, strCat("must be ", kApiVersion, ", got ", shown(value)));
         }
       } else if (key == "kind") {
-        if (value != kKind) return invalid(path, strCat("must be ", kKind, ", got ", value.dump()));
+        if (value != kKind) return invalid(path, strCat("must be ", kKind, ", got ", shown(value)));
       } else if (key == "spec") {
         KRANE_RETURN_IF_ERROR(checkRule(value, path));
         object["spec"] = value;
@@ -257,15 +262,15 @@ absl::StatusOr<json> policyObject(const cluster::v1::CiliumNetworkPolicy& policy
   const std::string given = metadata.value("name", "");
   if (!name.empty() && !given.empty() && name != given) {
     return invalid("policy_json.metadata.name",
-                   strCat("\"", given, "\" differs from the policy's name \"", name, "\""));
+                   strCat(quote(given), " differs from the policy's name ", quote(name)));
   }
   if (name.empty()) name = given;
   const std::string name_field = policy.name().empty() ? "policy_json.metadata.name" : "name";
   if (name.empty()) name = dnsLabel("krane-policy", resource_id);
   if (!isDnsSubdomain(name)) {
     return invalid(name_field,
-                   strCat("\"", name,
-                          "\" is not a valid object name (lowercase letters, digits, '-' and '.', "
+                   strCat(quote(name),
+                          " is not a valid object name (lowercase letters, digits, '-' and '.', "
                           "at most 253 characters, alphanumeric at both ends)"));
   }
 
@@ -284,8 +289,8 @@ absl::StatusOr<json> policyObject(const cluster::v1::CiliumNetworkPolicy& policy
     ns_field = "workspace_id";
   }
   if (!isDnsLabel(ns)) {
-    return invalid(ns_field, strCat("\"", ns,
-                                    "\" is not a valid namespace (lowercase letters, digits and "
+    return invalid(ns_field, strCat(quote(ns),
+                                    " is not a valid namespace (lowercase letters, digits and "
                                     "'-', at most 63 characters, alphanumeric at both ends)"));
   }
 

@@ -2,7 +2,9 @@
 // watermark without a full sync, and two agents of one region with one leader.
 #include <httplib.h>
 #include <signal.h>
+#include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -395,6 +397,45 @@ TEST_CASE("retrying and parked changes hold or free the cursor and show in the a
   CHECK(agent.wait() == 0);
   CHECK(std::chrono::steady_clock::now() - asked < std::chrono::seconds(20));
   CHECK(watermark(s) == 3u);
+}
+
+// Permission bits of a path (0 when it does not exist).
+mode_t modeOf(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 ? (st.st_mode & 07777) : 0;
+}
+
+TEST_CASE("the state directory and what the agent writes there are private to its user",
+          "[agent][slow]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  const AgentSetup s = setUp(cp);
+  // Left by an earlier agent that did not care: a world-readable directory and configuration.
+  const std::string state = s.dir + "/state";
+  REQUIRE(::mkdir(state.c_str(), 0755) == 0);
+  REQUIRE(::chmod(state.c_str(), 0755) == 0);
+  std::ofstream(state + "/host-recording.json") << "{}";
+  REQUIRE(::chmod((state + "/host-recording.json").c_str(), 0644) == 0);
+  REQUIRE_THAT(server.writer().put(bucket("b1", "x")), IsOk());
+  // Whatever the umask, nothing may be readable by others.
+  const mode_t old_umask = ::umask(0);
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  ::umask(old_umask);
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 1; }));
+  CHECK(modeOf(state) == 0700);
+  for (const char* file : {"cursor.store", "cursor.store.lock", "leader.lock",
+                           "host-recording.json", "host-recording.log", "host-recording-1.sock"}) {
+    INFO(file);
+    CHECK(modeOf(strCat(state, "/", file)) == 0600);
+  }
+  // Nothing else in the directory is readable by the group or others either.
+  for (const auto& entry : std::filesystem::directory_iterator(state)) {
+    INFO(entry.path().string());
+    CHECK((modeOf(entry.path().string()) & 077) == 0);
+  }
+  agent.signal(SIGTERM);
+  CHECK(agent.wait() == 0);
 }
 
 TEST_CASE("start up failures name the step", "[agent][slow]") {

@@ -110,6 +110,27 @@ TEST_CASE("a start refusal carries the loaders reason", "[plugin-host]") {
   CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("ABI"));
 }
 
+TEST_CASE("a host that speaks another plugin ABI is refused naming both versions",
+          "[plugin-host]") {
+  const std::string dir = stateDir();
+  HostOptions options = hostFor("recording", "", dir);
+  options.host_binary = runfile("tests/agent/other_abi_host");
+  HostEndpoint host(options, {});
+  const auto started = std::chrono::steady_clock::now();
+  auto st = host.start();
+  REQUIRE_THAT(st, IsError(absl::StatusCode::kFailedPrecondition));
+  const std::string message(toStd(st.message()));
+  CHECK_THAT(message,
+             Catch::Contains(strCat("speaks plugin ABI ", KRANE_PLUGIN_ABI_MAJOR + 1, ".0")));
+  CHECK_THAT(message, Catch::Contains(strCat("this agent speaks ", KRANE_PLUGIN_ABI_MAJOR, ".",
+                                             KRANE_PLUGIN_ABI_MINOR)));
+  // Refused at its hello, not after the start timeout.
+  CHECK(std::chrono::steady_clock::now() - started < std::chrono::seconds(5));
+  // Nothing is delivered to it.
+  CHECK_THAT(host.handle(change("app", "a", 1)), IsError(absl::StatusCode::kUnavailable));
+  host.stop();
+}
+
 TEST_CASE("killed mid stream nothing is lost", "[plugin-host]") {
   const std::string dir = stateDir();
   const std::string log = dir + "/calls.log";

@@ -57,6 +57,8 @@ class IsErrorMatcher {
   bool match(const S& s) const {
     if constexpr (requires { s.status(); }) {
       return s.status().code() == code_;
+    } else if constexpr (requires { s.error_code(); }) {
+      return static_cast<int>(s.error_code()) == static_cast<int>(code_);
     } else {
       return s.code() == code_;
     }

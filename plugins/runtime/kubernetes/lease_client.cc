@@ -58,7 +58,7 @@ KubernetesLeaseClient::KubernetesLeaseClient(std::shared_ptr<Client> client, std
                                              std::string name)
     : client_(std::move(client)), ns_(std::move(ns)), name_(std::move(name)) {}
 
-absl::StatusOr<agent::LeaseClient::Lease> KubernetesLeaseClient::get() {
+absl::StatusOr<runtime::LeaseClient::Lease> KubernetesLeaseClient::get() {
   KRANE_ASSIGN_OR_RETURN(Json object,
                          client_->get({"coordination.k8s.io/v1", "Lease", ns_, name_}));
   Lease lease;

@@ -1,17 +1,17 @@
 // The agent's leader Lease (coordination.k8s.io/v1) through the Kubernetes client.
 //
-// It lives here rather than in agent/ because it is Kubernetes code: agent/leader.h owns the
-// LeaseClient interface (no Kubernetes dependency), this target implements it, and the agent's
-// main links both when its runtime is `kubernetes` - the dependency points from the runtime to
-// the agent's interface, never from the agent core to the client.
+// It implements runtime::LeaseClient (plugins/runtime/lease.h, no Kubernetes dependency), which
+// the agent's LeaseElector campaigns through; the agent's main links this target when its
+// runtime is `kubernetes`. Dependencies point one way: the agent on the runtime layer, never the
+// runtime layer on the agent.
 #pragma once
 
 #include <memory>
 #include <mutex>
 #include <string>
 
-#include "agent/leader.h"
 #include "plugins/runtime/kubernetes/client.h"
+#include "plugins/runtime/lease.h"
 
 namespace krane::kube {
 
@@ -19,7 +19,7 @@ namespace krane::kube {
 // ones replace it (PUT) with metadata.resourceVersion as the precondition, so of two agents
 // writing from the same version exactly one wins; the other gets ABORTED.
 // Thread-safe; the Client must outlive it.
-class KubernetesLeaseClient final : public agent::LeaseClient {
+class KubernetesLeaseClient final : public runtime::LeaseClient {
  public:
   KubernetesLeaseClient(std::shared_ptr<Client> client, std::string ns, std::string name);
 

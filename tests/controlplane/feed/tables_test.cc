@@ -439,7 +439,7 @@ TableCase ciliumCase() {
     p->set_workspace_id("ws-1");
     p->set_project_id("proj-1");
     p->set_environment_id("env-1");
-    p->set_policy_json("{}");
+    p->set_policy_json("{\"endpointSelector\": {}}");
   };
   c.stored_minimal = [](Resource& r) {
     auto* p = r.mutable_cilium_network_policy();
@@ -449,7 +449,7 @@ TableCase ciliumCase() {
   c.change = [](Resource& r) {
     auto* p = r.mutable_cilium_network_policy();
     p->set_name("allow-web");
-    p->set_policy_json("{\"spec\":{\"egress\":[{}]}}");
+    p->set_policy_json("{\"spec\":{\"endpointSelector\":{},\"egress\":[{}]}}");
   };
   auto p = [](Resource& r) { return r.mutable_cilium_network_policy(); };
   c.invalid = {
@@ -471,6 +471,13 @@ TableCase ciliumCase() {
        "cilium_network_policy.policy_json: must be a JSON object"},
       {[=](Resource& r) { p(r)->set_policy_json(strCat("{\"a\":", nested(31), "}")); },
        "cilium_network_policy.policy_json: nested deeper than 31 levels"},
+      // What the Cilium plugin would refuse is refused when written (its own check).
+      {[=](Resource& r) {
+         p(r)->set_policy_json("{\"spec\": {\"endpointSelector\": {}, \"ingress\": {}}}");
+       },
+       "cilium_network_policy.policy_json.spec.ingress: must be an array"},
+      {[=](Resource& r) { p(r)->set_policy_json("{\"ingress\": []}"); },
+       "cilium_network_policy.policy_json: endpointSelector required"},
   };
   return c;
 }
@@ -976,7 +983,8 @@ TEST_CASE_METHOD(TypedTableTest, "json as deep as validation allows is stored", 
 
   const auto policies = makeCiliumPolicyTable();
   Resource p = minimalResource(ciliumCase(), "pol-1", kRegion);
-  p.mutable_cilium_network_policy()->set_policy_json(strCat("{\"a\":", nested(30), "}"));
+  p.mutable_cilium_network_policy()->set_policy_json(
+      strCat("{\"endpointSelector\": {\"matchExpressions\":", nested(29), "}}"));
   REQUIRE_THAT(policies->validate(p), IsOk());
   const absl::Status policy_written = Peer::write(*policies, *conn_, p, 1, 1000);
   REQUIRE_THAT(policy_written, IsOk());

@@ -34,7 +34,7 @@ struct InstanceSpec {
 
 ReportDeploymentStatusRequest deploymentReport(const std::string& deployment,
                                                const std::vector<InstanceSpec>& instances,
-                                               const std::string& region = "") {
+                                               const std::string& region = "eu-1") {
   ReportDeploymentStatusRequest r;
   r.set_deployment_id(deployment);
   r.set_region(region);
@@ -53,6 +53,7 @@ ReportSentinelStatusRequest sentinelReport(const std::string& id, const std::str
                                            cluster::v1::SentinelHealth health, uint32_t available) {
   ReportSentinelStatusRequest r;
   r.set_sentinel_id(id);
+  r.set_region("eu-1");
   r.set_available_replicas(available);
   r.set_updated_replicas(available);
   r.set_ready_replicas(available);
@@ -172,7 +173,7 @@ TEST_CASE_METHOD(IngestorTest, "report replaces the instance set", "[ingestor]")
       IsOk());
   REQUIRE_THAT(
       ingestor_->reportDeploymentStatus(
-          "us-1", deploymentReport("dep", {{"a", "10.1.0.1:80", INSTANCE_STATUS_RUNNING}})),
+          "us-1", deploymentReport("dep", {{"a", "10.1.0.1:80", INSTANCE_STATUS_RUNNING}}, "us-1")),
       IsOk());
 
   auto first = ingestor_->reportDeploymentStatus(
@@ -220,6 +221,7 @@ TEST_CASE_METHOD(IngestorTest, "delete report removes every instance", "[ingesto
                                            {"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING}})),
       IsOk());
   ReportDeploymentStatusRequest removed;
+  removed.set_region("eu-1");
   removed.set_deployment_id("dep");
   removed.set_deleted(true);
   auto st = ingestor_->reportDeploymentStatus("eu-1", removed);
@@ -269,6 +271,7 @@ TEST_CASE_METHOD(IngestorTest, "deployment reports keep a phase and the applied 
   CHECK(row.rows[0].str(1) == "degraded");
 
   ReportDeploymentStatusRequest removed;
+  removed.set_region("eu-1");
   removed.set_deployment_id("dep");
   removed.set_deleted(true);
   REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", removed), IsOk());
@@ -356,6 +359,19 @@ TEST_CASE_METHOD(IngestorTest, "report for another region is denied", "[ingestor
   CHECK(query("SELECT 1 FROM agents").empty());
 }
 
+TEST_CASE_METHOD(IngestorTest, "a report without a region is refused naming region", "[ingestor]") {
+  using cluster::v1::INSTANCE_STATUS_RUNNING;
+  auto st = ingestor_->reportDeploymentStatus(
+      "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}}, ""));
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(messageOf(st), Catch::StartsWith("region: required"));
+  CHECK(instanceIds("dep", "eu-1").empty());
+  HeartbeatRequest beat;
+  beat.set_agent_id("agent-1");
+  CHECK(ingestor_->heartbeat("eu-1", beat).status().code() == absl::StatusCode::kInvalidArgument);
+  CHECK(query("SELECT 1 FROM agents").empty());
+}
+
 TEST_CASE_METHOD(IngestorTest, "invalid instances are refused naming the field", "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   const auto refuse = [&](const ReportDeploymentStatusRequest& r, const std::string& message) {
@@ -392,6 +408,7 @@ TEST_CASE_METHOD(IngestorTest, "invalid instances are refused naming the field",
          "instances[0].failure_reason: at most 4096 bytes");
 
   ReportDeploymentStatusRequest no_state;
+  no_state.set_region("eu-1");
   no_state.set_deployment_id("dep");
   refuse(no_state, "state: required");
 
@@ -542,6 +559,7 @@ TEST_CASE_METHOD(IngestorTest, "invalid sentinel reports are refused", "[ingesto
 
 TEST_CASE_METHOD(IngestorTest, "resource status is upserted", "[ingestor]") {
   ReportResourceStatusRequest r;
+  r.set_region("eu-1");
   r.set_type("example.krane.dev/bucket");
   r.set_id("photos");
   r.set_version(3);
@@ -584,6 +602,7 @@ TEST_CASE_METHOD(IngestorTest, "resource status is upserted", "[ingestor]") {
   CHECK(rows.rows[0].i64("updated_at") >= first_update);
 
   // The same resource in another region is a row of its own.
+  r.set_region("us-1");
   st = ingestor_->reportResourceStatus("us-1", r);
   REQUIRE_THAT(st, IsOk());
   CHECK(query("SELECT 1 FROM resource_status").rows.size() == 2u);
@@ -592,6 +611,7 @@ TEST_CASE_METHOD(IngestorTest, "resource status is upserted", "[ingestor]") {
 
 TEST_CASE_METHOD(IngestorTest, "invalid resource status is refused", "[ingestor]") {
   ReportResourceStatusRequest r;
+  r.set_region("eu-1");
   r.set_type("example.krane.dev/bucket");
   r.set_id("photos");
   const auto refuse = [&](const std::string& message) {
@@ -628,6 +648,7 @@ TEST_CASE_METHOD(IngestorTest, "heartbeat upserts the agent and list shows the l
       " ON DUPLICATE KEY UPDATE version = 42");
 
   HeartbeatRequest beat;
+  beat.set_region("eu-1");
   beat.set_agent_id("agent-a");
   beat.set_build_version("0.3.1+abc1234");
   beat.set_applied_version(30);
@@ -676,6 +697,7 @@ TEST_CASE_METHOD(IngestorTest, "heartbeat upserts the agent and list shows the l
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   // Another agent in a region without a version row; and one that is ahead of its region.
   HeartbeatRequest other;
+  other.set_region("us-1");
   other.set_agent_id("agent-b");
   other.set_applied_version(5);
   REQUIRE_THAT(ingestor_->heartbeat("us-1", other), IsOk());
@@ -717,6 +739,7 @@ TEST_CASE_METHOD(IngestorTest, "heartbeat reports the oldest change still held",
         {v});
   }
   HeartbeatRequest beat;
+  beat.set_region("eu-1");
   beat.set_agent_id("agent-a");
   auto answer = ingestor_->heartbeat("eu-1", beat);
   REQUIRE_THAT(answer, IsOk());
@@ -726,6 +749,7 @@ TEST_CASE_METHOD(IngestorTest, "heartbeat reports the oldest change still held",
 
 TEST_CASE_METHOD(IngestorTest, "invalid heartbeats are refused", "[ingestor]") {
   HeartbeatRequest beat;
+  beat.set_region("eu-1");
   auto answer = ingestor_->heartbeat("eu-1", beat);
   CHECK(answer.status().code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(messageOf(answer.status()), Catch::Contains("agent_id: required"));

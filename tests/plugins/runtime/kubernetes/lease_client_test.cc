@@ -14,7 +14,7 @@ namespace {
 
 using krane::testing::eventually;
 using krane::testing::FakeKubeApi;
-using Lease = agent::LeaseClient::Lease;
+using Lease = runtime::LeaseClient::Lease;
 
 std::shared_ptr<Client> clientFor(const FakeKubeApi& api) {
   ClientOptions options;
