@@ -358,6 +358,7 @@ AgentServiceImpl::AgentServiceImpl(std::shared_ptr<ingest::Ingestor> ingestor,
       ingestor_(std::move(ingestor)),
       operators_(std::move(operators)) {
   checkUnary("ListAgents", this, &AgentServiceImpl::ListAgents);
+  checkUnary("RemoveAgent", this, &AgentServiceImpl::RemoveAgent);
 }
 
 grpc::Status AgentServiceImpl::RemoveAgent(grpc::ServerContext* context,
