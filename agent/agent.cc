@@ -288,6 +288,8 @@ absl::Status Agent::startDispatcher() {
         failed.set_region(change.resource().region().empty() ? config_.region
                                                              : change.resource().region());
         failed.set_phase(cluster::v1::RESOURCE_PHASE_FAILED);
+        // The version that failed, so the report is ordered after the status it replaces.
+        failed.set_version(std::max(change.version(), change.resource().version()));
         failed.set_message(std::string(toStd(error.message())).substr(0, 4000));
         auto* e = failed.mutable_apply_error();
         e->set_code(static_cast<int>(error.code()));

@@ -1,5 +1,6 @@
 #include "agent/reporter.h"
 
+#include "common/clock.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -42,6 +43,13 @@ std::string Reporter::keyOf(const Report& report) {
 }
 
 void Reporter::report(Report report) {
+  const int64_t now = unixMillis();
+  std::visit(
+      [&](auto& r) {
+        r.set_agent_id(options_.agent_id);
+        if (r.observed_at_ms() == 0) r.set_observed_at_ms(now);
+      },
+      report);
   const std::string key = keyOf(report);
   {
     std::lock_guard lock(mutex_);

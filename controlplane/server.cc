@@ -310,6 +310,9 @@ std::string Server::metricsText() const {
                      MetricType::Counter, i.resource_reports.load()));
   f.push_back(family("krane_ingest_heartbeats_total", "Agent heartbeats", MetricType::Counter,
                      i.heartbeats.load()));
+  f.push_back(family("krane_ingest_reports_dropped_total",
+                     "Reports about resources not held, or older than the stored status",
+                     MetricType::Counter, i.dropped.load()));
   f.push_back(family("krane_ingest_rejected_total", "Reports refused (invalid or not allowed)",
                      MetricType::Counter, i.rejected.load()));
   f.push_back(family("krane_ingest_errors_total", "Reports that failed in the database",

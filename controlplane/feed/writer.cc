@@ -74,6 +74,21 @@ absl::Status WriteTx::put(const Resource& resource, uint64_t expected_version) {
   return absl::OkStatus();
 }
 
+absl::Status purgeStatus(db::Connection& conn, const ResourceKey& key) {
+  if (key.type == kDeploymentTopology) {
+    KRANE_RETURN_IF_ERROR(conn.exec("DELETE FROM instances WHERE deployment_id = ? AND"
+                                    " region_id = ?",
+                                    {key.id, key.region})
+                              .status());
+  }
+  return conn
+      .exec(
+          "DELETE FROM resource_status WHERE region_id = ? AND resource_type = ? AND"
+          " resource_id = ?",
+          {key.region, key.type, key.id})
+      .status();
+}
+
 absl::Status WriteTx::remove(const ResourceKey& key, uint64_t expected_version) {
   KRANE_RETURN_IF_ERROR(checkResourceKey("resource", key));
   const ResourceTable& table = tables_.forType(key.type);
@@ -86,6 +101,8 @@ absl::Status WriteTx::remove(const ResourceKey& key, uint64_t expected_version) 
     return absl::AbortedError(strCat(key.type, " ", quote(key.id), " is at version ", row->version,
                                      ", not the expected ", expected_version));
   }
+  // What agents reported about it goes with it (before the version counter is locked).
+  KRANE_RETURN_IF_ERROR(purgeStatus(conn_, key));
   Pending pending{&table, Resource(), true, false};
   pending.resource.set_type(key.type);
   pending.resource.set_id(key.id);

@@ -59,6 +59,11 @@ class WriteTx {
   std::vector<std::string> known_regions_;
 };
 
+// Deletes what agents reported about a resource (its resource_status row, and the instances of
+// a deployment_topology), on `conn`. The writer calls it when the resource is deleted; the
+// ingestor when an agent reports it gone.
+absl::Status purgeStatus(db::Connection& conn, const ResourceKey& key);
+
 class Writer {
  public:
   Writer(std::shared_ptr<db::Pool> pool, std::shared_ptr<const ResourceTables> tables);

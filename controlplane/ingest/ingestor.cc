@@ -206,8 +206,15 @@ absl::Status validateInstance(const std::string& field, const Instance& in) {
   return checkSize(strCat(field, ".failure_reason"), in.failure_reason(), kMaxMessageBytes);
 }
 
+// The reporting agent (optional: older agents do not say).
+absl::Status checkReporter(const std::string& agent_id) {
+  if (agent_id.empty()) return absl::OkStatus();
+  return checkToken("agent_id", agent_id, kMaxAgentIdBytes);
+}
+
 absl::Status validateDeploymentReport(const ReportDeploymentStatusRequest& r) {
   KRANE_RETURN_IF_ERROR(feed::checkId("deployment_id", r.deployment_id()));
+  KRANE_RETURN_IF_ERROR(checkReporter(r.agent_id()));
   switch (r.state_case()) {
     case ReportDeploymentStatusRequest::kDeleted:
       if (!r.deleted()) return invalid("deleted: must be true when set");
@@ -236,6 +243,7 @@ absl::Status validateDeploymentReport(const ReportDeploymentStatusRequest& r) {
 }
 
 absl::Status validateSentinelReport(const ReportSentinelStatusRequest& r) {
+  KRANE_RETURN_IF_ERROR(checkReporter(r.agent_id()));
   KRANE_RETURN_IF_ERROR(feed::checkId("sentinel_id", r.sentinel_id()));
   KRANE_RETURN_IF_ERROR(feed::checkMax("available_replicas", r.available_replicas(), kMaxReplicas));
   KRANE_RETURN_IF_ERROR(feed::checkMax("updated_replicas", r.updated_replicas(), kMaxReplicas));
@@ -259,6 +267,7 @@ absl::Status validateSentinelReport(const ReportSentinelStatusRequest& r) {
 }
 
 absl::Status validateResourceReport(const ReportResourceStatusRequest& r) {
+  KRANE_RETURN_IF_ERROR(checkReporter(r.agent_id()));
   KRANE_RETURN_IF_ERROR(feed::checkType("type", r.type()));
   KRANE_RETURN_IF_ERROR(feed::checkId("id", r.id()));
   switch (r.phase()) {
@@ -346,6 +355,32 @@ absl::StatusOr<std::vector<PluginInfo>> parsePlugins(const std::string& text) {
 
 // Counts a failed call: refused input (or an unknown object) as rejected, anything else as a
 // database error.
+// Whether the resource a report is about is held (live, in that region). Locks its row, so a
+// delete through the writer (which purges the status) and this report are decided one after the
+// other; the resource row is always locked before the status rows, by both.
+absl::StatusOr<bool> held(db::Connection& conn, const feed::ResourceTables& tables,
+                          const std::string& type, const std::string& id,
+                          const std::string& region) {
+  KRANE_ASSIGN_OR_RETURN(auto row,
+                         tables.forType(type).lock(conn, feed::ResourceKey{type, id, region}));
+  return row.has_value() && !row->deleted && row->region == region;
+}
+
+// Whether a report at (version, observed_at) is older than the stored status of the resource
+// (locked for the transaction).
+absl::StatusOr<bool> olderThanStored(db::Connection& conn, const std::string& region,
+                                     const std::string& type, const std::string& id,
+                                     uint64_t version, int64_t observed_at) {
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT applied_version, observed_at FROM"
+                                               " resource_status WHERE region_id = ? AND"
+                                               " resource_type = ? AND resource_id = ? FOR UPDATE",
+                                               {region, type, id}));
+  if (rows.empty()) return false;
+  const uint64_t stored_version = rows.rows[0].u64(0);
+  const int64_t stored_at = rows.rows[0].i64(1);
+  return version < stored_version || (version == stored_version && observed_at < stored_at);
+}
+
 absl::Status counted(IngestCounters& counters, absl::Status status) {
   if (status.ok()) return status;
   switch (status.code()) {
@@ -407,9 +442,26 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
     }
   }
 
+  bool dropped = false;
   const auto status =
       pool_->transact("ingest.deployment_status", [&](db::Connection& conn) -> absl::Status {
+        dropped = false;
         const int64_t now = unixMillis();
+        const std::string type(feed::kDeploymentTopology);
+        KRANE_ASSIGN_OR_RETURN(bool known, held(conn, tables_, type, deployment, region));
+        if (!known) {
+          dropped = true;
+          return request.has_deleted()
+                     ? feed::purgeStatus(conn, feed::ResourceKey{type, deployment, region})
+                     : absl::OkStatus();
+        }
+        KRANE_ASSIGN_OR_RETURN(
+            bool older, olderThanStored(conn, region, type, deployment, request.applied_version(),
+                                        request.observed_at_ms()));
+        if (older) {
+          dropped = true;
+          return absl::OkStatus();
+        }
         KRANE_ASSIGN_OR_RETURN(
             auto stored,
             conn.query("SELECT id FROM instances WHERE deployment_id = ? AND region_id = ?"
@@ -459,14 +511,8 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
           sql += ")";
           KRANE_RETURN_IF_ERROR(conn.exec(sql, params).status());
         }
-        if (request.has_deleted()) {
-          return conn
-              .exec(
-                  "DELETE FROM resource_status WHERE region_id = ? AND resource_type ="
-                  " 'deployment_topology' AND resource_id = ?",
-                  {region, deployment})
-              .status();
-        }
+        if (request.has_deleted())
+          return feed::purgeStatus(conn, feed::ResourceKey{type, deployment, region});
         // The deployment's phase for operators (`kranectl status`): ready when every instance
         // runs; the counts go in the message and, as JSON, in the detail.
         const char* phase = failed > 0                      ? "degraded"
@@ -481,18 +527,24 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
             .exec(
                 "INSERT INTO resource_status (region_id, resource_type, resource_id,"
                 " applied_version, phase, message, detail, apply_error, apply_attempts, agent_id,"
-                " updated_at) VALUES (?, 'deployment_topology', ?, ?, ?, ?, ?, NULL, 0, '', ?)"
+                " observed_at, updated_at)"
+                " VALUES (?, 'deployment_topology', ?, ?, ?, ?, ?, NULL, 0, ?, ?, ?)"
                 " ON DUPLICATE KEY UPDATE applied_version = VALUES(applied_version),"
                 " phase = VALUES(phase), message = VALUES(message), detail = VALUES(detail),"
-                " apply_error = NULL, apply_attempts = 0, updated_at = VALUES(updated_at)",
+                " apply_error = NULL, apply_attempts = 0, agent_id = VALUES(agent_id),"
+                " observed_at = VALUES(observed_at), updated_at = VALUES(updated_at)",
                 {region, deployment, request.applied_version(), phase, message,
-                 db::Value(db::Blob{detail}), now})
+                 db::Value(db::Blob{detail}), request.agent_id(), request.observed_at_ms(), now})
             .status();
       });
   if (!status.ok()) {
     spdlog::error("ingest: deployment status not stored region={} deployment={} error=\"{}\"",
                   region, deployment, status.message());
     return counted(counters_, status);
+  }
+  if (dropped) {
+    counters_.dropped.fetch_add(1, std::memory_order_relaxed);
+    return absl::OkStatus();
   }
 
   std::vector<std::shared_ptr<DeploymentInstancesHook>> hooks;
@@ -517,26 +569,38 @@ absl::Status Ingestor::reportSentinelStatus(const std::string& region,
   const std::string& id = request.sentinel_id();
   const std::string& running_image = request.running_image();
   bool flipped = false;
+  bool dropped = false;
   const auto status =
       pool_->transact("ingest.sentinel_status", [&](db::Connection& conn) -> absl::Status {
         flipped = false;
+        dropped = false;
         // Locks the row first: concurrent reports of one sentinel are decided one after the other.
-        KRANE_ASSIGN_OR_RETURN(
-            auto rows, conn.query("SELECT image, replicas, deploy_status, deleted_at FROM sentinels"
-                                  " WHERE id = ? AND region_id = ? FOR UPDATE",
-                                  {id, region}));
-        if (rows.empty()) {
-          return absl::NotFoundError(
-              strCat("sentinel ", quote(id), " does not exist in region ", quote(region)));
+        KRANE_ASSIGN_OR_RETURN(auto rows,
+                               conn.query("SELECT image, replicas, deploy_status, deleted_at,"
+                                          " observed_generation, status_observed_at FROM sentinels"
+                                          " WHERE id = ? AND region_id = ? FOR UPDATE",
+                                          {id, region}));
+        if (rows.empty() || !rows.rows[0].isNull("deleted_at")) {
+          dropped = true;  // not held: the observed columns go with the row
+          return absl::OkStatus();
+        }
+        const int64_t stored_generation = rows.rows[0].i64("observed_generation");
+        if (request.observed_generation() < stored_generation ||
+            (request.observed_generation() == stored_generation &&
+             request.observed_at_ms() < rows.rows[0].i64("status_observed_at"))) {
+          dropped = true;
+          return absl::OkStatus();
         }
         KRANE_RETURN_IF_ERROR(
             conn.exec("UPDATE sentinels SET available_replicas = ?, updated_replicas = ?,"
                       " ready_replicas = ?, observed_generation = ?, running_image = ?, health = ?,"
-                      " status_reported_at = ? WHERE id = ? AND region_id = ?",
+                      " status_reported_at = ?, status_agent_id = ?, status_observed_at = ?"
+                      " WHERE id = ? AND region_id = ?",
                       {request.available_replicas(), request.updated_replicas(),
                        request.ready_replicas(), request.observed_generation(),
                        running_image.empty() ? db::Value() : db::Value(running_image),
-                       healthName(request.health()), unixMillis(), id, region})
+                       healthName(request.health()), unixMillis(), request.agent_id(),
+                       request.observed_at_ms(), id, region})
                 .status());
 
         const db::Row& row = rows.rows.front();
@@ -557,12 +621,11 @@ absl::Status Ingestor::reportSentinelStatus(const std::string& region,
         return absl::OkStatus();
       });
   if (!status.ok()) {
-    if (!absl::IsNotFound(status)) {
-      spdlog::error("ingest: sentinel status not stored region={} sentinel={} error=\"{}\"", region,
-                    id, status.message());
-    }
+    spdlog::error("ingest: sentinel status not stored region={} sentinel={} error=\"{}\"", region,
+                  id, status.message());
     return counted(counters_, status);
   }
+  if (dropped) counters_.dropped.fetch_add(1, std::memory_order_relaxed);
   if (!flipped) return absl::OkStatus();
 
   spdlog::info("ingest: sentinel ready region={} sentinel={} image={} available_replicas={}",
@@ -598,23 +661,43 @@ absl::Status Ingestor::reportResourceStatus(const std::string& region,
     attempts = request.apply_error().attempts();
   }
 
+  bool dropped = false;
   const auto status =
       pool_->transact("ingest.resource_status", [&](db::Connection& conn) -> absl::Status {
+        dropped = false;
+        KRANE_ASSIGN_OR_RETURN(bool known,
+                               held(conn, tables_, request.type(), request.id(), region));
+        if (!known) {
+          dropped = true;
+          return request.phase() == cluster::v1::RESOURCE_PHASE_DELETED
+                     ? feed::purgeStatus(conn,
+                                         feed::ResourceKey{request.type(), request.id(), region})
+                     : absl::OkStatus();
+        }
+        KRANE_ASSIGN_OR_RETURN(bool older,
+                               olderThanStored(conn, region, request.type(), request.id(),
+                                               request.version(), request.observed_at_ms()));
+        if (older) {
+          dropped = true;
+          return absl::OkStatus();
+        }
         return conn
             .exec(
                 "INSERT INTO resource_status (region_id, resource_type, resource_id, "
                 "applied_version,"
-                " phase, message, detail, apply_error, apply_attempts, agent_id, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " phase, message, detail, apply_error, apply_attempts, agent_id, observed_at,"
+                " updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 " ON DUPLICATE KEY UPDATE applied_version = VALUES(applied_version),"
                 " phase = VALUES(phase), message = VALUES(message), detail = VALUES(detail),"
                 " apply_error = VALUES(apply_error), apply_attempts = VALUES(apply_attempts),"
-                " agent_id = VALUES(agent_id), updated_at = VALUES(updated_at)",
+                " agent_id = VALUES(agent_id), observed_at = VALUES(observed_at),"
+                " updated_at = VALUES(updated_at)",
                 {region, request.type(), request.id(), request.version(),
                  phaseName(request.phase()),
                  request.message().empty() ? db::Value() : db::Value(request.message()),
                  request.detail().empty() ? db::Value() : db::Value(db::Blob{request.detail()}),
-                 apply_error, attempts, "", unixMillis()})
+                 apply_error, attempts, request.agent_id(), request.observed_at_ms(), unixMillis()})
             .status();
       });
   if (!status.ok()) {
@@ -622,6 +705,7 @@ absl::Status Ingestor::reportResourceStatus(const std::string& region,
                   request.type(), request.id(), status.message());
     return counted(counters_, status);
   }
+  if (dropped) counters_.dropped.fetch_add(1, std::memory_order_relaxed);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,18 @@
 //
 // Callers pass the region the agent's token belongs to; a report about another region is
 // refused with PERMISSION_DENIED. Thread-safe.
+//
+// One rule for every report RPC:
+// - A report about a resource the control plane does not hold (no live row of that type, id and
+//   region: never written, or deleted) is accepted and dropped: nothing is stored, and it is
+//   counted (krane_ingest_reports_dropped_total). A report that the resource is gone purges what
+//   is stored about it. (Deleting a resource through the writer purges its status and
+//   instances in the same transaction, so nothing is left behind by an agent that never reports.)
+// - A report older than the stored one is dropped the same way: by (applied version, the
+//   agent's observation time) for deployments and resources, by (observed generation,
+//   observation time) for sentinels. A retried report, or one from a replaced leader, never
+//   overwrites a newer one.
+// - The reporting agent's id is stored with the status.
 #pragma once
 
 #include <atomic>
@@ -15,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "controlplane/db/pool.h"
+#include "controlplane/feed/resource_table.h"
 #include "krane/cluster/v1/cluster.pb.h"
 
 namespace krane::ingest {
@@ -56,6 +69,7 @@ struct IngestCounters {
   std::atomic<uint64_t> resource_reports{0};
   std::atomic<uint64_t> heartbeats{0};
   std::atomic<uint64_t> rejected{0};  // invalid or not allowed
+  std::atomic<uint64_t> dropped{0};   // about a resource not held, or older than the stored one
   std::atomic<uint64_t> errors{0};    // database failures
 };
 
@@ -89,6 +103,7 @@ class Ingestor {
 
  private:
   std::shared_ptr<db::Pool> pool_;
+  feed::ResourceTables tables_;  // to find the resource a report is about
   std::mutex hooks_mutex_;
   std::vector<std::shared_ptr<SentinelReadyHook>> sentinel_hooks_;
   std::vector<std::shared_ptr<DeploymentInstancesHook>> deployment_hooks_;

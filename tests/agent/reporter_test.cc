@@ -26,6 +26,16 @@ cluster::v1::ReportResourceStatusRequest status(const std::string& id, const std
   return r;
 }
 
+// The control plane stores reports only about resources it holds.
+void hold(TestControlPlane& cp, const std::string& id) {
+  cluster::v1::Resource r;
+  r.set_type("example.krane.dev/bucket");
+  r.set_id(id);
+  r.set_region("eu-1");
+  r.mutable_generic()->set_spec("{}");
+  REQUIRE_THAT(cp.replica(0).writer().put(r), IsOk());
+}
+
 std::string storedMessage(TestControlPlane& cp, const std::string& id) {
   auto rows = (*cp.pool()->acquire())
                   ->query("SELECT message FROM resource_status WHERE resource_id = ?", {id});
@@ -51,6 +61,7 @@ TEST_CASE("coalesces during an outage and delivers the latest after it", "[repor
   o.breaker_failures = 3;
   o.breaker_cooldown = std::chrono::milliseconds(300);
   Reporter reporter(cp.channel(0), o, [](cluster::v1::HeartbeatRequest&) {});
+  hold(cp, "a");
   reporter.start();
   reporter.report(status("a", "first"));
   REQUIRE(eventually([&] { return storedMessage(cp, "a") == "first"; }));
@@ -90,6 +101,7 @@ TEST_CASE("invalid reports are not retried forever", "[reporter]") {
   auto wrong = status("a", "x");
   wrong.set_region("us-1");  // this token is for eu-1
   reporter.report(wrong);
+  hold(cp, "b");
   reporter.report(status("b", "fine"));
   REQUIRE(eventually([&] { return storedMessage(cp, "b") == "fine"; }));
   REQUIRE(eventually([&] { return reporter.stats().rejected == 1; }));

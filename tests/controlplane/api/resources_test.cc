@@ -241,7 +241,14 @@ TEST_CASE_METHOD(ResourceApiTest, "a report without a region is refused naming r
   CHECK_THAT(st.error_message(), Catch::StartsWith("region: required"));
   CHECK(count("SELECT COUNT(*) FROM instances") == 0);
 
-  // With its region, the same report is stored.
+  // With its region, the same report is stored (once the resource it is about exists).
+  v1::PutResourceRequest put;
+  put.mutable_resource()->set_type("example.krane.dev/bucket");
+  put.mutable_resource()->set_id("photos");
+  put.mutable_resource()->set_region("eu-1");
+  put.mutable_resource()->mutable_generic()->set_spec("{}");
+  v1::PutResourceResponse written;
+  REQUIRE_THAT(resources_->Put(ctx().get(), put, &written), IsOk());
   report.set_region("eu-1");
   CHECK_THAT(
       cluster_->ReportResourceStatus(TestControlPlane::withToken(token).get(), report, &reported),

@@ -12,6 +12,8 @@
 
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
+#include "controlplane/feed/tables.h"
+#include "controlplane/feed/writer.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/matchers.h"
 
@@ -98,10 +100,49 @@ class IngestorTest : public krane::testing::MariaDbTest {
     for (const char* region : {"eu-1", "us-1"}) {
       exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
     }
+    // What the reports below are about: reports about resources the control plane does not
+    // hold are dropped (tested on their own).
+    writer_ = std::make_shared<feed::Writer>(pool_, std::make_shared<feed::ResourceTables>());
+    for (const char* region : {"eu-1", "us-1"}) {
+      for (const char* id : {"dep", "other"})
+        REQUIRE_THAT(writer_->put(topology(id, region)), IsOk());
+      // A generic resource's id is unique across regions.
+      REQUIRE_THAT(writer_->put(bucket(strCat("photos", region == std::string("eu-1") ? "" : "-us"),
+                                       region)),
+                   IsOk());
+    }
     ingestor_ = std::make_shared<Ingestor>(pool_);
     hooks_ = std::make_shared<CountingHooks>();
     ingestor_->addSentinelReadyHook(hooks_);
     ingestor_->addDeploymentInstancesHook(hooks_);
+  }
+
+  static feed::Resource topology(const std::string& id, const std::string& region) {
+    feed::Resource r;
+    r.set_type("deployment_topology");
+    r.set_id(id);
+    r.set_region(region);
+    auto* t = r.mutable_deployment_topology();
+    for (auto* field : {t->mutable_workspace_id(), t->mutable_project_id(), t->mutable_app_id(),
+                        t->mutable_environment_id()}) {
+      *field = "x";
+    }
+    t->set_image("registry.example.com/app:v1");
+    t->set_port(8080);
+    t->set_cpu_millicores(100);
+    t->set_memory_mib(64);
+    t->set_replicas(1);
+    t->set_desired_status(cluster::v1::DESIRED_STATUS_RUNNING);
+    return r;
+  }
+  static feed::Resource bucket(const std::string& id, const std::string& region) {
+    feed::Resource r;
+    r.set_type("example.krane.dev/bucket");
+    r.set_id(id);
+    r.set_region(region);
+    r.mutable_generic()->set_spec("x");
+    r.mutable_generic()->set_content_type("text/plain");
+    return r;
   }
 
   void exec(const std::string& sql, const db::Params& params = {}) {
@@ -155,6 +196,7 @@ class IngestorTest : public krane::testing::MariaDbTest {
   }
 
   std::shared_ptr<db::Pool> pool_;
+  std::shared_ptr<feed::Writer> writer_;
   std::shared_ptr<Ingestor> ingestor_;
   std::shared_ptr<CountingHooks> hooks_;
 };
@@ -169,15 +211,17 @@ TEST_CASE_METHOD(IngestorTest, "report replaces the instance set", "[ingestor]")
   // Another deployment and another region of the same deployment are not touched.
   REQUIRE_THAT(
       ingestor_->reportDeploymentStatus(
-          "eu-1", deploymentReport("other", {{"x", "10.0.0.9:80", INSTANCE_STATUS_RUNNING}})),
+          "eu-1",
+          deploymentReport("other", {{"x", "10.0.0.9:80", cluster::v1::INSTANCE_STATUS_RUNNING}})),
       IsOk());
   REQUIRE_THAT(
       ingestor_->reportDeploymentStatus(
-          "us-1", deploymentReport("dep", {{"a", "10.1.0.1:80", INSTANCE_STATUS_RUNNING}}, "us-1")),
+          "us-1", deploymentReport(
+                      "dep", {{"a", "10.1.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}}, "us-1")),
       IsOk());
 
   auto first = ingestor_->reportDeploymentStatus(
-      "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:8080", INSTANCE_STATUS_RUNNING},
+      "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:8080", cluster::v1::INSTANCE_STATUS_RUNNING},
                                        {"b", "", INSTANCE_STATUS_PENDING}}));
   REQUIRE_THAT(first, IsOk());
   const auto before = instances("dep");
@@ -188,7 +232,7 @@ TEST_CASE_METHOD(IngestorTest, "report replaces the instance set", "[ingestor]")
   std::this_thread::sleep_for(std::chrono::milliseconds(5));
   auto second = ingestor_->reportDeploymentStatus(
       "eu-1", deploymentReport("dep",
-                               {{"b", "10.0.0.2:8080", INSTANCE_STATUS_RUNNING},
+                               {{"b", "10.0.0.2:8080", cluster::v1::INSTANCE_STATUS_RUNNING},
                                 {"c", "host-c.internal:9000", INSTANCE_STATUS_FAILED,
                                  "CrashLoopBackOff: exit code 1"}},
                                "eu-1"));
@@ -217,8 +261,9 @@ TEST_CASE_METHOD(IngestorTest, "delete report removes every instance", "[ingesto
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   REQUIRE_THAT(
       ingestor_->reportDeploymentStatus(
-          "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING},
-                                           {"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING}})),
+          "eu-1",
+          deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING},
+                                   {"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_RUNNING}})),
       IsOk());
   ReportDeploymentStatusRequest removed;
   removed.set_region("eu-1");
@@ -242,8 +287,9 @@ TEST_CASE_METHOD(IngestorTest, "deployment reports keep a phase and the applied 
         "SELECT applied_version, phase, message FROM resource_status WHERE region_id = 'eu-1'"
         " AND resource_type = 'deployment_topology' AND resource_id = 'dep'");
   };
-  auto rolling = deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING},
-                                          {"b", "10.0.0.2:80", INSTANCE_STATUS_PENDING}});
+  auto rolling =
+      deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING},
+                               {"b", "10.0.0.2:80", INSTANCE_STATUS_PENDING}});
   rolling.set_applied_version(7);
   rolling.mutable_instances()->mutable_instances(0)->set_current(false);
   rolling.mutable_instances()->mutable_instances(1)->set_current(true);
@@ -254,7 +300,7 @@ TEST_CASE_METHOD(IngestorTest, "deployment reports keep a phase and the applied 
   CHECK(row.rows[0].str(1) == "progressing");
   CHECK(row.rows[0].str(2) == "1 running, 1 pending, 0 failed, 0 on the applied spec");
 
-  auto done = deploymentReport("dep", {{"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING}});
+  auto done = deploymentReport("dep", {{"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_RUNNING}});
   done.set_applied_version(7);
   done.mutable_instances()->mutable_instances(0)->set_current(true);
   REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", done), IsOk());
@@ -274,6 +320,10 @@ TEST_CASE_METHOD(IngestorTest, "deployment reports keep a phase and the applied 
   removed.set_region("eu-1");
   removed.set_deployment_id("dep");
   removed.set_deleted(true);
+  removed.set_applied_version(7);  // older than what is stored: a late one, it purges nothing
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", removed), IsOk());
+  CHECK_FALSE(status().rows.empty());
+  removed.set_applied_version(9);
   REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", removed), IsOk());
   CHECK(status().rows.empty());
 }
@@ -282,7 +332,8 @@ TEST_CASE_METHOD(IngestorTest, "an empty instance set also removes everything", 
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   REQUIRE_THAT(
       ingestor_->reportDeploymentStatus(
-          "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}})),
+          "eu-1",
+          deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}})),
       IsOk());
   REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", deploymentReport("dep", {})), IsOk());
   CHECK(instanceIds("dep").empty());
@@ -320,11 +371,12 @@ TEST_CASE_METHOD(IngestorTest, "duplicate instance ids are refused and nothing i
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   REQUIRE_THAT(
       ingestor_->reportDeploymentStatus(
-          "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}})),
+          "eu-1",
+          deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}})),
       IsOk());
   auto st = ingestor_->reportDeploymentStatus(
-      "eu-1", deploymentReport("dep", {{"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING},
-                                       {"c", "10.0.0.3:80", INSTANCE_STATUS_RUNNING},
+      "eu-1", deploymentReport("dep", {{"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_RUNNING},
+                                       {"c", "10.0.0.3:80", cluster::v1::INSTANCE_STATUS_RUNNING},
                                        {"b", "10.0.0.4:80", INSTANCE_STATUS_PENDING}}));
   CHECK(st.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(messageOf(st),
@@ -338,7 +390,8 @@ TEST_CASE_METHOD(IngestorTest, "duplicate instance ids are refused and nothing i
 TEST_CASE_METHOD(IngestorTest, "report for another region is denied", "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   auto st = ingestor_->reportDeploymentStatus(
-      "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}}, "us-1"));
+      "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}},
+                               "us-1"));
   CHECK(st.code() == absl::StatusCode::kPermissionDenied);
   CHECK_THAT(messageOf(st), Catch::Contains("token for region eu-1 cannot report for region us-1"));
   CHECK(instanceIds("dep", "us-1").empty());
@@ -362,7 +415,8 @@ TEST_CASE_METHOD(IngestorTest, "report for another region is denied", "[ingestor
 TEST_CASE_METHOD(IngestorTest, "a report without a region is refused naming region", "[ingestor]") {
   using cluster::v1::INSTANCE_STATUS_RUNNING;
   auto st = ingestor_->reportDeploymentStatus(
-      "eu-1", deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}}, ""));
+      "eu-1",
+      deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}}, ""));
   CHECK(st.code() == absl::StatusCode::kInvalidArgument);
   CHECK_THAT(messageOf(st), Catch::StartsWith("region: required"));
   CHECK(instanceIds("dep", "eu-1").empty());
@@ -381,27 +435,28 @@ TEST_CASE_METHOD(IngestorTest, "invalid instances are refused naming the field",
     CHECK_THAT(messageOf(st), Catch::Contains(message));
   };
   refuse(deploymentReport("", {}), "deployment_id: required");
-  refuse(deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING},
-                                  {"b", "x", INSTANCE_STATUS_RUNNING}}),
+  refuse(deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING},
+                                  {"b", "x", cluster::v1::INSTANCE_STATUS_RUNNING}}),
          "instances[1].address: \"x\" is not host:port");
   for (const char* bad : {"10.0.0.1", "10.0.0.1:0", "10.0.0.1:65536", ":80", "a b:80", "::1:80",
                           "[::1]", "host:http"}) {
-    refuse(deploymentReport("dep", {{"a", bad, INSTANCE_STATUS_RUNNING}}),
+    refuse(deploymentReport("dep", {{"a", bad, cluster::v1::INSTANCE_STATUS_RUNNING}}),
            strCat("instances[0].address: \"", bad, "\" is not host:port"));
   }
-  refuse(deploymentReport("dep", {{"a", "", INSTANCE_STATUS_RUNNING}}),
+  refuse(deploymentReport("dep", {{"a", "", cluster::v1::INSTANCE_STATUS_RUNNING}}),
          "instances[0].address: required for a running instance");
 
-  auto unknown_status = deploymentReport("dep", {{"a", "10.0.0.1:80", INSTANCE_STATUS_RUNNING},
-                                                 {"b", "10.0.0.2:80", INSTANCE_STATUS_RUNNING}});
+  auto unknown_status =
+      deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING},
+                               {"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_RUNNING}});
   unknown_status.mutable_instances()->mutable_instances(1)->set_status(
       static_cast<cluster::v1::InstanceStatus>(7));
   refuse(unknown_status, "instances[1].status: unknown value 7");
   refuse(deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_UNSPECIFIED}}),
          "instances[0].status: required");
-  refuse(deploymentReport("dep", {{"", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}}),
+  refuse(deploymentReport("dep", {{"", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}}),
          "instances[0].id: required");
-  refuse(deploymentReport("dep", {{"a b", "10.0.0.1:80", INSTANCE_STATUS_RUNNING}}),
+  refuse(deploymentReport("dep", {{"a b", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}}),
          "instances[0].id: must be printable ASCII without spaces");
   refuse(deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_FAILED,
                                    std::string(4097, 'x')}}),
@@ -417,7 +472,7 @@ TEST_CASE_METHOD(IngestorTest, "invalid instances are refused naming the field",
   // Addresses that are fine.
   for (const char* good : {"10.0.0.1:80", "[fd00::1]:8080", "pod.ns.svc.cluster.local:65535"}) {
     auto st = ingestor_->reportDeploymentStatus(
-        "eu-1", deploymentReport("dep", {{"a", good, INSTANCE_STATUS_RUNNING}}));
+        "eu-1", deploymentReport("dep", {{"a", good, cluster::v1::INSTANCE_STATUS_RUNNING}}));
     INFO(good << ": " << st);
     CHECK_THAT(st, IsOk());
   }
@@ -518,21 +573,143 @@ TEST_CASE_METHOD(IngestorTest, "concurrent ready reports notify once", "[ingesto
   CHECK(hooks_->ready.size() == 1u);
 }
 
-TEST_CASE_METHOD(IngestorTest, "unknown sentinel is not found", "[ingestor]") {
+// One rule for every report RPC: a report about a resource the control plane does not hold
+// (never written, deleted, or of another region) is accepted and dropped; nothing is stored.
+TEST_CASE_METHOD(IngestorTest, "reports about resources not held are dropped by every rpc",
+                 "[ingestor]") {
   addSentinel("elsewhere", "us-1", "sentinel:2", 1);
-  auto st = ingestor_->reportSentinelStatus(
-      "eu-1", sentinelReport("missing", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1));
-  CHECK(st.code() == absl::StatusCode::kNotFound);
-  CHECK_THAT(messageOf(st),
-             Catch::Contains("sentinel \"missing\" does not exist in region \"eu-1\""));
+  CHECK_THAT(
+      ingestor_->reportSentinelStatus(
+          "eu-1", sentinelReport("missing", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1)),
+      IsOk());
   // A sentinel of another region is not reachable with this region's token.
-  st = ingestor_->reportSentinelStatus(
-      "eu-1", sentinelReport("elsewhere", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1));
-  CHECK(st.code() == absl::StatusCode::kNotFound);
+  CHECK_THAT(ingestor_->reportSentinelStatus(
+                 "eu-1", sentinelReport("elsewhere", "sentinel:2",
+                                        cluster::v1::SENTINEL_HEALTH_HEALTHY, 1)),
+             IsOk());
   CHECK(deployStatus("elsewhere") == "progressing");
   CHECK(query("SELECT 1 FROM sentinels WHERE status_reported_at IS NOT NULL").empty());
-  CHECK(ingestor_->counters().rejected.load() == 2u);
+  CHECK_THAT(
+      ingestor_->reportDeploymentStatus(
+          "eu-1",
+          deploymentReport("never", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}})),
+      IsOk());
+  ReportResourceStatusRequest r;
+  r.set_region("eu-1");
+  r.set_type("example.krane.dev/bucket");
+  r.set_id("never");
+  r.set_version(3);
+  r.set_phase(cluster::v1::RESOURCE_PHASE_READY);
+  CHECK_THAT(ingestor_->reportResourceStatus("eu-1", r), IsOk());
+  CHECK(query("SELECT 1 FROM instances").empty());
+  CHECK(query("SELECT 1 FROM resource_status").empty());
+  CHECK(ingestor_->counters().dropped.load() == 4u);
+  CHECK(ingestor_->counters().rejected.load() == 0u);
   CHECK(ingestor_->counters().errors.load() == 0u);
+  CHECK(hooks_->reported.empty());
+}
+
+// Deleting a resource purges what agents reported about it, in the delete's transaction; a late
+// report about it is then dropped, and one saying it is gone purges whatever is left.
+TEST_CASE_METHOD(IngestorTest,
+                 "a deleted resource's status goes with it and late reports are dropped",
+                 "[ingestor]") {
+  REQUIRE_THAT(
+      ingestor_->reportDeploymentStatus(
+          "eu-1",
+          deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}})),
+      IsOk());
+  ReportResourceStatusRequest r;
+  r.set_region("eu-1");
+  r.set_type("example.krane.dev/bucket");
+  r.set_id("photos");
+  r.set_version(3);
+  r.set_phase(cluster::v1::RESOURCE_PHASE_READY);
+  REQUIRE_THAT(ingestor_->reportResourceStatus("eu-1", r), IsOk());
+  auto in_us = r;
+  in_us.set_region("us-1");
+  in_us.set_id("photos-us");
+  REQUIRE_THAT(ingestor_->reportResourceStatus("us-1", in_us), IsOk());
+  REQUIRE(query("SELECT 1 FROM instances WHERE deployment_id = 'dep'").rows.size() == 1u);
+  REQUIRE(query("SELECT 1 FROM resource_status WHERE region_id = 'eu-1'").rows.size() == 2u);
+
+  for (const char* type : {"deployment_topology", "example.krane.dev/bucket"}) {
+    REQUIRE_THAT(writer_->remove(feed::ResourceKey{
+                     type, type == std::string("deployment_topology") ? "dep" : "photos", "eu-1"}),
+                 IsOk());
+  }
+  CHECK(
+      query("SELECT 1 FROM instances WHERE deployment_id = 'dep' AND region_id = 'eu-1'").empty());
+  CHECK(query("SELECT 1 FROM resource_status WHERE region_id = 'eu-1'").empty());
+  INFO("the same resource in another region keeps its status");
+  CHECK(query("SELECT 1 FROM resource_status WHERE region_id = 'us-1'").rows.size() == 1u);
+  // A late report of the deleted deployment (sent before the agent applied the delete).
+  REQUIRE_THAT(
+      ingestor_->reportDeploymentStatus(
+          "eu-1",
+          deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}})),
+      IsOk());
+  REQUIRE_THAT(ingestor_->reportResourceStatus("eu-1", r), IsOk());
+  CHECK(query("SELECT 1 FROM instances").empty());
+  CHECK(query("SELECT 1 FROM resource_status WHERE region_id = 'eu-1'").empty());
+}
+
+// A retried report, or one from a replaced leader, arrives after a newer one: it must not
+// overwrite it. Ordered by (applied version, observation time); sentinels by (observed
+// generation, observation time). The reporting agent is stored.
+TEST_CASE_METHOD(IngestorTest, "an older report does not overwrite a newer one", "[ingestor]") {
+  auto newer =
+      deploymentReport("dep", {{"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_RUNNING}});
+  newer.set_applied_version(7);
+  newer.set_observed_at_ms(2000);
+  newer.set_agent_id("agent-2");
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", newer), IsOk());
+  auto older_version =
+      deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING}});
+  older_version.set_applied_version(6);
+  older_version.set_observed_at_ms(9000);  // a later clock does not make an older version newer
+  older_version.set_agent_id("agent-1");
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", older_version), IsOk());
+  auto older_time = newer;
+  older_time.mutable_instances()->mutable_instances(0)->set_id("c");
+  older_time.set_observed_at_ms(1500);
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", older_time), IsOk());
+  CHECK(instanceIds("dep") == std::vector<std::string>{"b"});
+  auto stored = query(
+      "SELECT applied_version, agent_id FROM resource_status WHERE"
+      " resource_id = 'dep' AND region_id = 'eu-1'");
+  REQUIRE(stored.rows.size() == 1u);
+  CHECK(stored.rows[0].u64(0) == 7u);
+  CHECK(stored.rows[0].str(1) == "agent-2");
+  CHECK(ingestor_->counters().dropped.load() == 2u);
+
+  addSentinel("sen", "eu-1", "sentinel:1", 1);
+  auto gen5 = sentinelReport("sen", "sentinel:1", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1);
+  gen5.set_observed_generation(5);
+  gen5.set_agent_id("agent-2");
+  REQUIRE_THAT(ingestor_->reportSentinelStatus("eu-1", gen5), IsOk());
+  auto gen4 = sentinelReport("sen", "sentinel:0", cluster::v1::SENTINEL_HEALTH_UNHEALTHY, 0);
+  gen4.set_observed_generation(4);
+  REQUIRE_THAT(ingestor_->reportSentinelStatus("eu-1", gen4), IsOk());
+  auto row = query(
+      "SELECT observed_generation, running_image, status_agent_id FROM sentinels"
+      " WHERE id = 'sen'");
+  CHECK(row.rows[0].i64(0) == 5);
+  CHECK(row.rows[0].str(1) == "sentinel:1");
+  CHECK(row.rows[0].str(2) == "agent-2");
+
+  ReportResourceStatusRequest r;
+  r.set_region("eu-1");
+  r.set_type("example.krane.dev/bucket");
+  r.set_id("photos");
+  r.set_version(9);
+  r.set_phase(cluster::v1::RESOURCE_PHASE_READY);
+  REQUIRE_THAT(ingestor_->reportResourceStatus("eu-1", r), IsOk());
+  r.set_version(8);
+  r.set_phase(cluster::v1::RESOURCE_PHASE_FAILED);
+  REQUIRE_THAT(ingestor_->reportResourceStatus("eu-1", r), IsOk());
+  CHECK(query("SELECT phase FROM resource_status WHERE resource_id = 'photos'").rows[0].str(0) ==
+        "ready");
 }
 
 TEST_CASE_METHOD(IngestorTest, "invalid sentinel reports are refused", "[ingestor]") {
@@ -601,8 +778,9 @@ TEST_CASE_METHOD(IngestorTest, "resource status is upserted", "[ingestor]") {
   CHECK(rows.rows[0].u64("apply_attempts") == 2u);
   CHECK(rows.rows[0].i64("updated_at") >= first_update);
 
-  // The same resource in another region is a row of its own.
+  // Another region's resource is a row of its own.
   r.set_region("us-1");
+  r.set_id("photos-us");
   st = ingestor_->reportResourceStatus("us-1", r);
   REQUIRE_THAT(st, IsOk());
   CHECK(query("SELECT 1 FROM resource_status").rows.size() == 2u);
@@ -643,6 +821,9 @@ TEST_CASE_METHOD(IngestorTest, "invalid resource status is refused", "[ingestor]
 // Heartbeats and agents
 
 TEST_CASE_METHOD(IngestorTest, "heartbeat upserts the agent and list shows the lag", "[ingestor]") {
+  // Counts the region's changes from none (the fixture's resources made some).
+  exec("DELETE FROM resource_changes");
+  exec("DELETE FROM region_versions");
   exec(
       "INSERT INTO region_versions (region_id, version) VALUES ('eu-1', 42)"
       " ON DUPLICATE KEY UPDATE version = 42");
@@ -728,6 +909,9 @@ TEST_CASE_METHOD(IngestorTest, "heartbeat upserts the agent and list shows the l
 }
 
 TEST_CASE_METHOD(IngestorTest, "heartbeat reports the oldest change still held", "[ingestor]") {
+  // Counts the region's changes from none (the fixture's resources made some).
+  exec("DELETE FROM resource_changes");
+  exec("DELETE FROM region_versions");
   exec(
       "INSERT INTO region_versions (region_id, version) VALUES ('eu-1', 9)"
       " ON DUPLICATE KEY UPDATE version = 9");
