@@ -59,40 +59,53 @@ absl::StatusOr<CleanupResult> Cleanup::runOnce(std::chrono::system_clock::time_p
   }
   for (const std::string& region : regions) {
     for (;;) {
+      // The pruned range is always a prefix of the region's versions. Each round: find how many
+      // of the oldest changes (at most one batch) are older than the TTL, without locking; record
+      // the new boundary first (one short UPDATE of the counter row, which writers of the region
+      // need too), so that a reader behind it is told to resync rather than find rows missing;
+      // then delete those rows in their own transaction, which locks only them.
+      KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
+      KRANE_ASSIGN_OR_RETURN(
+          auto head,
+          conn->query("SELECT pruned_version FROM region_versions WHERE region_id = ?", {region}));
+      if (head.empty()) break;
+      const uint64_t pruned = head.rows[0].u64(0);
+      uint64_t boundary = pruned;
+      const absl::Status scan = conn->queryEach(
+          "SELECT version, created_at FROM resource_changes WHERE region_id = ? AND version > ?"
+          " ORDER BY version LIMIT ?",
+          {region, pruned, static_cast<uint64_t>(options_.batch)}, [&](const db::Row& row) {
+            if (row.i64(1) >= cutoff)
+              return absl::CancelledError("first change younger than the TTL");
+            boundary = row.u64(0);
+            return absl::OkStatus();
+          });
+      if (!scan.ok() && !absl::IsCancelled(scan)) return scan;
+      if (boundary > pruned) {
+        KRANE_RETURN_IF_ERROR(
+            conn->exec("UPDATE region_versions SET pruned_version = GREATEST(pruned_version, ?)"
+                       " WHERE region_id = ?",
+                       {boundary, region})
+                .status());
+      }
+      // Everything up to the recorded boundary goes, including what an interrupted earlier round
+      // recorded but did not delete.
+      KRANE_ASSIGN_OR_RETURN(
+          auto recorded,
+          conn->query("SELECT pruned_version FROM region_versions WHERE region_id = ?", {region}));
+      const uint64_t upto = recorded.empty() ? 0 : recorded.rows[0].u64(0);
       uint64_t deleted = 0;
-      // The pruned range is always a prefix of the region's versions: find how many of the
-      // oldest changes (at most one batch) are older than the TTL, delete exactly those, and
-      // record the new boundary in the same transaction.
-      KRANE_RETURN_IF_ERROR(pool_->transact("cleanup", [&](db::Connection& conn) -> absl::Status {
-        deleted = 0;
+      for (;;) {
         KRANE_ASSIGN_OR_RETURN(
-            auto head, conn.query("SELECT pruned_version FROM region_versions WHERE region_id = ?"
-                                  " FOR UPDATE",
-                                  {region}));
-        if (head.empty()) return absl::OkStatus();
-        const uint64_t pruned = head.rows[0].u64(0);
-        uint64_t boundary = pruned;
-        const absl::Status scan = conn.queryEach(
-            "SELECT version, created_at FROM resource_changes WHERE region_id = ? AND version > ?"
-            " ORDER BY version LIMIT ?",
-            {region, pruned, static_cast<uint64_t>(options_.batch)}, [&](const db::Row& row) {
-              if (row.i64(1) >= cutoff)
-                return absl::CancelledError("first change younger than the TTL");
-              boundary = row.u64(0);
-              return absl::OkStatus();
-            });
-        if (!scan.ok() && !absl::IsCancelled(scan)) return scan;
-        if (boundary == pruned) return absl::OkStatus();
-        KRANE_ASSIGN_OR_RETURN(
-            deleted, conn.exec("DELETE FROM resource_changes WHERE region_id = ? AND version <= ?",
-                               {region, boundary}));
-        return conn
-            .exec("UPDATE region_versions SET pruned_version = ? WHERE region_id = ?",
-                  {boundary, region})
-            .status();
-      }));
+            const uint64_t n,
+            conn->exec("DELETE FROM resource_changes WHERE region_id = ? AND version <= ?"
+                       " ORDER BY version LIMIT ?",
+                       {region, upto, static_cast<uint64_t>(options_.batch)}));
+        deleted += n;
+        if (n < options_.batch) break;
+      }
       result.changes_deleted += deleted;
-      if (deleted < options_.batch) break;
+      if (boundary == pruned || boundary - pruned < options_.batch) break;
     }
   }
   for (const auto& table : tables_->all()) {

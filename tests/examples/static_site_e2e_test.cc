@@ -199,8 +199,9 @@ TEST_CASE_METHOD(StaticSiteE2eTest, "a put site is written reported replaced and
   REQUIRE_THAT(deleted, IsOk());
   INFO(agentLog("agent.log"));
   REQUIRE(eventually([&] { return !fs::exists(root_ + "/home"); }));
-  INFO("the status of a deleted resource goes with it, and the agent's report of the delete"
-       " does not bring it back");
+  INFO(
+      "the status of a deleted resource goes with it, and the agent's report of the delete"
+      " does not bring it back");
   CHECK_FALSE(status("home").has_value());
   stopAgent();
 }

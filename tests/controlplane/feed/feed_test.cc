@@ -258,6 +258,60 @@ TEST_CASE("cursor older than the pruned range expires", "[feed]") {
   REQUIRE(current.waitForVersion(26));
 }
 
+// Cleanup deletes up to 10,000 change rows at a time; it must not hold the region's version
+// counter (which every writer of the region updates) meanwhile. Here its DELETE is made to wait
+// on a row lock the test holds: a writer of the region still commits.
+TEST_CASE("cleanup deleting change rows does not block the region's writers", "[feed]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  for (int i = 0; i < 30; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i % 5), "eu-1", strCat(i))), IsOk());
+  // Pools of their own: the test's lock, and the cleanup, each hold a session throughout.
+  auto locker_pool = db::Pool::create(cp.dsn(), {.max_connections = 1});
+  auto cleanup_pool = db::Pool::create(cp.dsn(), {.max_connections = 2});
+  REQUIRE_THAT(locker_pool, IsOk());
+  REQUIRE_THAT(cleanup_pool, IsOk());
+  auto locker = (*locker_pool)->acquire();
+  REQUIRE_THAT(locker, IsOk());
+  REQUIRE_THAT((*locker)->exec("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*locker)->query("SELECT version FROM resource_changes WHERE region_id = 'eu-1'"
+                                " AND version = 20 FOR UPDATE"),
+               IsOk());
+  feed::Cleanup cleanup(
+      *cleanup_pool, std::make_shared<feed::ResourceTables>(),
+      feed::CleanupOptions{std::chrono::seconds(60), std::chrono::seconds(60), 10000});
+  absl::StatusOr<feed::CleanupResult> result = absl::UnknownError("not run");
+  std::thread cleaning(
+      [&] { result = cleanup.runOnce(std::chrono::system_clock::now() + std::chrono::hours(1)); });
+  // Until the cleanup's DELETE waits for the test's lock.
+  auto waiting = [&] {
+    return !rowsOf(cp,
+                   "SELECT 1 FROM information_schema.processlist"
+                   " WHERE info LIKE 'DELETE FROM resource_changes%'",
+                   {})
+                .empty();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!waiting() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(waiting());
+  std::atomic<bool> committed{false};
+  std::thread writing([&] { committed = server.writer().put(bucket("during", "eu-1", "x")).ok(); });
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!committed && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  INFO("a writer of the region committed while the cleanup's delete waited");
+  CHECK(committed.load());
+  REQUIRE_THAT((*locker)->exec("ROLLBACK"), IsOk());
+  writing.join();
+  cleaning.join();
+  REQUIRE_THAT(result, IsOk());
+  CHECK(result->changes_deleted == 30u);
+  CHECK(headVersion(cp, "eu-1") == 31u);
+}
+
 TEST_CASE("a future cursor is refused explicitly", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
