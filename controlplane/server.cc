@@ -207,7 +207,7 @@ absl::Status Server::startGrpc() {
     credentials = grpc::SslServerCredentials(options);
   }
   cluster_service_ = std::make_unique<api::ClusterServiceImpl>(watch_, tokens_, ingestor_);
-  resource_service_ = std::make_unique<api::ResourceServiceImpl>(writer_, pool_, operators_);
+  resource_service_ = std::make_unique<api::ResourceServiceImpl>(writer_, pool_, operators_, hub_);
   agent_service_ = std::make_unique<api::AgentServiceImpl>(ingestor_, operators_);
   workflow_service_ = std::make_unique<api::WorkflowServiceImpl>(pool_, operators_);
   deployment_service_ =

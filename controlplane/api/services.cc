@@ -10,6 +10,7 @@
 #include "common/grpc_status.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/api/resource_watch.h"
 
 namespace krane::api {
 namespace {
@@ -113,17 +114,19 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
 
 ResourceServiceImpl::ResourceServiceImpl(std::shared_ptr<feed::Writer> writer,
                                          std::shared_ptr<db::Pool> pool,
-                                         std::shared_ptr<const OperatorTokens> operators)
+                                         std::shared_ptr<const OperatorTokens> operators,
+                                         std::shared_ptr<feed::Hub> hub)
     : CheckedRequests("krane.api.v1.ResourceService"),
       writer_(std::move(writer)),
       pool_(std::move(pool)),
-      operators_(std::move(operators)) {
+      operators_(std::move(operators)),
+      hub_(std::move(hub)) {
   checkUnary("Put", this, &ResourceServiceImpl::Put);
   checkUnary("Get", this, &ResourceServiceImpl::Get);
   checkUnary("List", this, &ResourceServiceImpl::List);
   checkUnary("Delete", this, &ResourceServiceImpl::Delete);
   checkUnary("GetStatus", this, &ResourceServiceImpl::GetStatus);
-  checkServerStreaming("Watch", this, &ResourceServiceImpl::WatchChanges);
+  checkCallbackServerStreaming("Watch", this, &ResourceServiceImpl::Watch);
 }
 
 grpc::Status ResourceServiceImpl::Put(grpc::ServerContext* context,
@@ -287,66 +290,22 @@ grpc::Status ResourceServiceImpl::GetStatus(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ResourceServiceImpl::WatchChanges(
-    grpc::ServerContext* context, const v1::WatchResourcesRequest* request,
-    grpc::ServerWriterInterface<v1::ResourceChange>* writer) {
-  if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+grpc::ServerWriteReactor<v1::ResourceChange>* ResourceServiceImpl::Watch(
+    grpc::CallbackServerContext* context, const v1::WatchResourcesRequest* request) {
+  if (auto st = checkOperator(*context, *operators_); !st.ok()) {
+    return ResourceWatchStream::refuse(toGrpc(st));
+  }
   if (!request->region().empty()) {
-    if (auto st = feed::checkId("region", request->region()); !st.ok()) return toGrpc(st);
+    if (auto st = feed::checkId("region", request->region()); !st.ok()) {
+      return ResourceWatchStream::refuse(toGrpc(st));
+    }
   }
   if (!request->type().empty()) {
-    if (auto st = feed::checkType("type", request->type()); !st.ok()) return toGrpc(st);
-  }
-  // Where each region is now; regions registered later start from their beginning.
-  std::map<std::string, uint64_t> cursors;
-  bool first = true;
-  while (!context->IsCancelled()) {
-    {
-      auto conn = pool_->acquire();
-      if (!conn.ok()) return toGrpc(conn.status());
-      auto regions =
-          request->region().empty()
-              ? (*conn)->query("SELECT region_id, version FROM region_versions")
-              : (*conn)->query("SELECT region_id, version FROM region_versions WHERE region_id = ?",
-                               {request->region()});
-      if (!regions.ok()) return toGrpc(regions.status());
-      for (const auto& row : regions->rows) {
-        if (!cursors.count(row.str(0))) cursors[row.str(0)] = first ? row.u64(1) : 0;
-      }
-      if (first) {
-        v1::ResourceChange hello;
-        hello.set_op("watching");
-        if (!writer->Write(hello)) return grpc::Status::OK;
-        first = false;
-      }
-      for (auto& [region, cursor] : cursors) {
-        std::string sql =
-            "SELECT resource_type, resource_id, op, version, created_at FROM resource_changes"
-            " WHERE region_id = ? AND version > ?";
-        db::Params params{region, cursor};
-        if (!request->type().empty()) {
-          sql += " AND resource_type = ?";
-          params.emplace_back(request->type());
-        }
-        sql += " ORDER BY version LIMIT 1000";
-        auto changes = (*conn)->query(sql, params);
-        if (!changes.ok()) return toGrpc(changes.status());
-        for (const auto& row : changes->rows) {
-          v1::ResourceChange change;
-          change.set_region(region);
-          change.set_type(row.str(0));
-          change.set_id(row.str(1));
-          change.set_op(row.str(2));
-          change.set_version(row.u64(3));
-          change.set_committed_ms(row.i64(4));
-          cursor = change.version();
-          if (!writer->Write(change)) return grpc::Status::OK;
-        }
-      }
+    if (auto st = feed::checkType("type", request->type()); !st.ok()) {
+      return ResourceWatchStream::refuse(toGrpc(st));
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  return grpc::Status::OK;
+  return ResourceWatchStream::start(hub_, *request);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -43,10 +43,14 @@ class ClusterServiceImpl final
   std::shared_ptr<ingest::Ingestor> ingestor_;
 };
 
-class ResourceServiceImpl final : public CheckedRequests<krane::api::v1::ResourceService::Service> {
+// Watch runs on gRPC's callback API, served from the hub (resource_watch.h); the rest is sync.
+class ResourceServiceImpl final
+    : public CheckedRequests<krane::api::v1::ResourceService::WithCallbackMethod_Watch<
+          krane::api::v1::ResourceService::Service>> {
  public:
   ResourceServiceImpl(std::shared_ptr<feed::Writer> writer, std::shared_ptr<db::Pool> pool,
-                      std::shared_ptr<const OperatorTokens> operators);
+                      std::shared_ptr<const OperatorTokens> operators,
+                      std::shared_ptr<feed::Hub> hub);
 
   grpc::Status Put(grpc::ServerContext* context, const v1::PutResourceRequest* request,
                    v1::PutResourceResponse* response) override;
@@ -58,15 +62,14 @@ class ResourceServiceImpl final : public CheckedRequests<krane::api::v1::Resourc
                       v1::DeleteResourceResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetResourceStatusRequest* request,
                          v1::GetResourceStatusResponse* response) override;
-  // The Watch RPC. Polls the change table (every 200 ms) and holds a server thread while it runs:
-  // meant for the few operators watching, not for agents.
-  grpc::Status WatchChanges(grpc::ServerContext* context, const v1::WatchResourcesRequest* request,
-                            grpc::ServerWriterInterface<v1::ResourceChange>* writer);
+  grpc::ServerWriteReactor<v1::ResourceChange>* Watch(
+      grpc::CallbackServerContext* context, const v1::WatchResourcesRequest* request) override;
 
  private:
   std::shared_ptr<feed::Writer> writer_;
   std::shared_ptr<db::Pool> pool_;
   std::shared_ptr<const OperatorTokens> operators_;
+  std::shared_ptr<feed::Hub> hub_;
 };
 
 class AgentServiceImpl final : public CheckedRequests<krane::api::v1::AgentService::Service> {

@@ -32,13 +32,16 @@ absl::StatusOr<EventBatch> readChanges(db::Connection& conn, const ResourceTable
   struct Row {
     uint64_t version;
     ResourceKey key;
+    std::string op;
+    int64_t committed_ms;
   };
   std::vector<Row> rows;
   KRANE_RETURN_IF_ERROR(conn.queryEach(
-      "SELECT version, resource_type, resource_id FROM resource_changes"
+      "SELECT version, resource_type, resource_id, op, created_at FROM resource_changes"
       " WHERE region_id = ? AND version > ? AND version <= ? ORDER BY version LIMIT ?",
       {region, after, through, static_cast<uint64_t>(limit)}, [&](const db::Row& row) {
-        rows.push_back(Row{row.u64(0), ResourceKey{row.str(1), row.str(2), region}});
+        rows.push_back(
+            Row{row.u64(0), ResourceKey{row.str(1), row.str(2), region}, row.str(3), row.i64(4)});
         return absl::OkStatus();
       }));
   EventBatch batch;
@@ -68,8 +71,9 @@ absl::StatusOr<EventBatch> readChanges(db::Connection& conn, const ResourceTable
   batch.events.reserve(rows.size());
   for (const Row& row : rows) {
     const auto& stored = loaded[std::make_pair(row.key.type, row.key.id)];
-    batch.events.push_back(
-        FeedEvent{row.version, row.key.type, makeChangeEvent(row.version, row.key, stored)});
+    batch.events.push_back(FeedEvent{row.version, row.key.type,
+                                     makeChangeEvent(row.version, row.key, stored), row.op,
+                                     row.committed_ms});
     batch.through = row.version;
   }
   return batch;

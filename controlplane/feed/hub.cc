@@ -11,6 +11,27 @@ uint64_t Hub::subscribe(const std::string& region, const std::shared_ptr<Subscri
   return r.published;
 }
 
+std::map<std::string, uint64_t> Hub::subscribeAll(const std::shared_ptr<Subscriber>& subscriber) {
+  std::lock_guard lock(mutex_);
+  everywhere_.push_back(subscriber);
+  std::map<std::string, uint64_t> positions;
+  for (const auto& [name, region] : regions_) positions[name] = region.published;
+  return positions;
+}
+
+void Hub::unsubscribeAll(const Subscriber* subscriber) {
+  std::lock_guard lock(mutex_);
+  everywhere_.erase(std::remove_if(everywhere_.begin(), everywhere_.end(),
+                                   [&](const auto& s) { return s.get() == subscriber; }),
+                    everywhere_.end());
+}
+
+std::vector<std::shared_ptr<Subscriber>> Hub::audienceLocked(const Region& region) const {
+  std::vector<std::shared_ptr<Subscriber>> audience = region.subscribers;
+  audience.insert(audience.end(), everywhere_.begin(), everywhere_.end());
+  return audience;
+}
+
 void Hub::unsubscribe(const std::string& region, const Subscriber* subscriber) {
   std::lock_guard lock(mutex_);
   auto it = regions_.find(region);
@@ -31,7 +52,7 @@ std::vector<std::string> Hub::watchedRegions() const {
   std::lock_guard lock(mutex_);
   std::vector<std::string> out;
   for (const auto& [name, region] : regions_) {
-    if (!region.subscribers.empty()) out.push_back(name);
+    if (!region.subscribers.empty() || !everywhere_.empty()) out.push_back(name);
   }
   return out;
 }
@@ -40,7 +61,7 @@ size_t Hub::subscriberCount() const {
   std::lock_guard lock(mutex_);
   size_t n = 0;
   for (const auto& [name, region] : regions_) n += region.subscribers.size();
-  return n;
+  return n + everywhere_.size();
 }
 
 void Hub::publish(const std::shared_ptr<const EventBatch>& batch) {
@@ -53,7 +74,7 @@ void Hub::publish(const std::shared_ptr<const EventBatch>& batch) {
     std::lock_guard lock(mutex_);
     Region& r = regions_[batch->region];
     r.published = std::max(r.published, batch->through);
-    audience = r.subscribers;
+    audience = audienceLocked(r);
   }
   for (const auto& s : audience) s->deliver(batch);
 }
@@ -61,7 +82,7 @@ void Hub::publish(const std::shared_ptr<const EventBatch>& batch) {
 bool Hub::skipIfUnwatched(const std::string& region, uint64_t version) {
   std::lock_guard lock(mutex_);
   Region& r = regions_[region];
-  if (!r.subscribers.empty()) return false;
+  if (!r.subscribers.empty() || !everywhere_.empty()) return false;
   r.published = std::max(r.published, version);
   return true;
 }
@@ -72,7 +93,7 @@ void Hub::expireRegion(const std::string& region, uint64_t version, const std::s
     std::lock_guard lock(mutex_);
     Region& r = regions_[region];
     r.published = std::max(r.published, version);
-    audience = r.subscribers;
+    audience = audienceLocked(r);
   }
   for (const auto& s : audience) s->expire(reason);
 }

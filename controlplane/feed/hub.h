@@ -22,6 +22,9 @@ struct FeedEvent {
   uint64_t version = 0;
   std::string type;  // resource type, for stream filters
   std::shared_ptr<const WatchEvent> event;
+  // As the change row says: "apply" or "delete", and when it was committed (Unix ms).
+  std::string op;
+  int64_t committed_ms = 0;
 };
 
 // Consecutive changes of one region: every version in (after, through] is in `events`.
@@ -49,6 +52,10 @@ class Hub {
   // will receive every batch after that version, and must read anything before from the database.
   uint64_t subscribe(const std::string& region, const std::shared_ptr<Subscriber>& subscriber);
   void unsubscribe(const std::string& region, const Subscriber* subscriber);
+  // Adds a subscriber of every region, including regions that appear later; returns where each
+  // region known now has been published (a region not in it starts with its first batch).
+  std::map<std::string, uint64_t> subscribeAll(const std::shared_ptr<Subscriber>& subscriber);
+  void unsubscribeAll(const Subscriber* subscriber);
 
   // Highest version published (or skipped, with nobody subscribed) for the region; 0 if none.
   uint64_t published(const std::string& region) const;
@@ -70,8 +77,12 @@ class Hub {
     uint64_t published = 0;
     std::vector<std::shared_ptr<Subscriber>> subscribers;
   };
+  // The audience of a region's batch: its own subscribers and those of every region.
+  std::vector<std::shared_ptr<Subscriber>> audienceLocked(const Region& region) const;
+
   mutable std::mutex mutex_;
   std::map<std::string, Region> regions_;
+  std::vector<std::shared_ptr<Subscriber>> everywhere_;  // subscribers of every region
 };
 
 }  // namespace krane::feed
