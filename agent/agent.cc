@@ -352,6 +352,11 @@ void Agent::onLeadership(bool leader) {
     options.token = config_.control_plane.token;
     options.resync_interval = config_.resync_interval;
     options.last_full_sync_unix_ms = store_->snapshot().full_sync_unix_ms;
+    options.epoch = store_->feedEpoch();
+    options.on_epoch = [this](uint64_t epoch) {
+      std::lock_guard lock(persist_mutex_);
+      store_->setFeedEpoch(epoch);
+    };
     options.reconnect = {config_.reconnect_min, 2.0, config_.reconnect_max, 0.8};
     watcher_ = std::make_unique<Watcher>(channel_, options, *dispatcher_,
                                          [this] { return tracker_->watermark(); });

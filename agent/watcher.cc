@@ -12,7 +12,8 @@ Watcher::Watcher(std::shared_ptr<grpc::Channel> channel, WatcherOptions options,
       sink_(sink),
       resume_from_(std::move(resume_from)),
       last_sync_unix_ms_(options_.last_full_sync_unix_ms > 0 ? options_.last_full_sync_unix_ms
-                                                             : unixMillis()) {}
+                                                             : unixMillis()),
+      epoch_(options_.epoch) {}
 
 Watcher::~Watcher() { stop(); }
 
@@ -81,6 +82,11 @@ bool Watcher::streamOnce(uint64_t version) {
   request.set_region(options_.region);
   request.set_version(version);
   request.set_agent_id(options_.agent_id);
+  {
+    std::lock_guard lock(mutex_);
+    // A full sync starts a cursor of whatever epoch the feed is in.
+    request.set_epoch(version == 0 ? 0 : epoch_);
+  }
   for (const auto& t : options_.resource_types) request.add_resource_types(t);
   spdlog::info("agent: watching region={} from version={}{}", options_.region, version,
                version == 0 ? " (full sync)" : "");
@@ -112,9 +118,11 @@ bool Watcher::streamOnce(uint64_t version) {
           context.TryCancel();
           break;
         }
+        if (options_.on_epoch) options_.on_epoch(event.sync_end().epoch());
         std::lock_guard lock(mutex_);
         ++stats_.full_syncs;
         last_sync_unix_ms_ = unixMillis();
+        epoch_ = event.sync_end().epoch();
         break;
       }
       case cluster::v1::WatchEvent::kBookmark:

@@ -47,6 +47,10 @@ struct WatcherOptions {
   // When the last full sync ended (Unix ms, as saved in the cursor store), so that the periodic
   // resync falls due on time across restarts and reconnects; 0: unknown, counted from now.
   int64_t last_full_sync_unix_ms = 0;
+  // The feed epoch of the cursor (saved in the cursor store; 0: not known), sent with each Watch;
+  // `on_epoch` is told the epoch of each full sync taken, to save it.
+  uint64_t epoch = 0;
+  std::function<void(uint64_t epoch)> on_epoch;
   BackoffPolicy reconnect{std::chrono::milliseconds(1000), 2.0, std::chrono::milliseconds(5000),
                           0.8};
 };
@@ -90,6 +94,7 @@ class Watcher {
   std::condition_variable wake_;
   grpc::ClientContext* context_ = nullptr;  // of the open stream, for cancellation
   int64_t last_sync_unix_ms_ = 0;           // when the last full sync ended
+  uint64_t epoch_ = 0;                      // the feed epoch of the cursor
   WatcherStats stats_;
   std::thread thread_;
 };

@@ -262,4 +262,39 @@ void addAgentCommands(CLI::App& app, int& exit_code) {
   });
 }
 
+void addFeedCommands(CLI::App& app, int& exit_code) {
+  CLI::App* feed = app.add_subcommand("feed", "The change feed's epoch.");
+  feed->require_subcommand(1);
+  auto dsn = std::make_shared<std::string>();
+  CLI::App* renew = feed->add_subcommand(
+      "new-epoch",
+      "Start a new epoch of the feed: every agent does a full sync. Run it after restoring the"
+      " database from a backup.");
+  renew->add_option("--dsn", *dsn, "Database (default: $KRANE_DSN)");
+  renew->callback([dsn, &exit_code] {
+    auto pool = openDatabase(*dsn);
+    if (!pool.ok()) {
+      exit_code = fail("feed new-epoch", pool.status());
+      return;
+    }
+    auto conn = (*pool)->acquire();
+    if (!conn.ok()) {
+      exit_code = fail("feed new-epoch", conn.status());
+      return;
+    }
+    auto changed = (*conn)->exec(
+        "UPDATE feed_epoch SET epoch = CONV(SUBSTRING(MD5(UUID()), 1, 15), 16, 10) + 1,"
+        " created_at = ? WHERE id = 1",
+        {unixMillis()});
+    if (!changed.ok()) {
+      exit_code = fail("feed new-epoch", changed.status());
+      return;
+    }
+    auto now = (*conn)->query("SELECT epoch FROM feed_epoch WHERE id = 1");
+    std::printf(
+        "the feed is at epoch %llu: every agent does a full sync when it next connects\n",
+        now.ok() && !now->empty() ? static_cast<unsigned long long>(now->rows[0].u64(0)) : 0ull);
+  });
+}
+
 }  // namespace krane::ctrl

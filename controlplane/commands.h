@@ -9,5 +9,6 @@ void addServeCommand(CLI::App& app, int& exit_code);
 void addRegionCommands(CLI::App& app, int& exit_code);
 void addTokenCommands(CLI::App& app, int& exit_code);
 void addAgentCommands(CLI::App& app, int& exit_code);
+void addFeedCommands(CLI::App& app, int& exit_code);
 
 }  // namespace krane::ctrl

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   krane::ctrl::addRegionCommands(app, exit_code);
   krane::ctrl::addTokenCommands(app, exit_code);
   krane::ctrl::addAgentCommands(app, exit_code);
+  krane::ctrl::addFeedCommands(app, exit_code);
   krane::workflow::addWorkflowCommands(app, exit_code);
   try {
     app.parse(argc, argv);

@@ -90,6 +90,9 @@ struct FileHeader {
   Word tombstones;  // tombstoned table entries (recounted on every agent open)
   Word sequence;    // source of seqlock numbers for slots and parked events
   Word superseded;  // 1 once the agent replaced this file (grown or compacted)
+  // The feed epoch of the last completed full sync (0: not known; files made before the field
+  // existed hold 0 here, the header's unused bytes being zero).
+  Word feed_epoch;
 };
 static_assert(sizeof(FileHeader) <= kHeaderBytes);
 static_assert(std::is_standard_layout_v<FileHeader>);

@@ -624,6 +624,7 @@ absl::Status CursorStore::rebuild(uint64_t max_resources, uint32_t parked_capaci
   copy(header_->watermark_unix_ms, h->watermark_unix_ms);
   copy(header_->full_sync_version, h->full_sync_version);
   copy(header_->full_sync_unix_ms, h->full_sync_unix_ms);
+  copy(header_->feed_epoch, h->feed_epoch);
   copy(header_->sequence, h->sequence);
   for (uint32_t i = 0; i < layout::kPluginSlots; ++i) {
     if (layout::isValidState(slots_[i].state.load(kRelaxed))) {
@@ -723,6 +724,13 @@ void CursorStore::recordFullSync(uint64_t version, int64_t unix_ms) {
 }
 
 uint64_t CursorStore::fullSyncVersion() const { return header_->full_sync_version.load(kAcquire); }
+
+void CursorStore::setFeedEpoch(uint64_t epoch) {
+  requireAgent("setFeedEpoch");
+  header_->feed_epoch.store(epoch, kRelease);
+}
+
+uint64_t CursorStore::feedEpoch() const { return header_->feed_epoch.load(kAcquire); }
 
 int64_t CursorStore::fullSyncUnixMs() const { return header_->full_sync_unix_ms.load(kAcquire); }
 

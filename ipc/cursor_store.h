@@ -217,6 +217,9 @@ class CursorStore {
   // database restore the region's versions can go backwards).
   void setWatermark(uint64_t version);
   void recordFullSync(uint64_t version, int64_t unix_ms);
+  // The feed epoch the watermark belongs to (from the last full sync's SyncEnd); 0: not known.
+  void setFeedEpoch(uint64_t epoch);
+  uint64_t feedEpoch() const;
   uint64_t fullSyncVersion() const;
   int64_t fullSyncUnixMs() const;
   // msync of the whole mapping (MS_SYNC): a durability point against machine crashes.

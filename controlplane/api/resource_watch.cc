@@ -73,9 +73,9 @@ void ResourceWatchStream::deliver(const std::shared_ptr<const feed::EventBatch>&
       }
       positions_[batch->region] = batch->through;
       if (queue_.size() > max_queued_) {
-        finishLocked(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                  strCat("the watcher fell more than ", max_queued_,
-                                         " changes behind: watch again")));
+        finishLocked(grpc::Status(
+            grpc::StatusCode::RESOURCE_EXHAUSTED,
+            strCat("the watcher fell more than ", max_queued_, " changes behind: watch again")));
       }
     }
   }

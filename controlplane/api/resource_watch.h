@@ -27,9 +27,9 @@ class ResourceWatchStream final : public grpc::ServerWriteReactor<v1::ResourceCh
                                   public std::enable_shared_from_this<ResourceWatchStream> {
  public:
   // Starts a stream of the changes `request` selects (validated by the caller).
-  static grpc::ServerWriteReactor<v1::ResourceChange>* start(std::shared_ptr<feed::Hub> hub,
-                                                              const v1::WatchResourcesRequest& request,
-                                                              size_t max_queued = 10000);
+  static grpc::ServerWriteReactor<v1::ResourceChange>* start(
+      std::shared_ptr<feed::Hub> hub, const v1::WatchResourcesRequest& request,
+      size_t max_queued = 10000);
   // A stream that ends at once with `status` (a refused request).
   static grpc::ServerWriteReactor<v1::ResourceChange>* refuse(const grpc::Status& status);
 

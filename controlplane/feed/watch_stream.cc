@@ -89,7 +89,30 @@ absl::Status WatchStream::setupOrError() {
   const uint64_t head = rows.rows[0].u64(0);
   const uint64_t pruned = rows.rows[0].u64(1);
   uint64_t cursor = request_.version();
+  KRANE_ASSIGN_OR_RETURN(auto epochs, conn->query("SELECT epoch FROM feed_epoch WHERE id = 1"));
+  epoch_ = epochs.empty() ? 0 : epochs.rows[0].u64(0);
+  if (request_.epoch() != 0 && epoch_ != 0 && request_.epoch() != epoch_) {
+    std::lock_guard lock(mutex_);
+    resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_EPOCH_CHANGED,
+                 strCat("the feed's history was replaced (epoch ", epoch_, ", the cursor is of ",
+                        request_.epoch(), "): the database was restored or replaced"));
+    return absl::OkStatus();
+  }
   if (cursor > head) {
+    if (request_.epoch() != 0 && request_.epoch() == epoch_) {
+      // This epoch's history went backwards (a restore nobody announced): a new epoch, so that
+      // agents whose cursors are not ahead (and would silently skip the versions written again)
+      // resync too.
+      KRANE_RETURN_IF_ERROR(
+          conn->exec("UPDATE feed_epoch SET epoch = CONV(SUBSTRING(MD5(UUID()), 1, 15), 16, 10) + 1"
+                     " WHERE id = 1 AND epoch = ?",
+                     {epoch_})
+              .status());
+      spdlog::warn(
+          "feed: region={} agent={} is at version {}, ahead of the region ({}): the"
+          " database went back in time; the feed's epoch changes",
+          region_, request_.agent_id(), cursor, head);
+    }
     std::lock_guard lock(mutex_);
     resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION,
                  strCat("version ", cursor, " is ahead of region ", region_, " (at ", head,
@@ -161,6 +184,7 @@ absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
   auto end = std::make_shared<WatchEvent>();
   end->mutable_sync_end()->set_version(snapshot);
   end->mutable_sync_end()->set_resource_count(sent);
+  end->mutable_sync_end()->set_epoch(epoch_);
   if (!pushWaiting(end)) return absl::CancelledError("stream closed");
   *cursor = snapshot;
   return absl::OkStatus();

@@ -118,6 +118,7 @@ class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEven
   const std::string peer_;
   std::set<std::string> types_;
   std::string region_;
+  uint64_t epoch_ = 0;  // the feed's epoch, read at setup
 
   std::mutex mutex_;
   std::condition_variable drained_;

@@ -197,6 +197,38 @@ TEST_CASE("the periodic resync falls due on time across restarts", "[watcher]") 
   }
 }
 
+// The agent keeps the feed's epoch with its cursor: a full sync tells it; a cursor of another
+// epoch (the database was restored) makes it start over with a full sync.
+TEST_CASE("the feed's epoch is kept with the cursor and a changed one resyncs", "[watcher]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  REQUIRE_THAT(server.writer().put(bucket("b", "1")), IsOk());
+  auto rows = (*cp.pool()->acquire())->query("SELECT epoch FROM feed_epoch WHERE id = 1");
+  REQUIRE_THAT(rows, IsOk());
+  const uint64_t epoch = rows->rows[0].u64(0);
+  std::mutex mutex;
+  std::vector<uint64_t> told;
+  auto o = options(cp);
+  o.on_epoch = [&](uint64_t e) {
+    std::lock_guard lock(mutex);
+    told.push_back(e);
+  };
+  o.epoch = epoch + 1;  // the cursor of another epoch
+  RecordingSink sink;
+  Watcher watcher(cp.channel(), o, sink, [] { return uint64_t{1}; });
+  watcher.start();
+  REQUIRE(sink.waitFor(1));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (sink.syncCount() < 1 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  CHECK(watcher.stats().cursor_expired == 1u);
+  CHECK(sink.syncCount() == 1);
+  watcher.stop();
+  std::lock_guard lock(mutex);
+  CHECK(told == std::vector<uint64_t>{epoch});
+}
+
 TEST_CASE("a bad token keeps retrying and says why", "[watcher]") {
   TestControlPlane cp;
   cp.startReplica();

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/clock.h"
+#include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/api/auth.h"
 #include "controlplane/feed/cleanup.h"
@@ -364,8 +365,8 @@ TEST_CASE("operator watches are served from the hub", "[feed]") {
       CHECK(change.committed_ms() > 0);
       seen.push_back(strCat(change.id(), " ", change.op(), " ", change.version()));
     }
-    CHECK(seen == std::vector<std::string>{"w0 apply 1", "w1 apply 2", "w2 apply 3",
-                                           "w1 delete 4"});
+    CHECK(seen ==
+          std::vector<std::string>{"w0 apply 1", "w1 apply 2", "w2 apply 3", "w1 delete 4"});
   }
   for (auto& w : watchers) w->context.TryCancel();
   for (auto& w : watchers) (void)w->reader->Finish();
@@ -381,6 +382,73 @@ TEST_CASE("operator watches are served from the hub", "[feed]") {
   const grpc::Status refused = reader->Finish();
   CHECK(refused.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK_THAT(refused.error_message(), Catch::StartsWith("region"));
+}
+
+// The feed's epoch: a database restored from a backup makes versions mean something else. A
+// cursor of another epoch is told to resync; and an agent of the current epoch that is ahead of
+// its region (a restore nobody announced) makes krane-ctrl start a new epoch, so that agents
+// whose cursors are not ahead resync too instead of skipping the versions written again.
+TEST_CASE("cursors of another epoch of the feed are told to resync", "[feed]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
+  auto cluster = cp.cluster();
+  // The first event of a stream opened at (version, epoch).
+  auto open = [&](uint64_t version, uint64_t epoch, bool until_sync_end = false) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", strCat("Bearer ", cp.agentToken("eu-1")));
+    cluster::v1::WatchRequest request;
+    request.set_region("eu-1");
+    request.set_version(version);
+    request.set_epoch(epoch);
+    auto reader = cluster->Watch(&context, request);
+    WatchEvent event;
+    while (reader->Read(&event)) {
+      if (!until_sync_end || event.has_sync_end() || event.has_cursor_expired()) break;
+    }
+    context.TryCancel();
+    (void)reader->Finish();
+    return event;
+  };
+  auto epochNow = [&] {
+    return rowsOf(cp, "SELECT epoch FROM feed_epoch WHERE id = 1", {})[0].u64(0);
+  };
+  const WatchEvent synced = open(0, 0, /*until_sync_end=*/true);
+  REQUIRE(synced.has_sync_end());
+  const uint64_t epoch = synced.sync_end().epoch();
+  CHECK(epoch != 0u);
+  CHECK(epoch == epochNow());
+
+  INFO("another epoch's cursor");
+  const WatchEvent other = open(5, epoch + 1);
+  REQUIRE(other.has_cursor_expired());
+  CHECK(other.cursor_expired().reason() == cluster::v1::CURSOR_EXPIRED_REASON_EPOCH_CHANGED);
+  INFO("a cursor of this epoch, or of none known, resumes");
+  CHECK_FALSE(open(5, epoch).has_cursor_expired());
+  CHECK_FALSE(open(5, 0).has_cursor_expired());
+
+  // A restore nobody announced: the region is back at version 6.
+  REQUIRE_THAT(cp.pool()->transact(
+                   "restore",
+                   [](db::Connection& conn) -> absl::Status {
+                     KRANE_RETURN_IF_ERROR(
+                         conn.exec("DELETE FROM resource_changes WHERE version > 6").status());
+                     return conn
+                         .exec(
+                             "UPDATE region_versions SET version = 6"
+                             " WHERE region_id = 'eu-1'")
+                         .status();
+                   }),
+               IsOk());
+  const WatchEvent ahead = open(10, epoch);
+  REQUIRE(ahead.has_cursor_expired());
+  CHECK(ahead.cursor_expired().reason() == cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION);
+  CHECK(epochNow() != epoch);
+  INFO("an agent at version 4 of the old epoch would skip versions 5 and 6 written again");
+  const WatchEvent behind = open(4, epoch);
+  REQUIRE(behind.has_cursor_expired());
+  CHECK(behind.cursor_expired().reason() == cluster::v1::CURSOR_EXPIRED_REASON_EPOCH_CHANGED);
 }
 
 TEST_CASE("a future cursor is refused explicitly", "[feed]") {
