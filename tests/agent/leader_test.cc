@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/strings.h"
+#include "tests/support/fake_leases.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -56,38 +57,7 @@ TEST_CASE("a standby takes over when the leader is killed", "[file-lock-elector]
   CHECK_FALSE(standby.isLeader());
 }
 
-// A lease store with compare-and-swap, as the Kubernetes API server behaves.
-class FakeLeases : public LeaseClient {
- public:
-  absl::StatusOr<Lease> get() override {
-    std::unique_lock lock(mutex);
-    resume.wait(lock, [&] { return !hang; });
-    if (!lease) return absl::NotFoundError("no lease");
-    return *lease;
-  }
-  absl::Status write(const Lease& next, const std::string& expected) override {
-    std::lock_guard lock(mutex);
-    if (down) return absl::UnavailableError("api server down");
-    if (lease && lease->resource_version != expected) return absl::AbortedError("conflict");
-    lease = next;
-    lease->resource_version = strCat(++version);
-    return absl::OkStatus();
-  }
-  // Calls to get() block until `hang` is cleared (an API server that does not answer).
-  void setHang(bool value) {
-    {
-      std::lock_guard lock(mutex);
-      hang = value;
-    }
-    resume.notify_all();
-  }
-  std::mutex mutex;
-  std::condition_variable resume;
-  std::optional<Lease> lease;
-  int version = 0;
-  bool down = false;
-  bool hang = false;
-};
+using krane::testing::FakeLeases;
 
 // A steady clock the test moves by hand.
 struct FakeClock {
@@ -166,7 +136,7 @@ TEST_CASE("the holder gives leadership up at its renew deadline before a candida
   REQUIRE(a.isLeader());
   b.tick();
   const auto renewed = time.now;
-  leases->down = true;  // a's renewals fail from now on
+  leases->setDown(true);  // a's renewals fail from now on
   time.now = renewed + a.renewDeadline() - std::chrono::milliseconds(1);
   a.tick();
   CHECK(a.isLeader());
@@ -176,7 +146,7 @@ TEST_CASE("the holder gives leadership up at its renew deadline before a candida
   record("a gave up");
   b.tick();
   CHECK_FALSE(b.isLeader());
-  leases->down = false;
+  leases->setDown(false);
   time.now = renewed + std::chrono::seconds(3);
   b.tick();
   REQUIRE(b.isLeader());
@@ -220,7 +190,7 @@ TEST_CASE("gives leadership up when renewals fail", "[lease-elector]") {
   LeaseElector a(leases, "a", std::chrono::seconds(1));
   a.tick();
   REQUIRE(a.isLeader());
-  leases->down = true;
+  leases->setDown(true);
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   a.tick();
   INFO("stops applying before the lease could expire for others");
