@@ -162,9 +162,10 @@ TEST_CASE("leadership lapses at the renew deadline while a renewal call hangs", 
   REQUIRE(eventually([&] { return a.isLeader(); }, std::chrono::seconds(2)));
   const auto hung = std::chrono::steady_clock::now();
   leases->setHang(true);
-  REQUIRE(eventually([&] { return !a.isLeader(); }, std::chrono::seconds(3)));
+  const bool lapsed = eventually([&] { return !a.isLeader(); }, std::chrono::seconds(3));
   const auto after = std::chrono::steady_clock::now() - hung;
-  leases->setHang(false);
+  leases->setHang(false);  // before any REQUIRE: stopping joins the hanging thread
+  REQUIRE(lapsed);
   INFO("given up within the renew deadline, before the 1 s lease could be taken");
   CHECK(after < std::chrono::milliseconds(900));
   CHECK(losses.load() == 1);
