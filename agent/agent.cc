@@ -265,6 +265,18 @@ absl::Status Agent::startReporter() {
 }
 
 absl::Status Agent::startDispatcher() {
+  auto dispatcher = makeDispatcher();
+  std::lock_guard lock(dispatcher_mutex_);
+  dispatcher_ = std::move(dispatcher);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<Dispatcher> Agent::dispatcher() {
+  std::lock_guard lock(dispatcher_mutex_);
+  return dispatcher_;
+}
+
+std::shared_ptr<Dispatcher> Agent::makeDispatcher() {
   DispatcherOptions options;
   options.max_attempts = config_.dispatch.max_attempts;
   options.region = config_.region;
@@ -277,7 +289,7 @@ absl::Status Agent::startDispatcher() {
     store_->setWatermark(version);
     store_->recordFullSync(version, unixMillis());
   };
-  auto dispatcher = std::make_unique<Dispatcher>(
+  return std::make_shared<Dispatcher>(
       plugins_, *ledger_, *tracker_,
       [this](const cluster::v1::Change& change, const absl::Status& error, int attempts) {
         if (auto it = slot_by_type_.find(change.resource().type()); it != slot_by_type_.end())
@@ -299,9 +311,6 @@ absl::Status Agent::startDispatcher() {
         reporter_->report(failed);
       },
       options);
-  std::lock_guard lock(dispatcher_mutex_);
-  dispatcher_ = std::move(dispatcher);
-  return absl::OkStatus();
 }
 
 absl::Status Agent::startLeaderElection() {
@@ -321,9 +330,9 @@ absl::Status Agent::startLeaderElection() {
   } else {
     leader_ = std::make_unique<FileLockElector>(config_.state_dir, config_.agent_id);
   }
-  leader_->start([this](bool leader) {
-    if (!leader) onLeadership(false);  // gaining it is what start-up waits for
-  });
+  // Before start-up reaches the watcher, gaining leadership is what it waits for; after, a
+  // leader that was demoted and becomes leader again resumes applying.
+  leader_->start([this](bool leader) { onLeadership(leader); });
   bool announced = false;
   while (!leader_->isLeader()) {
     if (stopping_) return absl::CancelledError("stopped while standing by");
@@ -339,13 +348,26 @@ absl::Status Agent::startLeaderElection() {
 }
 
 absl::Status Agent::startWatcher() {
-  onLeadership(true);
+  {
+    std::lock_guard lock(watcher_mutex_);
+    ready_ = true;
+  }
+  // Leadership may have been lost (and regained) during start-up; from here on every change is
+  // handled as it comes.
+  onLeadership(!leader_ || leader_->isLeader());
   return absl::OkStatus();
 }
 
 void Agent::onLeadership(bool leader) {
   std::lock_guard lock(watcher_mutex_);
+  if (!ready_) return;
   if (leader && !watcher_ && !stopping_) {
+    auto dispatcher = this->dispatcher();
+    if (!dispatcher) {
+      dispatcher = makeDispatcher();
+      std::lock_guard d(dispatcher_mutex_);
+      dispatcher_ = dispatcher;
+    }
     WatcherOptions options;
     options.region = config_.region;
     options.agent_id = config_.agent_id;
@@ -358,27 +380,56 @@ void Agent::onLeadership(bool leader) {
       store_->setFeedEpoch(epoch);
     };
     options.reconnect = {config_.reconnect_min, 2.0, config_.reconnect_max, 0.8};
-    watcher_ = std::make_unique<Watcher>(channel_, options, *dispatcher_,
+    watcher_ = std::make_unique<Watcher>(channel_, options, *dispatcher,
                                          [this] { return tracker_->watermark(); });
     watcher_->start();
+    spdlog::info("agent: {} applies region {} from version={}", config_.agent_id, config_.region,
+                 tracker_->watermark());
     if (reporter_) reporter_->beatNow();
-  } else if (!leader && watcher_) {
-    watcher_->stop();
-    watcher_.reset();
+  } else if (!leader) {
+    // Another agent may take over once the lease runs out: stop applying now. The dispatcher
+    // first (it returns once no plugin call is under way, and unblocks a watcher waiting on it),
+    // then the watcher that feeds it. What was queued is dropped unacknowledged: the next term
+    // (here or on another agent) delivers it again from the watermark.
+    std::shared_ptr<Dispatcher> dispatcher;
+    {
+      std::lock_guard d(dispatcher_mutex_);
+      dispatcher = std::move(dispatcher_);
+    }
+    // A call under way may finish within a sixth of the lease duration (the renew deadline
+    // leaves a third); then the plugin hosts are killed, well before another agent may lead.
+    if (dispatcher) {
+      dispatcher->stop(std::chrono::milliseconds(0),
+                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                           config_.leader.lease_duration) / 6);
+    }
+    if (watcher_) {
+      watcher_->stop();
+      watcher_.reset();
+    }
+    dispatcher.reset();
+    if (tracker_) tracker_->forgetPending();
+    if (!stopping_) {
+      spdlog::warn("agent: {} is no longer the leader of region {}; stopped applying at version={}",
+                   config_.agent_id, config_.region, tracker_ ? tracker_->watermark() : 0);
+    }
+    if (reporter_) reporter_->beatNow();
   }
 }
 
 void Agent::stop() {
   if (stopping_.exchange(true)) return;
-  if (leader_) leader_->stop();
-  // Applies what is queued for a moment, then stops: a change retried for a transient error (or
-  // a full sync waiting for one) must not hold the shutdown, and stays unacknowledged.
-  if (dispatcher_) dispatcher_->stop(std::chrono::seconds(5));
+  // Still the leader: applies what is queued for a moment, then stops: a change retried for a
+  // transient error (or a full sync waiting for one) must not hold the shutdown, and stays
+  // unacknowledged. Leadership lost meanwhile stops it at once.
+  if (auto dispatcher = this->dispatcher()) dispatcher->stop(std::chrono::seconds(5));
   {
     std::lock_guard lock(watcher_mutex_);
     if (watcher_) watcher_->stop();
     watcher_.reset();
   }
+  // Only now is leadership given up (a Lease handed back): nothing applies any more.
+  if (leader_) leader_->stop();
   persistWatermark();
   {
     std::lock_guard lock(dispatcher_mutex_);

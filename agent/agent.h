@@ -4,6 +4,11 @@
 //   state directory -> leader election (a standby waits here) -> cursor store -> plugins
 //   -> control plane channel -> reporter -> dispatcher -> watcher
 //
+// Only the leader applies. When leadership is lost (a lease not renewed in time), the watcher
+// and the dispatcher stop at once: no plugin is called once that returns, and what was queued
+// is dropped unacknowledged. Leadership regained starts a fresh dispatcher and watcher, which
+// resume from the watermark.
+//
 // The durable watermark lives in the cursor store: a restarted agent (or an upgraded pod on the
 // same node) resumes from it without a full sync.
 #pragma once
@@ -53,6 +58,8 @@ class Agent {
   absl::Status connect();
   absl::Status startReporter();
   absl::Status startDispatcher();
+  std::shared_ptr<Dispatcher> makeDispatcher();
+  std::shared_ptr<Dispatcher> dispatcher();
   absl::Status startLeaderElection();
   absl::Status startWatcher();
   void onLeadership(bool leader);
@@ -68,10 +75,14 @@ class Agent {
   std::vector<std::shared_ptr<HostEndpoint>> hosts_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<Reporter> reporter_;
-  std::unique_ptr<Dispatcher> dispatcher_;
+  // One per term of leadership: made when the agent becomes leader, stopped and dropped when it
+  // stops being leader (what was queued is delivered again from the watermark next term).
+  std::shared_ptr<Dispatcher> dispatcher_;
   std::mutex dispatcher_mutex_;  // dispatcher_ set and reset, against the heartbeat reading it
   std::unique_ptr<LeaderElector> leader_;
+  // Serialises leadership changes (watcher_, dispatcher_ made or dropped, ready_).
   std::mutex watcher_mutex_;
+  bool ready_ = false;  // start-up reached the watcher: leadership changes apply from now on
   std::mutex persist_mutex_;
   std::vector<int> in_process_slots_;        // cursor store slots the agent heartbeats for
   std::map<std::string, int> slot_by_type_;  // resource type -> its plugin's slot  // orders

@@ -46,7 +46,7 @@ Dispatcher::~Dispatcher() {
   }
 }
 
-void Dispatcher::stop(std::chrono::milliseconds grace) {
+void Dispatcher::stop(std::chrono::milliseconds grace, std::chrono::milliseconds calls_grace) {
   {
     std::unique_lock lock(mutex_);
     idle_.wait_for(lock, grace, [&] { return in_flight_ == 0 || stopping_; });
@@ -58,6 +58,31 @@ void Dispatcher::stop(std::chrono::milliseconds grace) {
     lane->has_work.notify_all();
     lane->has_room.notify_all();
   }
+  std::unique_lock lock(mutex_);
+  const auto done = [&] { return plugin_calls_ == 0; };
+  if (calls_grace == std::chrono::milliseconds::max()) {
+    plugin_calls_done_.wait(lock, done);
+    return;
+  }
+  if (plugin_calls_done_.wait_for(lock, calls_grace, done)) return;
+  lock.unlock();
+  spdlog::warn("agent: plugin calls still under way {} ms after the dispatcher stopped; ending them",
+               calls_grace.count());
+  for (auto& lane : lanes_) lane->plugin->abandonCalls("the agent stopped applying");
+  lock.lock();
+  plugin_calls_done_.wait(lock, done);
+}
+
+bool Dispatcher::enterPlugin() {
+  std::lock_guard lock(mutex_);
+  if (stopping_) return false;
+  ++plugin_calls_;
+  return true;
+}
+
+void Dispatcher::leavePlugin() {
+  std::lock_guard lock(mutex_);
+  if (--plugin_calls_ == 0) plugin_calls_done_.notify_all();
 }
 
 void Dispatcher::syncBegin(uint64_t snapshot_version) {
@@ -68,7 +93,10 @@ void Dispatcher::syncBegin(uint64_t snapshot_version) {
     sync_received_ = 0;
   }
   for (auto& lane : lanes_) {
-    if (auto st = lane->plugin->syncBegin(snapshot_version); !st.ok()) {
+    if (!enterPlugin()) return;
+    const absl::Status st = lane->plugin->syncBegin(snapshot_version);
+    leavePlugin();
+    if (!st.ok()) {
       spdlog::warn("agent: plugin={} sync begin failed: {}", lane->plugin->name(), st.message());
     }
   }
@@ -148,7 +176,11 @@ bool Dispatcher::syncEnd(uint64_t version, uint64_t resource_count) {
   for (auto& lane : lanes_) {
     std::map<std::string, std::set<std::string>> mine;
     for (const auto& type : lane->plugin->resourceTypes()) mine[type] = ids[type];
-    if (auto st = lane->plugin->syncEnd(version, options_.region, mine); !st.ok()) {
+    // Stopped (demoted) meanwhile: no more garbage collection, and the sync does not end.
+    if (!enterPlugin()) return false;
+    const absl::Status st = lane->plugin->syncEnd(version, options_.region, mine);
+    leavePlugin();
+    if (!st.ok()) {
       spdlog::warn("agent: plugin={} garbage collection after sync failed: {}",
                    lane->plugin->name(), st.message());
     }
@@ -263,7 +295,13 @@ std::vector<std::pair<size_t, absl::Status>> Dispatcher::applyBatch(
     stats_.skipped_stale += stale;
   }
   if (todo.empty()) return failed;
+  if (!enterPlugin()) {
+    // Stopped: none of them is applied or acknowledged (retry() gives them up).
+    for (size_t i : todo) failed.emplace_back(i, absl::CancelledError("the dispatcher stopped"));
+    return failed;
+  }
   const std::vector<absl::Status> results = lane.plugin->handleBatch(changes);
+  leavePlugin();
   uint64_t applied = 0;
   for (size_t i = 0; i < todo.size(); ++i) {
     absl::Status status =
@@ -353,7 +391,12 @@ bool Dispatcher::retry(Lane& lane, const Work& work, absl::Status status) {
       }
     }
     ++attempt;
+    if (!enterPlugin()) {
+      done_retrying();
+      return false;
+    }
     status = lane.plugin->handle(c);
+    leavePlugin();
     if (status.ok()) {
       recordSuccess(work);
       done_retrying();

@@ -61,6 +61,10 @@ class PluginEndpoint {
     return out;
   }
   virtual absl::Status syncBegin(uint64_t snapshot_version) = 0;
+  // Ends the calls under way where that is possible, failing them: what they had not applied
+  // yet is never applied (a plugin host is killed and restarted). An in-process plugin's call
+  // cannot be ended; it runs to its end. Any thread.
+  virtual void abandonCalls(const std::string& why) { (void)why; }
   // `ids` by type: every resource of this plugin's types that the sync contained. `region` is
   // the agent's: garbage collection only considers objects of that region.
   virtual absl::Status syncEnd(uint64_t version, const std::string& region,
@@ -134,8 +138,12 @@ class Dispatcher final : public ChangeSink {
   // Waits up to `grace` for what is queued to be applied, then stops: changes still queued or
   // being retried are left unacknowledged (the watermark stays below them, so they are delivered
   // again after a restart), and a full sync that had not been applied in full does not end.
-  // Further changes are ignored. Thread-safe; the destructor calls it with no grace.
-  void stop(std::chrono::milliseconds grace);
+  // Returns once no call to a plugin is under way, and none starts afterwards: a demoted leader
+  // stops applying when this returns. Calls still under way after `calls_grace` are abandoned
+  // (PluginEndpoint::abandonCalls). Further changes are ignored. Thread-safe; the destructor
+  // calls it with no grace.
+  void stop(std::chrono::milliseconds grace,
+            std::chrono::milliseconds calls_grace = std::chrono::milliseconds::max());
   DispatcherStats stats() const;
 
  private:
@@ -162,6 +170,9 @@ class Dispatcher final : public ChangeSink {
   void recordSuccess(const Work& work);
   static uint64_t orderingVersion(const cluster::v1::Change& change);
   void finish(const Work& work);
+  // Every call into a plugin is bracketed by these: false when stopped (nothing is called).
+  bool enterPlugin();
+  void leavePlugin();
 
   std::vector<std::unique_ptr<Lane>> lanes_;
   std::map<std::string, Lane*> by_type_;
@@ -175,6 +186,8 @@ class Dispatcher final : public ChangeSink {
   std::condition_variable stop_wake_;  // wakes retry backoffs when stopping
   size_t in_flight_ = 0;
   bool stopping_ = false;
+  size_t plugin_calls_ = 0;  // calls into plugins under way
+  std::condition_variable plugin_calls_done_;
   // Resources named by the running full sync, by type, for garbage collection, and how many
   // arrived (the server's count must match before anything is deleted).
   std::map<std::string, std::set<std::string>> sync_ids_;

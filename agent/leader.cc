@@ -63,40 +63,105 @@ void FileLockElector::stop() {
 }
 
 LeaseElector::LeaseElector(std::shared_ptr<LeaseClient> client, std::string identity,
-                           std::chrono::seconds duration)
-    : client_(std::move(client)), identity_(std::move(identity)), duration_(duration) {}
+                           std::chrono::seconds duration, Clock clock)
+    : client_(std::move(client)),
+      identity_(std::move(identity)),
+      duration_(duration),
+      clock_(std::move(clock)) {}
 
 LeaseElector::~LeaseElector() { stop(); }
 
+std::chrono::milliseconds LeaseElector::renewDeadline() const {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(duration_) * 2 / 3;
+}
+
 void LeaseElector::tick() {
-  const auto now = std::chrono::system_clock::now();
+  // The start of this round: a renewal that succeeds landed after it, so the holder's deadline
+  // counts from here (never later than what others observe).
+  const auto started = clock_();
   auto current = client_->get();
-  bool ok = false;
+  bool renewed = false;
   if (absl::IsNotFound(current.status())) {
-    ok = client_->write({identity_, now, duration_, ""}, "").ok();
+    renewed = client_->write({identity_, std::chrono::system_clock::now(), duration_, ""}, "").ok();
   } else if (current.ok()) {
-    const bool expired = now - current->renewed > current->duration;
-    if (current->holder == identity_ || expired) {
-      ok = client_
-               ->write({identity_, now, duration_, current->resource_version},
-                       current->resource_version)
-               .ok();
+    // Seen after the answer arrived: a candidate counts from no earlier than the change.
+    const auto seen = clock_();
+    if (!observed_ || observed_->holder != current->holder ||
+        observed_->renewed != current->renewed ||
+        observed_->resource_version != current->resource_version) {
+      observed_ = *current;
+      observed_at_ = seen;
+    }
+    // The record's own duration, on this agent's clock since the record last changed; the
+    // renewTime written by another node's clock is never compared with this one's.
+    const auto duration = std::max<std::chrono::steady_clock::duration>(
+        current->duration, std::chrono::seconds(1));
+    const bool mine = current->holder == identity_;
+    const bool free = current->holder.empty();  // handed back by its holder
+    const bool expired = seen - observed_at_ >= duration;
+    if (mine || free || expired) {
+      if (!mine) {
+        spdlog::info("agent: {} takes the lease from \"{}\" ({})", identity_, current->holder,
+                     free ? "handed back" : "unchanged for its lease duration");
+      }
+      renewed = client_
+                    ->write({identity_, std::chrono::system_clock::now(), duration_,
+                             current->resource_version},
+                            current->resource_version)
+                    .ok();
     }
   }
-  const auto steady_now = std::chrono::steady_clock::now();
-  if (ok) last_renewal_ = steady_now;
-  // Give leadership up before the lease can expire for others (renewals stopped succeeding).
-  const bool leader = last_renewal_ != std::chrono::steady_clock::time_point{} &&
-                      steady_now - last_renewal_ <
-                          std::chrono::duration_cast<std::chrono::milliseconds>(duration_) * 2 / 3;
-  if (leader != leader_.exchange(leader)) {
-    spdlog::info("agent: {} {} the lease", identity_, leader ? "holds" : "lost");
-    if (on_change_) on_change_(leader);
+  if (renewed) {
+    {
+      std::lock_guard lock(mutex_);
+      deadline_ = started + renewDeadline();
+    }
+    wake_.notify_all();
+  }
+  updateLeadership();
+}
+
+void LeaseElector::updateLeadership() {
+  std::lock_guard change(change_mutex_);
+  if (stopping_) return;  // stop() gives leadership up and hands the lease back
+  std::chrono::steady_clock::time_point deadline;
+  {
+    std::lock_guard lock(mutex_);
+    deadline = deadline_;
+  }
+  // Given up when the renew deadline passed without a successful renewal: that is before the
+  // lease duration can pass for others, who count from when they saw the last renewal.
+  const bool leader =
+      deadline != std::chrono::steady_clock::time_point{} && clock_() < deadline;
+  if (leader == leader_) return;
+  leader_ = leader;
+  if (leader) {
+    spdlog::info("agent: {} holds the lease", identity_);
+  } else {
+    spdlog::warn("agent: {} gives leadership up: the lease was not renewed within {} ms",
+                 identity_, renewDeadline().count());
+  }
+  if (on_change_) on_change_(leader);
+}
+
+void LeaseElector::watchDeadline() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    if (deadline_ > clock_()) {
+      wake_.wait_until(lock, deadline_);
+    } else {
+      wake_.wait(lock);  // until a renewal sets a new deadline, or stop()
+    }
+    if (stopping_) break;
+    lock.unlock();
+    updateLeadership();
+    lock.lock();
   }
 }
 
 void LeaseElector::start(std::function<void(bool)> on_change) {
   on_change_ = std::move(on_change);
+  watchdog_ = std::thread([this] { watchDeadline(); });
   thread_ = std::thread([this] {
     while (!stopping_) {
       tick();
@@ -110,16 +175,24 @@ void LeaseElector::start(std::function<void(bool)> on_change) {
 }
 
 void LeaseElector::stop() {
-  stopping_ = true;
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  if (!leader_.exchange(false)) return;
-  if (on_change_) on_change_(false);
-  // Hand the lease back (renewed long ago: expired), so a standby takes over at its next look
-  // instead of waiting out the duration. If this fails, the lease simply expires.
+  if (watchdog_.joinable()) watchdog_.join();
+  {
+    std::lock_guard change(change_mutex_);
+    if (!leader_.exchange(false)) return;
+    if (on_change_) on_change_(false);
+  }
+  // Hand the lease back with no holder, so a standby takes it at its next look instead of
+  // waiting out the duration. If this fails, the lease simply expires.
   auto current = client_->get();
   if (current.ok() && current->holder == identity_) {
     const auto released = client_->write(
-        {identity_, std::chrono::system_clock::time_point{}, duration_, current->resource_version},
+        {"", std::chrono::system_clock::now(), duration_, current->resource_version},
         current->resource_version);
     if (released.ok()) spdlog::info("agent: {} released the lease", identity_);
   }

@@ -316,6 +316,17 @@ void HostEndpoint::failPending(const std::string& why, bool redeliver) {
   }
 }
 
+void HostEndpoint::abandonCalls(const std::string& why) {
+  std::lock_guard lock(mutex_);
+  if (stopping_ || pending_.empty()) return;
+  spdlog::warn("agent: plugin host {}: {}; killing it with {} calls under way", name_, why,
+               pending_.size());
+  // The supervisor reaps it and starts another; until then calls fail as for a restart.
+  if (pid_ > 0) ::kill(pid_, SIGKILL);
+  hello_ = false;
+  failPending(strCat("plugin host ", name_, ": ", why), /*redeliver=*/false);
+}
+
 void HostEndpoint::killHost() {
   int pid;
   {

@@ -92,6 +92,8 @@ class HostEndpoint final : public PluginEndpoint {
   absl::Status syncBegin(uint64_t snapshot_version) override;
   absl::Status syncEnd(uint64_t version, const std::string& region,
                        const std::map<std::string, std::set<std::string>>& ids) override;
+  // Kills the host (its supervisor restarts it) and fails the calls waiting for it at once.
+  void abandonCalls(const std::string& why) override;
   HostStats stats() const;
 
  private:

@@ -61,6 +61,16 @@ void WatermarkTracker::advanceLocked() {
   watermark_ = std::max(watermark_, limit);
 }
 
+void WatermarkTracker::forgetPending() {
+  std::lock_guard lock(mutex_);
+  pending_.clear();
+  horizon_ = watermark_;
+  syncing_ = false;
+  sync_outstanding_ = 0;
+  sync_ended_ = false;
+  sync_end_ = 0;
+}
+
 uint64_t WatermarkTracker::watermark() const {
   std::lock_guard lock(mutex_);
   return watermark_;

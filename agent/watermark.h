@@ -33,6 +33,11 @@ class WatermarkTracker {
   // The sync ended at `version`; the watermark jumps there once every synced resource is done.
   void syncEnd(uint64_t version);
 
+  // The changes handed out and not acknowledged never will be (a demoted leader dropped them);
+  // the stream delivers them again from the watermark. Forgets them and any sync in progress;
+  // the watermark stays where it is.
+  void forgetPending();
+
   uint64_t watermark() const;
   // Changes received and not yet acknowledged.
   size_t pending() const;

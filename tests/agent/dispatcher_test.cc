@@ -244,6 +244,38 @@ TEST_CASE("stopping while a synced change is retried neither hangs nor ends the 
   CHECK(f.plugin->gc_ids.empty());
 }
 
+// A demoted leader stops the dispatcher: once stop() returns, no plugin call is under way and
+// none starts, and what was queued stays unacknowledged (the next leader applies it).
+TEST_CASE("once stopped no change reaches the plugin and queued ones stay unacknowledged",
+          "[dispatcher]") {
+  Fixture f({.workers_per_plugin = 2, .batch = 1});
+  f.plugin->delay = std::chrono::milliseconds(20);  // 0, 20 or 40 ms a call
+  for (uint64_t v = 1; v <= 60; ++v) f.dispatcher->change(change("bucket", strCat("b", v), v), false);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  auto applied = [&] {
+    std::lock_guard lock(f.plugin->mutex);
+    size_t n = 0;
+    for (const auto& [id, versions] : f.plugin->order) n += versions.size();
+    return n;
+  };
+  while (applied() < 5) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  f.dispatcher->stop(std::chrono::milliseconds(0));
+  INFO("no plugin call outlives stop()");
+  CHECK(f.plugin->concurrent.load() == 0);
+  const size_t at_stop = applied();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  INFO("nothing is handed to the plugin after stop()");
+  CHECK(applied() == at_stop);
+  CHECK(at_stop < 60u);
+  INFO("the watermark stays below the first change not applied");
+  CHECK(f.watermark.watermark() <= at_stop);
+  f.dispatcher.reset();
+  CHECK(applied() == at_stop);
+}
+
 TEST_CASE("a change no plugin owns is parked and reported not skipped", "[dispatcher]") {
   Fixture f;
   f.dispatcher->change(change("unknown.example/thing", "x", 1), false);

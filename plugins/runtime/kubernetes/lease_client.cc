@@ -63,7 +63,9 @@ absl::StatusOr<runtime::LeaseClient::Lease> KubernetesLeaseClient::get() {
                          client_->get({"coordination.k8s.io/v1", "Lease", ns_, name_}));
   Lease lease;
   const Json spec = object.value("spec", Json::object());
-  lease.holder = spec.value("holderIdentity", "");
+  // A Lease handed back may have no holderIdentity, or a null one.
+  if (spec.contains("holderIdentity") && spec["holderIdentity"].is_string())
+    lease.holder = spec["holderIdentity"].get<std::string>();
   lease.duration = std::chrono::seconds(spec.value("leaseDurationSeconds", 15));
   if (const std::string renewed = spec.value("renewTime", ""); !renewed.empty()) {
     auto t = parseMicroTime(renewed);
@@ -100,8 +102,12 @@ absl::Status KubernetesLeaseClient::write(const Lease& lease,
                    {"acquireTime", same_holder && old_spec.contains("acquireTime")
                                        ? old_spec["acquireTime"]
                                        : Json(formatMicroTime(lease.renewed))},
-                   {"leaseTransitions",
-                    expected_resource_version.empty() ? 0 : transitions + (same_holder ? 0 : 1)}}}};
+                   // A holder handing the lease back (no holder) is no transition; the next
+                   // one to take it is.
+                   {"leaseTransitions", expected_resource_version.empty() ? 0
+                                        : transitions + (same_holder || lease.holder.empty()
+                                                             ? 0
+                                                             : 1)}}}};
   absl::StatusOr<Json> written;
   if (expected_resource_version.empty()) {
     written = client_->create(object);

@@ -2,11 +2,14 @@
 // returns OK. Payloads are recorded as hex of their serialized bytes so a test can parse them
 // back. observe() reports every resource applied so far as READY.
 //
-// Config: log=PATH (required), types=a,b (default "recorded").
+// Config: log=PATH (required), types=a,b (default "recorded"), apply_ms=N: each apply and remove
+// takes N milliseconds before it is recorded (default 0; a slow cluster).
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "plugins/sdk/plugin.h"
 #include "tests/support/plugins/test_config.h"
@@ -27,8 +30,14 @@ std::string hex(const std::string& bytes) {
 class RecordingPlugin : public sdk::Plugin {
  public:
   absl::Status init(sdk::Host& host, std::string_view config_text) override {
-    auto config = parseConfig("recording", config_text, {"log", "types"});
+    auto config = parseConfig("recording", config_text, {"log", "types", "apply_ms"});
     if (!config.ok()) return config.status();
+    const std::string ms = valueOr(*config, "apply_ms", "0");
+    try {
+      delay_ = std::chrono::milliseconds(std::stoul(ms));
+    } catch (const std::exception&) {
+      return absl::InvalidArgumentError(strCat("recording: apply_ms=", ms, " is not a number"));
+    }
     const std::string path = valueOr(*config, "log");
     if (path.empty()) {
       return absl::InvalidArgumentError("recording: config has no log=PATH line");
@@ -48,6 +57,7 @@ class RecordingPlugin : public sdk::Plugin {
   }
 
   absl::Status apply(const cluster::v1::Change& change) override {
+    std::this_thread::sleep_for(delay_);
     {
       std::lock_guard lock(mutex_);
       const auto& r = change.resource();
@@ -58,6 +68,7 @@ class RecordingPlugin : public sdk::Plugin {
   }
 
   absl::Status remove(const cluster::v1::Change& change) override {
+    std::this_thread::sleep_for(delay_);
     {
       std::lock_guard lock(mutex_);
       applied_.erase({change.resource().type(), change.resource().id()});
@@ -108,6 +119,7 @@ class RecordingPlugin : public sdk::Plugin {
 
   sdk::Host* host_ = nullptr;
   std::vector<std::string> types_;
+  std::chrono::milliseconds delay_{0};
   std::mutex mutex_;
   std::ofstream out_;
   std::map<std::pair<std::string, std::string>, std::pair<std::string, uint64_t>> applied_;
