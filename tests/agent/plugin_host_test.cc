@@ -171,9 +171,19 @@ TEST_CASE("killed mid stream nothing is lost", "[plugin-host]") {
   CHECK(ledger.parked().empty());
   CHECK(watermark.watermark() == kChanges);
   host->stop();  // the plugin's log is complete once it shut down
-  // Every version reached the plugin at least once (some twice: redelivered after the kill).
+  // Every version reached the plugin at least once (some twice: redelivered after the kill),
+  // except one that failed with the kill while a newer change of its resource was queued: the
+  // newer one replaced it (it carries the whole state) and must have reached the plugin.
   const auto seen = recordedVersions(log);
   for (uint64_t v = 1; v <= kChanges; ++v) {
+    bool reached = seen.count(v) > 0;
+    for (uint64_t newer = v + 50; !reached && newer <= kChanges; newer += 50)
+      reached = seen.count(newer) > 0;
+    INFO("version " << v << " was lost");
+    REQUIRE(reached);
+  }
+  // The last version of every resource was applied.
+  for (uint64_t v = kChanges - 49; v <= kChanges; ++v) {
     INFO("version " << v << " was lost");
     REQUIRE(seen.count(v) >= 1u);
   }
