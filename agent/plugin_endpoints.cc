@@ -213,21 +213,74 @@ void HostEndpoint::answerLocked(uint64_t sequence, absl::Status status) {
 }
 
 absl::Status HostEndpoint::call(plugin::v1::Frame frame, uint64_t sequence) {
-  std::future<absl::Status> result;
+  std::vector<std::future<absl::Status>> results(1);
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return absl::CancelledError("agent is stopping");
     if (!hello_) return absl::UnavailableError(strCat("plugin host ", name_, " is restarting"));
-    result = pending_[sequence].get_future();
+    results[0] = pending_[sequence].get_future();
     channel_->send(frame);
   }
-  if (result.wait_for(options_.call_timeout) != std::future_status::ready) {
-    std::lock_guard lock(mutex_);
-    pending_.erase(sequence);
-    return absl::DeadlineExceededError(
-        strCat("plugin ", name_, " did not answer within ", options_.call_timeout.count(), " ms"));
+  return awaitAnswers({sequence}, results)[0];
+}
+
+std::vector<absl::Status> HostEndpoint::awaitAnswers(
+    const std::vector<uint64_t>& sequences, std::vector<std::future<absl::Status>>& results) {
+  const auto deadline = std::chrono::steady_clock::now() + options_.call_timeout;
+  std::vector<absl::Status> out(sequences.size());
+  std::vector<size_t> late;
+  for (size_t i = 0; i < sequences.size(); ++i) {
+    if (results[i].wait_until(deadline) == std::future_status::ready) {
+      out[i] = results[i].get();
+    } else {
+      late.push_back(i);
+    }
   }
-  return result.get();
+  if (late.empty()) return out;
+  // Retrying now could run the call twice at once: first the host must let it go. Its answer
+  // (a Nack CANCELLED if it had not started, its result if it was running) says it did; so does
+  // a host death, which fails it here.
+  {
+    std::lock_guard lock(mutex_);
+    stats_.cancelled += late.size();
+    if (channel_ && hello_) {
+      plugin::v1::Frame cancel;
+      for (size_t i : late) cancel.mutable_cancel()->add_sequences(sequences[i]);
+      channel_->send(cancel);
+    }
+  }
+  spdlog::warn("agent: plugin host {}: {} calls unanswered after {} ms; cancelling them", name_,
+               late.size(), options_.call_timeout.count());
+  const auto grace = std::chrono::steady_clock::now() + options_.cancel_grace;
+  bool confirmed = true;
+  for (size_t i : late) {
+    if (results[i].wait_until(grace) != std::future_status::ready) confirmed = false;
+  }
+  if (!confirmed) {
+    {
+      std::lock_guard lock(mutex_);
+      if (restart_reason_.empty()) {
+        restart_reason_ =
+            strCat("still ran a call ", options_.cancel_grace.count(), " ms after cancelling it");
+      }
+    }
+    // The supervisor's restart (or stop()) fails every pending call.
+    for (size_t i : late) results[i].wait();
+  }
+  for (size_t i : late) {
+    const absl::Status ended = results[i].get();
+    std::string how;
+    if (absl::IsCancelled(ended)) {
+      how = "the host cancelled it before it started";
+    } else if (absl::IsUnavailable(ended)) {
+      how = strCat("it ended with the host: ", toStd(ended.message()));
+    } else {
+      how = strCat("it returned late (", ended.ok() ? "OK" : toStd(ended.message()), ")");
+    }
+    out[i] = absl::DeadlineExceededError(strCat("plugin ", name_, " did not answer within ",
+                                                options_.call_timeout.count(), " ms; ", how));
+  }
+  return out;
 }
 
 absl::Status HostEndpoint::handle(const cluster::v1::Change& change) {
@@ -265,20 +318,7 @@ std::vector<absl::Status> HostEndpoint::handleBatch(
     }
     channel_->send(frame);
   }
-  const auto deadline = std::chrono::steady_clock::now() + options_.call_timeout;
-  std::vector<absl::Status> out;
-  out.reserve(changes.size());
-  for (size_t i = 0; i < changes.size(); ++i) {
-    if (results[i].wait_until(deadline) == std::future_status::ready) {
-      out.push_back(results[i].get());
-      continue;
-    }
-    std::lock_guard lock(mutex_);
-    pending_.erase(sequences[i]);
-    out.push_back(absl::DeadlineExceededError(
-        strCat("plugin ", name_, " did not answer within ", options_.call_timeout.count(), " ms")));
-  }
-  return out;
+  return awaitAnswers(sequences, results);
 }
 
 absl::Status HostEndpoint::syncBegin(uint64_t snapshot_version) {
@@ -363,7 +403,10 @@ void HostEndpoint::supervise() {
       } else if (std::chrono::steady_clock::now() - last_heartbeat_ >
                  options_.heartbeat * options_.missed_heartbeats) {
         why = strCat("missed ", options_.missed_heartbeats, " heartbeats (hung)");
+      } else if (!restart_reason_.empty()) {
+        why = restart_reason_;
       }
+      restart_reason_.clear();
       if (why.empty()) continue;
       hello_ = false;
       failPending(strCat("plugin host ", name_, " ", why, "; it is being restarted"),

@@ -4,6 +4,11 @@
 //   A supervisor restarts a host that died or stopped sending heartbeats, with exponential
 //   backoff; calls that were in flight fail with UNAVAILABLE, so the dispatcher retries them
 //   and they are redelivered to the new host (at-least-once; plugins apply idempotently).
+//   The host runs plugin calls off its socket thread, so a long call does not stop its
+//   heartbeats. A call unanswered after `call_timeout` is cancelled in the host and fails with
+//   DEADLINE_EXCEEDED only once the host confirmed that it no longer runs (it had not started,
+//   or it returned); a host that does not confirm within `cancel_grace` is restarted. So a
+//   retry never runs beside the call it retries.
 #pragma once
 
 #include <atomic>
@@ -59,12 +64,16 @@ struct HostOptions {
   int missed_heartbeats = 6;  // then the host counts as hung and is restarted
   std::chrono::milliseconds start_timeout{10000};
   std::chrono::milliseconds call_timeout{120000};
+  // After a call's deadline: how long the host has to confirm that the cancelled call no longer
+  // runs before it is restarted (which ends the call for sure).
+  std::chrono::milliseconds cancel_grace{10000};
   BackoffPolicy restart{std::chrono::milliseconds(200), 2.0, std::chrono::milliseconds(30000), 0.2};
 };
 
 struct HostStats {
   uint64_t restarts = 0;
   uint64_t redelivered = 0;  // calls failed by a host death (retried by the dispatcher)
+  uint64_t cancelled = 0;    // calls whose deadline passed, cancelled in the host
   int pid = 0;
 };
 
@@ -102,6 +111,10 @@ class HostEndpoint final : public PluginEndpoint {
   void onFrame(plugin::v1::Frame&& frame);
   void answerLocked(uint64_t sequence, absl::Status status);
   absl::Status call(plugin::v1::Frame frame, uint64_t sequence);
+  // Waits for the answers of `sequences` (sent together) until their deadline; cancels in the
+  // host those still unanswered then and waits until the host confirms they no longer run.
+  std::vector<absl::Status> awaitAnswers(const std::vector<uint64_t>& sequences,
+                                         std::vector<std::future<absl::Status>>& results);
   // Fails every unanswered call; `redeliver`: they are lost to a host death (not a stop).
   void failPending(const std::string& why, bool redeliver);
   void killHost();
@@ -123,6 +136,8 @@ class HostEndpoint final : public PluginEndpoint {
   std::chrono::steady_clock::time_point last_heartbeat_;
   uint64_t next_sequence_ = 1;
   std::map<uint64_t, std::promise<absl::Status>> pending_;
+  // Set by a call whose cancel the host did not confirm in time: the supervisor restarts it.
+  std::string restart_reason_;
   std::atomic<bool> stopping_{false};
   HostStats stats_;
   std::thread supervisor_;

@@ -1,8 +1,10 @@
 // krane-plugin-host: loads one plugin .so and serves it to the agent over ZeroMQ.
 //
 // A crashing plugin takes down this process only; the agent restarts it and redelivers what
-// was not acknowledged. Started by the agent, never by hand (see --help). It dies with the
-// agent (PR_SET_PDEATHSIG), so no host outlives the agent that owns it.
+// was not acknowledged. Plugin calls run on worker threads (HostCallQueue), never on the
+// ZeroMQ thread, so heartbeats and cancels get through during a long call. Started by the agent,
+// never by hand (see --help). It dies with the agent (PR_SET_PDEATHSIG), so no host outlives the
+// agent that owns it.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -15,9 +17,9 @@
 
 #include "CLI/CLI.hpp"
 #include "agent/frame_channel.h"
+#include "agent/host_calls.h"
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
-#include "common/thread_pool.h"
 #include "ipc/cursor_store.h"
 #include "spdlog/spdlog.h"
 
@@ -25,9 +27,8 @@ namespace {
 
 using krane::plugin::v1::Frame;
 
-// An Events frame being applied by several workers.
+// An Events frame: its events run as separate calls; one Answers frame when all are answered.
 struct EventBatch {
-  krane::plugin::v1::Events events;
   std::mutex mutex;
   krane::plugin::v1::Answers answers;
   int remaining = 0;
@@ -140,8 +141,6 @@ int serve(const Flags& flags) {
     std::lock_guard lock(store_mutex);
     return store_holder;
   };
-  krane::ThreadPool pool(flags.workers);
-  std::atomic<uint32_t> in_flight{0};
 
   // Applies one event and writes its answer into `answers`.
   auto applyEvent = [&](const krane::plugin::v1::Event& event,
@@ -176,49 +175,103 @@ int serve(const Flags& flags) {
     addAnswer(answers, sequence, status, change);
     sendSingle(answers);
   };
+  const absl::Status not_started =
+      absl::CancelledError("cancelled by the agent (its deadline passed) before it started");
+  auto resourceKey = [](const krane::cluster::v1::Change& change) {
+    return krane::strCat(change.resource().type(), "/", change.resource().id());
+  };
+  // Declared after what its calls use, so it is closed first. Sync calls take a worker too: they
+  // run alone, never beside an apply.
+  krane::agent::HostCallQueue calls(flags.workers);
+  // Only queues work: this runs on the ZeroMQ thread, which must stay free for heartbeats.
   channel = std::make_unique<krane::agent::FrameChannel>(
       flags.endpoint, krane::agent::FrameChannel::Mode::kConnect, [&](Frame&& frame) {
         switch (frame.body_case()) {
           case Frame::kEvent: {
-            ++in_flight;
-            pool.post([&, event = std::move(*frame.mutable_event())] {
-              krane::plugin::v1::Answers answers;
-              applyEvent(event, answers);
-              sendSingle(answers);
-              --in_flight;
-            });
+            auto event =
+                std::make_shared<krane::plugin::v1::Event>(std::move(*frame.mutable_event()));
+            calls.submit(
+                {event->sequence(), resourceKey(event->change()),
+                 [&, event] {
+                   krane::plugin::v1::Answers answers;
+                   applyEvent(*event, answers);
+                   sendSingle(answers);
+                 },
+                 [&, event] { answer(event->sequence(), not_started, &event->change()); }});
             break;
           }
           case Frame::kEvents: {
-            // Different resources: split over the workers, one Answers frame when all are done.
+            // Different resources, one call each; one Answers frame when all are answered.
+            auto events =
+                std::make_shared<krane::plugin::v1::Events>(std::move(*frame.mutable_events()));
             auto batch = std::make_shared<EventBatch>();
-            batch->events = std::move(*frame.mutable_events());
-            const int n = batch->events.events_size();
-            in_flight += static_cast<uint32_t>(n);
-            const int chunks = std::max(1, std::min(n, static_cast<int>(flags.workers)));
-            batch->remaining = chunks;
-            for (int c = 0; c < chunks; ++c) {
-              pool.post([&, batch, c, chunks, n] {
-                krane::plugin::v1::Answers mine;
-                for (int i = c; i < n; i += chunks) applyEvent(batch->events.events(i), mine);
-                std::lock_guard lock(batch->mutex);
-                batch->answers.MergeFrom(mine);
-                if (--batch->remaining == 0) {
-                  Frame reply;
-                  *reply.mutable_answers() = std::move(batch->answers);
-                  channel->send(reply);
-                }
-                in_flight -= static_cast<uint32_t>((n - c + chunks - 1) / chunks);
-              });
+            batch->remaining = events->events_size();
+            if (batch->remaining == 0) {
+              Frame reply;
+              reply.mutable_answers();
+              channel->send(reply);
+              break;
+            }
+            auto finish = [&channel, batch](const krane::plugin::v1::Answers& mine) {
+              std::lock_guard lock(batch->mutex);
+              batch->answers.MergeFrom(mine);
+              if (--batch->remaining == 0) {
+                Frame reply;
+                *reply.mutable_answers() = std::move(batch->answers);
+                channel->send(reply);
+              }
+            };
+            for (int i = 0; i < events->events_size(); ++i) {
+              const auto& event = events->events(i);
+              calls.submit({event.sequence(), resourceKey(event.change()),
+                            [&, events, finish, i] {
+                              krane::plugin::v1::Answers mine;
+                              applyEvent(events->events(i), mine);
+                              finish(mine);
+                            },
+                            [&, events, finish, i] {
+                              krane::plugin::v1::Answers mine;
+                              addAnswer(mine, events->events(i).sequence(), not_started,
+                                        &events->events(i).change());
+                              finish(mine);
+                            }});
             }
             break;
           }
-          case Frame::kSyncBegin:
-            answer(frame.sync_begin().sequence(),
-                   plugin.syncBegin(frame.sync_begin().snapshot_version()), nullptr);
+          case Frame::kSyncBegin: {
+            const auto begin = frame.sync_begin();
+            calls.submit({begin.sequence(), "",
+                          [&, begin] {
+                            answer(begin.sequence(), plugin.syncBegin(begin.snapshot_version()),
+                                   nullptr);
+                          },
+                          [&, begin] { answer(begin.sequence(), not_started, nullptr); }});
             break;
-          case Frame::kSyncEnd:
-            answer(frame.sync_end().sequence(), plugin.syncEnd(frame.sync_end()), nullptr);
+          }
+          case Frame::kSyncEnd: {
+            auto end =
+                std::make_shared<krane::plugin::v1::SyncEnd>(std::move(*frame.mutable_sync_end()));
+            calls.submit({end->sequence(), "",
+                          [&, end] { answer(end->sequence(), plugin.syncEnd(*end), nullptr); },
+                          [&, end] { answer(end->sequence(), not_started, nullptr); }});
+            break;
+          }
+          case Frame::kCancel:
+            for (uint64_t sequence : frame.cancel().sequences()) {
+              switch (calls.cancel(sequence)) {
+                case krane::agent::HostCallQueue::CancelOutcome::kDropped:
+                  spdlog::warn("call {} cancelled by the agent before it started", sequence);
+                  break;
+                case krane::agent::HostCallQueue::CancelOutcome::kRunning:
+                  spdlog::warn(
+                      "call {} outlived its deadline and is still running: the agent retries it "
+                      "once it returns",
+                      sequence);
+                  break;
+                case krane::agent::HostCallQueue::CancelOutcome::kUnknown:
+                  break;  // answered already; the answer is on its way
+              }
+            }
             break;
           case Frame::kShutdown: {
             std::lock_guard lock(mutex);
@@ -254,7 +307,7 @@ int serve(const Flags& flags) {
         std::chrono::duration_cast<std::chrono::milliseconds>(
             std::chrono::system_clock::now().time_since_epoch())
             .count());
-    beat.mutable_heartbeat()->set_in_flight(in_flight.load());
+    beat.mutable_heartbeat()->set_in_flight(calls.inFlight());
     channel->send(beat);
     if (auto store = currentStore()) {
       if (store->superseded()) {
@@ -268,6 +321,9 @@ int serve(const Flags& flags) {
     }
   }
   lock.unlock();
+  // shutdown must not overlap another call: queued ones are answered as cancelled, running
+  // ones finish first.
+  calls.close();
   plugin.shutdown();
   channel->stop();
   return 0;
