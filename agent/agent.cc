@@ -399,9 +399,9 @@ void Agent::onLeadership(bool leader) {
     // A call under way may finish within a sixth of the lease duration (the renew deadline
     // leaves a third); then the plugin hosts are killed, well before another agent may lead.
     if (dispatcher) {
-      dispatcher->stop(std::chrono::milliseconds(0),
-                       std::chrono::duration_cast<std::chrono::milliseconds>(
-                           config_.leader.lease_duration) / 6);
+      dispatcher->stop(
+          std::chrono::milliseconds(0),
+          std::chrono::duration_cast<std::chrono::milliseconds>(config_.leader.lease_duration) / 6);
     }
     if (watcher_) {
       watcher_->stop();

@@ -66,8 +66,9 @@ void Dispatcher::stop(std::chrono::milliseconds grace, std::chrono::milliseconds
   }
   if (plugin_calls_done_.wait_for(lock, calls_grace, done)) return;
   lock.unlock();
-  spdlog::warn("agent: plugin calls still under way {} ms after the dispatcher stopped; ending them",
-               calls_grace.count());
+  spdlog::warn(
+      "agent: plugin calls still under way {} ms after the dispatcher stopped; ending them",
+      calls_grace.count());
   for (auto& lane : lanes_) lane->plugin->abandonCalls("the agent stopped applying");
   lock.lock();
   plugin_calls_done_.wait(lock, done);

@@ -94,8 +94,8 @@ void LeaseElector::tick() {
     }
     // The record's own duration, on this agent's clock since the record last changed; the
     // renewTime written by another node's clock is never compared with this one's.
-    const auto duration = std::max<std::chrono::steady_clock::duration>(
-        current->duration, std::chrono::seconds(1));
+    const auto duration =
+        std::max<std::chrono::steady_clock::duration>(current->duration, std::chrono::seconds(1));
     const bool mine = current->holder == identity_;
     const bool free = current->holder.empty();  // handed back by its holder
     const bool expired = seen - observed_at_ >= duration;
@@ -131,15 +131,14 @@ void LeaseElector::updateLeadership() {
   }
   // Given up when the renew deadline passed without a successful renewal: that is before the
   // lease duration can pass for others, who count from when they saw the last renewal.
-  const bool leader =
-      deadline != std::chrono::steady_clock::time_point{} && clock_() < deadline;
+  const bool leader = deadline != std::chrono::steady_clock::time_point{} && clock_() < deadline;
   if (leader == leader_) return;
   leader_ = leader;
   if (leader) {
     spdlog::info("agent: {} holds the lease", identity_);
   } else {
-    spdlog::warn("agent: {} gives leadership up: the lease was not renewed within {} ms",
-                 identity_, renewDeadline().count());
+    spdlog::warn("agent: {} gives leadership up: the lease was not renewed within {} ms", identity_,
+                 renewDeadline().count());
   }
   if (on_change_) on_change_(leader);
 }
@@ -191,9 +190,9 @@ void LeaseElector::stop() {
   // waiting out the duration. If this fails, the lease simply expires.
   auto current = client_->get();
   if (current.ok() && current->holder == identity_) {
-    const auto released = client_->write(
-        {"", std::chrono::system_clock::now(), duration_, current->resource_version},
-        current->resource_version);
+    const auto released =
+        client_->write({"", std::chrono::system_clock::now(), duration_, current->resource_version},
+                       current->resource_version);
     if (released.ok()) spdlog::info("agent: {} released the lease", identity_);
   }
 }

@@ -250,7 +250,8 @@ TEST_CASE("once stopped no change reaches the plugin and queued ones stay unackn
           "[dispatcher]") {
   Fixture f({.workers_per_plugin = 2, .batch = 1});
   f.plugin->delay = std::chrono::milliseconds(20);  // 0, 20 or 40 ms a call
-  for (uint64_t v = 1; v <= 60; ++v) f.dispatcher->change(change("bucket", strCat("b", v), v), false);
+  for (uint64_t v = 1; v <= 60; ++v)
+    f.dispatcher->change(change("bucket", strCat("b", v), v), false);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   auto applied = [&] {
     std::lock_guard lock(f.plugin->mutex);

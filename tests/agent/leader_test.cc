@@ -69,9 +69,10 @@ struct FakeClock {
 
 // The candidate's wall clock is an hour ahead of the holder's (or the holder's behind): the
 // renewTime it reads looks an hour old although the holder renews on time.
-TEST_CASE("a candidate does not take a lease whose holder keeps renewing even if its renewTime "
-          "looks expired",
-          "[lease-elector]") {
+TEST_CASE(
+    "a candidate does not take a lease whose holder keeps renewing even if its renewTime "
+    "looks expired",
+    "[lease-elector]") {
   auto leases = std::make_shared<FakeLeases>();
   FakeClock time;
   LeaseElector a(leases, "a", std::chrono::seconds(2), time.clock());
@@ -93,9 +94,10 @@ TEST_CASE("a candidate does not take a lease whose holder keeps renewing even if
 // The holder died, and its clock was an hour ahead: the renewTime it left looks an hour in the
 // future. The candidate takes the lease once the record did not change for the record's own
 // lease duration on the candidate's clock (2 s here, though the candidate's own is 60 s).
-TEST_CASE("a candidate takes a lease that stopped changing for its duration even if its "
-          "renewTime looks far in the future",
-          "[lease-elector]") {
+TEST_CASE(
+    "a candidate takes a lease that stopped changing for its duration even if its "
+    "renewTime looks far in the future",
+    "[lease-elector]") {
   auto leases = std::make_shared<FakeLeases>();
   FakeClock time;
   LeaseElector a(leases, "a", std::chrono::seconds(2), time.clock());
@@ -117,9 +119,10 @@ TEST_CASE("a candidate takes a lease that stopped changing for its duration even
   CHECK(leases->lease->duration == std::chrono::seconds(60));
 }
 
-TEST_CASE("the holder gives leadership up at its renew deadline before a candidate may take the "
-          "lease",
-          "[lease-elector]") {
+TEST_CASE(
+    "the holder gives leadership up at its renew deadline before a candidate may take the "
+    "lease",
+    "[lease-elector]") {
   auto leases = std::make_shared<FakeLeases>();
   FakeClock time;
   std::mutex mutex;

@@ -49,20 +49,20 @@ TEST_CASE("a demoted leader applies nothing more and resumes when it leads again
   char pattern[] = "/tmp/krane-leader-XXXXXX";
   const std::string dir = ::mkdtemp(pattern);
   const std::string log = dir + "/calls.log";
-  auto config = parseAgentConfig(
-      strCat("region: eu-1\nagent_id: agent-a\nstate_dir: ", dir,
-             "/state\n"
-             "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
-             "control_plane:\n  address: 127.0.0.1:",
-             server.grpcPort(),
-             "\n"
-             "leader:\n  mode: lease\n  lease_duration_s: 3\n"
-             "plugins:\n"
-             "  - name: recording\n    workers: 1\n    path: ",
-             runfile("tests/support/plugins/librecording.so"),
-             "\n    config_text: |\n      log=", log,
-             "\n      types=example.krane.dev/bucket\n      apply_ms=100\n"),
-      "test");
+  auto config =
+      parseAgentConfig(strCat("region: eu-1\nagent_id: agent-a\nstate_dir: ", dir,
+                              "/state\n"
+                              "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
+                              "control_plane:\n  address: 127.0.0.1:",
+                              server.grpcPort(),
+                              "\n"
+                              "leader:\n  mode: lease\n  lease_duration_s: 3\n"
+                              "plugins:\n"
+                              "  - name: recording\n    workers: 1\n    path: ",
+                              runfile("tests/support/plugins/librecording.so"),
+                              "\n    config_text: |\n      log=", log,
+                              "\n      types=example.krane.dev/bucket\n      apply_ms=100\n"),
+                       "test");
   REQUIRE_THAT(config, IsOk());
   config->control_plane.token = cp.agentToken("eu-1");
   REQUIRE_THAT(finishAgentConfig(*config), IsOk());
@@ -76,8 +76,7 @@ TEST_CASE("a demoted leader applies nothing more and resumes when it leads again
   REQUIRE(agent.isLeader());
 
   // 30 changes take the plugin 3 s; the lease stops being renewed at the first apply.
-  for (int i = 0; i < 30; ++i)
-    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i))), IsOk());
+  for (int i = 0; i < 30; ++i) REQUIRE_THAT(server.writer().put(bucket(strCat("b", i))), IsOk());
   REQUIRE(eventually([&] { return applies(log) >= 1; }, std::chrono::seconds(20)));
   leases->setDown(true);
   REQUIRE(eventually([&] { return !agent.isLeader(); }, std::chrono::seconds(3)));

@@ -92,22 +92,22 @@ absl::Status KubernetesLeaseClient::write(const Lease& lease,
       previous.is_object() ? previous.value("spec", Json::object()) : Json::object();
   const bool same_holder = old_spec.value("holderIdentity", "") == lease.holder;
   const int64_t transitions = old_spec.value("leaseTransitions", int64_t{0});
-  Json object = {{"apiVersion", "coordination.k8s.io/v1"},
-                 {"kind", "Lease"},
-                 {"metadata", {{"name", name_}, {"namespace", ns_}}},
-                 {"spec",
-                  {{"holderIdentity", lease.holder},
-                   {"leaseDurationSeconds", lease.duration.count()},
-                   {"renewTime", formatMicroTime(lease.renewed)},
-                   {"acquireTime", same_holder && old_spec.contains("acquireTime")
-                                       ? old_spec["acquireTime"]
-                                       : Json(formatMicroTime(lease.renewed))},
-                   // A holder handing the lease back (no holder) is no transition; the next
-                   // one to take it is.
-                   {"leaseTransitions", expected_resource_version.empty() ? 0
-                                        : transitions + (same_holder || lease.holder.empty()
-                                                             ? 0
-                                                             : 1)}}}};
+  Json object = {
+      {"apiVersion", "coordination.k8s.io/v1"},
+      {"kind", "Lease"},
+      {"metadata", {{"name", name_}, {"namespace", ns_}}},
+      {"spec",
+       {{"holderIdentity", lease.holder},
+        {"leaseDurationSeconds", lease.duration.count()},
+        {"renewTime", formatMicroTime(lease.renewed)},
+        {"acquireTime", same_holder && old_spec.contains("acquireTime")
+                            ? old_spec["acquireTime"]
+                            : Json(formatMicroTime(lease.renewed))},
+        // A holder handing the lease back (no holder) is no transition; the next
+        // one to take it is.
+        {"leaseTransitions", expected_resource_version.empty()
+                                 ? 0
+                                 : transitions + (same_holder || lease.holder.empty() ? 0 : 1)}}}};
   absl::StatusOr<Json> written;
   if (expected_resource_version.empty()) {
     written = client_->create(object);

@@ -16,6 +16,7 @@
 #include "controlplane/feed/writer.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/matchers.h"
+#include "tests/support/resources.h"
 
 namespace krane::ingest {
 namespace {
@@ -105,7 +106,7 @@ class IngestorTest : public krane::testing::MariaDbTest {
     writer_ = std::make_shared<feed::Writer>(pool_, std::make_shared<feed::ResourceTables>());
     for (const char* region : {"eu-1", "us-1"}) {
       for (const char* id : {"dep", "other"})
-        REQUIRE_THAT(writer_->put(topology(id, region)), IsOk());
+        REQUIRE_THAT(writer_->put(krane::testing::topologyResource(id, region)), IsOk());
       // A generic resource's id is unique across regions.
       REQUIRE_THAT(writer_->put(bucket(strCat("photos", region == std::string("eu-1") ? "" : "-us"),
                                        region)),
@@ -117,24 +118,6 @@ class IngestorTest : public krane::testing::MariaDbTest {
     ingestor_->addDeploymentInstancesHook(hooks_);
   }
 
-  static feed::Resource topology(const std::string& id, const std::string& region) {
-    feed::Resource r;
-    r.set_type("deployment_topology");
-    r.set_id(id);
-    r.set_region(region);
-    auto* t = r.mutable_deployment_topology();
-    for (auto* field : {t->mutable_workspace_id(), t->mutable_project_id(), t->mutable_app_id(),
-                        t->mutable_environment_id()}) {
-      *field = "x";
-    }
-    t->set_image("registry.example.com/app:v1");
-    t->set_port(8080);
-    t->set_cpu_millicores(100);
-    t->set_memory_mib(64);
-    t->set_replicas(1);
-    t->set_desired_status(cluster::v1::DESIRED_STATUS_RUNNING);
-    return r;
-  }
   static feed::Resource bucket(const std::string& id, const std::string& region) {
     feed::Resource r;
     r.set_type("example.krane.dev/bucket");

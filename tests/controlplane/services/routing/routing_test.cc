@@ -14,6 +14,7 @@
 #include "controlplane/workflow/typed.h"
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
+#include "tests/support/resources.h"
 #include "tests/support/threads.h"
 #include "tests/support/wait.h"
 
@@ -161,22 +162,7 @@ TEST_CASE_METHOD(RoutingTest, "a swap stops the previous deployment later and a 
   exec("INSERT INTO regions (id, display_name, created_at) VALUES ('eu-1', 'eu-1', 1)");
   for (const char* id : {"d1", "d2"}) {
     deployment(id, id == std::string("d1") ? 100 : 200);
-    feed::Resource r;
-    r.set_type("deployment_topology");
-    r.set_id(id);
-    r.set_region("eu-1");
-    auto* t = r.mutable_deployment_topology();
-    for (auto* field : {t->mutable_workspace_id(), t->mutable_project_id(), t->mutable_app_id(),
-                        t->mutable_environment_id()}) {
-      *field = "x";
-    }
-    t->set_image("registry.example.com/app:v1");
-    t->set_port(8080);
-    t->set_cpu_millicores(100);
-    t->set_memory_mib(64);
-    t->set_replicas(1);
-    t->set_desired_status(cluster::v1::DESIRED_STATUS_RUNNING);
-    REQUIRE_THAT(writer_->put(r), IsOk());
+    REQUIRE_THAT(writer_->put(krane::testing::topologyResource(id, "eu-1")), IsOk());
   }
   auto desired = [&](const std::string& id) {
     auto rows = (*pool_->acquire())
