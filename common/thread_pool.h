@@ -19,13 +19,19 @@ class ThreadPool {
       workers_.emplace_back([this] { work(); });
     }
   }
-  ~ThreadPool() {
+  ~ThreadPool() { join(); }
+
+  // Runs what is queued (and what those tasks post), then stops the threads. Idempotent; tasks
+  // posted afterwards never run.
+  void join() {
     {
       std::lock_guard lock(mutex_);
       stopping_ = true;
     }
     ready_.notify_all();
-    for (auto& t : workers_) t.join();
+    for (auto& t : workers_) {
+      if (t.joinable()) t.join();
+    }
   }
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -119,6 +119,9 @@ absl::Status Server::startFeed() {
   watch_->tables = tables_;
   watch_->hub = hub_;
   watch_->setup_pool = std::make_shared<ThreadPool>(config_.feed.sync_workers);
+  watch_->options.setup_high_water = config_.feed.sync_high_water;
+  watch_->options.max_open_snapshots = config_.feed.sync_snapshots;
+  watch_->options.catch_up_batch = config_.feed.sync_batch;
   watch_->options.max_queued = config_.feed.stream_max_queued;
   watch_->options.bookmark_interval = config_.feed.bookmark_interval;
   watch_->authorize = [tokens = tokens_](const std::string& bearer) {
@@ -265,7 +268,7 @@ void Server::stop() {
   if (engine_) engine_->stop();
   if (cleanup_) cleanup_->stop();
   if (tailer_) tailer_->stop();
-  if (watch_) watch_->setup_pool.reset();
+  if (watch_) watch_->setup_pool->join();  // set-up steps still queued release what they hold
   grpc_.reset();
 }
 
@@ -290,6 +293,9 @@ std::string Server::metricsText() const {
                      w.bookmarks_sent.load()));
   f.push_back(family("krane_feed_full_syncs_total", "Full syncs served", MetricType::Counter,
                      w.full_syncs.load()));
+  f.push_back(family("krane_feed_full_syncs_waiting",
+                     "Full syncs waiting for a snapshot slot (feed.sync_snapshots)",
+                     MetricType::Gauge, w.full_syncs_waiting.load()));
   f.push_back(family("krane_feed_resyncs_total", "Streams told to resync", MetricType::Counter,
                      w.resyncs_requested.load()));
   const auto t = tailer_->stats();

@@ -80,15 +80,6 @@ class GenericTable final : public ResourceTable {
         StoredResource{fromRow(rows.rows[0]), !rows.rows[0].isNull("deleted_at")});
   }
 
-  absl::Status scanRegion(
-      db::Connection& conn, std::string_view region,
-      const std::function<absl::Status(Resource&&)>& on_resource) const override {
-    return conn.queryEach(
-        strCat("SELECT ", kColumns,
-               " FROM resources WHERE region_id = ? AND deleted_at IS NULL ORDER BY type, id"),
-        {region}, [&](const db::Row& row) { return on_resource(fromRow(row)); });
-  }
-
   absl::StatusOr<std::vector<Resource>> list(db::Connection& conn, std::string_view region,
                                              std::string_view type, const ListCursor& after,
                                              size_t limit) const override {

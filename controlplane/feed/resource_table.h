@@ -80,13 +80,8 @@ class ResourceTable {
   virtual absl::StatusOr<std::optional<StoredResource>> load(db::Connection& conn,
                                                              const ResourceKey& key) const = 0;
 
-  // Every live resource of `region` (of any type, for the generic table), in id order.
-  virtual absl::Status scanRegion(
-      db::Connection& conn, std::string_view region,
-      const std::function<absl::Status(Resource&&)>& on_resource) const = 0;
-
   // Live resources after `after` in (type, region, id) order, at most `limit`; `region` and
-  // `type` filter when not empty.
+  // `type` filter when not empty. A full sync pages through a region with this.
   virtual absl::StatusOr<std::vector<Resource>> list(db::Connection& conn, std::string_view region,
                                                      std::string_view type, const ListCursor& after,
                                                      size_t limit) const = 0;

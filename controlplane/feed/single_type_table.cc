@@ -30,17 +30,6 @@ absl::StatusOr<std::optional<StoredResource>> SingleTypeTable::load(db::Connecti
       StoredResource{std::move(resource), !rows.rows[0].isNull("deleted_at")});
 }
 
-absl::Status SingleTypeTable::scanRegion(
-    db::Connection& conn, std::string_view region,
-    const std::function<absl::Status(Resource&&)>& on_resource) const {
-  return conn.queryEach(strCat("SELECT ", columns_, " FROM ", table_,
-                               " WHERE region_id = ? AND deleted_at IS NULL ORDER BY ", id_column_),
-                        {region}, [&](const db::Row& row) -> absl::Status {
-                          KRANE_ASSIGN_OR_RETURN(Resource resource, decode(row));
-                          return on_resource(std::move(resource));
-                        });
-}
-
 absl::StatusOr<std::vector<Resource>> SingleTypeTable::list(db::Connection& conn,
                                                             std::string_view region,
                                                             std::string_view type,

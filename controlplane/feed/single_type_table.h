@@ -18,9 +18,6 @@ class SingleTypeTable : public ResourceTable {
                                               const ResourceKey& key) const override;
   absl::StatusOr<std::optional<StoredResource>> load(db::Connection& conn,
                                                      const ResourceKey& key) const override;
-  absl::Status scanRegion(
-      db::Connection& conn, std::string_view region,
-      const std::function<absl::Status(Resource&&)>& on_resource) const override;
   absl::StatusOr<std::vector<Resource>> list(db::Connection& conn, std::string_view region,
                                              std::string_view type, const ListCursor& after,
                                              size_t limit) const override;

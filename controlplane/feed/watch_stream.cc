@@ -31,7 +31,7 @@ grpc::ServerWriteReactor<WatchEvent>* WatchStream::start(std::shared_ptr<WatchCo
     std::lock_guard lock(context->streams_mutex);
     context->streams.insert(stream);
   }
-  context->setup_pool->post([stream] { stream->setup(); });
+  stream->post(/*granted=*/false);
   return stream.get();
 }
 
@@ -48,9 +48,15 @@ bool WatchStream::wants(const std::string& type) const {
   return types_.empty() || types_.count(type) > 0;
 }
 
-void WatchStream::setup() {
-  absl::Status status = setupOrError();
+void WatchStream::post(bool granted) {
+  context_->setup_pool->post([self = shared_from_this(), granted] { self->runSetup(granted); });
+}
+
+void WatchStream::runSetup(bool granted) {
+  if (granted) has_slot_ = true;
+  absl::Status status = advance();
   if (!status.ok()) {
+    closeSnapshot();
     if (absl::IsOutOfRange(status)) {
       std::lock_guard lock(mutex_);
       resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_PRUNED, std::string(toStd(status.message())));
@@ -68,7 +74,43 @@ void WatchStream::setup() {
   kick();
 }
 
-absl::Status WatchStream::setupOrError() {
+absl::Status WatchStream::advance() {
+  for (;;) {
+    {
+      std::lock_guard lock(mutex_);
+      if (done_ || phase_ != Phase::kSetup)
+        return absl::CancelledError("stream ended during setup");
+      if (queue_.size() >= context_->options.setup_high_water) {
+        parked_ = true;  // kick() posts the next step once the client has read half
+        return absl::OkStatus();
+      }
+    }
+    switch (stage_) {
+      case Stage::kCheck:
+        KRANE_RETURN_IF_ERROR(check());
+        stage_ = cursor_ == 0 ? Stage::kAwaitSnapshot : Stage::kCatchUp;
+        break;
+      case Stage::kAwaitSnapshot:
+        if (!has_slot_ && !takeSnapshotSlot()) return absl::OkStatus();  // posted when freed
+        KRANE_RETURN_IF_ERROR(openSnapshot());
+        stage_ = Stage::kSync;
+        break;
+      case Stage::kSync:
+        KRANE_RETURN_IF_ERROR(syncPage());
+        if (table_ == context_->tables->all().size()) stage_ = Stage::kCatchUp;
+        break;
+      case Stage::kCatchUp:
+        if (cursor_ >= published_) {
+          goLive();
+          return absl::OkStatus();
+        }
+        KRANE_RETURN_IF_ERROR(catchUpPage());
+        break;
+    }
+  }
+}
+
+absl::Status WatchStream::check() {
   for (int i = 0; i < request_.resource_types_size(); ++i) {
     KRANE_RETURN_IF_ERROR(checkType(strCat("resource_types[", i, "]"), request_.resource_types(i)));
   }
@@ -88,7 +130,7 @@ absl::Status WatchStream::setupOrError() {
     return absl::NotFoundError(strCat("region ", quote(region_), " is not registered"));
   const uint64_t head = rows.rows[0].u64(0);
   const uint64_t pruned = rows.rows[0].u64(1);
-  uint64_t cursor = request_.version();
+  const uint64_t cursor = request_.version();
   KRANE_ASSIGN_OR_RETURN(auto epochs, conn->query("SELECT epoch FROM feed_epoch WHERE id = 1"));
   epoch_ = epochs.empty() ? 0 : epochs.rows[0].u64(0);
   if (request_.epoch() != 0 && epoch_ != 0 && request_.epoch() != epoch_) {
@@ -126,98 +168,140 @@ absl::Status WatchStream::setupOrError() {
         strCat("changes after version ", cursor, " were pruned (kept from ", pruned + 1, ")"));
     return absl::OkStatus();
   }
-
-  const uint64_t published = context_->hub->subscribe(region_, shared_from_this());
+  cursor_ = cursor;
+  published_ = context_->hub->subscribe(region_, shared_from_this());
+  bool done;
   {
     std::lock_guard lock(mutex_);
-    if (done_) {
-      context_->hub->unsubscribe(region_, this);
-      return absl::CancelledError("stream ended during setup");
-    }
+    done = done_;
   }
-  if (cursor == 0) KRANE_RETURN_IF_ERROR(fullSync(*conn, &cursor));
-  if (cursor < published) KRANE_RETURN_IF_ERROR(catchUp(*conn, &cursor, published));
-  conn = db::PooledConnection();
+  if (done) {
+    // OnDone already ran (and unsubscribed before this subscription).
+    context_->hub->unsubscribe(region_, this);
+    return absl::CancelledError("stream ended during setup");
+  }
+  return absl::OkStatus();
+}
 
+bool WatchStream::takeSnapshotSlot() {
+  std::lock_guard lock(context_->snapshots_mutex);
+  if (context_->open_snapshots < context_->options.max_open_snapshots) {
+    ++context_->open_snapshots;
+    has_slot_ = true;
+    return true;
+  }
+  context_->snapshot_waiters.push_back(weak_from_this());
+  ++context_->counters.full_syncs_waiting;
+  return false;
+}
+
+void WatchStream::releaseSnapshotSlot() {
+  if (!has_slot_) return;
+  has_slot_ = false;
+  std::shared_ptr<WatchStream> next;
+  {
+    std::lock_guard lock(context_->snapshots_mutex);
+    while (!next && !context_->snapshot_waiters.empty()) {
+      next = context_->snapshot_waiters.front().lock();
+      context_->snapshot_waiters.pop_front();
+      --context_->counters.full_syncs_waiting;
+    }
+    if (!next) --context_->open_snapshots;
+  }
+  if (next) next->post(/*granted=*/true);  // the slot passes on without being freed
+}
+
+absl::Status WatchStream::openSnapshot() {
+  ++context_->counters.full_syncs;
+  KRANE_ASSIGN_OR_RETURN(snapshot_conn_, context_->pool->acquire());
+  KRANE_RETURN_IF_ERROR(
+      snapshot_conn_->execText("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"));
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows,
+      snapshot_conn_->query("SELECT version FROM region_versions WHERE region_id = ?", {region_}));
+  snapshot_ = rows.empty() ? 0 : rows.rows[0].u64(0);
+  table_ = 0;
+  after_ = ListCursor();
+  sent_ = 0;
+  auto begin = std::make_shared<WatchEvent>();
+  begin->mutable_sync_begin()->set_snapshot_version(snapshot_);
+  push(std::move(begin));
+  return absl::OkStatus();
+}
+
+absl::Status WatchStream::syncPage() {
+  const auto& tables = context_->tables->all();
+  const auto& table = tables[table_];
+  if (table->type().empty() || wants(std::string(table->type()))) {
+    const size_t limit = context_->options.catch_up_batch;
+    KRANE_ASSIGN_OR_RETURN(auto page, table->list(*snapshot_conn_, region_, "", after_, limit));
+    for (auto& resource : page) {
+      after_ = ListCursor{resource.region(), resource.type(), resource.id()};
+      if (!wants(resource.type())) continue;
+      auto event = std::make_shared<WatchEvent>();
+      auto* change = event->mutable_change();
+      change->set_op(cluster::v1::CHANGE_OP_APPLY);
+      change->set_version(resource.version());
+      *change->mutable_resource() = std::move(resource);
+      push(std::move(event));
+      ++sent_;
+    }
+    if (page.size() == limit) return absl::OkStatus();  // more rows in this table
+  }
+  ++table_;
+  after_ = ListCursor();
+  if (table_ < tables.size()) return absl::OkStatus();
+  auto end = std::make_shared<WatchEvent>();
+  end->mutable_sync_end()->set_version(snapshot_);
+  end->mutable_sync_end()->set_resource_count(sent_);
+  end->mutable_sync_end()->set_epoch(epoch_);
+  push(std::move(end));
+  cursor_ = snapshot_;
+  closeSnapshot();
+  return absl::OkStatus();
+}
+
+void WatchStream::closeSnapshot() {
+  if (snapshot_conn_.operator->() != nullptr) {
+    (void)snapshot_conn_->execText("ROLLBACK");
+    snapshot_conn_ = db::PooledConnection();
+  }
+  releaseSnapshotSlot();
+}
+
+absl::Status WatchStream::catchUpPage() {
+  KRANE_ASSIGN_OR_RETURN(auto conn, context_->pool->acquire());
+  KRANE_ASSIGN_OR_RETURN(auto batch, readChanges(*conn, *context_->tables, region_, cursor_,
+                                                 published_, context_->options.catch_up_batch));
+  bool last_sent = false;
+  for (auto& event : batch.events) {
+    last_sent = wants(event.type);
+    if (last_sent) push(event.event);
+  }
+  if (!last_sent) push(bookmark(batch.through));
+  cursor_ = batch.through;
+  return absl::OkStatus();
+}
+
+void WatchStream::goLive() {
   std::lock_guard lock(mutex_);
-  if (phase_ != Phase::kSetup) return absl::OkStatus();
-  queued_through_ = cursor;
+  if (phase_ != Phase::kSetup) return;
+  queued_through_ = cursor_;
   for (const auto& batch : buffered_) queueBatchLocked(*batch);
   buffered_.clear();
   buffered_events_ = 0;
   if (phase_ == Phase::kSetup) phase_ = Phase::kLive;
   if (queue_.empty() && !finish_pending_) queueLocked(bookmark(queued_through_));
   spdlog::debug("feed: watch live region={} peer={} version={}", region_, peer_, queued_through_);
-  return absl::OkStatus();
 }
 
-absl::Status WatchStream::fullSync(db::Connection& conn, uint64_t* cursor) {
-  ++context_->counters.full_syncs;
-  KRANE_RETURN_IF_ERROR(conn.execText("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY"));
-  struct Rollback {
-    db::Connection& conn;
-    ~Rollback() { (void)conn.execText("ROLLBACK"); }
-  } rollback{conn};
-  KRANE_ASSIGN_OR_RETURN(
-      auto rows, conn.query("SELECT version FROM region_versions WHERE region_id = ?", {region_}));
-  const uint64_t snapshot = rows.empty() ? 0 : rows.rows[0].u64(0);
-
-  auto begin = std::make_shared<WatchEvent>();
-  begin->mutable_sync_begin()->set_snapshot_version(snapshot);
-  if (!pushWaiting(begin)) return absl::CancelledError("stream closed");
-  uint64_t sent = 0;
-  for (const auto& table : context_->tables->all()) {
-    if (!table->type().empty() && !wants(std::string(table->type()))) continue;
-    KRANE_RETURN_IF_ERROR(
-        table->scanRegion(conn, region_, [&](Resource&& resource) -> absl::Status {
-          if (!wants(resource.type())) return absl::OkStatus();
-          auto event = std::make_shared<WatchEvent>();
-          auto* change = event->mutable_change();
-          change->set_op(cluster::v1::CHANGE_OP_APPLY);
-          change->set_version(resource.version());
-          *change->mutable_resource() = std::move(resource);
-          if (!pushWaiting(std::move(event))) return absl::CancelledError("stream closed");
-          ++sent;
-          return absl::OkStatus();
-        }));
-  }
-  auto end = std::make_shared<WatchEvent>();
-  end->mutable_sync_end()->set_version(snapshot);
-  end->mutable_sync_end()->set_resource_count(sent);
-  end->mutable_sync_end()->set_epoch(epoch_);
-  if (!pushWaiting(end)) return absl::CancelledError("stream closed");
-  *cursor = snapshot;
-  return absl::OkStatus();
-}
-
-absl::Status WatchStream::catchUp(db::Connection& conn, uint64_t* cursor, uint64_t through) {
-  while (*cursor < through) {
-    KRANE_ASSIGN_OR_RETURN(auto batch, readChanges(conn, *context_->tables, region_, *cursor,
-                                                   through, context_->options.catch_up_batch));
-    bool last_sent = false;
-    for (auto& event : batch.events) {
-      last_sent = wants(event.type);
-      if (last_sent && !pushWaiting(event.event)) return absl::CancelledError("stream closed");
-    }
-    if (!last_sent && !pushWaiting(bookmark(batch.through))) {
-      return absl::CancelledError("stream closed");
-    }
-    *cursor = batch.through;
-  }
-  return absl::OkStatus();
-}
-
-bool WatchStream::pushWaiting(std::shared_ptr<const WatchEvent> event) {
+void WatchStream::push(std::shared_ptr<const WatchEvent> event) {
   {
-    std::unique_lock lock(mutex_);
-    drained_.wait(lock, [&] {
-      return queue_.size() < context_->options.setup_high_water || done_ || phase_ != Phase::kSetup;
-    });
-    if (done_ || phase_ != Phase::kSetup) return false;
+    std::lock_guard lock(mutex_);
+    if (done_ || phase_ != Phase::kSetup) return;
     queueLocked(std::move(event));
   }
   kick();
-  return true;
 }
 
 void WatchStream::queueLocked(std::shared_ptr<const WatchEvent> event) {
@@ -323,7 +407,6 @@ void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason,
   phase_ = Phase::kClosing;
   finish_pending_ = true;
   final_status_ = grpc::Status::OK;
-  drained_.notify_all();
   spdlog::info("feed: watch told to resync region={} peer={} reason=\"{}\"", region_, peer_,
                message);
 }
@@ -338,13 +421,22 @@ void WatchStream::finishLocked(grpc::Status status) {
   phase_ = Phase::kClosing;
   finish_pending_ = true;
   final_status_ = std::move(status);
-  drained_.notify_all();
 }
 
 void WatchStream::kick() {
   const WatchEvent* to_write = nullptr;
   bool finish = false;
+  bool resume = false;
   grpc::Status status;
+  {
+    std::lock_guard lock(mutex_);
+    if (parked_ && (done_ || phase_ != Phase::kSetup ||
+                    queue_.size() <= context_->options.setup_high_water / 2)) {
+      parked_ = false;
+      resume = true;
+    }
+  }
+  if (resume) post(/*granted=*/false);
   {
     std::lock_guard lock(mutex_);
     if (done_) return;
@@ -382,7 +474,6 @@ void WatchStream::OnWriteDone(bool ok) {
       writing_ = true;
       start_write_ = true;
     }
-    drained_.notify_all();
   }
   kick();
 }
@@ -400,8 +491,8 @@ void WatchStream::OnDone() {
   {
     std::lock_guard lock(mutex_);
     done_ = true;
-    drained_.notify_all();
   }
+  kick();  // a parked set-up step runs once more to give back its snapshot
   context_->hub->unsubscribe(region_, this);
   {
     std::lock_guard lock(context_->streams_mutex);

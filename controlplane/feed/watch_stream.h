@@ -2,9 +2,12 @@
 // the hub, written through gRPC's callback API (no thread is held by a stream).
 //
 // Life of a stream:
-//   1. setup (on a worker thread): authorize, check the cursor, subscribe to the hub (live
-//      batches are buffered from here on), then either a full sync from one consistent snapshot
-//      or a catch-up of the changes the hub had published before the subscription;
+//   1. set-up, in steps on the set-up pool: authorize, check the cursor, subscribe to the hub
+//      (live batches are buffered from here on), then either a full sync from one consistent
+//      snapshot or a catch-up of the changes the hub had published before the subscription.
+//      Each step reads one page; a step that finds `setup_high_water` events waiting returns,
+//      and the stream's writes post the next one when half of them are written, so a set-up
+//      waiting for a slow agent holds no thread;
 //   2. live: batches from the hub are filtered and queued; bookmarks keep idle agents current.
 // A stream whose queue grows past `max_queued` (a slow agent) is told to resync and closed, so
 // it cannot hold memory or slow anyone else.
@@ -32,11 +35,13 @@ namespace krane::feed {
 struct WatchOptions {
   // Events queued for one stream before it is told to resync.
   size_t max_queued = 20000;
-  // A full sync or catch-up pauses while more than this many events wait to be written.
+  // A full sync or catch-up pauses while this many events wait to be written.
   size_t setup_high_water = 1024;
+  // Full syncs holding a snapshot (and its connection) at once; the others wait in line.
+  size_t max_open_snapshots = 4;
   // An idle stream gets a bookmark this often.
   std::chrono::milliseconds bookmark_interval{5000};
-  // Changes read per catch-up query.
+  // Rows or changes read per set-up step.
   size_t catch_up_batch = 2000;
 };
 
@@ -47,7 +52,8 @@ struct WatchCounters {
   std::atomic<uint64_t> events_sent{0};
   std::atomic<uint64_t> bookmarks_sent{0};
   std::atomic<uint64_t> full_syncs{0};
-  std::atomic<uint64_t> resyncs_requested{0};  // cursor expired or too slow
+  std::atomic<uint64_t> full_syncs_waiting{0};  // for a snapshot slot
+  std::atomic<uint64_t> resyncs_requested{0};   // cursor expired or too slow
 };
 
 // What a stream needs from the server. Shared by every stream; outlives them.
@@ -64,6 +70,11 @@ struct WatchContext {
   // Streams alive, for bookmarks.
   std::mutex streams_mutex;
   std::set<std::shared_ptr<class WatchStream>> streams;
+
+  // Snapshot slots of full syncs: how many are taken, and the streams waiting for one.
+  std::mutex snapshots_mutex;
+  size_t open_snapshots = 0;
+  std::deque<std::weak_ptr<class WatchStream>> snapshot_waiters;
 };
 
 class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEvent>,
@@ -96,20 +107,33 @@ class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEven
 
  private:
   enum class Phase { kSetup, kLive, kClosing };
+  enum class Stage { kCheck, kAwaitSnapshot, kSync, kCatchUp };
 
-  void setup();
-  absl::Status setupOrError();
-  absl::Status fullSync(db::Connection& conn, uint64_t* cursor);
-  absl::Status catchUp(db::Connection& conn, uint64_t* cursor, uint64_t through);
+  // One set-up step; `granted` when a snapshot slot was handed to this stream.
+  void runSetup(bool granted);
+  // Runs set-up stages until live, paused at high water, waiting for a slot, or failed.
+  absl::Status advance();
+  // Authorizes, checks the cursor, subscribes; OK with the stream closing on a resync answer.
+  absl::Status check();
+  absl::Status openSnapshot();
+  absl::Status syncPage();
+  absl::Status catchUpPage();
+  void goLive();
+  // Ends the snapshot transaction and frees its slot (handing it to the next waiter).
+  void closeSnapshot();
+  bool takeSnapshotSlot();
+  void releaseSnapshotSlot();
+  void post(bool granted);
   bool wants(const std::string& type) const;
-  // Queues during setup, waiting while the queue is above the high-water mark.
-  bool pushWaiting(std::shared_ptr<const cluster::v1::WatchEvent> event);
+  // Queues a set-up event (no-op once the stream is closing).
+  void push(std::shared_ptr<const cluster::v1::WatchEvent> event);
   // Under mutex_: queue and remember what to start.
   void queueLocked(std::shared_ptr<const cluster::v1::WatchEvent> event);
   void queueBatchLocked(const EventBatch& batch);
   void resyncLocked(cluster::v1::CursorExpiredReason reason, const std::string& message);
   void finishLocked(grpc::Status status);
-  // Outside mutex_: starts the write or finish decided under the lock.
+  // Outside mutex_: starts the write or finish decided under the lock, and posts the set-up
+  // step that waited for the queue to drain.
   void kick();
 
   std::shared_ptr<WatchContext> context_;
@@ -120,9 +144,20 @@ class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEven
   std::string region_;
   uint64_t epoch_ = 0;  // the feed's epoch, read at setup
 
+  // Set-up state; touched only by the set-up step, and steps of a stream never overlap.
+  Stage stage_ = Stage::kCheck;
+  uint64_t cursor_ = 0;                 // everything up to here is queued
+  uint64_t published_ = 0;              // catch up to here (the hub's position when subscribing)
+  db::PooledConnection snapshot_conn_;  // the full sync's snapshot transaction
+  bool has_slot_ = false;
+  uint64_t snapshot_ = 0;
+  size_t table_ = 0;  // full sync position: tables()->all()[table_], rows after after_
+  ListCursor after_;
+  uint64_t sent_ = 0;
+
   std::mutex mutex_;
-  std::condition_variable drained_;
   Phase phase_ = Phase::kSetup;
+  bool parked_ = false;  // the set-up step waits for the queue to drain
   std::deque<std::shared_ptr<const cluster::v1::WatchEvent>> queue_;
   std::deque<std::shared_ptr<const EventBatch>> buffered_;  // live batches during setup
   size_t buffered_events_ = 0;

@@ -19,12 +19,15 @@
 #include "tests/support/control_plane.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/matchers.h"
+#include "tests/support/resources.h"
 #include "tests/support/threads.h"
+#include "tests/support/wait.h"
 
 namespace krane {
 namespace {
 
 using cluster::v1::WatchEvent;
+using krane::testing::eventually;
 using krane::testing::kOperatorToken;
 using krane::testing::TestControlPlane;
 using krane::testing::WatchRecorder;
@@ -617,6 +620,90 @@ TEST_CASE("a slow agent is told to resync and others are unaffected", "[feed]") 
   }
   CHECK(told);
   CHECK_THAT(stuck->Finish(), IsOk());
+}
+
+// Full syncs to agents that do not read hold a snapshot each (at most feed.sync_snapshots) but
+// no set-up thread: with one thread and three such syncs, another agent is still set up, and
+// every sync completes, page by page, once its agent reads.
+TEST_CASE("full syncs waiting for slow agents hold no set-up thread", "[feed]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica([](ctrl::CtrlConfig& c) {
+    c.feed.sync_workers = 1;
+    c.feed.sync_snapshots = 2;
+    c.feed.sync_high_water = 8;
+    c.feed.sync_batch = 7;  // pages end inside both tables
+  });
+  const std::string big(32 * 1024, 'x');
+  for (int i = 0; i < 200; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", big)), IsOk());
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE_THAT(server.writer().put(krane::testing::topologyResource(strCat("d", i), "eu-1")),
+                 IsOk());
+  }
+  const uint64_t head = headVersion(cp, "eu-1");
+
+  // Three agents ask for a full sync and read nothing: the transport window fills after a few
+  // events, and each sync pauses at the high-water mark.
+  auto stub = cp.cluster();
+  struct Stuck {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReader<WatchEvent>> reader;
+  };
+  std::vector<Stuck> stuck;
+  for (int i = 0; i < 3; ++i) {
+    Stuck s;
+    s.context = TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
+    cluster::v1::WatchRequest request;
+    request.set_region("eu-1");
+    s.reader = stub->Watch(s.context.get(), request);
+    stuck.push_back(std::move(s));
+  }
+  // Two hold a snapshot; the third waits in line.
+  REQUIRE(eventually(
+      [&] {
+        return server.metricsText().find("krane_feed_full_syncs_waiting 1\n") != std::string::npos;
+      },
+      std::chrono::seconds(30)));
+
+  // The single set-up thread is free: an agent resuming at the head is set up and goes live.
+  WatchRecorder resuming(cp.channel(), cp.agentToken("eu-1"), "eu-1", head);
+  REQUIRE_THAT(server.writer().put(bucket("late", "eu-1", "v")), IsOk());
+  REQUIRE(resuming.waitForVersion(head + 1, std::chrono::seconds(30)));
+
+  // Each stuck agent now reads: its sync completes (the third once a slot is free), with the
+  // count its SyncEnd announces, and its view converges to the database.
+  auto expected = databaseView(cp, "eu-1");
+  REQUIRE(expected.size() == 201);
+  for (int i = 0; i < 10; ++i) expected[strCat("deployment_topology/d", i)] = "";
+  for (auto& s : stuck) {
+    std::vector<WatchEvent> events;
+    WatchEvent event;
+    uint64_t reached = 0;
+    uint64_t changes_in_sync = 0;
+    bool in_sync = false;
+    bool synced = false;
+    while ((!synced || reached < head + 1) && s.reader->Read(&event)) {
+      REQUIRE_FALSE(event.has_cursor_expired());
+      if (event.has_sync_begin()) in_sync = true;
+      if (event.has_change()) {
+        if (in_sync) ++changes_in_sync;
+        reached = std::max(reached, event.change().version());
+      }
+      if (event.has_bookmark()) reached = std::max(reached, event.bookmark().version());
+      if (event.has_sync_end()) {
+        in_sync = false;
+        synced = true;
+        CHECK(event.sync_end().resource_count() == changes_in_sync);
+        reached = std::max(reached, event.sync_end().version());
+      }
+      events.push_back(event);
+    }
+    CHECK(synced);
+    CHECK(reached >= head + 1);
+    CHECK(materialize(events) == expected);  // topologies materialize with an empty spec
+    s.context->TryCancel();
+  }
+  CHECK(server.metricsText().find("krane_feed_full_syncs_waiting 0\n") != std::string::npos);
 }
 
 TEST_CASE("authentication and authorization", "[feed]") {

@@ -574,14 +574,15 @@ class TablesTest : public krane::testing::MariaDbTest {
 
   std::vector<std::string> scan(std::string_view region) {
     std::vector<std::string> ids;
-    const absl::Status status = table_->scanRegion(conn(), region, [&](Resource&& r) {
+    auto listed = table_->list(conn(), region, "", ListCursor{}, 1000);
+    CHECK_THAT(listed, IsOk());
+    if (!listed.ok()) return ids;
+    for (const auto& r : *listed) {
       CHECK(r.region() == region);
       CHECK(r.type() == tc().type);
       CHECK(r.kind_case() != Resource::KIND_NOT_SET);
       ids.push_back(r.id());
-      return absl::OkStatus();
-    });
-    CHECK_THAT(status, IsOk());
+    }
     return ids;
   }
 
@@ -646,16 +647,7 @@ TEST_CASE_METHOD(TablesTest, "every field of the kind is persisted", "[tables]")
   expected.set_version(7);
   expectSame(expected, stored->resource);
 
-  // The same through scanRegion and list.
-  std::vector<Resource> scanned;
-  REQUIRE_THAT(table_->scanRegion(conn(), kRegion,
-                                  [&](Resource&& x) {
-                                    scanned.push_back(std::move(x));
-                                    return absl::OkStatus();
-                                  }),
-               IsOk());
-  REQUIRE(scanned.size() == 1u);
-  expectSame(expected, scanned[0]);
+  // The same through list.
   auto listed = table_->list(conn(), "", "", ListCursor{}, 10);
   REQUIRE_THAT(listed, IsOk());
   REQUIRE(listed->size() == 1u);
@@ -804,15 +796,6 @@ TEST_CASE_METHOD(TablesTest, "scan region returns live rows of the region in id 
   CHECK(scan(kRegion) == std::vector<std::string>{"r-1", "r-3", "r-5"});
   CHECK(scan(kOtherRegion) == std::vector<std::string>{"r-2"});
   CHECK(scan("nowhere").empty());
-
-  // An error of the callback stops the scan and is returned.
-  int calls = 0;
-  const absl::Status status = table_->scanRegion(conn(), kRegion, [&](Resource&&) {
-    ++calls;
-    return absl::CancelledError("enough");
-  });
-  CHECK(status.code() == absl::StatusCode::kCancelled);
-  CHECK(calls == 1);
 }
 
 TEST_CASE_METHOD(TablesTest, "list orders and pages", "[tables]") {
