@@ -577,7 +577,8 @@ absl::Status Ingestor::reportSentinelStatus(const std::string& region,
         // Locks the row first: concurrent reports of one sentinel are decided one after the other.
         KRANE_ASSIGN_OR_RETURN(auto rows,
                                conn.query("SELECT image, replicas, deploy_status, deleted_at,"
-                                          " observed_generation, status_observed_at FROM sentinels"
+                                          " observed_generation, status_observed_at, version"
+                                          " FROM sentinels"
                                           " WHERE id = ? AND region_id = ? FOR UPDATE",
                                           {id, region}));
         if (rows.empty() || !rows.rows[0].isNull("deleted_at")) {
@@ -609,7 +610,10 @@ absl::Status Ingestor::reportSentinelStatus(const std::string& region,
             row.str("deploy_status") == "progressing" && row.isNull("deleted_at") &&
             !running_image.empty() && running_image == row.str("image") &&
             request.health() == cluster::v1::SENTINEL_HEALTH_HEALTHY && desired_replicas > 0 &&
-            request.available_replicas() >= desired_replicas;
+            request.available_replicas() >= desired_replicas &&
+            // The agent has applied the latest change: a report about an earlier config of the
+            // same image (say, fewer replicas) is not convergence.
+            request.applied_version() >= row.u64("version");
         if (!converged) return absl::OkStatus();
         // Compare-and-set: only the report that moves the row out of `progressing` notifies.
         KRANE_ASSIGN_OR_RETURN(

@@ -520,6 +520,25 @@ TEST_CASE_METHOD(IngestorTest, "sentinel becomes ready only when image health an
   CHECK(ingestor_->counters().sentinel_reports.load() == 6u);
 }
 
+// A report about an earlier change of the same image (the agent has not applied the latest
+// config yet) is not convergence.
+TEST_CASE_METHOD(IngestorTest, "sentinel is ready only once the agent applied its latest change",
+                 "[ingestor]") {
+  using cluster::v1::SENTINEL_HEALTH_HEALTHY;
+  addSentinel("sen", "eu-1", "sentinel:2", 1);
+  exec("UPDATE sentinels SET version = 7 WHERE id = 'sen'");
+  auto report = sentinelReport("sen", "sentinel:2", SENTINEL_HEALTH_HEALTHY, 1);
+  report.set_applied_version(6);
+  REQUIRE_THAT(ingestor_->reportSentinelStatus("eu-1", report), IsOk());
+  CHECK(deployStatus("sen") == "progressing");
+  report.set_applied_version(7);
+  report.set_observed_at_ms(report.observed_at_ms() + 1);
+  REQUIRE_THAT(ingestor_->reportSentinelStatus("eu-1", report), IsOk());
+  CHECK(deployStatus("sen") == "ready");
+  std::lock_guard lock(hooks_->mutex);
+  CHECK(hooks_->ready == std::vector<std::pair<std::string, std::string>>{{"sen", "eu-1"}});
+}
+
 TEST_CASE_METHOD(IngestorTest, "sentinel not in progress or without replicas is not flipped",
                  "[ingestor]") {
   using cluster::v1::SENTINEL_HEALTH_HEALTHY;
