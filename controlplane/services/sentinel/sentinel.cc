@@ -107,8 +107,8 @@ absl::StatusOr<SentinelDeployResponse> deploy(Context& ctx, db::Pool& pool, feed
     return result;
   }
 
-  const auto timeout = req.timeout_ms() > 0 ? std::chrono::milliseconds(req.timeout_ms())
-                                            : options.deploy_timeout;
+  const auto timeout =
+      req.timeout_ms() > 0 ? std::chrono::milliseconds(req.timeout_ms()) : options.deploy_timeout;
   auto selected = ctx.select({ready.future, ctx.timer(timeout)});
   if (!selected.ok()) return selected.status();  // cancelled
   ctx.clear(kReadyAwakeableState);
@@ -119,11 +119,10 @@ absl::StatusOr<SentinelDeployResponse> deploy(Context& ctx, db::Pool& pool, feed
         SentinelNotifyReadyRequest settled;  // image: the final deploy_status
         KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
         if (selected->index != 0 || !selected->result.ok()) {
-          KRANE_RETURN_IF_ERROR(
-              conn->exec("UPDATE sentinels SET deploy_status = 'failed'"
-                        " WHERE id = ? AND deploy_status = 'progressing'",
-                        {ctx.key()})
-                  .status());
+          KRANE_RETURN_IF_ERROR(conn->exec("UPDATE sentinels SET deploy_status = 'failed'"
+                                           " WHERE id = ? AND deploy_status = 'progressing'",
+                                           {ctx.key()})
+                                    .status());
         }
         KRANE_ASSIGN_OR_RETURN(
             auto rows,
@@ -160,10 +159,11 @@ workflow::ServiceDefinition sentinelService(std::shared_ptr<db::Pool> pool,
                                             SentinelOptions options) {
   using workflow::typed;
   return workflow::ServiceDefinition::virtualObject(kServiceName)
-      .exclusive("Deploy", typed<SentinelDeployRequest, SentinelDeployResponse>(
-                               [pool, writer, options](Context& ctx, const SentinelDeployRequest& req) {
-                                 return deploy(ctx, *pool, *writer, options, req);
-                               }))
+      .exclusive("Deploy",
+                 typed<SentinelDeployRequest, SentinelDeployResponse>(
+                     [pool, writer, options](Context& ctx, const SentinelDeployRequest& req) {
+                       return deploy(ctx, *pool, *writer, options, req);
+                     }))
       .shared("NotifyReady",
               typed<SentinelNotifyReadyRequest, SentinelNotifyReadyResponse>(notifyReady));
 }

@@ -152,8 +152,9 @@ class SentinelFleetTest : public workflow::WorkflowTest {
   }
 
   std::string column(const std::string& id, const std::string& name) {
-    auto rows = (*pool_->acquire())->query(strCat("SELECT CAST(", name, " AS CHAR) FROM sentinels WHERE id = ?"),
-                                           {id});
+    auto rows =
+        (*pool_->acquire())
+            ->query(strCat("SELECT CAST(", name, " AS CHAR) FROM sentinels WHERE id = ?"), {id});
     return rows.ok() && !rows->empty() ? rows->rows[0].str(0) : "<none>";
   }
   int64_t changesOf(const std::string& id) {

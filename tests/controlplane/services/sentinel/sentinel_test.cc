@@ -25,8 +25,7 @@ using namespace std::chrono_literals;
 
 absl::StatusOr<SentinelDeployResponse> deploy(Engine& e, const std::string& id,
                                               const SentinelDeployRequest& req) {
-  return resultAs<SentinelDeployResponse>(
-      e.call(invocation(kServiceName, "Deploy", id, req), 30s));
+  return resultAs<SentinelDeployResponse>(e.call(invocation(kServiceName, "Deploy", id, req), 30s));
 }
 
 TEST_CASE_METHOD(SentinelFleetTest, "a deploy that changes nothing of a healthy sentinel is ready",
