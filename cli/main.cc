@@ -13,9 +13,14 @@
 //   kranectl promote ID | rollback --env production | cancel ID
 //   kranectl create workspace|project|app|environment ...   what deployments belong to
 //
+//   kranectl rollout sentinels --image sentinel:v2 [--waves 1,5,25,50,100] [--bake 2m] --watch
+//   kranectl rollout status [--watch] | resume | cancel | rollback
+//   kranectl sentinels list [--env E] [--region R] | sentinels get ID
+//
 // Exit codes (stable, for scripts): 0 success; 1 the server refused the request; 2 bad usage or
 // an invalid file; 3 the server cannot be reached; 4 the token was refused; 5 not found;
-// 6 `status --wait` saw the resource fail, or the deploy did not become ready; 7 timed out.
+// 6 `status --wait` saw the resource fail, the deploy did not become ready, or the sentinel
+// rollout is paused; 7 timed out.
 #include <unistd.h>
 
 #include <chrono>
@@ -32,7 +37,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include "CLI/CLI.hpp"
+#include "cli/common.h"
 #include "cli/manifest.h"
+#include "cli/rollout.h"
 #include "common/strings.h"
 #include "common/version.h"
 #include "krane/api/v1/agents.grpc.pb.h"
@@ -42,168 +49,6 @@
 
 namespace krane::cli {
 namespace {
-
-using Json = nlohmann::json;
-namespace v1 = krane::api::v1;
-
-enum Exit : int {
-  kOk = 0,
-  kRefused = 1,
-  kUsage = 2,
-  kUnreachable = 3,
-  kUnauthenticated = 4,
-  kNotFound = 5,
-  kFailed = 6,
-  kTimedOut = 7,
-};
-
-struct Globals {
-  std::string server;
-  std::string token;
-  std::string token_file;
-  std::string ca_file;
-  std::string output = "table";
-  double timeout_s = 10;
-};
-
-int fail(int code, const std::string& message) {
-  std::fprintf(stderr, "kranectl: error: %s\n", message.c_str());
-  return code;
-}
-
-// An RPC error as a message and an exit code.
-int rpcFail(const Globals& g, const std::string& what, const grpc::Status& s) {
-  switch (s.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return fail(kUnreachable, strCat(what, ": cannot reach krane-ctrl at ", g.server, " (",
-                                       s.error_message(), ")"));
-    case grpc::StatusCode::UNAUTHENTICATED:
-    case grpc::StatusCode::PERMISSION_DENIED:
-      return fail(kUnauthenticated,
-                  strCat(what, ": the server refused the token: ", s.error_message(),
-                         " (set --token, --token-file or $KRANE_TOKEN to an operator token)"));
-    case grpc::StatusCode::NOT_FOUND:
-      return fail(kNotFound, strCat(what, ": ", s.error_message()));
-    case grpc::StatusCode::INVALID_ARGUMENT:
-    case grpc::StatusCode::FAILED_PRECONDITION:
-    case grpc::StatusCode::ABORTED:
-      return fail(kRefused, strCat(what, ": refused: ", s.error_message()));
-    default:
-      return fail(kRefused, strCat(what, ": ", s.error_message()));
-  }
-}
-
-class Api {
- public:
-  explicit Api(const Globals& g) : g_(g) {
-    std::shared_ptr<grpc::ChannelCredentials> creds = grpc::InsecureChannelCredentials();
-    if (!g.ca_file.empty()) {
-      std::ifstream in(g.ca_file);
-      std::stringstream pem;
-      pem << in.rdbuf();
-      grpc::SslCredentialsOptions tls;
-      tls.pem_root_certs = pem.str();
-      creds = grpc::SslCredentials(tls);
-    }
-    channel_ = grpc::CreateChannel(g.server, creds);
-    resources_ = v1::ResourceService::NewStub(channel_);
-    agents_ = v1::AgentService::NewStub(channel_);
-    deployments_ = v1::DeploymentService::NewStub(channel_);
-    tenancy_ = v1::TenancyService::NewStub(channel_);
-  }
-
-  std::unique_ptr<grpc::ClientContext> context(bool deadline = true) const {
-    auto c = std::make_unique<grpc::ClientContext>();
-    if (!g_.token.empty()) c->AddMetadata("authorization", strCat("Bearer ", g_.token));
-    if (deadline) {
-      c->set_deadline(std::chrono::system_clock::now() +
-                      std::chrono::milliseconds(static_cast<int64_t>(g_.timeout_s * 1000)));
-    }
-    return c;
-  }
-  v1::ResourceService::Stub& resources() { return *resources_; }
-  v1::AgentService::Stub& agents() { return *agents_; }
-  v1::DeploymentService::Stub& deployments() { return *deployments_; }
-  v1::TenancyService::Stub& tenancy() { return *tenancy_; }
-
- private:
-  const Globals& g_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::ResourceService::Stub> resources_;
-  std::unique_ptr<v1::AgentService::Stub> agents_;
-  std::unique_ptr<v1::DeploymentService::Stub> deployments_;
-  std::unique_ptr<v1::TenancyService::Stub> tenancy_;
-};
-
-// --- output ------------------------------------------------------------------------------------
-
-Json protoJson(const google::protobuf::Message& m) {
-  std::string text;
-  google::protobuf::util::JsonPrintOptions o;
-  o.preserve_proto_field_names = true;
-  (void)google::protobuf::util::MessageToJsonString(m, &text, o);
-  return Json::parse(text, nullptr, false);
-}
-
-void emitYaml(YAML::Emitter& out, const Json& j) {
-  if (j.is_object()) {
-    out << YAML::BeginMap;
-    for (const auto& [k, v] : j.items()) {
-      out << YAML::Key << k << YAML::Value;
-      emitYaml(out, v);
-    }
-    out << YAML::EndMap;
-  } else if (j.is_array()) {
-    out << YAML::BeginSeq;
-    for (const auto& v : j) emitYaml(out, v);
-    out << YAML::EndSeq;
-  } else if (j.is_string()) {
-    out << j.get<std::string>();
-  } else if (j.is_null()) {
-    out << YAML::Null;
-  } else {
-    out << j.dump();
-  }
-}
-
-void printStructured(const Globals& g, const Json& j) {
-  if (g.output == "json") {
-    std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    YAML::Emitter out;
-    emitYaml(out, j);
-    std::printf("%s\n", out.c_str());
-  }
-}
-
-// Columns padded to their widest cell.
-void printTable(const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width;
-  for (const auto& r : rows) {
-    width.resize(std::max(width.size(), r.size()));
-    for (size_t i = 0; i < r.size(); ++i) width[i] = std::max(width[i], r[i].size());
-  }
-  for (const auto& r : rows) {
-    std::string line;
-    for (size_t i = 0; i < r.size(); ++i) {
-      line += r[i];
-      if (i + 1 < r.size()) line += std::string(width[i] - r[i].size() + 3, ' ');
-    }
-    std::printf("%s\n", line.c_str());
-  }
-}
-
-std::string ago(int64_t unix_ms) {
-  if (unix_ms <= 0) return "never";
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  const int64_t s = std::max<int64_t>(0, (now - unix_ms) / 1000);
-  if (s < 120) return strCat(s, "s ago");
-  if (s < 7200) return strCat(s / 60, "m ago");
-  return strCat(s / 3600, "h ago");
-}
 
 std::string summary(const cluster::v1::Resource& r) {
   if (r.has_deployment_topology()) {
@@ -848,7 +693,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "kranectl: operate Krane through krane-ctrl's public API.\n"
       "Exit codes: 0 ok, 1 refused by the server, 2 bad usage or invalid file, 3 server\n"
-      "unreachable, 4 token refused, 5 not found, 6 failed (status --wait, deploy), 7 timed out.",
+      "unreachable, 4 token refused, 5 not found, 6 failed (status --wait, deploy, a paused\n"
+      "rollout), 7 timed out.",
       "kranectl"};
   app.set_version_flag("--version", krane::kVersion);
   app.require_subcommand(1);
@@ -967,6 +813,8 @@ int main(int argc, char** argv) {
   cancel_cmd->callback([&] { code = cancel(g, id); });
 
   CreateArgs create_args;
+  addRolloutCommands(app, g, code);
+
   auto* create_cmd = app.add_subcommand("create",
                                         "Create what deployments belong to: workspaces, projects,"
                                         " apps, environments.");

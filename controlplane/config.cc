@@ -92,7 +92,8 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                   {"sentinel_memory_mib", number(c.deploy.sentinel_memory_mib, s, 16, 262144)},
                   {"cilium_policy", flag(c.deploy.cilium_policy, s)},
                   {"previous_stop_delay_s",
-                   number(c.deploy.previous_stop_delay, s, 0, 30LL * 24 * 3600)}});
+                   number(c.deploy.previous_stop_delay, s, 0, 30LL * 24 * 3600)},
+                  {"sentinel_timeout_s", number(c.deploy.sentinel_timeout, s, 1, 24 * 3600)}});
            }},
       });
   if (!status.ok()) return status;

@@ -72,6 +72,8 @@ struct CtrlConfig {
     bool cilium_policy = true;
     // After a swap, the deployment that was live is stopped this much later (0: never).
     std::chrono::seconds previous_stop_delay{1800};
+    // How long a sentinel may take to converge (SentinelService.Deploy) before it is failed.
+    std::chrono::seconds sentinel_timeout{600};
   } deploy;
 };
 

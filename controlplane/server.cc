@@ -19,6 +19,8 @@
 #include "controlplane/services/deploy/readiness.h"
 #include "controlplane/services/deployment/deployment.h"
 #include "controlplane/services/routing/routing.h"
+#include "controlplane/services/sentinel/sentinel.h"
+#include "controlplane/services/sentinelrollout/rollout.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::ctrl {
@@ -174,16 +176,23 @@ absl::Status Server::startWorkflow() {
   environment.cilium_policy = config_.deploy.cilium_policy;
   services::routing::RoutingOptions routing;
   routing.previous_stop_delay = config_.deploy.previous_stop_delay;
+  services::sentinel::SentinelOptions sentinel;
+  sentinel.deploy_timeout = config_.deploy.sentinel_timeout;
   for (auto& service : services::deploy::deployServices(
            {pool_, writer_, std::make_shared<services::builder::PrebuiltBuilder>(),
-            std::make_shared<services::builder::CommandBuilder>(builds), environment},
+            std::make_shared<services::builder::CommandBuilder>(builds), environment, sentinel},
            routing)) {
     KRANE_RETURN_IF_ERROR(engine_->registerService(std::move(service)));
   }
+  KRANE_RETURN_IF_ERROR(
+      engine_->registerService(services::sentinelrollout::sentinelRolloutService(pool_)));
   // Instance reports tell waiting deploys when enough regions are healthy. gRPC (the only
   // caller of the ingestor) stops before the engine does.
   ingestor_->addDeploymentInstancesHook(
       std::make_shared<services::deploy::ReadinessGate>(pool_, *engine_));
+  // Sentinel reports tell a waiting SentinelService.Deploy that its sentinel converged.
+  ingestor_->addSentinelReadyHook(
+      std::make_shared<services::sentinel::ReadyNotifier>(pool_, *engine_));
   engine_->start();
   workflow::MaintenanceOptions maintenance;
   maintenance.interval = config_.workflow.maintenance_interval;
@@ -216,6 +225,8 @@ absl::Status Server::startGrpc() {
   deployment_service_ =
       std::make_unique<api::DeploymentServiceImpl>(pool_, tables_, *engine_, operators_);
   tenancy_service_ = std::make_unique<api::TenancyServiceImpl>(pool_, operators_);
+  rollout_service_ = std::make_unique<api::RolloutServiceImpl>(pool_, *engine_, operators_);
+  sentinel_service_ = std::make_unique<api::SentinelApiImpl>(pool_, operators_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(config_.listen, credentials, &grpc_port_);
   builder.RegisterService(cluster_service_.get());
@@ -224,6 +235,8 @@ absl::Status Server::startGrpc() {
   builder.RegisterService(workflow_service_.get());
   builder.RegisterService(deployment_service_.get());
   builder.RegisterService(tenancy_service_.get());
+  builder.RegisterService(rollout_service_.get());
+  builder.RegisterService(sentinel_service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "controlplane/api/auth.h"
 #include "controlplane/api/deployments.h"
+#include "controlplane/api/rollouts.h"
 #include "controlplane/api/services.h"
 #include "controlplane/api/tenancy.h"
 #include "controlplane/api/workflows.h"
@@ -79,6 +80,8 @@ class Server {
   std::unique_ptr<api::WorkflowServiceImpl> workflow_service_;
   std::unique_ptr<api::DeploymentServiceImpl> deployment_service_;
   std::unique_ptr<api::TenancyServiceImpl> tenancy_service_;
+  std::unique_ptr<api::RolloutServiceImpl> rollout_service_;
+  std::unique_ptr<api::SentinelApiImpl> sentinel_service_;
   std::unique_ptr<grpc::Server> grpc_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;

@@ -21,6 +21,7 @@
 #include "controlplane/workflow/typed.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/reports.h"
+#include "tests/support/sentinel_reports.h"
 
 namespace krane::bench {
 namespace {
@@ -83,6 +84,8 @@ class FakeAgents {
           std::lock_guard lock(mutex_);
           reported_[id] = Clock::now();
         }
+        // The sentinels a first deploy creates converge as soon as they are written.
+        testing::settleSentinels(*pool_, ingestor_);
       }
       std::this_thread::sleep_for(1ms);
     }
@@ -134,6 +137,7 @@ int run(bool json, bool quick) {
   engine.start();
   ingestor.addDeploymentInstancesHook(
       std::make_shared<services::deploy::ReadinessGate>(pool, engine));
+  ingestor.addSentinelReadyHook(std::make_shared<services::sentinel::ReadyNotifier>(pool, engine));
   FakeAgents agents(pool, ingestor);
 
   services::v1::DeployRequest request;

@@ -33,6 +33,7 @@ class DeployCliTest {
         [](ctrl::CtrlConfig& c) { c.workflow.poll_interval = std::chrono::milliseconds(20); });
     address_ = strCat("127.0.0.1:", server.grpcPort());
     cp_.seedApp();
+    sentinel_agents_ = std::make_unique<krane::testing::SentinelAgents>(cp_);
   }
 
   CommandResult kranectl(std::vector<std::string> args) {
@@ -84,6 +85,7 @@ class DeployCliTest {
   }
 
   TestControlPlane cp_;
+  std::unique_ptr<krane::testing::SentinelAgents> sentinel_agents_;
   std::string address_;
   krane::testing::ThreadFailures failures_;
 };

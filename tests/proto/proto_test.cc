@@ -37,6 +37,8 @@
 #include "krane/api/v1/agents.pb.h"
 #include "krane/api/v1/deployments.pb.h"
 #include "krane/api/v1/resources.pb.h"
+#include "krane/api/v1/rollouts.pb.h"
+#include "krane/api/v1/sentinels.pb.h"
 #include "krane/api/v1/tenancy.pb.h"
 #include "krane/api/v1/workflows.pb.h"
 #include "krane/cluster/v1/cluster.pb.h"
@@ -47,6 +49,7 @@
 #include "krane/services/v1/deploy.pb.h"
 #include "krane/services/v1/deployment.pb.h"
 #include "krane/services/v1/routing.pb.h"
+#include "krane/services/v1/sentinel.pb.h"
 #include "tests/support/matchers.h"
 
 namespace krane {
@@ -75,6 +78,9 @@ std::vector<const pb::FileDescriptor*> KraneFiles() {
       services::v1::DeployRequest::descriptor()->file(),
       services::v1::ScheduleDesiredStateRequest::descriptor()->file(),
       services::v1::SwapLiveRequest::descriptor()->file(),
+      services::v1::SentinelRollout::descriptor()->file(),
+      api::v1::StartSentinelRolloutRequest::descriptor()->file(),
+      api::v1::ListSentinelsRequest::descriptor()->file(),
   };
 }
 

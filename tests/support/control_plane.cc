@@ -7,6 +7,7 @@
 #include "controlplane/db/migrate.h"
 #include "tests/support/mariadb.h"
 #include "tests/support/matchers.h"
+#include "tests/support/sentinel_reports.h"
 
 namespace krane::testing {
 
@@ -172,6 +173,39 @@ bool WatchRecorder::finished() {
 grpc::Status WatchRecorder::status() {
   std::lock_guard lock(mutex_);
   return status_;
+}
+
+SentinelAgents::SentinelAgents(TestControlPlane& cp) {
+  // Tokens are made here, on the test's thread (TestControlPlane is not thread-safe).
+  std::map<std::string, std::string> tokens;
+  auto regions = (*cp.pool()->acquire())->query("SELECT id FROM regions");
+  if (!regions.ok()) throw std::runtime_error("cannot read the regions");
+  for (const db::Row& row : regions->rows) tokens[row.str(0)] = cp.agentToken(row.str(0));
+  thread_ = std::thread([this, pool = cp.pool(), cluster = cp.cluster(), tokens] {
+    while (!stop_) {
+      std::vector<std::string> ids;
+      if (auto conn = pool->acquire(); conn.ok()) {
+        auto rows = (*conn)->query(
+            "SELECT id FROM sentinels WHERE deploy_status = 'progressing' ORDER BY id LIMIT 1000");
+        if (rows.ok()) {
+          for (const db::Row& row : rows->rows) ids.push_back(row.str(0));
+        }
+      }
+      for (const auto& id : ids) {
+        auto report = sentinelReport(*pool, id, /*healthy=*/true);
+        if (!report || !tokens.count(report->region())) continue;
+        cluster::v1::ReportSentinelStatusResponse ignored;
+        (void)cluster->ReportSentinelStatus(
+            TestControlPlane::withToken(tokens.at(report->region())).get(), *report, &ignored);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+}
+
+SentinelAgents::~SentinelAgents() {
+  stop_ = true;
+  thread_.join();
 }
 
 }  // namespace krane::testing

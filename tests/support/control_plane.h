@@ -2,6 +2,7 @@
 // scratch database, with regions registered, tokens made, and clients for both APIs.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -57,6 +58,21 @@ class TestControlPlane {
   std::shared_ptr<db::Pool> pool_;
   std::vector<std::unique_ptr<ctrl::Server>> replicas_;
   std::map<std::string, std::string> tokens_;
+};
+
+// Plays the regions' agents for sentinels: while it lives, every sentinel in `progressing` is
+// reported converged on its desired image (through ClusterService, with its region's agent
+// token), as agents running it would. Deploys that create sentinels wait for this.
+class SentinelAgents {
+ public:
+  explicit SentinelAgents(TestControlPlane& cp);
+  ~SentinelAgents();
+  SentinelAgents(const SentinelAgents&) = delete;
+  SentinelAgents& operator=(const SentinelAgents&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 // Reads a Watch stream on its own thread and keeps every event, for assertions.

@@ -343,6 +343,13 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
   });
   KRANE_ASSIGN_OR_RETURN(services::v1::EnvironmentResources created,
                          writeDesiredState(ctx, *deps.writer, topologies, info, deps.environment));
+  // Seed 001's ensureSentinels: each sentinel this deploy created converges (SentinelService)
+  // while the instances come up; both are waited for before routes are assigned.
+  std::vector<workflow::TypedFuture<sentinel::SentinelDeployResponse>> sentinels;
+  for (const auto& sentinel_id : created.created_sentinel_ids()) {
+    sentinels.push_back(workflow::call<sentinel::SentinelDeployResponse>(
+        ctx, sentinel::kServiceName, "Deploy", sentinel_id, sentinel::SentinelDeployRequest()));
+  }
 
   // waiting: for the readiness gate, or the timeout.
   KRANE_ASSIGN_OR_RETURN(bool waiting, enterStep(ctx, "waiting", "", {"deploying"}));
@@ -378,6 +385,20 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
                                 detail.ok() ? *detail : "readiness unknown", ")"));
   }
   ctx.clear(kReadyAwakeableState);
+  if (!sentinels.empty()) {
+    KRANE_ASSIGN_OR_RETURN(auto converged, workflow::awaitAll(ctx, sentinels));
+    for (size_t i = 0; i < converged.size(); ++i) {
+      const std::string& sentinel_id = created.created_sentinel_ids(static_cast<int>(i));
+      if (!converged[i].ok()) {
+        return terminalError(
+            absl::StatusCode::kFailedPrecondition,
+            strCat("sentinel ", sentinel_id, ": ", toStd(converged[i].status().message())));
+      }
+      if (converged[i]->outcome() != services::v1::SENTINEL_DEPLOY_OUTCOME_READY) {
+        return terminalError(absl::StatusCode::kDeadlineExceeded, converged[i]->message());
+      }
+    }
+  }
 
   // network: routes that follow the environment or the branch.
   KRANE_ASSIGN_OR_RETURN(bool network, enterStep(ctx, "network", "network", {"deploying"}));
@@ -478,6 +499,7 @@ std::vector<workflow::ServiceDefinition> deployServices(DeployDependencies deps,
   out.push_back(buildslot::buildSlotService(deps.pool));
   out.push_back(deployment::deploymentService(deps.writer));
   out.push_back(routing::routingService(routing));
+  out.push_back(sentinel::sentinelService(deps.pool, deps.writer, deps.sentinel));
   out.push_back(deployService(std::move(deps)));
   return out;
 }

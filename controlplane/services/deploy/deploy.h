@@ -12,7 +12,10 @@
 //               (environment_resources.h), through the feed writer: state rows and change
 //               records in one transaction, with the step's journal entry
 //   waiting     until the readiness gate (readiness.h) says enough regions run their minimum
-//               replicas, or the environment's deploy timeout passes
+//               replicas, or the environment's deploy timeout passes; and until each sentinel
+//               the deploying step created converged (SentinelService.Deploy, started right
+//               after the write, so both converge in parallel; a sentinel that does not
+//               converge within its timeout fails the deploy)
 //   network     RoutingService.AssignRoutes
 //   finalizing  RoutingService.SwapLiveDeployment (production environments); the routing service
 //               then schedules the previous live deployment's stop (DeploymentService)
@@ -40,6 +43,7 @@
 #include "controlplane/services/builder/builder.h"
 #include "controlplane/services/deploy/environment_resources.h"
 #include "controlplane/services/routing/routing.h"
+#include "controlplane/services/sentinel/sentinel.h"
 #include "controlplane/workflow/service.h"
 #include "krane/services/v1/deploy.pb.h"
 
@@ -60,12 +64,13 @@ struct DeployDependencies {
   std::shared_ptr<builder::PrebuiltBuilder> prebuilt;
   std::shared_ptr<builder::CommandBuilder> command;
   EnvironmentResourceOptions environment = {};
+  sentinel::SentinelOptions sentinel = {};
 };
 
 workflow::ServiceDefinition deployService(DeployDependencies deps);
 
-// DeployService and every service it calls (BuildSlotService, RoutingService and the
-// DeploymentService that a swap schedules on), for one engine to register.
+// DeployService and every service it calls (BuildSlotService, RoutingService, SentinelService
+// and the DeploymentService that a swap schedules on), for one engine to register.
 std::vector<workflow::ServiceDefinition> deployServices(DeployDependencies deps,
                                                         routing::RoutingOptions routing = {});
 

@@ -4,12 +4,12 @@
 #include <map>
 #include <set>
 
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/services/sentinel/sentinel.h"
 #include "controlplane/workflow/typed.h"
-#include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::services::sentinelrollout {
@@ -39,7 +39,8 @@ absl::Status wrongState(const SentinelRollout& r, std::string_view operation,
 }
 
 int64_t now(Context& ctx, std::string_view name) {
-  auto value = ctx.run(name, [] { return absl::StatusOr<std::string>(std::to_string(unixMillis())); });
+  auto value =
+      ctx.run(name, [] { return absl::StatusOr<std::string>(std::to_string(unixMillis())); });
   return value.ok() ? std::stoll(*value) : 0;
 }
 
@@ -88,8 +89,7 @@ std::vector<std::string> succeeded(const SentinelRollout& r) {
 // ready.
 std::vector<std::string> deployAll(Context& ctx, const std::vector<std::string>& ids,
                                    const std::function<std::string(const std::string&)>& image_of,
-                                   int64_t timeout_ms, uint32_t parallel,
-                                   absl::Status* cancelled) {
+                                   int64_t timeout_ms, uint32_t parallel, absl::Status* cancelled) {
   std::vector<std::string> failed;
   for (size_t start = 0; start < ids.size(); start += parallel) {
     const size_t end = std::min(ids.size(), start + parallel);
@@ -137,8 +137,8 @@ void nextWave(Context& ctx, SentinelRollout& r, const RolloutOptions& options) {
   r.set_baking(false);
   if (r.current_wave() >= static_cast<uint32_t>(r.waves_size())) {
     r.set_state(RS::ROLLOUT_STATE_COMPLETED);
-    r.set_message(strCat(r.total() - r.failed_ids_size(), " of ", r.total(), " sentinels on ",
-                         r.image()));
+    r.set_message(
+        strCat(r.total() - r.failed_ids_size(), " of ", r.total(), " sentinels on ", r.image()));
     (void)save(ctx, r, "complete");
     notify(ctx, r, options.slack,
            strCat("Sentinel rollout to ", r.image(), " completed: ", r.message()));
@@ -155,10 +155,10 @@ absl::StatusOr<RolloutResponse> start(Context& ctx, db::Pool& pool, const Rollou
   if (current.state() == RS::ROLLOUT_STATE_IN_PROGRESS ||
       current.state() == RS::ROLLOUT_STATE_PAUSED ||
       current.state() == RS::ROLLOUT_STATE_ROLLING_BACK) {
-    return terminalError(absl::StatusCode::kFailedPrecondition,
-                         strCat("a rollout to ", current.image(), " is ",
-                                stateName(current.state()),
-                                ": resume, cancel or roll it back before starting another"));
+    return terminalError(
+        absl::StatusCode::kFailedPrecondition,
+        strCat("a rollout to ", current.image(), " is ", stateName(current.state()),
+               ": resume, cancel or roll it back before starting another"));
   }
 
   // The running sentinels, page by page, each page a journaled step.
@@ -171,11 +171,11 @@ absl::StatusOr<RolloutResponse> start(Context& ctx, db::Pool& pool, const Rollou
     auto listed = workflow::run<SentinelPage>(
         ctx, strCat("list sentinels, page ", page + 1), [&]() -> absl::StatusOr<SentinelPage> {
           KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
-          KRANE_ASSIGN_OR_RETURN(
-              auto rows, conn->query("SELECT id, image FROM sentinels WHERE desired_state ="
-                                     " 'running' AND deleted_at IS NULL AND id > ?"
-                                     " ORDER BY id LIMIT ?",
-                                     {after, static_cast<uint64_t>(options.page_size)}));
+          KRANE_ASSIGN_OR_RETURN(auto rows,
+                                 conn->query("SELECT id, image FROM sentinels WHERE desired_state ="
+                                             " 'running' AND deleted_at IS NULL AND id > ?"
+                                             " ORDER BY id LIMIT ?",
+                                             {after, static_cast<uint64_t>(options.page_size)}));
           SentinelPage out;
           for (const db::Row& row : rows.rows) {
             out.add_sentinel_ids(row.str(0));
@@ -225,8 +225,8 @@ absl::StatusOr<RolloutResponse> start(Context& ctx, db::Pool& pool, const Rollou
   r.set_total(static_cast<uint32_t>(ids.size()));
   r.set_already_on_image(already);
   workflow::setState(ctx, kStateName, r);
-  spdlog::info("rollout: {} started: {} sentinels in {} waves, {} already on the image",
-               r.image(), r.total(), r.waves_size(), already);
+  spdlog::info("rollout: {} started: {} sentinels in {} waves, {} already on the image", r.image(),
+               r.total(), r.waves_size(), already);
   notify(ctx, r, options.slack,
          strCat("Sentinel rollout to ", r.image(), " started: ", r.total(), " sentinels in ",
                 r.waves_size(), " waves (", already, " already on the image)"));
@@ -286,14 +286,15 @@ absl::StatusOr<RolloutResponse> step(Context& ctx, db::Pool& pool, const Rollout
     if (unhealthy->sentinel_ids_size() > 0) {
       for (const auto& id : unhealthy->sentinel_ids()) r.add_failed_ids(id);
       wave->set_failed(wave->failed() + unhealthy->sentinel_ids_size());
-      wave->set_ready(wave->ready() - std::min<uint32_t>(wave->ready(),
-                                                         unhealthy->sentinel_ids_size()));
+      wave->set_ready(wave->ready() -
+                      std::min<uint32_t>(wave->ready(), unhealthy->sentinel_ids_size()));
       r.set_state(RS::ROLLOUT_STATE_PAUSED);
       r.set_message(strCat(unhealthy->sentinel_ids_size(), " sentinels of ", waveLabel(r, w),
                            " did not stay healthy for the bake time: ",
                            absl::StrJoin(unhealthy->sentinel_ids(), ", ")));
       (void)save(ctx, r, strCat("pause after the bake of wave ", w + 1));
-      notify(ctx, r, options.slack, strCat("Sentinel rollout to ", r.image(), " paused: ", r.message()));
+      notify(ctx, r, options.slack,
+             strCat("Sentinel rollout to ", r.image(), " paused: ", r.message()));
       *out.mutable_rollout() = redacted(r);
       return out;
     }
@@ -363,10 +364,10 @@ absl::StatusOr<RolloutResponse> resume(Context& ctx, const RolloutOptions& optio
   if (r.state() != RS::ROLLOUT_STATE_PAUSED) return wrongState(r, "resume", "paused");
   r.set_state(RS::ROLLOUT_STATE_IN_PROGRESS);
   r.set_message("");
-  notify(ctx, r, options.slack,
-         strCat("Sentinel rollout to ", r.image(), " resumed after ",
-                waveLabel(r, r.current_wave()), " (", r.failed_ids_size(),
-                " failed sentinels are not retried)"));
+  notify(
+      ctx, r, options.slack,
+      strCat("Sentinel rollout to ", r.image(), " resumed after ", waveLabel(r, r.current_wave()),
+             " (", r.failed_ids_size(), " failed sentinels are not retried)"));
   nextWave(ctx, r, options);
   RolloutResponse out;
   *out.mutable_rollout() = redacted(r);
@@ -411,9 +412,9 @@ absl::StatusOr<RolloutResponse> rollbackAll(Context& ctx, const RolloutOptions& 
   if (!cancelled.ok()) return cancelled;
   r.set_reverted(static_cast<uint32_t>(ids.size() - failed.size()));
   r.set_state(RS::ROLLOUT_STATE_CANCELLED);
-  r.set_message(strCat("rolled back: ", r.reverted(), " of ", ids.size(),
-                       " sentinels back on their previous image",
-                       failed.empty() ? "" : strCat("; not converged: ", absl::StrJoin(failed, ", "))));
+  r.set_message(strCat(
+      "rolled back: ", r.reverted(), " of ", ids.size(), " sentinels back on their previous image",
+      failed.empty() ? "" : strCat("; not converged: ", absl::StrJoin(failed, ", "))));
   (void)save(ctx, r, "rollback ends");
   notify(ctx, r, options.slack,
          strCat("Sentinel rollback from ", r.image(), " completed: ", r.message()));

@@ -51,8 +51,8 @@ using services::v1::RolloutState;
 using services::v1::SentinelRollout;
 
 struct RolloutOptions {
-  size_t page_size = 1000;       // sentinels listed per step
-  uint32_t max_parallel = 50;    // Deploy calls of a wave at once, when the request does not say
+  size_t page_size = 1000;     // sentinels listed per step
+  uint32_t max_parallel = 50;  // Deploy calls of a wave at once, when the request does not say
   SlackOptions slack;
 };
 

@@ -78,8 +78,7 @@ absl::Status postSlack(const std::string& url, const std::string& text,
     last = response ? strCat("HTTP ", response->status)
                     : strCat("no response (", httplib::to_string(response.error()), ")");
     // A 4xx other than 429 will not get better.
-    if (response && response->status >= 400 && response->status < 500 &&
-        response->status != 429) {
+    if (response && response->status >= 400 && response->status < 500 && response->status != 429) {
       break;
     }
     if (attempt < options.attempts) {

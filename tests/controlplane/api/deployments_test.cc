@@ -37,6 +37,7 @@ class DeploymentsApiTest {
                  IsOk());
     stub_ = v1::DeploymentService::NewStub(cp_.channel());
     cluster_ = cp_.cluster();
+    sentinel_agents_ = std::make_unique<krane::testing::SentinelAgents>(cp_);
   }
 
   static v1::CreateDeploymentRequest request(const std::string& sha) {
@@ -91,6 +92,7 @@ class DeploymentsApiTest {
   }
 
   TestControlPlane cp_;
+  std::unique_ptr<krane::testing::SentinelAgents> sentinel_agents_;
   std::unique_ptr<v1::DeploymentService::Stub> stub_;
   std::unique_ptr<cluster::v1::ClusterService::Stub> cluster_;
 };

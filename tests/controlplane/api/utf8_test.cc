@@ -18,6 +18,8 @@
 #include "krane/api/v1/agents.grpc.pb.h"
 #include "krane/api/v1/deployments.grpc.pb.h"
 #include "krane/api/v1/resources.grpc.pb.h"
+#include "krane/api/v1/rollouts.grpc.pb.h"
+#include "krane/api/v1/sentinels.grpc.pb.h"
 #include "krane/api/v1/tenancy.grpc.pb.h"
 #include "krane/api/v1/workflows.grpc.pb.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
@@ -38,6 +40,7 @@ const std::vector<std::string> kServices = {
     "krane.api.v1.ResourceService",   "krane.api.v1.AgentService",
     "krane.api.v1.DeploymentService", "krane.api.v1.TenancyService",
     "krane.api.v1.WorkflowService",   "krane.cluster.v1.ClusterService",
+    "krane.api.v1.RolloutService",    "krane.api.v1.SentinelService",
 };
 
 const std::string kNotUtf8 = std::string("ok\xff\xfe", 4);

@@ -19,6 +19,7 @@
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/reports.h"
+#include "tests/support/sentinel_reports.h"
 #include "tests/support/wait.h"
 
 namespace krane::services::deploy {
@@ -47,7 +48,16 @@ class DeployCrashTest : public workflow::WorkflowTest {
     // The test process sends invocations and, through the gate, notifications; it runs none.
     DeployDependencies deps{pool_, nullptr, nullptr, nullptr};
     REQUIRE_THAT(submitter_.registerService(deployService(deps)), IsOk());
+    REQUIRE_THAT(submitter_.registerService(sentinel::sentinelService(pool_, nullptr)), IsOk());
     ingestor_->addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, submitter_));
+    ingestor_->addSentinelReadyHook(std::make_shared<sentinel::ReadyNotifier>(pool_, submitter_));
+    // The regions' agents run the sentinels the first deploy creates.
+    sentinel_agents_ = std::thread([this] {
+      while (!stop_) {
+        krane::testing::settleSentinels(*pool_, *ingestor_);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
     const char* tmp = std::getenv("TEST_TMPDIR");
     dir_ = strCat(tmp != nullptr ? tmp : "/tmp", "/deploy-crash-", ::getpid());
     std::filesystem::create_directories(dir_);
@@ -89,8 +99,15 @@ class DeployCrashTest : public workflow::WorkflowTest {
     return n;
   }
 
+  ~DeployCrashTest() {
+    stop_ = true;
+    sentinel_agents_.join();
+  }
+
   std::shared_ptr<ingest::Ingestor> ingestor_;
   workflow::Engine submitter_;
+  std::atomic<bool> stop_{false};
+  std::thread sentinel_agents_;
   std::string dir_;
   std::string dsn_text_;
 };

@@ -23,6 +23,7 @@
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
 #include "tests/support/reports.h"
+#include "tests/support/sentinel_reports.h"
 #include "tests/support/wait.h"
 
 namespace krane::services::deploy {
@@ -52,8 +53,18 @@ class DeployTest : public workflow::WorkflowTest {
     }
     dir_ = std::filesystem::path(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") /
            ("deploy-" + std::to_string(::getpid()));
+    // The regions' agents run the sentinels a first deploy creates: each converges as soon as
+    // it is written.
+    sentinel_agents_ = std::thread([this] {
+      while (!stop_) {
+        krane::testing::settleSentinels(*pool_, *ingestor_);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    });
   }
   ~DeployTest() {
+    stop_ = true;
+    sentinel_agents_.join();
     for (auto& e : engines_) e->stop();
     engines_.clear();
   }
@@ -79,6 +90,7 @@ class DeployTest : public workflow::WorkflowTest {
       }
     });
     ingestor.addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, e));
+    ingestor.addSentinelReadyHook(std::make_shared<sentinel::ReadyNotifier>(pool_, e));
     return e;
   }
   Engine& start() { return replica(*ingestor_); }
@@ -142,6 +154,8 @@ class DeployTest : public workflow::WorkflowTest {
 
   std::shared_ptr<feed::Writer> writer_;
   std::shared_ptr<ingest::Ingestor> ingestor_;
+  std::atomic<bool> stop_{false};
+  std::thread sentinel_agents_;
   std::filesystem::path dir_;
 };
 

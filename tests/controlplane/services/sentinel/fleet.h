@@ -1,7 +1,8 @@
 // Sentinels on a real MariaDB with SentinelService on the workflow engine, the real ingestor
 // (what ReportSentinelStatus calls) and its ReadyNotifier, and a fake fleet: a thread that plays
 // the agents, reporting each sentinel in `progressing` healthy on its desired image at the
-// version it was written with, except those told to fail (reported unhealthy).
+// version it was written with, except those told to fail (reported unhealthy)
+// (tests/support/sentinel_reports.h).
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include "controlplane/ingest/ingestor.h"
 #include "controlplane/services/sentinel/sentinel.h"
 #include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/sentinel_reports.h"
 
 namespace krane::services::sentinel::testing {
 
@@ -81,31 +83,9 @@ class SentinelFleetTest : public workflow::WorkflowTest {
     return e;
   }
 
-  // What an agent sends for sentinel `id` as it stands in the database now (nullopt when it
-  // cannot be read). No Catch2 macros: the fleet thread calls it too.
   std::optional<cluster::v1::ReportSentinelStatusRequest> reportOf(const std::string& id,
                                                                    bool healthy) {
-    auto conn = pool_->acquire();
-    if (!conn.ok()) return std::nullopt;
-    auto rows = (*conn)->query(
-        "SELECT region_id, image, replicas, version FROM sentinels WHERE id = ?", {id});
-    if (!rows.ok() || rows->empty()) return std::nullopt;
-    const db::Row& row = rows->rows[0];
-    const auto replicas = static_cast<uint32_t>(row.u64("replicas"));
-    cluster::v1::ReportSentinelStatusRequest r;
-    r.set_sentinel_id(id);
-    r.set_region(row.str("region_id"));
-    r.set_running_image(row.str("image"));
-    r.set_available_replicas(healthy ? replicas : 0);
-    r.set_updated_replicas(replicas);
-    r.set_ready_replicas(healthy ? replicas : 0);
-    r.set_observed_generation(static_cast<int64_t>(row.u64("version")));
-    r.set_applied_version(row.u64("version"));
-    r.set_health(healthy ? cluster::v1::SENTINEL_HEALTH_HEALTHY
-                         : cluster::v1::SENTINEL_HEALTH_UNHEALTHY);
-    r.set_agent_id("agent-" + row.str("region_id"));
-    r.set_observed_at_ms(unixMillis());
-    return r;
+    return krane::testing::sentinelReport(*pool_, id, healthy);
   }
 
   void report(const std::string& id, bool healthy) {
@@ -119,25 +99,12 @@ class SentinelFleetTest : public workflow::WorkflowTest {
   void startFleet() {
     fleet_ = std::thread([this] {
       while (!stop_fleet_) {
-        auto conn = pool_->acquire();
-        if (conn.ok()) {
-          auto rows = (*conn)->query(
-              "SELECT id FROM sentinels WHERE deploy_status = 'progressing' ORDER BY id LIMIT 500");
-          if (rows.ok()) {
-            for (const db::Row& row : rows->rows) {
-              const std::string id = row.str(0);
-              bool healthy;
-              {
-                std::lock_guard lock(fleet_mutex_);
-                healthy = failing_.count(id) == 0;
-                ++reports_[id];
-              }
-              if (auto r = reportOf(id, healthy)) {
-                (void)ingestor_->reportSentinelStatus(r->region(), *r);
-              }
-            }
-          }
+        std::set<std::string> failing;
+        {
+          std::lock_guard lock(fleet_mutex_);
+          failing = failing_;
         }
+        krane::testing::settleSentinels(*pool_, *ingestor_, "", failing);
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
     });
@@ -168,7 +135,6 @@ class SentinelFleetTest : public workflow::WorkflowTest {
   std::atomic<bool> stop_fleet_{false};
   std::mutex fleet_mutex_;
   std::set<std::string> failing_;
-  std::map<std::string, int> reports_;
 };
 
 }  // namespace krane::services::sentinel::testing

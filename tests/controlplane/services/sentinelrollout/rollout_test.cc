@@ -38,9 +38,8 @@ std::string sentinelId(int i) { return strCat("snt_", i < 10 ? "00" : i < 100 ? 
 class RolloutTest : public SentinelFleetTest {
  protected:
   Engine& start() {
-    return startEngine([&](Engine& e) {
-      REQUIRE_THAT(e.registerService(sentinelRolloutService(pool_)), IsOk());
-    });
+    return startEngine(
+        [&](Engine& e) { REQUIRE_THAT(e.registerService(sentinelRolloutService(pool_)), IsOk()); });
   }
   void addFleet(int n, const std::string& image = kOld) {
     for (int i = 0; i < n; ++i) addSentinel(sentinelId(i), image, true, i % 2 ? "us-1" : "eu-1");
@@ -213,8 +212,11 @@ TEST_CASE_METHOD(RolloutTest, "a sentinel that turns unhealthy during the bake p
   for (uint32_t p : {10, 100}) req.add_wave_percentages(p);
   req.set_bake_ms(1500);
   REQUIRE_THAT(op(e, "Rollout", req), IsOk());
-  REQUIRE(eventually([&] { return column(sentinelId(0), "deploy_status") == "ready" &&
-                                  column(sentinelId(0), "image") == kNew; }));
+  REQUIRE(eventually([&] {
+    return column(sentinelId(0), "deploy_status") == "ready" &&
+           column(sentinelId(0), "image") == kNew;
+  }));
+  stopFleet();                   // (so that no healthy report of it is still on its way)
   report(sentinelId(0), false);  // crashes after it converged
   auto paused = waitFor(e, ROLLOUT_STATE_PAUSED);
   CHECK(std::vector<std::string>(paused.failed_ids().begin(), paused.failed_ids().end()) ==
@@ -229,15 +231,16 @@ TEST_CASE_METHOD(RolloutTest, "slack gets every transition in order and the url 
   std::mutex mutex;
   std::vector<std::string> texts;
   int calls = 0;
-  slack.Post("/services/T000/B000/secret", [&](const httplib::Request& req, httplib::Response& res) {
-    std::lock_guard lock(mutex);
-    if (++calls == 2) {  // one failed post is retried
-      res.status = 500;
-      return;
-    }
-    texts.push_back(nlohmann::json::parse(req.body).at("text").get<std::string>());
-    res.set_content("ok", "text/plain");
-  });
+  slack.Post("/services/T000/B000/secret",
+             [&](const httplib::Request& req, httplib::Response& res) {
+               std::lock_guard lock(mutex);
+               if (++calls == 2) {  // one failed post is retried
+                 res.status = 500;
+                 return;
+               }
+               texts.push_back(nlohmann::json::parse(req.body).at("text").get<std::string>());
+               res.set_content("ok", "text/plain");
+             });
   const int port = slack.bind_to_any_port("127.0.0.1");
   std::thread serving([&] { slack.listen_after_bind(); });
 
@@ -286,7 +289,8 @@ TEST_CASE_METHOD(RolloutTest, "bad rollout requests are refused naming the field
   CHECK_THAT(refused(decreasing), ContainsRegex("wave_percentages\\[1\\]"));
   auto short_of_100 = startOf(kNew);
   for (uint32_t p : {10, 50}) short_of_100.add_wave_percentages(p);
-  CHECK_THAT(refused(short_of_100), ContainsRegex("wave_percentages: the last wave must end at 100"));
+  CHECK_THAT(refused(short_of_100),
+             ContainsRegex("wave_percentages: the last wave must end at 100"));
   auto plain_http = startOf(kNew);
   plain_http.set_slack_webhook_url("http://hooks.example.com/x");
   CHECK_THAT(refused(plain_http), ContainsRegex("slack_webhook_url: must be https"));
