@@ -108,5 +108,4 @@ std::string ago(int64_t unix_ms) {
   return strCat(s / 3600, "h ago");
 }
 
-
 }  // namespace krane::cli

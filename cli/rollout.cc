@@ -27,7 +27,7 @@ std::string waveLine(const v1::SentinelRollout& r, const v1::SentinelRolloutWave
   std::string line = strCat("wave ", w.number(), "/", r.waves_size(), "  ", w.sentinels(),
                             " sentinels  ", w.status());
   if (w.status() == "running") {
-    strAppend(&line, "  ", w.started(), " started, ", w.ready(), " ready");
+    if (w.started() > 0) strAppend(&line, "  ", w.started(), " started, ", w.ready(), " ready");
   } else if (w.status() != "pending") {
     strAppend(&line, "  ", w.ready(), " ready");
   }
@@ -58,8 +58,7 @@ void printRollout(const Globals& g, const v1::SentinelRollout& r) {
   }
   if (!r.message().empty()) std::printf("  %s\n", r.message().c_str());
   if (r.state() == "paused") {
-    std::printf(
-        "  next: kranectl rollout resume (skip the failed wave), cancel, or rollback\n");
+    std::printf("  next: kranectl rollout resume (skip the failed wave), cancel, or rollback\n");
   }
 }
 
@@ -285,8 +284,8 @@ void addRolloutCommands(CLI::App& app, const Globals& g, int& code) {
   sentinels_cmd->callback([&] { code = start(g, args); });
 
   static bool watch = false;
-  auto* status_cmd = rollout->add_subcommand(
-      "status", "The rollout and its waves; exits 6 when it is paused.");
+  auto* status_cmd =
+      rollout->add_subcommand("status", "The rollout and its waves; exits 6 when it is paused.");
   status_cmd->add_flag("--watch", watch, "follow it until it stops moving, a line per change");
   status_cmd->callback([&] { code = status(g, watch); });
   auto* resume_cmd =

@@ -204,6 +204,16 @@ await_status "$DEP3" failed
 kranectl deployments get "$DEP3"
 [ "$(live)" = "$DEP2" ] || die "$DEP2 is no longer live"
 
+step "Fleet rollout: every sentinel to v2, wave by wave (half, then the rest), and back to v1"
+kranectl rollout sentinels --image krane.dev/sentinel:v2 --waves 50,100 --watch ||
+  die "the sentinel rollout to v2 did not complete"
+kranectl sentinels list
+! kranectl sentinels list -o json | grep '"running_image"' | grep -qv 'krane.dev/sentinel:v2' ||
+  die "not every sentinel runs v2"
+kranectl rollout sentinels --image krane.dev/sentinel:v1 --waves 50,100 --watch ||
+  die "the sentinel rollout back to v1 did not complete"
+kranectl rollout status
+
 step "Agents and their lag"
 for _ in $(seq 1 50); do
   lagging="$(kranectl agents -o json | grep -c '"lag": "[1-9]' || true)"

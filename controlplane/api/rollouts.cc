@@ -50,7 +50,7 @@ std::string waveStatus(const services::v1::SentinelRollout& r, uint32_t index) {
   if (r.baking()) return "baking";
   if (r.state() == services::v1::ROLLOUT_STATE_COMPLETED) return "done";
   return r.wave_started() > 0 || r.state() == services::v1::ROLLOUT_STATE_IN_PROGRESS ? "running"
-                                                                                        : "pending";
+                                                                                      : "pending";
 }
 
 }  // namespace
@@ -69,16 +69,14 @@ v1::SentinelRollout publicRollout(const services::v1::SentinelRollout& r) {
     const bool current = static_cast<uint32_t>(i) == r.current_wave();
     w->set_ready(current && in.finished_at_ms() == 0 ? r.wave_ready() : in.ready());
     w->set_failed(in.failed());
-    w->set_started(static_cast<uint32_t>(i) < r.current_wave()
-                       ? in.sentinel_ids_size()
-                       : (current ? r.wave_started() : 0));
+    w->set_started(static_cast<uint32_t>(i) < r.current_wave() ? in.sentinel_ids_size()
+                                                               : (current ? r.wave_started() : 0));
     w->set_status(waveStatus(r, i));
     w->set_started_at_ms(in.started_at_ms());
     w->set_finished_at_ms(in.finished_at_ms());
   }
-  out.set_current_wave(r.waves_size() == 0 ? 0
-                                           : std::min<uint32_t>(r.current_wave() + 1,
-                                                                r.waves_size()));
+  out.set_current_wave(
+      r.waves_size() == 0 ? 0 : std::min<uint32_t>(r.current_wave() + 1, r.waves_size()));
   out.set_total(r.total());
   out.set_already_on_image(r.already_on_image());
   *out.mutable_failed_sentinel_ids() = r.failed_ids();
@@ -130,9 +128,9 @@ grpc::Status RolloutServiceImpl::StartSentinelRollout(
   if (auto st = rollout::checkStartRequest(start); !st.ok()) {
     return toGrpc(invalid(std::string(toStd(st.message()))));
   }
-  auto result = workflow::resultAs<RolloutResponse>(engine_.call(
-      workflow::invocation(rollout::kServiceName, "Rollout", rollout::kKey, start),
-      untilDeadline(*context, kStartTimeout)));
+  auto result = workflow::resultAs<RolloutResponse>(
+      engine_.call(workflow::invocation(rollout::kServiceName, "Rollout", rollout::kKey, start),
+                   untilDeadline(*context, kStartTimeout)));
   if (!result.ok()) return toGrpc(result.status());
   *response = publicRollout(result->rollout());
   return grpc::Status::OK;
@@ -174,8 +172,8 @@ grpc::Status RolloutServiceImpl::Watch(grpc::ServerContext* context,
 grpc::Status RolloutServiceImpl::operation(grpc::ServerContext* context, const char* handler,
                                            v1::SentinelRollout* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
-  workflow::InvokeRequest invoke =
-      workflow::invocation(rollout::kServiceName, handler, rollout::kKey, RolloutOperationRequest());
+  workflow::InvokeRequest invoke = workflow::invocation(rollout::kServiceName, handler,
+                                                        rollout::kKey, RolloutOperationRequest());
   const auto timeout = std::string_view(handler) == "RollbackAll"
                            ? untilDeadline(*context, kRollbackTimeout)
                            : untilDeadline(*context, kStartTimeout);
@@ -269,8 +267,7 @@ grpc::Status SentinelApiImpl::ListSentinels(grpc::ServerContext* context,
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   const auto& req = *request;
   if (req.page_size() > 1000) return toGrpc(invalid("page_size: at most 1000"));
-  for (const auto& [field, value] :
-       std::vector<std::pair<const char*, const std::string*>>{
+  for (const auto& [field, value] : std::vector<std::pair<const char*, const std::string*>>{
            {"environment_id", &req.environment_id()},
            {"region", &req.region()},
            {"page_token", &req.page_token()}}) {
@@ -284,13 +281,13 @@ grpc::Status SentinelApiImpl::ListSentinels(grpc::ServerContext* context,
   const uint32_t limit = req.page_size() == 0 ? 100 : req.page_size();
   auto conn = pool_->acquire();
   if (!conn.ok()) return toGrpc(conn.status());
-  auto rows = (*conn)->query(
-      strCat("SELECT ", kSentinelColumns,
-             " FROM sentinels WHERE deleted_at IS NULL AND id > ?"
-             " AND (? = '' OR environment_id = ?) AND (? = '' OR region_id = ?)"
-             " AND (? = '' OR deploy_status = ?) ORDER BY id LIMIT ?"),
-      {req.page_token(), req.environment_id(), req.environment_id(), req.region(), req.region(),
-       status, status, static_cast<uint64_t>(limit + 1)});
+  auto rows =
+      (*conn)->query(strCat("SELECT ", kSentinelColumns,
+                            " FROM sentinels WHERE deleted_at IS NULL AND id > ?"
+                            " AND (? = '' OR environment_id = ?) AND (? = '' OR region_id = ?)"
+                            " AND (? = '' OR deploy_status = ?) ORDER BY id LIMIT ?"),
+                     {req.page_token(), req.environment_id(), req.environment_id(), req.region(),
+                      req.region(), status, status, static_cast<uint64_t>(limit + 1)});
   if (!rows.ok()) return toGrpc(rows.status());
   for (size_t i = 0; i < rows->rows.size() && i < limit; ++i) {
     *response->add_sentinels() = sentinelOf(rows->rows[i]);

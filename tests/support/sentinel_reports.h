@@ -15,8 +15,9 @@ namespace krane::testing {
 
 // The report of sentinel `id` running its desired image and replicas, at the version stored,
 // healthy or not; nullopt when it cannot be read.
-inline std::optional<cluster::v1::ReportSentinelStatusRequest> sentinelReport(
-    db::Pool& pool, const std::string& id, bool healthy) {
+inline std::optional<cluster::v1::ReportSentinelStatusRequest> sentinelReport(db::Pool& pool,
+                                                                              const std::string& id,
+                                                                              bool healthy) {
   auto conn = pool.acquire();
   if (!conn.ok()) return std::nullopt;
   auto rows = (*conn)->query(
