@@ -175,13 +175,13 @@ grpc::Status WatchRecorder::status() {
   return status_;
 }
 
-SentinelAgents::SentinelAgents(TestControlPlane& cp) {
+SentinelAgents::SentinelAgents(TestControlPlane& cp, std::set<std::string> failing) {
   // Tokens are made here, on the test's thread (TestControlPlane is not thread-safe).
   std::map<std::string, std::string> tokens;
   auto regions = (*cp.pool()->acquire())->query("SELECT id FROM regions");
   if (!regions.ok()) throw std::runtime_error("cannot read the regions");
   for (const db::Row& row : regions->rows) tokens[row.str(0)] = cp.agentToken(row.str(0));
-  thread_ = std::thread([this, pool = cp.pool(), cluster = cp.cluster(), tokens] {
+  thread_ = std::thread([this, pool = cp.pool(), cluster = cp.cluster(), tokens, failing] {
     while (!stop_) {
       std::vector<std::string> ids;
       if (auto conn = pool->acquire(); conn.ok()) {
@@ -192,7 +192,7 @@ SentinelAgents::SentinelAgents(TestControlPlane& cp) {
         }
       }
       for (const auto& id : ids) {
-        auto report = sentinelReport(*pool, id, /*healthy=*/true);
+        auto report = sentinelReport(*pool, id, /*healthy=*/failing.count(id) == 0);
         if (!report || !tokens.count(report->region())) continue;
         cluster::v1::ReportSentinelStatusResponse ignored;
         (void)cluster->ReportSentinelStatus(

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,10 +63,11 @@ class TestControlPlane {
 
 // Plays the regions' agents for sentinels: while it lives, every sentinel in `progressing` is
 // reported converged on its desired image (through ClusterService, with its region's agent
-// token), as agents running it would. Deploys that create sentinels wait for this.
+// token), as agents running it would, except those in `failing` (reported unhealthy). Deploys
+// that create sentinels wait for this.
 class SentinelAgents {
  public:
-  explicit SentinelAgents(TestControlPlane& cp);
+  explicit SentinelAgents(TestControlPlane& cp, std::set<std::string> failing = {});
   ~SentinelAgents();
   SentinelAgents(const SentinelAgents&) = delete;
   SentinelAgents& operator=(const SentinelAgents&) = delete;
