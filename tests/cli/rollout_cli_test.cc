@@ -64,8 +64,8 @@ class RolloutCliTest {
                       std::chrono::seconds(120));
   }
   int64_t onImage(const std::string& image) {
-    auto rows = (*cp_.pool()->acquire())
-                    ->query("SELECT COUNT(*) FROM sentinels WHERE image = ?", {image});
+    auto rows =
+        (*cp_.pool()->acquire())->query("SELECT COUNT(*) FROM sentinels WHERE image = ?", {image});
     return rows.ok() ? rows->rows[0].i64(0) : -1;
   }
 
@@ -75,15 +75,14 @@ class RolloutCliTest {
 
 TEST_CASE_METHOD(RolloutCliTest, "kranectl rolls the sentinels out wave by wave", "[cli]") {
   SentinelAgents agents(cp_);
-  auto rolled =
-      kranectl({"rollout", "sentinels", "--image", kV2, "--waves", "50,100", "--watch"});
+  auto rolled = kranectl({"rollout", "sentinels", "--image", kV2, "--waves", "50,100", "--watch"});
   INFO(rolled.out << rolled.err);
   REQUIRE(rolled.exit_code == 0);
   CHECK_THAT(rolled.out, Catch::Contains("4 sentinels in 2 waves"));
   CHECK_THAT(rolled.out, Catch::Contains("wave 1/2  2 sentinels  done  2 ready"));
   CHECK_THAT(rolled.out, Catch::Contains("wave 2/2  2 sentinels  done  2 ready"));
-  CHECK_THAT(rolled.out, Catch::Contains("rollout completed: 4 of 4 sentinels on " +
-                                         std::string(kV2)));
+  CHECK_THAT(rolled.out,
+             Catch::Contains("rollout completed: 4 of 4 sentinels on " + std::string(kV2)));
   CHECK(onImage(kV2) == 4);
 
   auto status = kranectl({"rollout", "status"});
