@@ -18,8 +18,8 @@
 #include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/operations.h"
 #include "controlplane/workflow/typed.h"
-#include "tests/support/mariadb.h"
 #include "spdlog/spdlog.h"
+#include "tests/support/mariadb.h"
 #include "tests/support/sentinel_reports.h"
 
 namespace krane::bench {
@@ -131,9 +131,8 @@ int run(bool json, bool quick) {
   start.set_image("krane.dev/sentinel:v2");
   const auto t0 = Clock::now();
   auto started = check(
-      workflow::resultAs<services::v1::RolloutResponse>(
-          engine.call(workflow::invocation(rollout::kServiceName, "Rollout", rollout::kKey, start),
-                      300s)),
+      workflow::resultAs<services::v1::RolloutResponse>(engine.call(
+          workflow::invocation(rollout::kServiceName, "Rollout", rollout::kKey, start), 300s)),
       "start the rollout");
   const double listed_s = std::chrono::duration<double>(Clock::now() - t0).count();
   std::fprintf(stderr, "started: %u sentinels in %d waves (listing took %.2f s)\n",
@@ -141,19 +140,19 @@ int run(bool json, bool quick) {
   services::v1::SentinelRollout last;
   uint32_t shown_wave = 0;
   for (;;) {
-    auto raw_state = check(workflow::readState(*pool, rollout::kServiceName, rollout::kKey,
-                                               rollout::kStateName),
-                           "read the rollout");
+    auto raw_state =
+        check(workflow::readState(*pool, rollout::kServiceName, rollout::kKey, rollout::kStateName),
+              "read the rollout");
     if (raw_state) {
       last = check(workflow::decodeAs<services::v1::SentinelRollout>(*raw_state, "rollout"),
                    "decode the rollout");
     }
-    if (last.current_wave() != shown_wave || last.state() != services::v1::ROLLOUT_STATE_IN_PROGRESS) {
+    if (last.current_wave() != shown_wave ||
+        last.state() != services::v1::ROLLOUT_STATE_IN_PROGRESS) {
       std::fprintf(stderr, "  %.1f s: wave %u/%d, %s\n",
                    std::chrono::duration<double>(Clock::now() - t0).count(),
                    std::min<uint32_t>(last.current_wave() + 1, last.waves_size()),
-                   last.waves_size(),
-                   rollout::stateName(last.state()).c_str());
+                   last.waves_size(), rollout::stateName(last.state()).c_str());
       shown_wave = last.current_wave();
     }
     if (last.state() != services::v1::ROLLOUT_STATE_IN_PROGRESS) break;

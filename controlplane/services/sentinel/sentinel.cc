@@ -113,25 +113,24 @@ absl::StatusOr<SentinelDeployResponse> deploy(Context& ctx, db::Pool& pool, feed
   if (!selected.ok()) return selected.status();  // cancelled
   ctx.clear(kReadyAwakeableState);
   SentinelDeployResponse out = *result;
+  if (selected->index == 0 && selected->result.ok()) {
+    out.set_outcome(SENTINEL_DEPLOY_OUTCOME_READY);  // the ingestor made the row ready
+    return out;
+  }
   // Timed out: failed, unless a report flipped the row meanwhile (its notification lost).
-  auto status = workflow::run<SentinelNotifyReadyRequest>(
-      ctx, "settle", [&]() -> absl::StatusOr<SentinelNotifyReadyRequest> {
-        SentinelNotifyReadyRequest settled;  // image: the final deploy_status
-        KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
-        if (selected->index != 0 || !selected->result.ok()) {
-          KRANE_RETURN_IF_ERROR(conn->exec("UPDATE sentinels SET deploy_status = 'failed'"
-                                           " WHERE id = ? AND deploy_status = 'progressing'",
-                                           {ctx.key()})
-                                    .status());
-        }
-        KRANE_ASSIGN_OR_RETURN(
-            auto rows,
-            conn->query("SELECT deploy_status FROM sentinels WHERE id = ?", {ctx.key()}));
-        settled.set_image(rows.empty() ? "failed" : rows.rows[0].str(0));
-        return settled;
-      });
+  // The final deploy_status, as a journaled step.
+  auto status = ctx.run("settle", [&]() -> absl::StatusOr<std::string> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+    KRANE_RETURN_IF_ERROR(conn->exec("UPDATE sentinels SET deploy_status = 'failed'"
+                                     " WHERE id = ? AND deploy_status = 'progressing'",
+                                     {ctx.key()})
+                              .status());
+    KRANE_ASSIGN_OR_RETURN(
+        auto rows, conn->query("SELECT deploy_status FROM sentinels WHERE id = ?", {ctx.key()}));
+    return rows.empty() ? std::string("failed") : rows.rows[0].str(0);
+  });
   if (!status.ok()) return status.status();
-  if (status->image() == "ready") {
+  if (*status == "ready") {
     out.set_outcome(SENTINEL_DEPLOY_OUTCOME_READY);
   } else {
     out.set_outcome(SENTINEL_DEPLOY_OUTCOME_FAILED);
