@@ -9,6 +9,7 @@
 
 #include "bench/support/commit_rate.h"
 #include "bench/support/figures.h"
+#include "bench/support/scratch.h"
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "controlplane/feed/writer.h"
@@ -102,20 +103,10 @@ class FakeAgents {
 int run(bool json, bool quick) {
   if (json) progress = stderr;
   logsToStderr();
-  auto& mariadb = testing::ScratchMariaDb::instance();
-  auto pool = check(db::Pool::create(mariadb.freshDatabase(), {.max_connections = 64}), "pool");
-  check(db::Migrator(pool, check(db::builtinMigrations(), "migrations")).migrate().status(),
-        "migrating");
+  auto pool = seededScratchDatabase();
   for (const std::string sql :
-       {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
-        "INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at)"
+       {"INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at)"
         " VALUES ('ws', 1000, 1)",
-        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
-        " VALUES ('proj', 'ws', 'p', 'p', 1)",
-        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
-        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
-        "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
-        " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1)",
         "INSERT INTO regions (id, display_name, created_at) VALUES ('r1', 'r1', 1),"
         " ('r2', 'r2', 1)",
         "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"

@@ -9,6 +9,7 @@
 
 #include "bench/support/commit_rate.h"
 #include "bench/support/figures.h"
+#include "bench/support/scratch.h"
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "controlplane/feed/writer.h"
@@ -65,20 +66,7 @@ int run(bool json, bool quick) {
   logsToStderr();
   spdlog::set_level(spdlog::level::warn);  // one info line per sentinel would drown the progress
   const int sentinels = quick ? 1000 : 10000;
-  auto& mariadb = testing::ScratchMariaDb::instance();
-  auto pool = check(db::Pool::create(mariadb.freshDatabase(), {.max_connections = 64}), "pool");
-  check(db::Migrator(pool, check(db::builtinMigrations(), "migrations")).migrate().status(),
-        "migrating");
-  for (const std::string sql :
-       {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
-        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
-        " VALUES ('proj', 'ws', 'p', 'p', 1)",
-        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
-        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
-        "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
-        " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1)"}) {
-    exec(*pool, sql);
-  }
+  auto pool = seededScratchDatabase();
   for (int r = 0; r < kRegions; ++r) {
     exec(*pool, "INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)",
          {fmt::format("r{:02d}", r), fmt::format("r{:02d}", r)});

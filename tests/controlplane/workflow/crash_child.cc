@@ -24,6 +24,7 @@
 #include "controlplane/db/pool.h"
 #include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/typed.h"
+#include "tests/support/child_engine.h"
 
 namespace krane::workflow {
 namespace {
@@ -55,18 +56,9 @@ absl::Status plainEffect(db::Pool& pool, const std::string& id, const std::strin
 }
 
 int serve(const std::string& dsn_text, const std::string& worker, int lease_ms) {
-  auto dsn = db::parseDsn(dsn_text);
-  if (!dsn.ok()) return 2;
-  auto pool = db::Pool::create(*dsn);
-  if (!pool.ok()) {
-    std::fprintf(stderr, "pool: %s\n", std::string(toStd(pool.status().message())).c_str());
-    return 2;
-  }
-  std::shared_ptr<db::Pool> p = *pool;
-  EngineOptions options;
-  options.worker_id = worker;
-  options.lease = std::chrono::milliseconds(lease_ms);
-  options.poll_interval = std::chrono::milliseconds(20);
+  std::shared_ptr<db::Pool> p = testing::childPool(dsn_text);
+  if (!p) return 2;
+  EngineOptions options = testing::childEngineOptions(worker, lease_ms);
   options.threads = 2;
   Engine engine(p, options);
   auto step = [p](Context& ctx, const std::string& name) {

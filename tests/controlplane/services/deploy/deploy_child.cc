@@ -16,24 +16,16 @@
 #include "controlplane/services/deploy/deploy.h"
 #include "controlplane/services/routing/routing.h"
 #include "controlplane/workflow/engine.h"
+#include "tests/support/child_engine.h"
 
 namespace krane::services::deploy {
 namespace {
 
 int serve(const std::string& dsn_text, const std::string& worker, const std::string& log_dir,
           int lease_ms) {
-  auto dsn = db::parseDsn(dsn_text);
-  if (!dsn.ok()) return 2;
-  auto pool = db::Pool::create(*dsn);
-  if (!pool.ok()) {
-    std::fprintf(stderr, "pool: %s\n", std::string(toStd(pool.status().message())).c_str());
-    return 2;
-  }
-  std::shared_ptr<db::Pool> p = *pool;
-  workflow::EngineOptions options;
-  options.worker_id = worker;
-  options.lease = std::chrono::milliseconds(lease_ms);
-  options.poll_interval = std::chrono::milliseconds(20);
+  std::shared_ptr<db::Pool> p = testing::childPool(dsn_text);
+  if (!p) return 2;
+  workflow::EngineOptions options = testing::childEngineOptions(worker, lease_ms);
   workflow::Engine engine(p, options);
   DeployDependencies deps{
       p, std::make_shared<feed::Writer>(p, std::make_shared<feed::ResourceTables>()),

@@ -15,23 +15,15 @@
 #include "controlplane/services/sentinel/sentinel.h"
 #include "controlplane/services/sentinelrollout/rollout.h"
 #include "controlplane/workflow/engine.h"
+#include "tests/support/child_engine.h"
 
 namespace krane::services::sentinelrollout {
 namespace {
 
 int serve(const std::string& dsn_text, const std::string& worker, int lease_ms) {
-  auto dsn = db::parseDsn(dsn_text);
-  if (!dsn.ok()) return 2;
-  auto pool = db::Pool::create(*dsn);
-  if (!pool.ok()) {
-    std::fprintf(stderr, "pool: %s\n", std::string(toStd(pool.status().message())).c_str());
-    return 2;
-  }
-  std::shared_ptr<db::Pool> p = *pool;
-  workflow::EngineOptions options;
-  options.worker_id = worker;
-  options.lease = std::chrono::milliseconds(lease_ms);
-  options.poll_interval = std::chrono::milliseconds(20);
+  std::shared_ptr<db::Pool> p = testing::childPool(dsn_text);
+  if (!p) return 2;
+  workflow::EngineOptions options = testing::childEngineOptions(worker, lease_ms);
   workflow::Engine engine(p, options);
   auto writer = std::make_shared<feed::Writer>(p, std::make_shared<feed::ResourceTables>());
   if (!engine.registerService(sentinel::sentinelService(p, writer)).ok()) return 2;
