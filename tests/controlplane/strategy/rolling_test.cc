@@ -103,8 +103,8 @@ int rollOut(uint32_t desired, ResolvedSpec spec, uint32_t* lowest_healthy = null
     const Counts c = classify(w.instances);
     CHECK(c.total_active() <= desired + spec.max_surge);
     lowest = std::min(lowest, c.old_active + c.new_healthy);
-    CHECK(c.old_active + c.new_healthy >= std::min(desired - std::min(desired, spec.max_unavailable),
-                                                   desired));
+    CHECK(c.old_active + c.new_healthy >=
+          std::min(desired - std::min(desired, spec.max_unavailable), desired));
   }
   FAIL("the rollout did not complete in 100 cycles");
   return -1;
@@ -187,7 +187,7 @@ TEST_CASE("failed new instances are replaced and never counted as capacity", "[s
   w.allProvisioningBecome(S::kFailed);
   const Evaluation e = evaluate(w.instances, 2, spec);
   CHECK(e.counts.new_failed == 1u);
-  CHECK(e.to_create == 1u);  // a replacement, within the surge
+  CHECK(e.to_create == 1u);    // a replacement, within the surge
   CHECK(e.drain_ids.empty());  // no new one is healthy: the old ones all stay
 }
 
@@ -247,8 +247,8 @@ TEST_CASE("property: bounds hold and rollouts end under random transitions", "[s
       }
     }
     if (!failures) {
-      INFO("run " << run << " desired " << desired << " surge " << spec.max_surge
-                  << " unavailable " << spec.max_unavailable);
+      INFO("run " << run << " desired " << desired << " surge " << spec.max_surge << " unavailable "
+                  << spec.max_unavailable);
       CHECK(done);
     }
     completed += done ? 1 : 0;
