@@ -588,9 +588,10 @@ int cancel(const Globals& g, const std::string& id) {
 struct CreateArgs {
   std::string kind;  // workspace, project, app, environment
   std::string name, id, slug, parent, env_kind = "production", strategy;
-  uint32_t max_builds = 0, deploy_timeout_s = 0;
-  int max_surge = -1, max_unavailable = -1;
-  std::vector<std::string> regions;  // REGION=REPLICAS
+  uint32_t max_builds = 0, min_ready_s = 0;
+  uint32_t deploy_timeout_s = 0;           // 0: the server's default
+  std::string max_surge, max_unavailable;  // N or N%
+  std::vector<std::string> regions;        // REGION=REPLICAS
 };
 
 int created(const Globals& g, const std::string& what, const grpc::Status& s,
@@ -645,8 +646,33 @@ int create(const Globals& g, const CreateArgs& a) {
   r.set_kind(a.env_kind);
   r.set_strategy(a.strategy);
   r.set_deploy_timeout_seconds(a.deploy_timeout_s);
-  if (a.max_surge >= 0) r.set_max_surge(static_cast<uint32_t>(a.max_surge));
-  if (a.max_unavailable >= 0) r.set_max_unavailable(static_cast<uint32_t>(a.max_unavailable));
+  r.set_min_ready_seconds(a.min_ready_s);
+  // "N" or "N%": a count or a percentage of the desired replicas.
+  auto countOrPercent = [](const std::string& text, const char* flag, auto set_count,
+                           auto set_percent) -> int {
+    if (text.empty()) return kOk;
+    const bool percent = text.back() == '%';
+    const std::string digits = percent ? text.substr(0, text.size() - 1) : text;
+    if (digits.empty() || digits.size() > 9 ||
+        digits.find_first_not_of("0123456789") != std::string::npos) {
+      return fail(kUsage, strCat(flag, ": a count or a percentage (2, 25%), got ", text));
+    }
+    const auto value = static_cast<uint32_t>(std::stoul(digits));
+    percent ? set_percent(value) : set_count(value);
+    return kOk;
+  };
+  if (int c = countOrPercent(
+          a.max_surge, "--max-surge", [&](uint32_t v) { r.set_max_surge(v); },
+          [&](uint32_t v) { r.set_max_surge_percent(v); });
+      c != kOk) {
+    return c;
+  }
+  if (int c = countOrPercent(
+          a.max_unavailable, "--max-unavailable", [&](uint32_t v) { r.set_max_unavailable(v); },
+          [&](uint32_t v) { r.set_max_unavailable_percent(v); });
+      c != kOk) {
+    return c;
+  }
   for (const auto& spec : a.regions) {
     const size_t eq = spec.find('=');
     auto* region = r.add_regions();
@@ -855,11 +881,16 @@ int main(int argc, char** argv) {
   env_cmd->add_option("--region", create_args.regions, "REGION or REGION=REPLICAS, repeatable")
       ->required();
   env_cmd->add_option("--strategy", create_args.strategy, "blue_green (default) or rolling");
-  env_cmd->add_option("--max-surge", create_args.max_surge, "rolling: replicas above desired");
+  env_cmd->add_option("--max-surge", create_args.max_surge,
+                      "rolling: replicas above desired, a count or a percentage (1, 25%)");
   env_cmd->add_option("--max-unavailable", create_args.max_unavailable,
-                      "rolling: replicas below desired");
-  env_cmd->add_option("--deploy-timeout", create_args.deploy_timeout_s,
-                      "seconds a deployment may take to become ready (default 1800)");
+                      "rolling: replicas below desired, a count or a percentage (0, 25%)");
+  env_cmd->add_option("--min-ready", create_args.min_ready_s,
+                      "rolling: seconds a new instance must be ready before it counts");
+  env_cmd
+      ->add_option("--deploy-timeout", create_args.deploy_timeout_s,
+                   "seconds a deployment may take to become ready (default 1800)")
+      ->check(CLI::Range(1u, 86400u));
   env_cmd->callback([&] {
     create_args.kind = "environment";
     code = create(g, create_args);

@@ -35,8 +35,8 @@ int run(bool json, bool quick) {
       Instance inst;
       inst.id = fmt::format("d{}-{}", d, i);
       inst.is_new = i < replaced;
-      inst.state = inst.is_new && rng() % 4 == 0 ? InstanceState::kProvisioning
-                                                 : InstanceState::kHealthy;
+      inst.state =
+          inst.is_new && rng() % 4 == 0 ? InstanceState::kProvisioning : InstanceState::kHealthy;
       fleet[d].push_back(std::move(inst));
     }
   }

@@ -7,6 +7,7 @@
 #include "common/strings.h"
 #include "controlplane/api/services.h"
 #include "controlplane/db/errors.h"
+#include "controlplane/strategy/rolling.h"
 
 namespace krane::api {
 namespace {
@@ -210,13 +211,40 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
       }
     }
   }
-  const uint32_t surge = r.has_max_surge() ? r.max_surge() : 1;
-  const uint32_t unavailable = r.has_max_unavailable() ? r.max_unavailable() : 0;
-  if (surge == 0 && unavailable == 0) {
-    return toGrpc(invalid("max_surge: max_surge and max_unavailable cannot both be 0"));
+  // The rolling spec: a count or a percentage each (strategy/rolling.h checks the whole).
+  if (r.has_max_surge() && r.has_max_surge_percent()) {
+    return toGrpc(invalid("max_surge, max_surge_percent: one or the other"));
   }
+  if (r.has_max_unavailable() && r.has_max_unavailable_percent()) {
+    return toGrpc(invalid("max_unavailable, max_unavailable_percent: one or the other"));
+  }
+  strategy::RollingSpec spec;
+  spec.max_surge = r.has_max_surge_percent()
+                       ? strategy::IntOrPercent{r.max_surge_percent(), true}
+                       : strategy::IntOrPercent{r.has_max_surge() ? r.max_surge() : 1, false};
+  spec.max_unavailable =
+      r.has_max_unavailable_percent()
+          ? strategy::IntOrPercent{r.max_unavailable_percent(), true}
+          : strategy::IntOrPercent{r.has_max_unavailable() ? r.max_unavailable() : 0, false};
+  if (auto st = strategy::checkSpec(spec); !st.ok()) {
+    std::string message(toStd(st.message()));
+    // Name the field the request used.
+    if (r.has_max_surge_percent() && message.rfind("max_surge:", 0) == 0) {
+      message = "max_surge_percent" + message.substr(std::string("max_surge").size());
+    } else if (r.has_max_unavailable_percent() && message.rfind("max_unavailable:", 0) == 0) {
+      message = "max_unavailable_percent" + message.substr(std::string("max_unavailable").size());
+    }
+    return toGrpc(invalid(message));
+  }
+  const uint32_t surge = spec.max_surge.percent ? 0 : spec.max_surge.value;
+  const uint32_t unavailable = spec.max_unavailable.percent ? 0 : spec.max_unavailable.value;
   const uint32_t timeout = r.deploy_timeout_seconds() == 0 ? 1800 : r.deploy_timeout_seconds();
   if (timeout > 24 * 3600) return toGrpc(invalid("deploy_timeout_seconds: at most 86400"));
+  if (r.min_ready_seconds() > 3600) return toGrpc(invalid("min_ready_seconds: at most 3600"));
+  const db::Value surge_percent =
+      spec.max_surge.percent ? db::Value(spec.max_surge.value) : db::Value();
+  const db::Value unavailable_percent =
+      spec.max_unavailable.percent ? db::Value(spec.max_unavailable.value) : db::Value();
   std::string workspace, project;
   absl::Status s = pool_->transact("create environment", [&](db::Connection& conn) -> absl::Status {
     KRANE_RETURN_IF_ERROR(parentExists(conn, "apps", "app_id", r.app_id(), &workspace, &project));
@@ -233,10 +261,12 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
     const int64_t now = unixMillis();
     KRANE_RETURN_IF_ERROR(
         taken(conn.exec("INSERT INTO environments (id, workspace_id, project_id, app_id, slug,"
-                        " kind, strategy, max_surge, max_unavailable, deploy_timeout_seconds,"
-                        " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                        " kind, strategy, max_surge, max_unavailable, max_surge_percent,"
+                        " max_unavailable_percent, min_ready_seconds, deploy_timeout_seconds,"
+                        " created_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         {*id, workspace, project, r.app_id(), r.slug(), r.kind(), strategy, surge,
-                         unavailable, timeout, now})
+                         unavailable, surge_percent, unavailable_percent, r.min_ready_seconds(),
+                         timeout, now})
                   .status(),
               strCat("environment id ", singleQuoted(*id), " or slug ", singleQuoted(r.slug()),
                      " of app ", singleQuoted(r.app_id()))));
@@ -258,6 +288,10 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
   response->set_max_surge(surge);
   response->set_max_unavailable(unavailable);
   response->set_deploy_timeout_seconds(timeout);
+  if (spec.max_surge.percent) response->set_max_surge_percent(spec.max_surge.value);
+  if (spec.max_unavailable.percent)
+    response->set_max_unavailable_percent(spec.max_unavailable.value);
+  response->set_min_ready_seconds(r.min_ready_seconds());
   return grpc::Status::OK;
 }
 

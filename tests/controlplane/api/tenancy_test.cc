@@ -94,6 +94,32 @@ TEST_CASE_METHOD(TenancyApiTest, "what a deployment needs is created through the
   v1::Deployment d;
   REQUIRE_THAT(deployments->CreateDeployment(ctx().get(), dr, &d), IsOk());
   CHECK(d.status() == "pending");
+
+  INFO("a rolling environment with percentages");
+  auto rolling = production("shop");
+  rolling.set_slug("canary");
+  rolling.set_strategy("rolling");
+  rolling.set_max_surge_percent(25);
+  rolling.set_max_unavailable(0);
+  rolling.set_min_ready_seconds(5);
+  rolling.set_deploy_timeout_seconds(600);
+  v1::Environment env2;
+  REQUIRE_THAT(stub_->CreateEnvironment(ctx().get(), rolling, &env2), IsOk());
+  CHECK(env2.has_max_surge_percent());
+  CHECK(env2.max_surge_percent() == 25);
+  CHECK_FALSE(env2.has_max_unavailable_percent());
+  CHECK(env2.min_ready_seconds() == 5);
+  auto stored = (*cp_.pool()->acquire())
+                    ->query(
+                        "SELECT max_surge, max_surge_percent, max_unavailable_percent,"
+                        " min_ready_seconds, deploy_timeout_seconds FROM environments WHERE id = ?",
+                        {env2.id()});
+  REQUIRE_THAT(stored, IsOk());
+  CHECK(stored->rows[0].i64(0) == 0);
+  CHECK(stored->rows[0].i64(1) == 25);
+  CHECK(stored->rows[0].isNull("max_unavailable_percent"));
+  CHECK(stored->rows[0].i64(3) == 5);
+  CHECK(stored->rows[0].i64(4) == 600);
 }
 
 TEST_CASE_METHOD(TenancyApiTest, "bad tenancy requests are refused naming the field",
@@ -155,7 +181,21 @@ TEST_CASE_METHOD(TenancyApiTest, "bad tenancy requests are refused naming the fi
   r = production("shop");
   r.set_max_surge(0);
   r.set_max_unavailable(0);
-  CHECK_THAT(refused(r).second, Catch::StartsWith("max_surge:"));
+  CHECK_THAT(refused(r).second, Catch::StartsWith("max_surge, max_unavailable: at least one"));
+  r = production("shop");
+  r.set_max_surge(1);
+  r.set_max_surge_percent(10);
+  CHECK(refused(r).second == "max_surge, max_surge_percent: one or the other");
+  r = production("shop");
+  r.set_max_unavailable_percent(101);
+  CHECK(refused(r).second == "max_unavailable_percent: at most 100%, got 101%");
+  r = production("shop");
+  r.set_max_surge_percent(0);
+  r.set_max_unavailable_percent(0);
+  CHECK_THAT(refused(r).second, Catch::Contains("at least one must be positive"));
+  r = production("shop");
+  r.set_min_ready_seconds(4000);
+  CHECK(refused(r).second == "min_ready_seconds: at most 3600");
   r = production("nope");
   CHECK(refused(r).second == "app_id: no app 'nope'");
   INFO("nothing was written by the refused requests");
