@@ -15,6 +15,7 @@
 #include "common/strings.h"
 #include "controlplane/feed/single_type_table.h"
 #include "controlplane/feed/tables.h"
+#include "controlplane/strategy/rolling.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace krane::feed {
@@ -55,7 +56,8 @@ constexpr std::string_view kColumns =
     "deployment_id, region_id, workspace_id, project_id, app_id, environment_id, image, command,"
     " args, env, port, healthcheck, cpu_millicores, memory_mib, replicas, autoscale_min_replicas,"
     " autoscale_max_replicas, autoscale_target_cpu_percent, shutdown_signal,"
-    " termination_grace_period_seconds, desired_status, labels, version, deleted_at";
+    " termination_grace_period_seconds, desired_status, labels, rolling_update, version,"
+    " deleted_at";
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -285,6 +287,11 @@ absl::Status validateTopology(const Resource& r) {
     }
   }
 
+  if (t.has_rolling_update()) {
+    KRANE_RETURN_IF_ERROR(
+        strategy::checkRollingUpdate(t.rolling_update(), "deployment_topology.rolling_update."));
+  }
+
   KRANE_RETURN_IF_ERROR(
       checkRange("deployment_topology.cpu_millicores", t.cpu_millicores(), 1, kMaxCpuMillicores));
   KRANE_RETURN_IF_ERROR(
@@ -361,6 +368,17 @@ db::Value labelsJson(const DeploymentTopology& t) {
   return db::Value(out.dump());
 }
 
+absl::StatusOr<db::Value> rollingUpdateJson(const DeploymentTopology& t) {
+  if (!t.has_rolling_update()) return db::Value();
+  std::string out;
+  const auto status = google::protobuf::util::MessageToJsonString(t.rolling_update(), &out);
+  if (!status.ok()) {
+    return absl::InvalidArgumentError(
+        strCat("deployment_topology.rolling_update: cannot encode as JSON: ", status.ToString()));
+  }
+  return db::Value(std::move(out));
+}
+
 absl::StatusOr<db::Value> healthcheckJson(const DeploymentTopology& t) {
   if (!t.has_healthcheck()) return db::Value();
   std::string out;
@@ -434,6 +452,13 @@ absl::StatusOr<Resource> fromRow(const db::Row& row) {
         row.str("healthcheck"), t->mutable_healthcheck(), options);
     if (!status.ok()) return corrupt(row, "healthcheck", status.ToString());
   }
+  if (!row.isNull("rolling_update")) {
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = true;
+    const auto status = google::protobuf::util::JsonStringToMessage(
+        row.str("rolling_update"), t->mutable_rolling_update(), options);
+    if (!status.ok()) return corrupt(row, "rolling_update", status.ToString());
+  }
   t->set_cpu_millicores(static_cast<uint32_t>(row.u64("cpu_millicores")));
   t->set_memory_mib(static_cast<uint32_t>(row.u64("memory_mib")));
   t->set_replicas(static_cast<uint32_t>(row.u64("replicas")));
@@ -481,6 +506,7 @@ class DeploymentTopologyTable final : public SingleTypeTable {
       return invalid(strCat("resource.deployment_topology: cannot encode as JSON: ", e.what()));
     }
     KRANE_ASSIGN_OR_RETURN(db::Value healthcheck, healthcheckJson(t));
+    KRANE_ASSIGN_OR_RETURN(db::Value rolling_update, rollingUpdateJson(t));
     db::Value min_replicas, max_replicas, target_cpu;
     if (t.has_autoscaling()) {
       min_replicas = t.autoscaling().min_replicas();
@@ -493,9 +519,9 @@ class DeploymentTopologyTable final : public SingleTypeTable {
             " app_id, environment_id, image, command, args, env, port, healthcheck, cpu_millicores,"
             " memory_mib, replicas, autoscale_min_replicas, autoscale_max_replicas,"
             " autoscale_target_cpu_percent, shutdown_signal, termination_grace_period_seconds,"
-            " desired_status, labels, version, created_at, updated_at, deleted_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
-            "NULL)"
+            " desired_status, labels, rolling_update, version, created_at, updated_at, deleted_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,"
+            " NULL)"
             " ON DUPLICATE KEY UPDATE workspace_id = VALUES(workspace_id),"
             " project_id = VALUES(project_id), app_id = VALUES(app_id),"
             " environment_id = VALUES(environment_id), image = VALUES(image),"
@@ -508,6 +534,7 @@ class DeploymentTopologyTable final : public SingleTypeTable {
             " shutdown_signal = VALUES(shutdown_signal),"
             " termination_grace_period_seconds = VALUES(termination_grace_period_seconds),"
             " desired_status = VALUES(desired_status), labels = VALUES(labels),"
+            " rolling_update = VALUES(rolling_update),"
             " version = VALUES(version), updated_at = VALUES(updated_at), deleted_at = NULL",
             {r.id(),
              r.region(),
@@ -531,6 +558,7 @@ class DeploymentTopologyTable final : public SingleTypeTable {
              t.termination_grace_period_seconds(),
              desiredStatusName(t.desired_status()),
              labels,
+             rolling_update,
              version,
              now_ms,
              now_ms})

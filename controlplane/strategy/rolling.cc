@@ -59,6 +59,36 @@ ResolvedSpec resolve(const RollingSpec& spec, uint32_t desired) {
   return out;
 }
 
+RollingSpec specOf(const cluster::v1::RollingUpdate& update) {
+  RollingSpec spec;
+  if (update.has_max_surge())
+    spec.max_surge = {update.max_surge().value(), update.max_surge().percent()};
+  if (update.has_max_unavailable()) {
+    spec.max_unavailable = {update.max_unavailable().value(), update.max_unavailable().percent()};
+  }
+  return spec;
+}
+
+absl::Status checkRollingUpdate(const cluster::v1::RollingUpdate& update, std::string_view prefix) {
+  if (auto st = checkSpec(specOf(update), prefix); !st.ok()) return st;
+  if (update.min_ready_seconds() > 3600) {
+    return absl::InvalidArgumentError(
+        strCat(prefix, "min_ready_seconds: at most 3600, got ", update.min_ready_seconds()));
+  }
+  if (update.progress_deadline_seconds() > 86400) {
+    return absl::InvalidArgumentError(strCat(prefix,
+                                             "progress_deadline_seconds: at most 86400, got ",
+                                             update.progress_deadline_seconds()));
+  }
+  if (update.progress_deadline_seconds() != 0 &&
+      update.progress_deadline_seconds() <= update.min_ready_seconds()) {
+    return absl::InvalidArgumentError(
+        strCat(prefix, "progress_deadline_seconds: must be above min_ready_seconds (",
+               update.min_ready_seconds(), ")"));
+  }
+  return absl::OkStatus();
+}
+
 Counts classify(const std::vector<Instance>& instances) {
   Counts c;
   for (const auto& i : instances) {

@@ -20,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "krane/cluster/v1/state.pb.h"
 
 namespace krane::strategy {
 
@@ -59,6 +60,14 @@ struct ResolvedSpec {
 // zero (the seed's deadlock guard). `prefix` is prepended to the field names.
 absl::Status checkSpec(const RollingSpec& spec, std::string_view prefix = "");
 ResolvedSpec resolve(const RollingSpec& spec, uint32_t desired);
+
+// The spec a deployment resource carries (krane.cluster.v1.RollingUpdate); unset fields mean
+// surge 1, unavailable 0.
+RollingSpec specOf(const cluster::v1::RollingUpdate& update);
+// checkSpec, and min_ready_seconds at most 3600, progress_deadline_seconds (when set) at most
+// 86400 and above min_ready_seconds; fields named under `prefix`
+// ("deployment_topology.rolling_update.").
+absl::Status checkRollingUpdate(const cluster::v1::RollingUpdate& update, std::string_view prefix);
 
 struct Counts {
   uint32_t old_active = 0;

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/strings.h"
+#include "controlplane/strategy/rolling.h"
 #include "plugins/deployment/signals.h"
 #include "plugins/runtime/kubernetes/names.h"
 
@@ -149,6 +150,11 @@ absl::StatusOr<std::vector<json>> kubeObjects(const cluster::v1::DeploymentTopol
   if (t.port() > 65535) {
     return absl::InvalidArgumentError(strCat("port: must be at most 65535, got ", t.port()));
   }
+  if (t.has_rolling_update()) {
+    if (auto st = strategy::checkRollingUpdate(t.rolling_update(), "rolling_update."); !st.ok()) {
+      return st;
+    }
+  }
   auto labels = labelsOf(t, deployment_id);
   if (!labels.ok()) return labels.status();
   const std::string ns = workspaceNamespace(t.workspace_id(), options);
@@ -237,18 +243,31 @@ absl::StatusOr<std::vector<json>> kubeObjects(const cluster::v1::DeploymentTopol
   }
 
   // A Deployment rather than a bare ReplicaSet: a change of the pod template (env, resources,
-  // probes, command) must replace running pods one by one, surge 1 and unavailable 0 as on the
-  // process runtime. A ReplicaSet never replaces pods whose template changed, so Krane would
-  // have to run that rollout itself; the Deployment controller already does, keeps a revision
-  // history, and its status (observedGeneration, updated / available replicas) says when a
-  // rollout converged.
+  // probes, command) must replace running pods step by step, within the topology's rolling
+  // update spec (default surge 1, unavailable 0, as on the process runtime). A ReplicaSet never
+  // replaces pods whose template changed, so Krane would have to run that rollout itself; the
+  // Deployment controller already does, keeps a revision history, and its status
+  // (observedGeneration, updated / available replicas) says when a rollout converged.
+  const auto& update = t.rolling_update();
+  auto intOrPercent = [](const cluster::v1::IntOrPercent& v) -> json {
+    return v.percent() ? json(strCat(v.value(), "%")) : json(v.value());
+  };
   json deployment_spec = {
       {"selector", {{"matchLabels", selector}}},
       {"strategy",
-       {{"type", "RollingUpdate"}, {"rollingUpdate", {{"maxSurge", 1}, {"maxUnavailable", 0}}}}},
+       {{"type", "RollingUpdate"},
+        {"rollingUpdate",
+         {{"maxSurge", update.has_max_surge() ? intOrPercent(update.max_surge()) : json(1)},
+          {"maxUnavailable",
+           update.has_max_unavailable() ? intOrPercent(update.max_unavailable()) : json(0)}}}}},
       {"revisionHistoryLimit", 3},
       {"template", {{"metadata", {{"labels", *labels}}}, {"spec", pod_spec}}},
   };
+  if (update.min_ready_seconds() > 0)
+    deployment_spec["minReadySeconds"] = update.min_ready_seconds();
+  if (update.progress_deadline_seconds() > 0) {
+    deployment_spec["progressDeadlineSeconds"] = update.progress_deadline_seconds();
+  }
   if (!autoscaled) {
     uint32_t replicas = t.replicas();
     if (bounded) replicas = std::clamp(replicas, min_replicas, as.max_replicas());

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "common/strings.h"
+#include "controlplane/strategy/rolling.h"
 
 namespace krane::deployment {
 namespace {
@@ -59,6 +60,7 @@ const std::vector<std::pair<std::string, std::string>> kNotOnProcessRuntime = {
     {"labels", "labels select objects in a cluster; processes have none"},
     {"autoscaling", "no metrics pipeline on one machine: replicas are clamped into min..max"},
 };
+// rolling_update reaches the workload: surge, unavailable and min_ready shape its roll.
 
 std::string workloadId(const std::string& deployment_id) {
   return strCat("deployment/", deployment_id);
@@ -87,6 +89,17 @@ absl::StatusOr<runtime::WorkloadSpec> toWorkload(const cluster::v1::DeploymentTo
   }
   if (t.desired_status() == cluster::v1::DESIRED_STATUS_STOPPED) replicas = 0;
   w.replicas = static_cast<int>(replicas);
+  // The roll: the topology's spec, resolved for its replicas (percentages as Kubernetes does).
+  if (t.has_rolling_update()) {
+    if (auto st = strategy::checkRollingUpdate(t.rolling_update(), "rolling_update."); !st.ok()) {
+      return st;
+    }
+  }
+  const strategy::ResolvedSpec roll =
+      strategy::resolve(strategy::specOf(t.rolling_update()), replicas);
+  w.max_surge = static_cast<int>(roll.max_surge);
+  w.max_unavailable = static_cast<int>(roll.max_unavailable);
+  w.min_ready = std::chrono::seconds(t.rolling_update().min_ready_seconds());
   w.liveness = probe(t.healthcheck().liveness());
   w.readiness = probe(t.healthcheck().readiness());
   auto sig = signalNumber(t.shutdown_signal());

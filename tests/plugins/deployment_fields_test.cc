@@ -59,7 +59,11 @@ void setDistinct(Message& m, const FieldDescriptor* field) {
       r->SetString(&m, field, field->name() == "shutdown_signal" ? "SIGINT" : text);
       return;
     case FieldDescriptor::CPPTYPE_UINT32:
-      r->SetUInt32(&m, field, 7);
+      // A progress deadline must be above min_ready_seconds (7).
+      r->SetUInt32(&m, field, field->name() == "progress_deadline_seconds" ? 600 : 7);
+      return;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      r->SetBool(&m, field, true);
       return;
     case FieldDescriptor::CPPTYPE_ENUM:
       r->SetEnumValue(&m, field,

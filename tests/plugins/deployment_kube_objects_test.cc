@@ -110,6 +110,25 @@ TEST_CASE("kinds names and labels", "[deployment-kube-objects]") {
   CHECK(d["spec"]["selector"]["matchLabels"] == json({{"krane.dev/deployment.id", "dep_42"}}));
   CHECK(d["spec"]["template"]["metadata"]["labels"] == d["metadata"]["labels"]);
   CHECK(d["spec"]["strategy"]["rollingUpdate"] == json({{"maxSurge", 1}, {"maxUnavailable", 0}}));
+  CHECK_FALSE(d["spec"].contains("minReadySeconds"));
+}
+
+TEST_CASE("the rolling update spec reaches the deployment's strategy",
+          "[deployment-kube-objects]") {
+  auto t = topology();
+  auto* u = t.mutable_rolling_update();
+  u->mutable_max_surge()->set_value(25);
+  u->mutable_max_surge()->set_percent(true);
+  u->mutable_max_unavailable()->set_value(1);
+  u->set_min_ready_seconds(10);
+  u->set_progress_deadline_seconds(300);
+  auto objects = kubeObjects(t, "dep_42");
+  REQUIRE_THAT(objects, IsOk());
+  const json& d = *find(*objects, "Deployment");
+  CHECK(d["spec"]["strategy"]["rollingUpdate"] ==
+        json({{"maxSurge", "25%"}, {"maxUnavailable", 1}}));
+  CHECK(d["spec"]["minReadySeconds"] == 10);
+  CHECK(d["spec"]["progressDeadlineSeconds"] == 300);
 }
 
 TEST_CASE("the container carries every setting", "[deployment-kube-objects]") {
@@ -267,6 +286,20 @@ TEST_CASE("refusals name the field", "[deployment-kube-objects]") {
   t = topology();
   t.set_shutdown_signal("SIGSTOP");
   CHECK_THAT(refusal(t), Catch::Contains("shutdown_signal: \"SIGSTOP\" is not one of"));
+  t = topology();
+  t.mutable_rolling_update()->mutable_max_surge()->set_value(0);
+  t.mutable_rolling_update()->mutable_max_unavailable()->set_value(0);
+  CHECK_THAT(refusal(t), Catch::Contains("rolling_update.max_surge, rolling_update.max_unavailable:"
+                                         " at least one must be positive"));
+  t = topology();
+  t.mutable_rolling_update()->mutable_max_unavailable()->set_value(150);
+  t.mutable_rolling_update()->mutable_max_unavailable()->set_percent(true);
+  CHECK_THAT(refusal(t), Catch::Contains("rolling_update.max_unavailable: at most 100%, got 150%"));
+  t = topology();
+  t.mutable_rolling_update()->set_min_ready_seconds(30);
+  t.mutable_rolling_update()->set_progress_deadline_seconds(20);
+  CHECK_THAT(refusal(t),
+             Catch::Contains("rolling_update.progress_deadline_seconds: must be above"));
 }
 
 json pod(const std::string& name, const std::string& phase, const json& container_status,

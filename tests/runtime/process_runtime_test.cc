@@ -264,6 +264,59 @@ TEST_CASE_METHOD(ProcessRuntimeTest,
   runtime_->shutdown(/*stop_instances=*/true);
 }
 
+// The roll follows the spec: surge 0 never runs more than the replicas (the default surge 1
+// would), unavailable 2 lets it drain two at a time but never more.
+TEST_CASE_METHOD(ProcessRuntimeTest, "a roll follows the spec's surge and unavailable",
+                 "[process-runtime]") {
+  auto o = options(22600);
+  std::mutex mutex;
+  int min_ready = 1000;
+  size_t max_live = 0;
+  bool rolling = false;
+  o.on_change = [&](const WorkloadStatus& s) {
+    std::lock_guard lock(mutex);
+    if (!rolling) return;
+    min_ready = std::min(min_ready, s.ready);
+    size_t live = 0;
+    for (const auto& i : s.instances) live += i.phase != InstancePhase::kTerminating ? 1 : 0;
+    max_live = std::max(max_live, live);
+  };
+  start(o);
+  auto v1 = demo("api", 4, "v1");
+  v1.max_surge = 0;
+  v1.max_unavailable = 2;
+  v1.min_ready = std::chrono::milliseconds(200);
+  REQUIRE_THAT(runtime_->apply(v1), IsOk());
+  REQUIRE(eventually([&] { return converged("api"); }));
+  const auto old = *runtime_->status("api");
+  {
+    std::lock_guard lock(mutex);
+    rolling = true;
+  }
+  auto v2 = demo("api", 4, "v2");
+  v2.max_surge = 0;
+  v2.max_unavailable = 2;
+  v2.min_ready = std::chrono::milliseconds(200);
+  REQUIRE_THAT(runtime_->apply(v2), IsOk());
+  REQUIRE(eventually([&] {
+    const auto s = runtime_->status("api");
+    return s->converged && s->revision != old.revision && s->instances.size() == 4;
+  }));
+  {
+    std::lock_guard lock(mutex);
+    rolling = false;
+    INFO("surge 0: never above 4");
+    CHECK(max_live <= 4u);
+    INFO("unavailable 2: never below 2 ready");
+    CHECK(min_ready >= 2);
+  }
+  INFO("surge and unavailable shape the roll, not the instances: same revision");
+  auto v2_wider = v2;
+  v2_wider.max_surge = 3;
+  CHECK(revisionOf(v2_wider) == revisionOf(v2));
+  runtime_->shutdown(/*stop_instances=*/true);
+}
+
 TEST_CASE_METHOD(ProcessRuntimeTest, "scaling starts and stops instances without a rollout",
                  "[process-runtime]") {
   start(options(22600));

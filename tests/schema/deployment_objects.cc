@@ -52,6 +52,13 @@ std::vector<GeneratedObject> deploymentObjects() {
   custom.mutable_healthcheck()->mutable_liveness()->set_port(9090);
   (*custom.mutable_labels())["team"] = "web";
   variants.emplace_back("command, signal, probe port, labels", custom);
+  auto rolling = base();
+  rolling.mutable_rolling_update()->mutable_max_surge()->set_value(25);
+  rolling.mutable_rolling_update()->mutable_max_surge()->set_percent(true);
+  rolling.mutable_rolling_update()->mutable_max_unavailable()->set_value(1);
+  rolling.mutable_rolling_update()->set_min_ready_seconds(10);
+  rolling.mutable_rolling_update()->set_progress_deadline_seconds(300);
+  variants.emplace_back("rolling update spec", rolling);
   auto stopped = base();
   stopped.set_desired_status(cluster::v1::DESIRED_STATUS_STOPPED);
   variants.emplace_back("stopped", stopped);

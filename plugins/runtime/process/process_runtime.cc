@@ -19,6 +19,7 @@
 
 #include "common/files.h"
 #include "common/strings.h"
+#include "controlplane/strategy/rolling.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -85,7 +86,10 @@ json specJson(const WorkloadSpec& s) {
           {"liveness", probeJson(s.liveness)},
           {"readiness", probeJson(s.readiness)},
           {"shutdown_signal", s.shutdown_signal},
-          {"grace_ms", s.grace.count()}};
+          {"grace_ms", s.grace.count()},
+          {"max_surge", s.max_surge},
+          {"max_unavailable", s.max_unavailable},
+          {"min_ready_ms", s.min_ready.count()}};
 }
 
 WorkloadSpec specFrom(const json& j) {
@@ -100,6 +104,9 @@ WorkloadSpec specFrom(const json& j) {
   s.readiness = probeFrom(j.value("readiness", json::object()));
   s.shutdown_signal = j.value("shutdown_signal", SIGTERM);
   s.grace = std::chrono::milliseconds(j.value("grace_ms", 10000));
+  s.max_surge = j.value("max_surge", 1);
+  s.max_unavailable = j.value("max_unavailable", 0);
+  s.min_ready = std::chrono::milliseconds(j.value("min_ready_ms", 0));
   return s;
 }
 
@@ -195,8 +202,9 @@ std::string toJson(const WorkloadSpec& spec) { return specJson(spec).dump(); }
 
 std::string revisionOf(const WorkloadSpec& spec) {
   json j = specJson(spec);
-  j.erase("replicas");
-  j.erase("id");
+  for (const char* how : {"replicas", "id", "max_surge", "max_unavailable", "min_ready_ms"}) {
+    j.erase(how);
+  }
   return hex(fnv1a(j.dump()), 16);
 }
 
@@ -228,6 +236,7 @@ struct ProcessRuntime::Instance {
   bool adopted = false;
   InstancePhase phase = InstancePhase::kPending;
   bool ready = false;
+  Clock::time_point ready_since{};  // when `ready` last became true
   int restarts = 0;
   std::deque<Clock::time_point> restart_times;
   Backoff backoff;
@@ -755,61 +764,73 @@ void ProcessRuntime::superviseLocked(Workload& w, Clock::time_point now) {
     ++it;
   }
 
-  // 2. Replicas and rollout: surge 1, unavailable 0. Not while everything is being stopped.
+  // 2. Replicas and rollout, within the spec's surge and unavailable. Not while everything is
+  // being stopped.
   if (draining_) return;
   const int n = w.spec.replicas;
   std::vector<Instance*> current;
   std::vector<Instance*> old;
-  int ready = 0;
   for (auto& i : w.instances) {
     if (i->terminating) continue;
     (i->revision == w.revision ? current : old).push_back(i.get());
-    if (i->ready) ++ready;
   }
   const auto stop = [&](Instance* i, const char* why) {
     stopLocked(*i, w.spec.shutdown_signal, w.spec.grace, why);
   };
-  if (old.empty()) {
-    // Scaling: all at once. Extra instances go newest first.
-    for (int k = static_cast<int>(current.size()); k < n; ++k) {
-      w.instances.push_back(newInstanceLocked(w));
-      if (auto st = launchLocked(w, *w.instances.back()); !st.ok()) {
-        w.instances.back()->phase = InstancePhase::kFailed;
-        w.instances.back()->reason = std::string(toStd(st.message()));
-        w.instances.back()->restart_at = now + w.instances.back()->backoff.next();
-      }
-    }
-    for (int k = static_cast<int>(current.size()); k > n; --k) stop(current[k - 1], "scaled down");
-    return;
-  }
-  // Rolling replacement. An old instance that is not ready holds nothing up: stop it first.
-  const int alive = static_cast<int>(current.size() + old.size());
-  if (ready > n ||
-      (alive > n && std::any_of(old.begin(), old.end(), [](Instance* i) { return !i->ready; }))) {
-    auto victim = std::find_if(old.begin(), old.end(), [](Instance* i) { return !i->ready; });
-    stop(victim != old.end() ? *victim : old.front(), "replaced by a new revision");
-    return;
-  }
-  if (static_cast<int>(current.size()) < n && alive < n + 1) {
+  const auto launch = [&] {
     w.instances.push_back(newInstanceLocked(w));
     if (auto st = launchLocked(w, *w.instances.back()); !st.ok()) {
       w.instances.back()->phase = InstancePhase::kFailed;
       w.instances.back()->reason = std::string(toStd(st.message()));
       w.instances.back()->restart_at = now + w.instances.back()->backoff.next();
     }
+  };
+  if (old.empty()) {
+    // Scaling: all at once. Extra instances go newest first.
+    for (int k = static_cast<int>(current.size()); k < n; ++k) launch();
+    for (int k = static_cast<int>(current.size()); k > n; --k) stop(current[k - 1], "scaled down");
+    return;
   }
-  // Otherwise wait: new instances are not ready yet (a new revision that never gets ready
-  // stalls the rollout while the old instances keep serving).
+  // Rolling replacement: one cycle of the rolling-update evaluator (seed 002). A new instance
+  // counts once ready for min_ready; one that failed restarts by itself and holds its place
+  // (unhealthy), so the roll never starts more instances than the surge allows. A new revision
+  // that never gets ready stalls the roll while the old instances keep serving.
+  std::vector<strategy::Instance> view;
+  for (const Instance* i : old) {
+    view.push_back(
+        {i->name, false,
+         i->ready ? strategy::InstanceState::kHealthy : strategy::InstanceState::kUnhealthy});
+  }
+  for (const Instance* i : current) {
+    strategy::InstanceState state = strategy::InstanceState::kProvisioning;
+    if (i->phase == InstancePhase::kFailed) {
+      state = strategy::InstanceState::kUnhealthy;
+    } else if (i->ready && now - i->ready_since >= w.spec.min_ready) {
+      state = strategy::InstanceState::kHealthy;
+    }
+    view.push_back({i->name, true, state});
+  }
+  const strategy::ResolvedSpec spec{static_cast<uint32_t>(std::max(0, w.spec.max_surge)),
+                                    static_cast<uint32_t>(std::max(0, w.spec.max_unavailable))};
+  const strategy::Evaluation e = strategy::evaluate(view, static_cast<uint32_t>(n), spec);
+  for (const auto& name : e.drain_ids) {
+    auto victim =
+        std::find_if(old.begin(), old.end(), [&](Instance* i) { return i->name == name; });
+    if (victim != old.end()) stop(*victim, "replaced by a new revision");
+  }
+  for (uint32_t k = 0; k < e.to_create; ++k) launch();
 }
 
 void ProcessRuntime::probeLocked(Workload& w, Instance& i, Clock::time_point now) {
   const auto& spec = w.spec;
+  const bool was_ready = i.ready;
   if (spec.readiness.path.empty()) {
     i.ready = true;
   } else if (now >= i.next_ready) {
     i.next_ready = now + spec.readiness.interval;
     i.ready = probeOk(i.port, spec.readiness);
   }
+  if (i.ready && !was_ready) i.ready_since = now;
   if (!spec.liveness.path.empty() && now >= i.next_live) {
     i.next_live = now + spec.liveness.interval;
     if (probeOk(i.port, spec.liveness)) {

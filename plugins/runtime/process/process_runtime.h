@@ -70,6 +70,12 @@ struct WorkloadSpec {
   HttpProbe readiness;
   int shutdown_signal = SIGTERM;
   std::chrono::milliseconds grace{10000};
+  // How a new revision replaces the instances of the previous one (controlplane/strategy):
+  // instances above and below `replicas` during the roll, and how long a new instance must be
+  // ready before it counts. They shape the roll, not the instances: not part of the revision.
+  int max_surge = 1;
+  int max_unavailable = 0;
+  std::chrono::milliseconds min_ready{0};
 };
 
 // A hash of everything that shapes an instance (not the replica count).

@@ -245,6 +245,10 @@ TableCase deploymentTopologyCase() {
     t->mutable_healthcheck()->mutable_liveness()->set_path("/healthz");
     t->mutable_healthcheck()->mutable_liveness()->set_success_threshold(1);
     t->mutable_healthcheck()->mutable_readiness()->set_path("/ready?full=1");
+    t->mutable_rolling_update()->mutable_max_surge()->set_value(25);
+    t->mutable_rolling_update()->mutable_max_surge()->set_percent(true);
+    t->mutable_rolling_update()->mutable_max_unavailable()->set_value(1);
+    t->mutable_rolling_update()->set_min_ready_seconds(5);
     t->mutable_autoscaling()->set_min_replicas(2);
     t->mutable_autoscaling()->set_max_replicas(9);
     t->mutable_autoscaling()->set_target_cpu_percent(75);
@@ -304,6 +308,17 @@ TableCase deploymentTopologyCase() {
        "deployment_topology.port: must be between 1 and 65535"},
       {[=](Resource& r) { t(r)->set_replicas(1001); },
        "deployment_topology.replicas: must be at most 1000"},
+      {[=](Resource& r) {
+         t(r)->mutable_rolling_update()->mutable_max_surge()->set_value(0);
+         t(r)->mutable_rolling_update()->mutable_max_unavailable()->set_value(0);
+       },
+       "deployment_topology.rolling_update.max_surge, deployment_topology.rolling_update."
+       "max_unavailable: at least one must be positive"},
+      {[=](Resource& r) {
+         t(r)->mutable_rolling_update()->mutable_max_surge()->set_value(101);
+         t(r)->mutable_rolling_update()->mutable_max_surge()->set_percent(true);
+       },
+       "deployment_topology.rolling_update.max_surge: at most 100%, got 101%"},
       {[=](Resource& r) { t(r)->set_cpu_millicores(0); },
        "deployment_topology.cpu_millicores: must be between 1 and 64000"},
       {[=](Resource& r) { t(r)->set_memory_mib(1024 * 1024 + 1); },
