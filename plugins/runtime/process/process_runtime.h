@@ -22,9 +22,12 @@
 // grace period.
 //
 // ROLLING REPLACEMENT. When a spec changes (its revision, a hash of everything that shapes an
-// instance), instances are replaced one at a time with one extra instance at most and none
-// unavailable: a new one is started, and an old one is stopped only once the number of ready
-// instances exceeds the replicas. Scaling alone starts or stops instances without a rollout.
+// instance), instances are replaced by the rolling-update evaluator (controlplane/strategy), one
+// cycle per tick: never more than replicas + max_surge instances, never fewer than replicas -
+// max_unavailable ready ones (default surge 1, unavailable 0), a new instance counted once it
+// has been ready for min_ready, and the last old one kept until a new one is (unless the spec
+// allows every instance to be unavailable). Scaling alone starts or stops instances without a
+// rollout.
 //
 // RESTARTS OF THE AGENT. Instances run in their own session and outlive the agent, so that an
 // agent restart does not take the workloads down. Specs are stored under <state_dir>/workloads/.
