@@ -105,7 +105,8 @@ TEST_CASE("invalid reports are not retried forever", "[reporter]") {
   reporter.report(status("b", "fine"));
   REQUIRE(eventually([&] { return storedMessage(cp, "b") == "fine"; }));
   REQUIRE(eventually([&] { return reporter.stats().rejected == 1; }));
-  CHECK(reporter.stats().pending == 0u);
+  // The stored report leaves the queue once its answer is handled, just after the row is visible.
+  CHECK(eventually([&] { return reporter.stats().pending == 0u; }));
   reporter.stop();
 }
 
