@@ -174,6 +174,7 @@ absl::Status Server::startWorkflow() {
   environment.cilium_policy = config_.deploy.cilium_policy;
   services::routing::RoutingOptions routing;
   routing.previous_stop_delay = config_.deploy.previous_stop_delay;
+  routing.writer = writer_;
   for (auto& service : services::deploy::deployServices(
            {pool_, writer_, std::make_shared<services::builder::PrebuiltBuilder>(),
             std::make_shared<services::builder::CommandBuilder>(builds), environment},
