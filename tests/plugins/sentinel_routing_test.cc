@@ -4,6 +4,7 @@
 // instances of the sentinel's live deployment. Requests through the sentinel follow promote and
 // rollback (a new live_deployment_id on the sentinel resource) within seconds, with no failed
 // request while a steady stream runs, and without restarting the proxy.
+#include <httplib.h>
 #include <signal.h>
 #include <stdlib.h>
 
@@ -14,7 +15,6 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
-#include <httplib.h>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
@@ -94,26 +94,25 @@ class SentinelRoutingTest {
     char pattern[] = "/tmp/krane-sr-XXXXXX";
     dir_ = ::mkdtemp(pattern);
     const std::string demo_app = runfile("tests/support/demo_app/krane-demo-app");
-    deployments_ = load("plugins/deployment/libdeployment.so",
-                        nlohmann::json{{"runtime", "process"},
-                                       {"process",
-                                        {{"state_dir", dir_ + "/deployments"},
-                                         {"ports", {{"from", 26300}, {"to", 26349}}},
-                                         {"images",
-                                          {{"krane.dev/demo-app",
-                                            {demo_app, "--version", "{tag}"}}}}}}});
-    sentinels_ = load(
-        "plugins/sentinel/libsentinel.so",
-        nlohmann::json{
-            {"runtime", "process"},
-            {"process",
-             {{"state_dir", dir_ + "/sentinels"},
-              {"ports", {{"from", 26350}, {"to", 26399}}},
-              {"routes", {{"deployment_state_dir", dir_ + "/deployments"}, {"poll_ms", 50}}},
-              {"images",
-               {{"krane.dev/sentinel",
-                 {runfile("plugins/sentinel/krane-sentinel"), "--version", "{tag}", "--host",
-                  "127.0.0.1", "--poll-ms", "50"}}}}}}});
+    deployments_ = load(
+        "plugins/deployment/libdeployment.so",
+        nlohmann::json{{"runtime", "process"},
+                       {"process",
+                        {{"state_dir", dir_ + "/deployments"},
+                         {"ports", {{"from", 26300}, {"to", 26349}}},
+                         {"images", {{"krane.dev/demo-app", {demo_app, "--version", "{tag}"}}}}}}});
+    sentinels_ =
+        load("plugins/sentinel/libsentinel.so",
+             nlohmann::json{
+                 {"runtime", "process"},
+                 {"process",
+                  {{"state_dir", dir_ + "/sentinels"},
+                   {"ports", {{"from", 26350}, {"to", 26399}}},
+                   {"routes", {{"deployment_state_dir", dir_ + "/deployments"}, {"poll_ms", 50}}},
+                   {"images",
+                    {{"krane.dev/sentinel",
+                      {runfile("plugins/sentinel/krane-sentinel"), "--version", "{tag}", "--host",
+                       "127.0.0.1", "--poll-ms", "50"}}}}}}});
   }
 
   ~SentinelRoutingTest() {
@@ -274,6 +273,25 @@ TEST_CASE_METHOD(SentinelRoutingTest,
         return a.status == 200 && a.body.find(" v3 ") != std::string::npos;
       },
       30s));
+}
+
+TEST_CASE("the routes keys are checked, naming the key", "[sentinel-routing]") {
+  const auto refused = [](const nlohmann::json& routes) {
+    agent::HostCallbacks callbacks;
+    callbacks.report_status = [](const plugin::v1::StatusReport&) {};
+    auto loaded = agent::loadPlugin(
+        runfile("plugins/sentinel/libsentinel.so"),
+        nlohmann::json{{"runtime", "process"},
+                       {"process", {{"state_dir", "/tmp/krane-sr-unused"}, {"routes", routes}}}}
+            .dump(),
+        callbacks);
+    return loaded.ok() ? std::string("accepted") : std::string(toStd(loaded.status().message()));
+  };
+  CHECK_THAT(refused({{"pol_ms", 5}}),
+             Catch::Contains("sentinel plugin config: process.routes.pol_ms: unknown key"));
+  CHECK_THAT(refused({{"poll_ms", 1}}), Catch::Contains("process.routes.poll_ms: must be"));
+  CHECK_THAT(refused({{"deployment_state_dir", 3}}),
+             Catch::Contains("process.routes.deployment_state_dir: must be a directory path"));
 }
 
 }  // namespace
