@@ -172,9 +172,8 @@ absl::Status Server::startWorkflow() {
   environment.sentinel_cpu_millicores = config_.deploy.sentinel_cpu_millicores;
   environment.sentinel_memory_mib = config_.deploy.sentinel_memory_mib;
   environment.cilium_policy = config_.deploy.cilium_policy;
-  services::routing::RoutingOptions routing;
+  services::routing::RoutingOptions routing{.writer = writer_};
   routing.previous_stop_delay = config_.deploy.previous_stop_delay;
-  routing.writer = writer_;
   for (auto& service : services::deploy::deployServices(
            {pool_, writer_, std::make_shared<services::builder::PrebuiltBuilder>(),
             std::make_shared<services::builder::CommandBuilder>(builds), environment},

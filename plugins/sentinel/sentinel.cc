@@ -136,10 +136,6 @@ json probeJson(const cluster::v1::HttpProbe& p) {
   return probe;
 }
 
-}  // namespace
-
-namespace {
-
 absl::Status badKey(const std::string& at, std::string_view what) {
   return absl::InvalidArgumentError(strCat(at, ": ", what));
 }
