@@ -3,6 +3,7 @@
 // the demo app (v1 and v2) and whose sentinel plugin runs krane-sentinel, the routing proxy.
 // Requests through the sentinel see the version change with each switch, and none fails while a
 // steady stream of them runs.
+#include <httplib.h>
 #include <signal.h>
 
 #include <atomic>
@@ -12,7 +13,6 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
-#include <httplib.h>
 
 #include "common/strings.h"
 #include "controlplane/services/routing/routing.h"
@@ -111,30 +111,30 @@ class SentinelE2eTest {
 
   std::string agentConfig(int grpc_port) const {
     const std::string state = dir_ + "/state";
-    return strCat("region: eu-1\nstate_dir: ", state,
-                  "\nreconnect_min_ms: 50\nreconnect_max_ms: 200\n"
-                  "control_plane:\n  address: 127.0.0.1:",
-                  grpc_port,
-                  "\nreporter:\n  heartbeat_interval_ms: 200\n"
-                  "plugins:\n"
-                  "  - name: deployment\n    path: ",
-                  runfile("plugins/deployment/libdeployment.so"),
-                  "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
-                  "/deployments\n        ports: {from: 25300, to: 25349}\n"
-                  "        stop_instances_on_shutdown: true\n"
-                  "        images:\n          krane.dev/demo-app: [",
-                  runfile("tests/support/demo_app/krane-demo-app"),
-                  ", --version, \"{tag}\"]\n"
-                  "  - name: sentinel\n    path: ",
-                  runfile("plugins/sentinel/libsentinel.so"),
-                  "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
-                  "/sentinels\n        ports: {from: 25350, to: 25399}\n"
-                  "        stop_instances_on_shutdown: true\n"
-                  "        routes: {deployment_state_dir: ",
-                  state, "/deployments, poll_ms: 50}\n",
-                  "        images:\n          krane.dev/sentinel: [",
-                  runfile("plugins/sentinel/krane-sentinel"),
-                  ", --version, \"{tag}\", --host, 127.0.0.1, --poll-ms, \"50\"]\n");
+    return strCat(
+        "region: eu-1\nstate_dir: ", state,
+        "\nreconnect_min_ms: 50\nreconnect_max_ms: 200\n"
+        "control_plane:\n  address: 127.0.0.1:",
+        grpc_port,
+        "\nreporter:\n  heartbeat_interval_ms: 200\n"
+        "plugins:\n"
+        "  - name: deployment\n    path: ",
+        runfile("plugins/deployment/libdeployment.so"),
+        "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
+        "/deployments\n        ports: {from: 25300, to: 25349}\n"
+        "        stop_instances_on_shutdown: true\n"
+        "        images:\n          krane.dev/demo-app: [",
+        runfile("tests/support/demo_app/krane-demo-app"),
+        ", --version, \"{tag}\"]\n"
+        "  - name: sentinel\n    path: ",
+        runfile("plugins/sentinel/libsentinel.so"),
+        "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
+        "/sentinels\n        ports: {from: 25350, to: 25399}\n"
+        "        stop_instances_on_shutdown: true\n"
+        "        routes: {deployment_state_dir: ",
+        state, "/deployments, poll_ms: 50}\n", "        images:\n          krane.dev/sentinel: [",
+        runfile("plugins/sentinel/krane-sentinel"),
+        ", --version, \"{tag}\", --host, 127.0.0.1, --poll-ms, \"50\"]\n");
   }
 
   // The sentinel's address, from what its runtime publishes about its instances.

@@ -1,8 +1,6 @@
 // RoutesPublisher without processes: routes follow the live deployment's published endpoints,
 // a switch waits for the new deployment's first ready instance, no live deployment means empty
 // routes, a new publisher carries on from the files an earlier one left, forget removes them.
-#include "plugins/sentinel/routes_publisher.h"
-
 #include <stdlib.h>
 
 #include <filesystem>
@@ -12,6 +10,7 @@
 #include "common/files.h"
 #include "nlohmann/json.hpp"
 #include "plugins/runtime/process/process_runtime.h"
+#include "plugins/sentinel/routes_publisher.h"
 #include "tests/support/matchers.h"
 
 namespace krane::sentinel {
@@ -35,9 +34,10 @@ class PublisherTest {
 
   void publish(const std::string& deployment, const std::vector<std::string>& endpoints) {
     const std::string workload = "deployment/" + deployment;
-    REQUIRE_THAT(replaceFile(runtime::endpointsFile(options_.deployment_state_dir, workload),
-                             nlohmann::json{{"workload", workload}, {"endpoints", endpoints}}.dump()),
-                 IsOk());
+    REQUIRE_THAT(
+        replaceFile(runtime::endpointsFile(options_.deployment_state_dir, workload),
+                    nlohmann::json{{"workload", workload}, {"endpoints", endpoints}}.dump()),
+        IsOk());
   }
 
   Routes routes(const RoutesPublisher& p, const std::string& sentinel) {

@@ -2,7 +2,8 @@
 // entry point of the sentinel image on Kubernetes. See docs/sentinels.md.
 //
 //   krane-sentinel [--routes-file PATH] [--port N] [--host ADDR]
-//                  [--liveness-path P] [--readiness-path P] [--version V]
+//                  [--liveness-path P] [--readiness-path P] [--poll-ms N] [--threads N]
+//                  [--version V]
 //
 // Defaults come from the environment the agent's sentinel plugin sets: KRANE_ROUTES_FILE, PORT
 // (else 8040), KRANE_LIVENESS_PATH, KRANE_READINESS_PATH. SIGTERM or SIGINT stop it after the
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
   app.add_option("--poll-ms", poll_ms, "How often the routes file is checked")
       ->capture_default_str()
       ->check(CLI::Range(10, 60000));
+  app.add_option("--threads", options.threads, "Requests served at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--version", version, "Version label, for logs (the image tag)");
   CLI11_PARSE(app, argc, argv);
   options.poll = std::chrono::milliseconds(poll_ms);

@@ -67,6 +67,8 @@ absl::Status RoutingProxy::start() {
   const auto handler = [this](const httplib::Request& req, httplib::Response& res) {
     handle(req, res);
   };
+  const size_t threads = static_cast<size_t>(std::max(options_.threads, 1));
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->Get(".*", handler);
   server_->Post(".*", handler);
   server_->Put(".*", handler);

@@ -53,6 +53,8 @@ struct ProxyOptions {
   std::chrono::milliseconds poll{100};
   std::chrono::milliseconds connect_timeout{2000};
   std::chrono::milliseconds upstream_timeout{60000};
+  // Requests served at once (each holds a thread while its upstream answers); more wait.
+  int threads = 64;
 };
 
 class RoutingProxy {
