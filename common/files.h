@@ -1,5 +1,6 @@
 // Reading a whole file, with an error that names what the file is for; writing files and
-// directories that only their owner may read (an agent's state: credentials, sockets).
+// directories that only their owner may read (an agent's state: credentials, sockets);
+// replacing a file atomically for readers in other processes.
 #pragma once
 
 #include <fcntl.h>
@@ -58,6 +59,25 @@ inline absl::Status writePrivateFile(const std::string& path, std::string_view c
   ok = (::close(fd) == 0) && ok;
   if (!ok) {
     return absl::UnavailableError(strCat("cannot write ", path, ": ", std::strerror(saved)));
+  }
+  return absl::OkStatus();
+}
+
+// Replaces `path` with `contents` in one step (a temporary file next to it, then rename), so a
+// reader sees either the old or the new contents, never a part. UNAVAILABLE naming the file.
+inline absl::Status replaceFile(const std::string& path, std::string_view contents) {
+  const std::string tmp = strCat(path, ".tmp.", ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << contents;
+    out.flush();
+    if (!out) return absl::UnavailableError(strCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    return absl::UnavailableError(strCat("cannot replace ", path, ": ", ec.message()));
   }
   return absl::OkStatus();
 }

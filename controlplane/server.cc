@@ -174,7 +174,7 @@ absl::Status Server::startWorkflow() {
   environment.sentinel_cpu_millicores = config_.deploy.sentinel_cpu_millicores;
   environment.sentinel_memory_mib = config_.deploy.sentinel_memory_mib;
   environment.cilium_policy = config_.deploy.cilium_policy;
-  services::routing::RoutingOptions routing;
+  services::routing::RoutingOptions routing{.writer = writer_};
   routing.previous_stop_delay = config_.deploy.previous_stop_delay;
   services::sentinel::SentinelOptions sentinel;
   sentinel.deploy_timeout = config_.deploy.sentinel_timeout;

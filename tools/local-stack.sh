@@ -109,7 +109,7 @@ wait_for() {  # WHAT SECONDS COMMAND...
 
 for b in controlplane/krane-ctrl agent/krane agent/krane-plugin-host cli/kranectl \
          plugins/deployment/libdeployment.so plugins/sentinel/libsentinel.so \
-         tests/support/demo_app/krane-demo-app; do
+         plugins/sentinel/krane-sentinel tests/support/demo_app/krane-demo-app; do
   [ -e "$BIN/$b" ] || die "$BIN/$b is missing: build first (./dev up does)"
 done
 command -v mariadbd >/dev/null || [ -x /usr/sbin/mariadbd ] || die "mariadbd not found: run ./dev setup"
@@ -171,6 +171,7 @@ wait_for "krane-ctrl" 60 curl -fsS "http://127.0.0.1:$HTTP_PORT/readyz"
 
 # --- agents ------------------------------------------------------------------------------------
 DEMO_APP="$BIN/tests/support/demo_app/krane-demo-app"
+SENTINEL="$BIN/plugins/sentinel/krane-sentinel"
 port="$INSTANCE_PORT"
 for region in "${REGIONS[@]}"; do
   state="$LOCAL/agents/$region"
@@ -203,8 +204,10 @@ plugins:
         state_dir: $state/sentinels
         stop_instances_on_shutdown: true
         ports: {from: $((port + 100)), to: $((port + 199))}
+        # The routing proxy reads the addresses the deployment plugin publishes.
+        routes: {deployment_state_dir: $state/deployments}
         images:
-          krane.dev/sentinel: [$DEMO_APP, --version, "sentinel-{tag}"]
+          krane.dev/sentinel: [$SENTINEL, --version, "{tag}", --host, 127.0.0.1]
 YAML
   if [ -e "$BIN/plugins/cilium/libcilium.so" ]; then
     cat >>"$LOCAL/agent-$region.yaml" <<YAML

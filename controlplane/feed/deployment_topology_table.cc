@@ -180,6 +180,8 @@ absl::Status checkEnvName(std::string_view field, std::string_view name) {
   return absl::OkStatus();
 }
 
+}  // namespace
+
 absl::Status checkProbe(std::string_view field, const HttpProbe& p, bool liveness) {
   if (!p.path().empty()) {
     if (p.path().front() != '/') return invalid(strCat(field, ".path: must start with '/'"));
@@ -211,6 +213,8 @@ absl::Status checkProbe(std::string_view field, const HttpProbe& p, bool livenes
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 absl::Status validateTopology(const Resource& r) {
   if (!r.has_deployment_topology()) {

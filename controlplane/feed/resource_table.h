@@ -104,6 +104,8 @@ class ResourceTable {
 absl::Status checkId(std::string_view field, std::string_view value);
 absl::Status checkNotEmpty(std::string_view field, std::string_view value, size_t max_size);
 absl::Status checkMax(std::string_view field, uint64_t value, uint64_t max);
+// An HTTP probe of a deployment or a sentinel: a path starting with '/', bounded numbers.
+absl::Status checkProbe(std::string_view field, const cluster::v1::HttpProbe& probe, bool liveness);
 
 // The tables of the core, and the generic table for every other type.
 class ResourceTables {

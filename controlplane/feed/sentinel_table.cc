@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include <google/protobuf/util/json_util.h>
 #include <nlohmann/json.hpp>
 
 #include "common/status.h"
@@ -30,7 +31,8 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 
 constexpr std::string_view kColumns =
     "id, workspace_id, project_id, app_id, environment_id, region_id, image, desired_state,"
-    " replicas, cpu_millicores, memory_mib, config, version, deleted_at";
+    " replicas, cpu_millicores, memory_mib, config, live_deployment_id, healthcheck, version,"
+    " deleted_at";
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -90,7 +92,29 @@ absl::Status validateSentinel(const Resource& r) {
   if (!s.config_json().empty()) {
     KRANE_RETURN_IF_ERROR(checkJson("sentinel.config_json", s.config_json(), kMaxConfigBytes));
   }
+  if (!s.live_deployment_id().empty()) {
+    KRANE_RETURN_IF_ERROR(checkId("sentinel.live_deployment_id", s.live_deployment_id()));
+  }
+  if (s.has_healthcheck()) {
+    const auto& h = s.healthcheck();
+    KRANE_RETURN_IF_ERROR(checkProbe("sentinel.healthcheck.liveness", h.liveness(), true));
+    KRANE_RETURN_IF_ERROR(checkProbe("sentinel.healthcheck.readiness", h.readiness(), false));
+    if (!h.liveness().path().empty() && h.liveness().path() == h.readiness().path()) {
+      return invalid(strCat("sentinel.healthcheck.readiness.path: ", quote(h.readiness().path()),
+                            " is the liveness path; readiness needs its own endpoint"));
+    }
+  }
   return absl::OkStatus();
+}
+
+absl::StatusOr<db::Value> healthcheckJson(const Sentinel& s) {
+  if (!s.has_healthcheck()) return db::Value();
+  std::string out;
+  const auto status = google::protobuf::util::MessageToJsonString(s.healthcheck(), &out);
+  if (!status.ok()) {
+    return invalid(strCat("sentinel.healthcheck: cannot encode as JSON: ", status.ToString()));
+  }
+  return db::Value(std::move(out));
 }
 
 std::string_view desiredStateName(cluster::v1::SentinelDesiredState s) {
@@ -110,7 +134,7 @@ cluster::v1::SentinelDesiredState desiredStateOf(std::string_view name) {
   return cluster::v1::SENTINEL_DESIRED_STATE_RUNNING;
 }
 
-Resource fromRow(const db::Row& row) {
+absl::StatusOr<Resource> fromRow(const db::Row& row) {
   Resource r;
   r.set_type(std::string(kSentinel));
   r.set_id(row.str("id"));
@@ -129,6 +153,17 @@ Resource fromRow(const db::Row& row) {
   s->set_memory_mib(static_cast<uint32_t>(row.u64("memory_mib")));
   s->set_desired_state(desiredStateOf(row.str("desired_state")));
   if (!row.isNull("config")) s->set_config_json(row.str("config"));
+  if (!row.isNull("live_deployment_id")) s->set_live_deployment_id(row.str("live_deployment_id"));
+  if (!row.isNull("healthcheck")) {
+    google::protobuf::util::JsonParseOptions options;
+    options.ignore_unknown_fields = true;
+    const auto status = google::protobuf::util::JsonStringToMessage(
+        row.str("healthcheck"), s->mutable_healthcheck(), options);
+    if (!status.ok()) {
+      return absl::DataLossError(
+          strCat("sentinels row ", quote(r.id()), ": column healthcheck: ", status.ToString()));
+    }
+  }
   return r;
 }
 
@@ -146,23 +181,27 @@ class SentinelTable final : public SingleTypeTable {
                      int64_t now_ms) const override {
     if (!r.has_sentinel()) return validateSentinel(r);
     const Sentinel& s = r.sentinel();
+    KRANE_ASSIGN_OR_RETURN(db::Value healthcheck, healthcheckJson(s));
     return conn
         .exec(
             "INSERT INTO sentinels (id, workspace_id, project_id, app_id, environment_id,"
             " region_id, image, desired_state, replicas, cpu_millicores, memory_mib, config,"
-            " version, created_at, updated_at, deleted_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)"
+            " live_deployment_id, healthcheck, version, created_at, updated_at, deleted_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)"
             " ON DUPLICATE KEY UPDATE workspace_id = VALUES(workspace_id),"
             " project_id = VALUES(project_id), app_id = VALUES(app_id),"
             " environment_id = VALUES(environment_id), region_id = VALUES(region_id),"
             " image = VALUES(image), desired_state = VALUES(desired_state),"
             " replicas = VALUES(replicas), cpu_millicores = VALUES(cpu_millicores),"
             " memory_mib = VALUES(memory_mib), config = VALUES(config),"
+            " live_deployment_id = VALUES(live_deployment_id),"
+            " healthcheck = VALUES(healthcheck),"
             " version = VALUES(version), updated_at = VALUES(updated_at), deleted_at = NULL",
             {r.id(), s.workspace_id(), s.project_id(), s.app_id(), s.environment_id(), r.region(),
              s.image(), desiredStateName(s.desired_state()), s.replicas(), s.cpu_millicores(),
              s.memory_mib(), s.config_json().empty() ? db::Value() : db::Value(s.config_json()),
-             version, now_ms, now_ms})
+             s.live_deployment_id().empty() ? db::Value() : db::Value(s.live_deployment_id()),
+             healthcheck, version, now_ms, now_ms})
         .status();
   }
 };

@@ -42,8 +42,13 @@ absl::Status KubeSentinelPlugin::init(sdk::Host& host, std::string_view config_t
   };
   auto section_or = kube::kubernetesSection(config_text);
   if (!section_or.ok()) return prefixed(section_or.status());
-  auto connection = kube::connectionFromJson(*section_or, "kubernetes", {});
+  auto connection =
+      kube::connectionFromJson(*section_or, "kubernetes",
+                               {"node_selector", "tolerations", "secret_env", "env_from_secrets"});
   if (!connection.ok()) return prefixed(connection.status());
+  auto pod = podOptionsFromJson(*section_or, "kubernetes");
+  if (!pod.ok()) return prefixed(pod.status());
+  pod_ = *std::move(pod);
   auto client = kube::Client::create(connection->cluster, connection->options);
   if (!client.ok()) return prefixed(client.status());
   client_ = *std::move(client);
@@ -97,7 +102,7 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
                                                     ": ", object["kind"].get<std::string>()));
       }
     }
-    for (const json& object : sentinelObjects(s)) {
+    for (const json& object : sentinelObjects(s, pod_)) {
       auto applied = client_->apply(object);
       if (!applied.ok()) {
         return withContext(applied.status(),

@@ -16,7 +16,9 @@
 //   deleted behind Krane's back reports unhealthy with nothing available.
 //
 // Configuration: {"runtime": "kubernetes", "kubernetes": {connection keys of
-// plugins/runtime/kubernetes/plugin_config.h}}.
+// plugins/runtime/kubernetes/plugin_config.h, and the pod keys of sentinel.h podOptionsFromJson:
+// node_selector, tolerations (default: the sentinel node class and its NoSchedule taint),
+// secret_env, env_from_secrets (credentials, as Secret references only)}}.
 #pragma once
 
 #include <array>
@@ -29,6 +31,7 @@
 #include "plugins/runtime/kubernetes/client.h"
 #include "plugins/runtime/kubernetes/informer.h"
 #include "plugins/sdk/plugin.h"
+#include "plugins/sentinel/sentinel.h"
 
 namespace krane::sentinel {
 
@@ -59,6 +62,7 @@ class KubeSentinelPlugin final : public sdk::Plugin {
 
   sdk::Host* host_ = nullptr;
   std::unique_ptr<kube::Client> client_;
+  PodOptions pod_;
   std::unique_ptr<kube::Informer> deployments_;
   std::array<std::mutex, 16> environment_locks_;
 

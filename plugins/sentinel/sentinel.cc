@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/status.h"
 #include "common/strings.h"
 #include "plugins/runtime/kubernetes/names.h"
 
@@ -87,10 +88,191 @@ absl::Status validate(const cluster::v1::Sentinel& s) {
   if (!s.config_json().empty() && json::parse(s.config_json(), nullptr, false).is_discarded()) {
     return absl::InvalidArgumentError("sentinel.config_json: not valid JSON");
   }
+  const cluster::v1::Healthcheck probes = probesOf(s);
+  for (const auto* p : {&probes.liveness(), &probes.readiness()}) {
+    const char* which = p == &probes.liveness() ? "liveness" : "readiness";
+    if (p->path().front() != '/') {
+      return absl::InvalidArgumentError(
+          strCat("sentinel.healthcheck.", which, ".path: must start with '/'"));
+    }
+    if (p->port() > 65535) {
+      return absl::InvalidArgumentError(
+          strCat("sentinel.healthcheck.", which, ".port: must be at most 65535"));
+    }
+  }
+  if (probes.liveness().path() == probes.readiness().path()) {
+    return absl::InvalidArgumentError(
+        strCat("sentinel.healthcheck.readiness.path: \"", probes.readiness().path(),
+               "\" is the liveness path; readiness needs its own endpoint"));
+  }
   return absl::OkStatus();
 }
 
-std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s) {
+cluster::v1::Healthcheck probesOf(const cluster::v1::Sentinel& s) {
+  cluster::v1::Healthcheck h = s.healthcheck();
+  const auto fill = [](cluster::v1::HttpProbe* p, const char* path, uint32_t period,
+                       uint32_t failures) {
+    if (p->path().empty()) p->set_path(path);
+    if (p->port() == 0) p->set_port(kHttpPort);
+    if (p->period_seconds() == 0) p->set_period_seconds(period);
+    if (p->timeout_seconds() == 0) p->set_timeout_seconds(2);
+    if (p->failure_threshold() == 0) p->set_failure_threshold(failures);
+    if (p->success_threshold() == 0) p->set_success_threshold(1);
+  };
+  fill(h.mutable_liveness(), kLivenessPath, 10, 3);
+  fill(h.mutable_readiness(), kReadinessPath, 5, 2);
+  return h;
+}
+
+namespace {
+
+json probeJson(const cluster::v1::HttpProbe& p) {
+  json probe = {{"httpGet", {{"path", p.path()}, {"port", p.port()}}},
+                {"periodSeconds", p.period_seconds()},
+                {"timeoutSeconds", p.timeout_seconds()},
+                {"failureThreshold", p.failure_threshold()},
+                {"successThreshold", p.success_threshold()}};
+  if (p.initial_delay_seconds() > 0) probe["initialDelaySeconds"] = p.initial_delay_seconds();
+  return probe;
+}
+
+absl::Status badKey(const std::string& at, std::string_view what) {
+  return absl::InvalidArgumentError(strCat(at, ": ", what));
+}
+
+// A DNS-1123 subdomain (Secret names): lowercase alphanumerics, '-' and '.', at most 253.
+bool dnsSubdomain(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  const auto ok = [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) ||
+           std::isdigit(static_cast<unsigned char>(c));
+  };
+  if (!ok(name.front()) || !ok(name.back())) return false;
+  return std::all_of(name.begin(), name.end(),
+                     [&](char c) { return ok(c) || c == '-' || c == '.'; });
+}
+
+// An environment variable name Kubernetes accepts (C identifier-like, also '-' and '.').
+bool envName(const std::string& name) {
+  if (name.empty() || std::isdigit(static_cast<unsigned char>(name.front()))) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+absl::StatusOr<std::string> stringOf(const json& object, const std::string& key,
+                                     const std::string& at, bool required) {
+  if (!object.contains(key)) {
+    if (required) return badKey(strCat(at, ".", key), "required");
+    return std::string();
+  }
+  if (!object[key].is_string()) return badKey(strCat(at, ".", key), "must be a string");
+  return object[key].get<std::string>();
+}
+
+absl::Status onlyKeysOf(const json& object, const std::string& at,
+                        std::initializer_list<std::string_view> known) {
+  if (!object.is_object()) return badKey(at, "must be a mapping");
+  for (const auto& [key, _] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return badKey(strCat(at, ".", key), "unknown key");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PodOptions> podOptionsFromJson(const json& section, const std::string& path) {
+  PodOptions pod;
+  if (section.contains("node_selector")) {
+    const std::string at = strCat(path, ".node_selector");
+    const json& selector = section["node_selector"];
+    if (!selector.is_object()) return badKey(at, "must be a mapping of label key to value");
+    pod.node_selector.clear();
+    for (const auto& [key, value] : selector.items()) {
+      if (!kube::validLabelKey(key)) return badKey(strCat(at, ".", key), "not a label key");
+      if (!value.is_string() || !kube::validLabelValue(value.get<std::string>())) {
+        return badKey(strCat(at, ".", key), "must be a label value");
+      }
+      pod.node_selector[key] = value.get<std::string>();
+    }
+  }
+  if (section.contains("tolerations")) {
+    const std::string at = strCat(path, ".tolerations");
+    const json& list = section["tolerations"];
+    if (!list.is_array()) return badKey(at, "must be a list of tolerations");
+    pod.tolerations.clear();
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string item = strCat(at, "[", i, "]");
+      KRANE_RETURN_IF_ERROR(
+          onlyKeysOf(list[i], item, {"key", "operator", "value", "effect", "tolerationSeconds"}));
+      KRANE_ASSIGN_OR_RETURN(std::string key, stringOf(list[i], "key", item, false));
+      KRANE_ASSIGN_OR_RETURN(std::string op, stringOf(list[i], "operator", item, false));
+      KRANE_ASSIGN_OR_RETURN(std::string value, stringOf(list[i], "value", item, false));
+      KRANE_ASSIGN_OR_RETURN(std::string effect, stringOf(list[i], "effect", item, false));
+      if (!key.empty() && !kube::validLabelKey(key))
+        return badKey(item + ".key", "not a label key");
+      if (!op.empty() && op != "Equal" && op != "Exists") {
+        return badKey(item + ".operator", "Equal or Exists");
+      }
+      if (op == "Exists" && !value.empty()) {
+        return badKey(item + ".value", "must be empty with operator Exists");
+      }
+      if (!effect.empty() && effect != "NoSchedule" && effect != "PreferNoSchedule" &&
+          effect != "NoExecute") {
+        return badKey(item + ".effect", "NoSchedule, PreferNoSchedule or NoExecute");
+      }
+      json t = json::object();
+      if (!key.empty()) t["key"] = key;
+      if (!op.empty()) t["operator"] = op;
+      if (!value.empty()) t["value"] = value;
+      if (!effect.empty()) t["effect"] = effect;
+      if (list[i].contains("tolerationSeconds")) {
+        if (!list[i]["tolerationSeconds"].is_number_integer()) {
+          return badKey(item + ".tolerationSeconds", "must be a whole number");
+        }
+        if (effect != "NoExecute") {
+          return badKey(item + ".tolerationSeconds", "only with effect NoExecute");
+        }
+        t["tolerationSeconds"] = list[i]["tolerationSeconds"];
+      }
+      pod.tolerations.push_back(t);
+    }
+  }
+  if (section.contains("secret_env")) {
+    const std::string at = strCat(path, ".secret_env");
+    const json& list = section["secret_env"];
+    if (!list.is_array()) return badKey(at, "must be a list of {name, secret, key}");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string item = strCat(at, "[", i, "]");
+      KRANE_RETURN_IF_ERROR(onlyKeysOf(list[i], item, {"name", "secret", "key"}));
+      SecretEnv e;
+      KRANE_ASSIGN_OR_RETURN(e.name, stringOf(list[i], "name", item, true));
+      KRANE_ASSIGN_OR_RETURN(e.secret, stringOf(list[i], "secret", item, true));
+      KRANE_ASSIGN_OR_RETURN(e.key, stringOf(list[i], "key", item, true));
+      if (!envName(e.name)) return badKey(item + ".name", "not an environment variable name");
+      if (!dnsSubdomain(e.secret)) return badKey(item + ".secret", "not a Secret name");
+      if (!envName(e.key)) return badKey(item + ".key", "not a Secret key");
+      pod.secret_env.push_back(std::move(e));
+    }
+  }
+  if (section.contains("env_from_secrets")) {
+    const std::string at = strCat(path, ".env_from_secrets");
+    const json& list = section["env_from_secrets"];
+    if (!list.is_array()) return badKey(at, "must be a list of Secret names");
+    for (size_t i = 0; i < list.size(); ++i) {
+      const std::string item = strCat(at, "[", i, "]");
+      if (!list[i].is_string() || !dnsSubdomain(list[i].get<std::string>())) {
+        return badKey(item, "not a Secret name");
+      }
+      pod.env_from_secrets.push_back(list[i].get<std::string>());
+    }
+  }
+  return pod;
+}
+
+std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s, const PodOptions& pod) {
   const std::string name = deploymentName(s);
   const json labels = sentinelLabels(s);
   json resources = json::object();
@@ -112,6 +294,14 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s) {
   if (!s.config_json().empty()) {
     env.push_back({{"name", "KRANE_SENTINEL_CONFIG"}, {"value", s.config_json()}});
   }
+  const cluster::v1::Healthcheck probes = probesOf(s);
+  env.push_back({{"name", "KRANE_LIVENESS_PATH"}, {"value", probes.liveness().path()}});
+  env.push_back({{"name", "KRANE_READINESS_PATH"}, {"value", probes.readiness().path()}});
+  env.push_back({{"name", "PORT"}, {"value", std::to_string(kHttpPort)}});
+  for (const auto& e : pod.secret_env) {
+    env.push_back({{"name", e.name},
+                   {"valueFrom", {{"secretKeyRef", {{"name", e.secret}, {"key", e.key}}}}}});
+  }
   json container = {
       {"name", "sentinel"},
       {"image", s.image()},
@@ -121,18 +311,27 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s) {
             {{"name", "gossip-tcp"}, {"containerPort", kGossipPort}, {"protocol", "TCP"}},
             {{"name", "gossip-udp"}, {"containerPort", kGossipPort}, {"protocol", "UDP"}}})},
       {"env", env},
-      {"livenessProbe",
-       {{"httpGet", {{"path", kLivenessPath}, {"port", kHttpPort}}},
-        {"periodSeconds", 10},
-        {"timeoutSeconds", 2},
-        {"failureThreshold", 3}}},
-      {"readinessProbe",
-       {{"httpGet", {{"path", kReadinessPath}, {"port", kHttpPort}}},
-        {"periodSeconds", 5},
-        {"timeoutSeconds", 2},
-        {"failureThreshold", 2}}},
+      {"livenessProbe", probeJson(probes.liveness())},
+      {"readinessProbe", probeJson(probes.readiness())},
   };
   if (!resources.empty()) container["resources"] = resources;
+  if (!pod.env_from_secrets.empty()) {
+    json from = json::array();
+    for (const auto& secret : pod.env_from_secrets) {
+      from.push_back({{"secretRef", {{"name", secret}}}});
+    }
+    container["envFrom"] = from;
+  }
+  json pod_spec = {
+      {"topologySpreadConstraints",
+       json::array({{{"maxSkew", 1},
+                     {"topologyKey", "topology.kubernetes.io/zone"},
+                     {"whenUnsatisfiable", "ScheduleAnyway"},
+                     {"labelSelector", {{"matchLabels", selector(s)}}}}})},
+      {"containers", json::array({container})},
+  };
+  if (!pod.tolerations.empty()) pod_spec["tolerations"] = pod.tolerations;
+  if (!pod.node_selector.empty()) pod_spec["nodeSelector"] = pod.node_selector;
   json deployment = {
       {"apiVersion", "apps/v1"},
       {"kind", "Deployment"},
@@ -143,19 +342,7 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s) {
         {"strategy",
          {{"type", "RollingUpdate"}, {"rollingUpdate", {{"maxUnavailable", 0}, {"maxSurge", 1}}}}},
         {"minReadySeconds", 5},
-        {"template",
-         {{"metadata", {{"labels", labels}}},
-          {"spec",
-           {{"tolerations", json::array({{{"key", "node-class"},
-                                          {"operator", "Equal"},
-                                          {"value", "sentinel"},
-                                          {"effect", "NoSchedule"}}})},
-            {"topologySpreadConstraints",
-             json::array({{{"maxSkew", 1},
-                           {"topologyKey", "topology.kubernetes.io/zone"},
-                           {"whenUnsatisfiable", "ScheduleAnyway"},
-                           {"labelSelector", {{"matchLabels", selector(s)}}}}})},
-            {"containers", json::array({container})}}}}}}},
+        {"template", {{"metadata", {{"labels", labels}}}, {"spec", pod_spec}}}}},
   };
   json service = {
       {"apiVersion", "v1"},
@@ -223,13 +410,24 @@ runtime::WorkloadSpec toWorkload(const cluster::v1::Sentinel& s, const std::stri
   w.env["KRANE_ENVIRONMENT_ID"] = s.environment_id();
   w.env["KRANE_REGION"] = s.region();
   if (!s.config_json().empty()) w.env["KRANE_SENTINEL_CONFIG"] = s.config_json();
-  w.liveness.path = kLivenessPath;
-  w.liveness.interval = std::chrono::seconds(10);
-  w.liveness.timeout = std::chrono::seconds(2);
-  w.readiness.path = kReadinessPath;
-  w.readiness.interval = std::chrono::seconds(1);
-  w.readiness.timeout = std::chrono::seconds(2);
-  w.readiness.failure_threshold = 2;
+  // The process runtime probes 127.0.0.1:PORT; readiness every second unless the resource says
+  // otherwise, so a local sentinel takes traffic soon after it has routes.
+  const cluster::v1::Healthcheck probes = probesOf(s);
+  const auto& live = probes.liveness();
+  const auto& ready = probes.readiness();
+  w.env["KRANE_LIVENESS_PATH"] = live.path();
+  w.env["KRANE_READINESS_PATH"] = ready.path();
+  w.liveness.path = live.path();
+  w.liveness.initial_delay = std::chrono::seconds(live.initial_delay_seconds());
+  w.liveness.interval = std::chrono::seconds(live.period_seconds());
+  w.liveness.timeout = std::chrono::seconds(live.timeout_seconds());
+  w.liveness.failure_threshold = static_cast<int>(live.failure_threshold());
+  w.readiness.path = ready.path();
+  w.readiness.initial_delay = std::chrono::seconds(ready.initial_delay_seconds());
+  w.readiness.interval = std::chrono::seconds(
+      s.healthcheck().readiness().period_seconds() > 0 ? ready.period_seconds() : 1);
+  w.readiness.timeout = std::chrono::seconds(ready.timeout_seconds());
+  w.readiness.failure_threshold = static_cast<int>(ready.failure_threshold());
   w.grace = std::chrono::seconds(30);
   return w;
 }

@@ -12,7 +12,10 @@
 // On the process runtime, a workload of the process runtime with the same probes.
 #pragma once
 
+#include <initializer_list>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,8 +40,45 @@ std::string objectName(const std::string& prefix, const std::string& id);
 std::string deploymentName(const cluster::v1::Sentinel& s);
 std::string gossipName(const cluster::v1::Sentinel& s);
 
+// The sentinel's probes with every unset field at its default: liveness GET /healthz/live on
+// 8040 every 10 s, timeout 2 s, 3 failures; readiness GET /healthz/ready on 8040 every 5 s,
+// timeout 2 s, 2 failures, 1 success.
+cluster::v1::Healthcheck probesOf(const cluster::v1::Sentinel& s);
+
+// A container environment variable from a key of a Secret (env[].valueFrom.secretKeyRef).
+struct SecretEnv {
+  std::string name;    // variable
+  std::string secret;  // Secret in namespace `sentinel`
+  std::string key;
+};
+
+// What the plugin's configuration adds to every sentinel pod (kube_plugin.h documents the keys).
+struct PodOptions {
+  // Sentinels run only on the sentinel node class: a node selector and a toleration of its taint.
+  std::map<std::string, std::string> node_selector = {{"node-class", "sentinel"}};
+  std::vector<nlohmann::json> tolerations = {{{"key", "node-class"},
+                                              {"operator", "Equal"},
+                                              {"value", "sentinel"},
+                                              {"effect", "NoSchedule"}}};
+  // Credentials (database, ClickHouse, Redis, ...): only ever references to Secrets.
+  std::vector<SecretEnv> secret_env;
+  std::vector<std::string> env_from_secrets;  // envFrom[].secretRef, every key of each Secret
+};
+
+// The plugin's pod keys of its `kubernetes` section (at `path`), over the defaults:
+//   node_selector: {node-class: sentinel}      # a mapping of label key -> value; {} for none
+//   tolerations: [{key: node-class, operator: Equal, value: sentinel, effect: NoSchedule}]
+//                                               # Kubernetes tolerations; [] for none
+//   secret_env: [{name: DATABASE_URL, secret: sentinel-database, key: url}]
+//   env_from_secrets: [sentinel-credentials]
+// INVALID_ARGUMENT naming the key for a bad value (a label key or value Kubernetes refuses, a
+// toleration with an unknown field or operator/effect, a Secret name that is not a DNS name).
+absl::StatusOr<PodOptions> podOptionsFromJson(const nlohmann::json& section,
+                                              const std::string& path);
+
 // The per-sentinel objects: Deployment, Service, PodDisruptionBudget.
-std::vector<nlohmann::json> sentinelObjects(const cluster::v1::Sentinel& s);
+std::vector<nlohmann::json> sentinelObjects(const cluster::v1::Sentinel& s,
+                                            const PodOptions& pod = {});
 // The per-environment objects: headless gossip Service, gossip CiliumNetworkPolicy.
 std::vector<nlohmann::json> environmentObjects(const cluster::v1::Sentinel& s);
 

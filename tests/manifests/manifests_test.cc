@@ -618,5 +618,17 @@ TEST_CASE("the ctrl config is accepted and matches its deployment", "[manifests]
              Catch::Contains("COPY bin/krane-ctrl /usr/bin/"));
 }
 
+TEST_CASE("the sentinel image runs the routing proxy", "[manifests]") {
+  const std::string image = testing::slurp(runfile("manifests/images/sentinel.Containerfile"));
+  CHECK_THAT(image, Catch::Contains("FROM debian:12-slim"));
+  CHECK_THAT(image, Catch::Contains("COPY bin/krane-sentinel /usr/bin/"));
+  CHECK_THAT(image, Catch::Contains(R"(ENTRYPOINT ["/usr/bin/krane-sentinel"])"));
+  INFO("the port the sentinel plugin's Service and probes use");
+  CHECK_THAT(image, Catch::Contains("EXPOSE 8040"));
+  const std::string stage = testing::slurp(runfile("manifests/images/stage.sh"));
+  CHECK_THAT(stage, Catch::Contains("//plugins/sentinel:krane-sentinel"));
+  CHECK_THAT(stage, Catch::Contains("$bin/plugins/sentinel/krane-sentinel"));
+}
+
 }  // namespace
 }  // namespace krane

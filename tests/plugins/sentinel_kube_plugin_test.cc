@@ -351,6 +351,65 @@ TEST_CASE_METHOD(SentinelKubePluginTest, "a new plugin instance reports the depl
   }));
 }
 
+TEST_CASE_METHOD(SentinelKubePluginTest,
+                 "the pods get the configured node class, separate probes and Secret references",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(json{{"runtime", "kubernetes"},
+                         {"kubernetes",
+                          {{"kubeconfig", kubeconfig_},
+                           {"node_selector", {{"node-class", "sentinel-edge"}}},
+                           {"tolerations", json::array({{{"key", "node-class"},
+                                                         {"operator", "Equal"},
+                                                         {"value", "sentinel-edge"},
+                                                         {"effect", "NoSchedule"}}})},
+                           {"secret_env", json::array({{{"name", "DATABASE_URL"},
+                                                        {"secret", "sentinel-database"},
+                                                        {"key", "url"}}})},
+                           {"env_from_secrets", json::array({"sentinel-clickhouse"})}}}}
+                        .dump()),
+               IsOk());
+  auto change = sentinelChange("s1", "v1", 2, 3);
+  change.mutable_resource()
+      ->mutable_sentinel()
+      ->mutable_healthcheck()
+      ->mutable_readiness()
+      ->set_path("/_krane/ready");
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  const auto d = *object("apps/v1", "Deployment", "sentinel-s1");
+  const json& pod = d["spec"]["template"]["spec"];
+  CHECK(pod["nodeSelector"] == json({{"node-class", "sentinel-edge"}}));
+  CHECK(pod["tolerations"][0]["value"] == "sentinel-edge");
+  const json& c = pod["containers"][0];
+  CHECK(c["livenessProbe"]["httpGet"]["path"] == "/healthz/live");
+  CHECK(c["readinessProbe"]["httpGet"]["path"] == "/_krane/ready");
+  CHECK(c["envFrom"][0]["secretRef"]["name"] == "sentinel-clickhouse");
+  bool referenced = false;
+  for (const auto& e : c["env"]) {
+    if (e["name"] != "DATABASE_URL") continue;
+    referenced =
+        e["valueFrom"]["secretKeyRef"] == json({{"name", "sentinel-database"}, {"key", "url"}});
+    CHECK_FALSE(e.contains("value"));
+  }
+  CHECK(referenced);
+
+  // The defaults: the sentinel node class and its NoSchedule taint.
+  REQUIRE_THAT(load(), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s2", "v1", 1, 4)), IsOk());
+  const auto d2 = *object("apps/v1", "Deployment", "sentinel-s2");
+  CHECK(d2["spec"]["template"]["spec"]["nodeSelector"] == json({{"node-class", "sentinel"}}));
+  CHECK(d2["spec"]["template"]["spec"]["tolerations"][0]["effect"] == "NoSchedule");
+
+  CHECK_THAT(
+      std::string(
+          toStd(load(json{{"runtime", "kubernetes"},
+                          {"kubernetes",
+                           {{"kubeconfig", kubeconfig_},
+                            {"secret_env", json::array({{{"name", "DB"}, {"value", "hunter2"}}})}}}}
+                         .dump())
+                    .message())),
+      Catch::Contains("sentinel plugin config: kubernetes.secret_env[0].value: unknown key"));
+}
+
 TEST_CASE_METHOD(SentinelKubePluginTest, "errors name the field", "[sentinel-kube-plugin]") {
   CHECK_THAT(std::string(toStd(load(R"({"runtime": "kubernetes", "kubernetes": {
         "in_cluster": true, "kubeconfig": "/k"}})")

@@ -115,6 +115,120 @@ TEST_CASE("the deployment has every setting of the specification", "[sentinel-ob
   }
 }
 
+// The value of env var `name` in a container, or nullptr.
+const json* envOf(const json& container, const std::string& name) {
+  for (const auto& e : container["env"]) {
+    if (e["name"] == name) return &e;
+  }
+  return nullptr;
+}
+
+TEST_CASE("sentinels run only on the sentinel node class by default", "[sentinel-objects]") {
+  const json pod = find(sentinelObjects(sentinel()), "Deployment")["spec"]["template"]["spec"];
+  CHECK(pod["nodeSelector"] == json({{"node-class", "sentinel"}}));
+  CHECK(pod["tolerations"] == json::array({{{"key", "node-class"},
+                                            {"operator", "Equal"},
+                                            {"value", "sentinel"},
+                                            {"effect", "NoSchedule"}}}));
+}
+
+TEST_CASE("node selector, tolerations and credentials come from the plugin configuration",
+          "[sentinel-objects]") {
+  auto pod = podOptionsFromJson(json::parse(R"({
+      "node_selector": {"pool": "edge"},
+      "tolerations": [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}],
+      "secret_env": [{"name": "DATABASE_URL", "secret": "sentinel-db", "key": "url"}],
+      "env_from_secrets": ["sentinel-redis"]})"),
+                                "kubernetes");
+  REQUIRE_THAT(pod, IsOk());
+  const json d = find(sentinelObjects(sentinel(), *pod), "Deployment");
+  const json& spec = d["spec"]["template"]["spec"];
+  CHECK(spec["nodeSelector"] == json({{"pool", "edge"}}));
+  CHECK(spec["tolerations"] ==
+        json::array({{{"key", "pool"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}}));
+  const json& c = spec["containers"][0];
+  const json* db = envOf(c, "DATABASE_URL");
+  REQUIRE(db != nullptr);
+  INFO("a credential is a reference to a Secret, never a value");
+  CHECK_FALSE(db->contains("value"));
+  CHECK((*db)["valueFrom"] == json({{"secretKeyRef", {{"name", "sentinel-db"}, {"key", "url"}}}}));
+  CHECK(c["envFrom"] == json::array({{{"secretRef", {{"name", "sentinel-redis"}}}}}));
+
+  // Both can be turned off.
+  auto anywhere =
+      podOptionsFromJson(json::parse(R"({"node_selector": {}, "tolerations": []})"), "kubernetes");
+  REQUIRE_THAT(anywhere, IsOk());
+  const json open = find(sentinelObjects(sentinel(), *anywhere), "Deployment");
+  CHECK_FALSE(open["spec"]["template"]["spec"].contains("nodeSelector"));
+  CHECK_FALSE(open["spec"]["template"]["spec"].contains("tolerations"));
+  CHECK_FALSE(open["spec"]["template"]["spec"]["containers"][0].contains("envFrom"));
+}
+
+TEST_CASE("bad pod options are refused naming the key", "[sentinel-objects]") {
+  const auto refused = [](const char* text) {
+    auto pod = podOptionsFromJson(json::parse(text), "kubernetes");
+    return pod.ok() ? std::string("accepted") : std::string(toStd(pod.status().message()));
+  };
+  CHECK_THAT(refused(R"({"node_selector": ["node-class"]})"),
+             Catch::Contains("kubernetes.node_selector: must be a mapping"));
+  CHECK_THAT(refused(R"({"node_selector": {"node-class": "not a value"}})"),
+             Catch::Contains("kubernetes.node_selector.node-class: must be a label value"));
+  CHECK_THAT(refused(R"({"tolerations": [{"key": "a", "operator": "In"}]})"),
+             Catch::Contains("kubernetes.tolerations[0].operator: Equal or Exists"));
+  CHECK_THAT(refused(R"({"tolerations": [{"key": "a", "effect": "Never"}]})"),
+             Catch::Contains("kubernetes.tolerations[0].effect"));
+  CHECK_THAT(refused(R"({"tolerations": [{"key": "a", "valu": "b"}]})"),
+             Catch::Contains("kubernetes.tolerations[0].valu: unknown key"));
+  CHECK_THAT(refused(R"({"secret_env": [{"name": "DB", "secret": "db"}]})"),
+             Catch::Contains("kubernetes.secret_env[0].key: required"));
+  CHECK_THAT(refused(R"({"secret_env": [{"name": "DB", "secret": "DB_Secret", "key": "k"}]})"),
+             Catch::Contains("kubernetes.secret_env[0].secret: not a Secret name"));
+  CHECK_THAT(refused(R"({"secret_env": [{"name": "DB", "value": "hunter2"}]})"),
+             Catch::Contains("kubernetes.secret_env[0].value: unknown key"));
+  CHECK_THAT(refused(R"({"env_from_secrets": [""]})"),
+             Catch::Contains("kubernetes.env_from_secrets[0]: not a Secret name"));
+}
+
+TEST_CASE("probes come from the resource with documented defaults", "[sentinel-objects]") {
+  const json c0 =
+      find(sentinelObjects(sentinel()), "Deployment")["spec"]["template"]["spec"]["containers"][0];
+  CHECK(c0["livenessProbe"] == json({{"httpGet", {{"path", "/healthz/live"}, {"port", 8040}}},
+                                     {"periodSeconds", 10},
+                                     {"timeoutSeconds", 2},
+                                     {"failureThreshold", 3},
+                                     {"successThreshold", 1}}));
+  CHECK(c0["readinessProbe"] == json({{"httpGet", {{"path", "/healthz/ready"}, {"port", 8040}}},
+                                      {"periodSeconds", 5},
+                                      {"timeoutSeconds", 2},
+                                      {"failureThreshold", 2},
+                                      {"successThreshold", 1}}));
+
+  auto s = sentinel();
+  s.mutable_healthcheck()->mutable_liveness()->set_path("/_live");
+  s.mutable_healthcheck()->mutable_liveness()->set_initial_delay_seconds(7);
+  s.mutable_healthcheck()->mutable_readiness()->set_path("/_ready");
+  s.mutable_healthcheck()->mutable_readiness()->set_period_seconds(3);
+  const json c =
+      find(sentinelObjects(s), "Deployment")["spec"]["template"]["spec"]["containers"][0];
+  CHECK(c["livenessProbe"]["httpGet"]["path"] == "/_live");
+  CHECK(c["livenessProbe"]["initialDelaySeconds"] == 7);
+  CHECK(c["readinessProbe"]["httpGet"]["path"] == "/_ready");
+  CHECK(c["readinessProbe"]["periodSeconds"] == 3);
+  INFO("the proxy serves the same paths");
+  CHECK((*envOf(c, "KRANE_LIVENESS_PATH"))["value"] == "/_live");
+  CHECK((*envOf(c, "KRANE_READINESS_PATH"))["value"] == "/_ready");
+  const auto w = toWorkload(s, s.sentinel_id());
+  CHECK(w.liveness.path == "/_live");
+  CHECK(w.readiness.path == "/_ready");
+  CHECK(w.readiness.interval == std::chrono::seconds(3));
+  CHECK(w.env.at("KRANE_READINESS_PATH") == "/_ready");
+
+  s.mutable_healthcheck()->mutable_readiness()->set_path("/_live");
+  CHECK_THAT(
+      std::string(toStd(validate(s).message())),
+      Catch::Contains("sentinel.healthcheck.readiness.path: \"/_live\" is the liveness path"));
+}
+
 TEST_CASE("service budget and gossip objects", "[sentinel-objects]") {
   const auto mine = sentinelObjects(sentinel());
   const json svc = find(mine, "Service");

@@ -334,6 +334,33 @@ TEST_CASE_METHOD(ProcessRuntimeTest, "scaling starts and stops instances without
   CHECK(runtime_->status("web")->instances[0].pid == first);
 }
 
+TEST_CASE_METHOD(ProcessRuntimeTest,
+                 "the endpoints file lists the ready instances and goes with the workload",
+                 "[process-runtime]") {
+  start(options(21200));
+  const std::string file = endpointsFile(dir_, "deployment/web");
+  const auto endpoints = [&] {
+    std::ifstream in(file);
+    if (!in) return std::set<std::string>{"<no file>"};
+    auto doc = nlohmann::json::parse(in, nullptr, false);
+    if (doc.is_discarded()) return std::set<std::string>{"<not json>"};
+    CHECK(doc.value("workload", "") == "deployment/web");
+    return doc.value("endpoints", nlohmann::json::array()).get<std::set<std::string>>();
+  };
+  REQUIRE_THAT(runtime_->apply(demo("deployment/web", 2)), IsOk());
+  REQUIRE(eventually([&] { return converged("deployment/web"); }));
+  std::set<std::string> ready;
+  for (const auto& i : runtime_->status("deployment/web")->instances) ready.insert(i.address);
+  REQUIRE(eventually([&] { return endpoints() == ready; }, std::chrono::seconds(5)));
+
+  INFO("an instance that stops leaves the list before it is gone");
+  REQUIRE_THAT(runtime_->apply(demo("deployment/web", 1)), IsOk());
+  REQUIRE(eventually([&] { return endpoints().size() == 1u; }, std::chrono::seconds(5)));
+
+  REQUIRE_THAT(runtime_->remove("deployment/web"), IsOk());
+  CHECK(!fs::exists(file));
+}
+
 TEST_CASE_METHOD(ProcessRuntimeTest, "stop is graceful then forced after the grace period",
                  "[process-runtime]") {
   start(options(22700));

@@ -146,6 +146,68 @@ TEST_CASE("the validator rejects broken objects naming kind name and path", "[sc
   CHECK(result->violations.size() == 7u);
 }
 
+// The sentinel Deployment whose pod has the configured node class and credentials.
+json sentinelWithCredentials(const std::string& name) {
+  for (const auto& generated : sentinelObjects()) {
+    if (generated.object["kind"] == "Deployment" &&
+        generated.origin.find("custom pod and credentials") != std::string::npos) {
+      json copy = generated.object;
+      copy["metadata"]["name"] = name;
+      return copy;
+    }
+  }
+  FAIL_CHECK("the sentinel generator made no Deployment with credentials");
+  return json::object();
+}
+
+TEST_CASE("sentinel scheduling, probes and credentials are in the schema checks", "[schema]") {
+  const json good = sentinelWithCredentials("good");
+  const json& pod = good["spec"]["template"]["spec"];
+  const json& container = pod["containers"][0];
+  // What the generator must have made for the checks below to mean something.
+  REQUIRE(pod["nodeSelector"]["node-class"] == "sentinel");
+  REQUIRE(pod["tolerations"][0]["effect"] == "NoSchedule");
+  REQUIRE(container["livenessProbe"]["httpGet"]["path"] !=
+          container["readinessProbe"]["httpGet"]["path"]);
+  bool secret_ref = false;
+  for (const auto& e : container["env"]) {
+    INFO(e.dump());
+    if (e.contains("valueFrom")) {
+      secret_ref = true;
+      CHECK_FALSE(e.contains("value"));
+    }
+  }
+  REQUIRE(secret_ref);
+  REQUIRE(container["envFrom"][0]["secretRef"]["name"] == "sentinel-clickhouse");
+
+  json toleration = sentinelWithCredentials("toleration");
+  toleration["spec"]["template"]["spec"]["tolerations"][0]["tolerationSecond"] = 5;
+  json selector = sentinelWithCredentials("selector");
+  selector["spec"]["template"]["spec"]["nodeSelector"]["node-class"] = 1;
+  json secret = sentinelWithCredentials("secret");
+  for (auto& e : secret["spec"]["template"]["spec"]["containers"][0]["env"]) {
+    if (e.contains("valueFrom")) e["valueFrom"]["secretKeyRef"].erase("key");
+  }
+  json probe = sentinelWithCredentials("probe");
+  probe["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["port"] = true;
+
+  auto result = validateObjects({good, toleration, selector, secret, probe}, tmpDir());
+  REQUIRE_THAT(result, IsOk());
+  INFO(result->output);
+  CHECK(result->exit_code == 1);
+  const std::string out = joined(result->violations);
+  INFO(out);
+  CHECK_THAT(out, Catch::Contains("Deployment sentinel/toleration: "
+                                  "spec.template.spec.tolerations[0].tolerationSecond"));
+  CHECK_THAT(out, Catch::Contains("Deployment sentinel/selector: "
+                                  "spec.template.spec.nodeSelector.node-class"));
+  CHECK_THAT(out, Catch::Contains("Deployment sentinel/secret: spec.template.spec.containers[0]"
+                                  ".env[9].valueFrom.secretKeyRef.key: required"));
+  CHECK_THAT(out, Catch::Contains("Deployment sentinel/probe: spec.template.spec.containers[0]"
+                                  ".readinessProbe.httpGet.port"));
+  CHECK_THAT(out, !Catch::Contains("sentinel/good"));
+}
+
 TEST_CASE("the cilium schema rejects a broken policy", "[schema]") {
   const auto schemas = crdSchemas();
   json policy;

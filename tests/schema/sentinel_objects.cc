@@ -1,5 +1,7 @@
 // The sentinel plugin's five objects for the variants that change them: running or standby (zero
-// replicas), with and without resources and configuration, ids that need a hashed name.
+// replicas), with and without resources and configuration, ids that need a hashed name, probes
+// from the resource, and the pod options of the plugin's configuration (node selector and
+// tolerations: default, custom, none; credentials as Secret references).
 #include "common/strings.h"
 #include "controlplane/services/deploy/environment_resources.h"
 #include "plugins/sentinel/sentinel.h"
@@ -57,7 +59,44 @@ std::vector<GeneratedObject> sentinelObjects() {
                                     services::deploy::EnvironmentResourceOptions{})
           .sentinel());
 
+  auto probes = base();
+  probes.set_live_deployment_id("dep_123");
+  auto* live = probes.mutable_healthcheck()->mutable_liveness();
+  live->set_path("/_krane/live");
+  live->set_initial_delay_seconds(3);
+  live->set_period_seconds(15);
+  live->set_timeout_seconds(4);
+  live->set_failure_threshold(5);
+  auto* ready = probes.mutable_healthcheck()->mutable_readiness();
+  ready->set_path("/_krane/ready");
+  ready->set_port(8041);
+  ready->set_success_threshold(2);
+  variants.emplace_back("probes from the resource", probes);
+
+  // Pod options of the plugin's configuration, applied to the base sentinel.
+  std::vector<std::pair<std::string, sentinel::PodOptions>> pods;
+  pods.emplace_back("default pod", sentinel::PodOptions{});
+  auto custom = sentinel::podOptionsFromJson(nlohmann::json::parse(R"({
+        "node_selector": {"node-class": "sentinel", "topology.kubernetes.io/zone": "eu-west-1a"},
+        "tolerations": [
+          {"key": "node-class", "operator": "Equal", "value": "sentinel", "effect": "NoSchedule"},
+          {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute",
+           "tolerationSeconds": 30}],
+        "secret_env": [{"name": "DATABASE_URL", "secret": "sentinel-database", "key": "url"},
+                       {"name": "REDIS_PASSWORD", "secret": "sentinel-redis", "key": "password"}],
+        "env_from_secrets": ["sentinel-clickhouse"]})"),
+                                             "kubernetes");
+  if (custom.ok()) pods.emplace_back("custom pod and credentials", *custom);
+  auto none = sentinel::podOptionsFromJson(
+      nlohmann::json::parse(R"({"node_selector": {}, "tolerations": []})"), "kubernetes");
+  if (none.ok()) pods.emplace_back("no node class", *none);
+
   std::vector<GeneratedObject> out;
+  for (const auto& [variant, pod] : pods) {
+    for (auto& o : sentinel::sentinelObjects(base(), pod)) {
+      out.push_back({strCat("sentinel ", variant, ": ", o["kind"].get<std::string>()), o});
+    }
+  }
   for (const auto& [variant, s] : variants) {
     for (auto& o : sentinel::sentinelObjects(s)) {
       out.push_back({strCat("sentinel ", variant, ": ", o["kind"].get<std::string>()), o});

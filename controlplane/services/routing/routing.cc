@@ -101,9 +101,37 @@ absl::StatusOr<std::string> environmentKind(db::Connection& conn,
   return rows.rows[0].str("kind");
 }
 
-// The swap itself, in the caller's transaction.
-absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const std::string& environment_id,
-                                      const Deployment& to, SwapReason reason) {
+// Points every sentinel of the environment (all regions) at its new live deployment, through the
+// feed writer on `conn`: the change reaches the agents with the swap's commit.
+absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsLive(feed::Writer& writer,
+                                                                db::Connection& conn,
+                                                                const std::string& environment_id,
+                                                                const std::string& deployment_id) {
+  const feed::ResourceTable& table = writer.tables().forType(feed::kSentinel);
+  return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
+    KRANE_ASSIGN_OR_RETURN(auto rows,
+                           tx.connection().query("SELECT id, region_id FROM sentinels"
+                                                 " WHERE environment_id = ? AND deleted_at IS NULL"
+                                                 " ORDER BY id FOR UPDATE",
+                                                 {environment_id}));
+    for (const db::Row& r : rows.rows) {
+      const feed::ResourceKey key{std::string(feed::kSentinel), r.str("id"), r.str("region_id")};
+      KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
+      if (!stored || stored->deleted) continue;
+      if (stored->resource.sentinel().live_deployment_id() == deployment_id) continue;
+      feed::Resource next = stored->resource;
+      next.mutable_sentinel()->set_live_deployment_id(deployment_id);
+      KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));
+    }
+    return absl::OkStatus();
+  });
+}
+
+// The swap itself, in the caller's transaction. The sentinels' changes it writes (when the
+// service has a writer) go to `written`, for Writer::committed once the step committed.
+absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const RoutingOptions& options,
+                                      const std::string& environment_id, const Deployment& to,
+                                      SwapReason reason, std::vector<feed::WriteResult>* written) {
   KRANE_ASSIGN_OR_RETURN(std::string kind, environmentKind(conn, environment_id));
   if (kind != "production") {
     return refuse(absl::StatusCode::kFailedPrecondition,
@@ -135,6 +163,10 @@ absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const std::string& e
           .status());
   KRANE_ASSIGN_OR_RETURN(std::vector<std::string> hostnames,
                          moveRoutes(conn, environment_id, "live", to, now));
+  if (options.writer != nullptr) {
+    KRANE_ASSIGN_OR_RETURN(*written,
+                           setSentinelsLive(*options.writer, conn, environment_id, to.id));
+  }
   out.set_swapped(true);
   out.set_live_deployment_id(to.id);
   for (auto& h : hostnames) out.add_hostnames(std::move(h));
@@ -169,17 +201,20 @@ absl::StatusOr<SwapLiveResponse> swapLive(Context& ctx, const RoutingOptions& op
     return refuse(absl::StatusCode::kInvalidArgument,
                   "reason: SWAP_REASON_DEPLOY, SWAP_REASON_PROMOTE or SWAP_REASON_ROLLBACK");
   }
+  std::vector<feed::WriteResult> written;
   auto swapped = workflow::runTx<SwapLiveResponse>(
       ctx, "swap live", [&](db::Connection& conn) -> absl::StatusOr<SwapLiveResponse> {
         KRANE_ASSIGN_OR_RETURN(Deployment to, deploymentOf(conn, ctx.key(), req.deployment_id()));
-        return swap(conn, ctx.key(), to, req.reason());
+        return swap(conn, options, ctx.key(), to, req.reason(), &written);
       });
+  if (options.writer != nullptr) options.writer->committed(written);  // empty when replayed
   if (swapped.ok()) scheduleAfterSwap(ctx, *swapped, req.reason(), options);
   return swapped;
 }
 
 absl::StatusOr<SwapLiveResponse> rollback(Context& ctx, const RoutingOptions& options,
                                           const RollbackRequest&) {
+  std::vector<feed::WriteResult> written;
   auto swapped = workflow::runTx<SwapLiveResponse>(
       ctx, "rollback", [&](db::Connection& conn) -> absl::StatusOr<SwapLiveResponse> {
         KRANE_ASSIGN_OR_RETURN(auto live,
@@ -207,8 +242,9 @@ absl::StatusOr<SwapLiveResponse> rollback(Context& ctx, const RoutingOptions& op
         }
         KRANE_ASSIGN_OR_RETURN(Deployment to,
                                deploymentOf(conn, ctx.key(), previous.rows[0].str("id")));
-        return swap(conn, ctx.key(), to, services::v1::SWAP_REASON_ROLLBACK);
+        return swap(conn, options, ctx.key(), to, services::v1::SWAP_REASON_ROLLBACK, &written);
       });
+  if (options.writer != nullptr) options.writer->committed(written);  // empty when replayed
   if (swapped.ok()) scheduleAfterSwap(ctx, *swapped, services::v1::SWAP_REASON_ROLLBACK, options);
   return swapped;
 }

@@ -16,6 +16,10 @@
 //   Rollback(RollbackRequest)           -> SwapLiveResponse
 //       the newest ready deployment created before the live one goes live (reason ROLLBACK)
 //
+// A swap (deploy, promote, rollback) also sets live_deployment_id on every sentinel of the
+// environment, through the feed writer in the same transaction, so agents learn where the
+// environment's traffic goes with the same commit that moved the routes.
+//
 // After a swap, the deployment that was live is stopped `previous_stop_delay` later
 // (DeploymentService.Schedule, STOPPED): until then a rollback finds it running. A promote or
 // rollback also schedules the deployment that goes live to run at once, which replaces a stop
@@ -29,7 +33,9 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 
+#include "controlplane/feed/writer.h"
 #include "controlplane/workflow/service.h"
 #include "krane/services/v1/routing.pb.h"
 
@@ -46,6 +52,9 @@ using RollbackRequest = services::v1::RollbackRequest;
 struct RoutingOptions {
   // 0: the previous live deployment keeps running.
   std::chrono::milliseconds previous_stop_delay = std::chrono::minutes(30);
+  // Writes the environment's sentinels (their live_deployment_id) in the swap's transaction.
+  // Null: sentinels are not told (only tests of the routes themselves run without one).
+  std::shared_ptr<feed::Writer> writer;
 };
 
 workflow::ServiceDefinition routingService(RoutingOptions options = {});

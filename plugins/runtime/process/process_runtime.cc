@@ -273,7 +273,7 @@ absl::StatusOr<std::unique_ptr<ProcessRuntime>> ProcessRuntime::start(
                                              options.port_to, " is not a valid port range"));
   }
   std::error_code ec;
-  for (const char* sub : {"/instances", "/workloads"}) {
+  for (const char* sub : {"/instances", "/workloads", "/endpoints"}) {
     fs::create_directories(options.state_dir + sub, ec);
     if (ec) {
       return absl::FailedPreconditionError(
@@ -282,11 +282,41 @@ absl::StatusOr<std::unique_ptr<ProcessRuntime>> ProcessRuntime::start(
   }
   std::unique_ptr<ProcessRuntime> runtime(new ProcessRuntime(std::move(options)));
   runtime->adopt();
+  // Endpoints of workloads that are gone (those of adopted ones are rewritten on the first tick).
+  for (const auto& entry : fs::directory_iterator(runtime->options_.state_dir + "/endpoints", ec)) {
+    bool known = false;
+    for (const auto& [id, _] : runtime->workloads_) {
+      known = known || entry.path() == endpointsFile(runtime->options_.state_dir, id);
+    }
+    if (!known) fs::remove(entry.path(), ec);
+  }
   runtime->thread_ = std::thread([r = runtime.get()] { r->loop(); });
   return runtime;
 }
 
 ProcessRuntime::~ProcessRuntime() { shutdown(false); }
+
+std::string endpointsFile(const std::string& state_dir, const std::string& workload_id) {
+  return strCat(state_dir, "/endpoints/", safeName(workload_id), ".json");
+}
+
+void ProcessRuntime::publishEndpointsLocked(const Workload& w) {
+  json endpoints = json::array();
+  for (const auto& i : w.instances) {
+    if (!i->terminating && i->pid > 0 && i->ready) {
+      endpoints.push_back(strCat("127.0.0.1:", i->port));
+    }
+  }
+  std::string text = json{{"workload", w.spec.id}, {"endpoints", endpoints}}.dump();
+  std::string& published = published_endpoints_[w.spec.id];
+  if (published == text) return;
+  if (auto st = replaceFile(endpointsFile(options_.state_dir, w.spec.id), text); !st.ok()) {
+    spdlog::error("process runtime: cannot publish the endpoints of {}: {}", w.spec.id,
+                  std::string(st.message()));
+    return;  // tried again next tick
+  }
+  published = std::move(text);
+}
 
 std::string ProcessRuntime::workloadDir(const std::string& id) const {
   return strCat(options_.state_dir, "/instances/", safeName(id));
@@ -380,6 +410,8 @@ absl::Status ProcessRuntime::remove(const std::string& id) {
   }
   std::error_code ec;
   fs::remove(strCat(options_.state_dir, "/workloads/", safeName(id), ".json"), ec);
+  fs::remove(endpointsFile(options_.state_dir, id), ec);
+  published_endpoints_.erase(id);
   workloads_.erase(it);
   last_reported_.erase(id);
   return absl::OkStatus();
@@ -680,6 +712,7 @@ void ProcessRuntime::tick() {
         ++it;
       }
     }
+    for (const auto& [id, w] : workloads_) publishEndpointsLocked(*w);
     if (options_.on_change) {
       for (const auto& [id, w] : workloads_) {
         WorkloadStatus s = statusLocked(*w);

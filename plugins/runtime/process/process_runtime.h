@@ -29,6 +29,11 @@
 // allows every instance to be unavailable). Scaling alone starts or stops instances without a
 // rollout.
 //
+// ENDPOINTS. <state_dir>/endpoints/ holds a file per workload (endpointsFile below) listing
+// the addresses of its ready instances that are not stopping: {"workload": "<id>", "endpoints":
+// ["127.0.0.1:20001", ...]}. It is replaced in one step (a rename) whenever that list changes and
+// removed with the workload; a sentinel on the same machine routes to a deployment with it.
+//
 // RESTARTS OF THE AGENT. Instances run in their own session and outlive the agent, so that an
 // agent restart does not take the workloads down. Specs are stored under <state_dir>/workloads/.
 // On start the runtime re-adopts every instance whose pid is alive with the recorded start time
@@ -80,6 +85,9 @@ struct WorkloadSpec {
   int max_unavailable = 0;
   std::chrono::milliseconds min_ready{0};
 };
+
+// The endpoints file of a workload (see ENDPOINTS) in a runtime whose state_dir is `state_dir`.
+std::string endpointsFile(const std::string& state_dir, const std::string& workload_id);
 
 // A hash of everything that shapes an instance (not the replica count).
 std::string revisionOf(const WorkloadSpec& spec);
@@ -173,12 +181,14 @@ class ProcessRuntime {
   WorkloadStatus statusLocked(const Workload& w) const;
   std::string workloadDir(const std::string& id) const;
   void persistSpecLocked(const Workload& w);
+  void publishEndpointsLocked(const Workload& w);
 
   ProcessRuntimeOptions options_;
   mutable std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Workload>> workloads_;
-  std::vector<std::unique_ptr<Instance>> orphans_;    // stopping, their workload is gone
-  std::map<std::string, std::string> last_reported_;  // workload id -> status fingerprint
+  std::vector<std::unique_ptr<Instance>> orphans_;          // stopping, their workload is gone
+  std::map<std::string, std::string> last_reported_;        // workload id -> status fingerprint
+  std::map<std::string, std::string> published_endpoints_;  // workload id -> file contents
   bool stopping_ = false;
   bool draining_ = false;  // shutdown(true): stop everything, start nothing
   std::thread thread_;

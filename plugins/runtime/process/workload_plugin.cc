@@ -30,7 +30,11 @@ absl::Status ProcessWorkloadPlugin::init(sdk::Host& host, std::string_view confi
     return prefixed(absl::InvalidArgumentError(
         strCat("runtime: \"", runtime, "\" is not served by this build; use process")));
   }
-  auto options = processOptionsFromJson(config.value("process", json::object()), "process");
+  json section = config.value("process", json::object());
+  if (section.is_object()) {
+    if (auto st = configure(section, "process"); !st.ok()) return prefixed(st);
+  }
+  auto options = processOptionsFromJson(section, "process");
   if (!options.ok()) return prefixed(options.status());
   options->on_change = [this](const WorkloadStatus& s) { report(s); };
   stop_on_shutdown_ = options->stop_instances_on_shutdown;
@@ -118,6 +122,7 @@ absl::Status ProcessWorkloadPlugin::observe() {
 }
 
 void ProcessWorkloadPlugin::shutdown() {
+  stopping();
   // By default instances keep running: the next host adopts them.
   if (runtime_) runtime_->shutdown(stop_on_shutdown_);
 }

@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 
+#include "nlohmann/json.hpp"
 #include "plugins/runtime/process/process_runtime.h"
 #include "plugins/sdk/plugin.h"
 
@@ -49,6 +50,15 @@ class ProcessWorkloadPlugin : public sdk::Plugin {
   virtual plugin::v1::StatusReport statusReport(const WorkloadStatus& status,
                                                 const Applied& applied) = 0;
   virtual plugin::v1::StatusReport deletedReport(const Applied& applied) = 0;
+
+  // Keys of the `process` section that the plugin reads itself: it takes them out of `section`
+  // (whose path is `path`) before the runtime's keys are checked. Called once, from init, before
+  // any other call. INVALID_ARGUMENT naming the key for a bad value.
+  virtual absl::Status configure(nlohmann::json& section, const std::string& path) {
+    return absl::OkStatus();
+  }
+  // Called first in shutdown(), before the runtime stops.
+  virtual void stopping() {}
 
   sdk::Host& host() { return *host_; }
 

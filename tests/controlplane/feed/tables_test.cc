@@ -385,6 +385,11 @@ TableCase sentinelCase() {
     s->set_region(r.region());
     // Whitespace and key order are kept as given.
     s->set_config_json("{\"z\": 1,  \"a\": [true, null, \"\\u00e9\"]}");
+    s->set_live_deployment_id("dep-live");
+    auto* h = s->mutable_healthcheck();
+    h->mutable_liveness()->set_path("/healthz/live");
+    h->mutable_liveness()->set_success_threshold(1);
+    h->mutable_readiness()->set_path("/healthz/ready");
   };
   c.minimal = [](Resource& r) {
     auto* s = r.mutable_sentinel();
@@ -432,6 +437,15 @@ TableCase sentinelCase() {
        "sentinel.config_json: not valid JSON"},
       {[=](Resource& r) { s(r)->set_config_json(nested(32)); },
        "sentinel.config_json: nested deeper than 31 levels"},
+      {[=](Resource& r) { s(r)->set_live_deployment_id("has space"); },
+       "sentinel.live_deployment_id"},
+      {[=](Resource& r) { s(r)->mutable_healthcheck()->mutable_liveness()->set_path("live"); },
+       "sentinel.healthcheck.liveness.path: must start with '/'"},
+      {[=](Resource& r) {
+         s(r)->mutable_healthcheck()->mutable_liveness()->set_path("/healthz");
+         s(r)->mutable_healthcheck()->mutable_readiness()->set_path("/healthz");
+       },
+       "sentinel.healthcheck.readiness.path: \"/healthz\" is the liveness path"},
   };
   return c;
 }

@@ -1,6 +1,7 @@
 // krane-demo-app: the small HTTP service that tests and `./dev demo` deploy.
 //
 //   GET /              "krane-demo-app <version> instance=<name>\n"
+//   GET /slow?ms=N     the same after N milliseconds (at most 60000): a request in flight
 //   GET /healthz/live  200 while the process serves (liveness)
 //   GET /healthz/ready 200 once started and not told to fail readiness (readiness)
 //
@@ -11,6 +12,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -68,6 +70,11 @@ int main(int argc, char** argv) {
   httplib::Server server;
   g_server = &server;
   server.Get("/", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content("krane-demo-app " + version + " instance=" + instance + "\n", "text/plain");
+  });
+  server.Get("/slow", [&](const httplib::Request& req, httplib::Response& res) {
+    const int ms = std::clamp(std::atoi(req.get_param_value("ms").c_str()), 0, 60000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     res.set_content("krane-demo-app " + version + " instance=" + instance + "\n", "text/plain");
   });
   server.Get("/healthz/live", [](const httplib::Request&, httplib::Response& res) {

@@ -4,6 +4,7 @@
 // swaps, promotes and rollbacks racing on one environment applied one at a time.
 #include "controlplane/services/routing/routing.h"
 
+#include <atomic>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -68,8 +69,36 @@ class RoutingTest : public workflow::WorkflowTest {
 
   std::shared_ptr<feed::Writer> writer_;
 
+  // A running sentinel of environment `env` in `region`, written through the feed.
+  void sentinel(const std::string& id, const std::string& region, const std::string& env = "prod") {
+    feed::Resource r;
+    r.set_type("sentinel");
+    r.set_id(id);
+    r.set_region(region);
+    auto* s = r.mutable_sentinel();
+    s->set_sentinel_id(id);
+    s->set_workspace_id("ws");
+    s->set_project_id("proj");
+    s->set_app_id("app");
+    s->set_environment_id(env);
+    s->set_region(region);
+    s->set_image("krane.dev/sentinel:v1");
+    s->set_replicas(1);
+    s->set_cpu_millicores(100);
+    s->set_memory_mib(64);
+    s->set_desired_state(cluster::v1::SENTINEL_DESIRED_STATE_RUNNING);
+    REQUIRE_THAT(writer_->put(r), IsOk());
+  }
+  std::string sentinelLive(const std::string& id) {
+    auto rows =
+        (*pool_->acquire())
+            ->query("SELECT COALESCE(live_deployment_id, '') FROM sentinels WHERE id = ?", {id});
+    return rows.ok() && !rows->empty() ? rows->rows[0].str(0) : "<none>";
+  }
+
   // With DeploymentService, which a swap schedules the previous deployment's stop on.
   Engine& start(RoutingOptions options = {}) {
+    if (options.writer == nullptr) options.writer = writer_;
     return engine([&](Engine& e) {
       REQUIRE_THAT(e.registerService(routingService(options)), IsOk());
       REQUIRE_THAT(e.registerService(deployment::deploymentService(writer_)), IsOk());
@@ -292,6 +321,84 @@ TEST_CASE_METHOD(RoutingTest, "swaps promotes and rollbacks racing on one enviro
   CHECK(live() == current);
   CHECK(routeOf("app.example.com") == current);
   CHECK(routeOf("www.app.example.com") == current);
+}
+
+TEST_CASE_METHOD(RoutingTest,
+                 "a swap points the environment's sentinels at the live deployment in its "
+                 "transaction",
+                 "[routing]") {
+  exec("INSERT INTO regions (id, display_name, created_at) VALUES ('eu-1', 'eu-1', 1)");
+  exec("INSERT INTO regions (id, display_name, created_at) VALUES ('us-1', 'us-1', 1)");
+  for (int i = 1; i <= 4; ++i) deployment("d" + std::to_string(i), i * 100);
+  sentinel("sen_eu", "eu-1");
+  sentinel("sen_us", "us-1");
+  sentinel("sen_preview", "eu-1", "prev");
+  Engine& e = start();
+  CHECK(sentinelLive("sen_eu").empty());
+
+  REQUIRE_THAT(swap(e, "d1", SWAP_REASON_DEPLOY), IsOk());
+  CHECK(sentinelLive("sen_eu") == "d1");
+  CHECK(sentinelLive("sen_us") == "d1");
+  INFO("another environment's sentinel is not touched");
+  CHECK(sentinelLive("sen_preview").empty());
+
+  // Each change is a change record at the sentinel's version, so agents get it.
+  const auto changedAt = [&](const std::string& id) {
+    return scalar(
+        "SELECT COUNT(*) FROM resource_changes c JOIN sentinels s ON s.id = c.resource_id"
+        " AND s.region_id = c.region_id AND s.version = c.version"
+        " WHERE c.resource_type = 'sentinel' AND c.resource_id = ?",
+        {id});
+  };
+  CHECK(changedAt("sen_eu") == 1);
+  CHECK(changedAt("sen_us") == 1);
+  auto stored = writer_->tables()
+                    .forType("sentinel")
+                    .load(**pool_->acquire(), feed::ResourceKey{"sentinel", "sen_eu", "eu-1"});
+  REQUIRE_THAT(stored, IsOk());
+  REQUIRE(stored->has_value());
+  CHECK((*stored)->resource.sentinel().live_deployment_id() == "d1");
+  CHECK((*stored)->resource.sentinel().image() == "krane.dev/sentinel:v1");
+
+  // While swaps, promotes and rollbacks run, one consistent read never sees the app's live
+  // deployment and a sentinel's disagree: they commit together.
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0};
+  std::atomic<int> mismatches{0};
+  std::thread reader([&] {
+    auto conn = pool_->acquire();
+    REQUIRE_THAT(conn, IsOk());
+    while (!stop) {
+      auto rows = (*conn)->query(
+          "SELECT a.current_deployment_id, s.live_deployment_id FROM apps a"
+          " JOIN sentinels s ON s.app_id = a.id AND s.environment_id = 'prod'"
+          " WHERE a.id = 'app'");
+      if (!rows.ok()) continue;
+      ++reads;
+      for (const auto& r : rows->rows) {
+        if (r.optStr(0) != r.optStr(1)) ++mismatches;
+      }
+    }
+  });
+  REQUIRE_THAT(swap(e, "d2", SWAP_REASON_DEPLOY), IsOk());
+  REQUIRE_THAT(swap(e, "d3", SWAP_REASON_PROMOTE), IsOk());
+  REQUIRE_THAT(rollback(e), IsOk());
+  CHECK(sentinelLive("sen_eu") == "d2");
+  REQUIRE_THAT(swap(e, "d4", SWAP_REASON_PROMOTE), IsOk());
+  REQUIRE_THAT(rollback(e), IsOk());
+  stop = true;
+  reader.join();
+  CHECK(reads > 0);
+  CHECK(mismatches == 0);
+  CHECK(live() == "d3");
+  CHECK(sentinelLive("sen_eu") == "d3");
+  CHECK(sentinelLive("sen_us") == "d3");
+  CHECK(sentinelLive("sen_preview").empty());
+
+  INFO("a refused swap changes no sentinel");
+  deployment("d5", 500, "building");
+  CHECK_FALSE(swap(e, "d5", SWAP_REASON_PROMOTE).ok());
+  CHECK(sentinelLive("sen_eu") == "d3");
 }
 
 }  // namespace

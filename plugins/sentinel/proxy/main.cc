@@ -1,0 +1,82 @@
+// krane-sentinel: the routing proxy a sentinel runs (proxy.h), on the process runtime and as the
+// entry point of the sentinel image on Kubernetes. See docs/sentinels.md.
+//
+//   krane-sentinel [--routes-file PATH] [--port N] [--host ADDR]
+//                  [--liveness-path P] [--readiness-path P] [--poll-ms N] [--threads N]
+//                  [--version V]
+//
+// Defaults come from the environment the agent's sentinel plugin sets: KRANE_ROUTES_FILE, PORT
+// (else 8040), KRANE_LIVENESS_PATH, KRANE_READINESS_PATH. SIGTERM or SIGINT stop it after the
+// requests in flight completed.
+#include <signal.h>
+
+#include <cstdlib>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "CLI/CLI.hpp"
+#include "plugins/sentinel/proxy/proxy.h"
+
+namespace {
+
+std::string env(const char* name, const std::string& fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : fallback;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  krane::sentinel::ProxyOptions options;
+  options.routes_file = env("KRANE_ROUTES_FILE", "");
+  options.port = std::atoi(env("PORT", "8040").c_str());
+  options.liveness_path = env("KRANE_LIVENESS_PATH", options.liveness_path);
+  options.readiness_path = env("KRANE_READINESS_PATH", options.readiness_path);
+  std::string version;
+  int poll_ms = static_cast<int>(options.poll.count());
+
+  CLI::App app{"krane-sentinel: a sentinel's routing proxy", "krane-sentinel"};
+  app.add_option("--routes-file", options.routes_file, "Routes file to watch ($KRANE_ROUTES_FILE)");
+  app.add_option("--port", options.port, "Port to listen on ($PORT, else 8040)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--host", options.host, "Address to listen on")->capture_default_str();
+  app.add_option("--liveness-path", options.liveness_path, "Liveness endpoint")
+      ->capture_default_str();
+  app.add_option("--readiness-path", options.readiness_path, "Readiness endpoint")
+      ->capture_default_str();
+  app.add_option("--poll-ms", poll_ms, "How often the routes file is checked")
+      ->capture_default_str()
+      ->check(CLI::Range(10, 60000));
+  app.add_option("--threads", options.threads, "Requests served at once")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--version", version, "Version label, for logs (the image tag)");
+  CLI11_PARSE(app, argc, argv);
+  options.poll = std::chrono::milliseconds(poll_ms);
+  if (options.liveness_path == options.readiness_path) {
+    spdlog::error("krane-sentinel: liveness and readiness need separate paths, both are {}",
+                  options.liveness_path);
+    return 2;
+  }
+
+  // Signals are taken by sigwait below, on this thread only.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  krane::sentinel::RoutingProxy proxy(options);
+  if (auto st = proxy.start(); !st.ok()) {
+    spdlog::error("krane-sentinel: {}", std::string(st.message()));
+    return 1;
+  }
+  spdlog::info("krane-sentinel: started version={} port={}", version.empty() ? "-" : version,
+               proxy.port());
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("krane-sentinel: signal {}: stopping after the requests in flight", sig);
+  proxy.stop();
+  return 0;
+}

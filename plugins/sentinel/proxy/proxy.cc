@@ -1,0 +1,261 @@
+#include "plugins/sentinel/proxy/proxy.h"
+
+#include <httplib.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <condition_variable>
+
+#include <spdlog/spdlog.h>
+
+#include "absl/strings/str_join.h"
+#include "common/files.h"
+#include "common/strings.h"
+
+namespace krane::sentinel {
+
+// One version of the routes. Requests hold it while they run, so a replaced set lives on (and
+// its endpoints keep being used by those requests) until its last request completed.
+struct RoutingProxy::RouteSet {
+  explicit RouteSet(Routes r) : routes(std::move(r)) {}
+  ~RouteSet() {
+    if (replaced) {
+      spdlog::info("sentinel proxy: drained routes of deployment={} ({} endpoints)",
+                   routes.deployment_id, routes.endpoints.size());
+    }
+  }
+  const Routes routes;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> replaced{false};
+};
+
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+// Headers that describe one connection, not the request (RFC 9110 7.6.1), those httplib sets
+// itself, and the ones httplib's server adds to describe the client socket.
+bool hopByHop(const std::string& name) {
+  static const char* const kNames[] = {"connection",        "keep-alive",  "proxy-connection",
+                                       "transfer-encoding", "te",          "trailer",
+                                       "upgrade",           "host",        "content-length",
+                                       "remote_addr",       "remote_port", "local_addr",
+                                       "local_port"};
+  const std::string n = lower(name);
+  return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* k) { return n == k; });
+}
+
+bool idempotent(const std::string& method) {
+  return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" ||
+         method == "DELETE";
+}
+
+}  // namespace
+
+RoutingProxy::RoutingProxy(ProxyOptions options)
+    : options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {}
+
+RoutingProxy::~RoutingProxy() { stop(); }
+
+absl::Status RoutingProxy::start() {
+  reload();
+  const auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+    handle(req, res);
+  };
+  const size_t threads = static_cast<size_t>(std::max(options_.threads, 1));
+  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->Get(".*", handler);
+  server_->Post(".*", handler);
+  server_->Put(".*", handler);
+  server_->Patch(".*", handler);
+  server_->Delete(".*", handler);
+  server_->Options(".*", handler);
+  server_->set_read_timeout(
+      std::chrono::duration_cast<std::chrono::seconds>(options_.upstream_timeout).count());
+  if (options_.port == 0) {
+    port_ = server_->bind_to_any_port(options_.host);
+  } else {
+    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
+  }
+  if (port_ <= 0) {
+    return absl::UnavailableError(
+        strCat("sentinel proxy: cannot listen on ", options_.host, ":", options_.port));
+  }
+  serve_thread_ = std::thread([this] { server_->listen_after_bind(); });
+  if (!options_.routes_file.empty()) watch_thread_ = std::thread([this] { watch(); });
+  spdlog::info("sentinel proxy: listening on {}:{} routes_file={} liveness={} readiness={}",
+               options_.host, port_, options_.routes_file, options_.liveness_path,
+               options_.readiness_path);
+  return absl::OkStatus();
+}
+
+void RoutingProxy::stop() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (serve_thread_.joinable()) {
+    server_->stop();  // returns once the requests in flight completed
+    serve_thread_.join();
+  }
+  if (watch_thread_.joinable()) watch_thread_.join();
+}
+
+void RoutingProxy::setRoutes(Routes routes) {
+  auto next = std::make_shared<RouteSet>(std::move(routes));
+  std::shared_ptr<RouteSet> previous;
+  {
+    std::lock_guard lock(mutex_);
+    previous = std::exchange(routes_, next);
+  }
+  if (previous != nullptr && previous->routes == next->routes) return;
+  std::vector<std::string> addresses;
+  for (const auto& e : next->routes.endpoints) addresses.push_back(e.address());
+  spdlog::info("sentinel proxy: routing to deployment={} endpoints=[{}]",
+               next->routes.deployment_id, absl::StrJoin(addresses, ", "));
+  // Requests still running on the previous set keep it; it goes (and says so) with the last.
+  if (previous != nullptr) previous->replaced = true;
+}
+
+std::shared_ptr<RoutingProxy::RouteSet> RoutingProxy::current() const {
+  std::lock_guard lock(mutex_);
+  return routes_;
+}
+
+bool RoutingProxy::ready() const {
+  auto set = current();
+  if (set == nullptr) return false;  // no routes handed over yet
+  // With no live deployment there is nothing to route yet: ready (a sentinel is created before
+  // its environment's first deployment goes live, and that deploy waits for it).
+  return !set->routes.endpoints.empty() || set->routes.deployment_id.empty();
+}
+
+Routes RoutingProxy::routes() const {
+  auto set = current();
+  return set != nullptr ? set->routes : Routes();
+}
+
+void RoutingProxy::handle(const httplib::Request& req, httplib::Response& res) {
+  if (req.method == "GET" && req.path == options_.liveness_path) {
+    res.set_content("alive\n", "text/plain");
+    return;
+  }
+  if (req.method == "GET" && req.path == options_.readiness_path) {
+    if (ready()) {
+      res.set_content("ready\n", "text/plain");
+    } else {
+      res.status = 503;
+      res.set_content("not ready: no route to a ready instance of the live deployment\n",
+                      "text/plain");
+    }
+    return;
+  }
+  forward(req, res);
+}
+
+void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) {
+  const std::shared_ptr<RouteSet> set = current();  // held until this request completes
+  if (set == nullptr || set->routes.endpoints.empty()) {
+    res.status = 503;
+    res.set_content(set != nullptr && set->routes.deployment_id.empty()
+                        ? "no route: the environment has no live deployment\n"
+                        : "no route: the sentinel knows no ready instance of the live deployment\n",
+                    "text/plain");
+    return;
+  }
+  httplib::Request out;
+  out.method = req.method;
+  out.path = req.target.empty() ? req.path : req.target;
+  out.body = req.body;
+  for (const auto& [name, value] : req.headers) {
+    if (!hopByHop(name)) out.headers.emplace(name, value);
+  }
+  const std::string client = req.get_header_value("REMOTE_ADDR");
+  const std::string forwarded = req.get_header_value("X-Forwarded-For");
+  out.headers.erase("X-Forwarded-For");
+  out.headers.emplace("X-Forwarded-For",
+                      forwarded.empty() ? client : strCat(forwarded, ", ", client));
+  if (!req.has_header("X-Forwarded-Host") && req.has_header("Host")) {
+    out.headers.emplace("X-Forwarded-Host", req.get_header_value("Host"));
+  }
+
+  const auto& endpoints = set->routes.endpoints;
+  const size_t first = set->next.fetch_add(1);
+  std::string last_error;
+  for (size_t attempt = 0; attempt < endpoints.size(); ++attempt) {
+    const Endpoint& e = endpoints[(first + attempt) % endpoints.size()];
+    httplib::Client upstream(e.host, e.port);
+    upstream.set_url_encode(false);
+    upstream.set_keep_alive(false);
+    const auto connect_s = options_.connect_timeout.count() / 1000;
+    upstream.set_connection_timeout(connect_s, (options_.connect_timeout.count() % 1000) * 1000);
+    const auto timeout_s = options_.upstream_timeout.count() / 1000;
+    upstream.set_read_timeout(timeout_s, (options_.upstream_timeout.count() % 1000) * 1000);
+    upstream.set_write_timeout(timeout_s, (options_.upstream_timeout.count() % 1000) * 1000);
+    httplib::Response answer;
+    httplib::Error error = httplib::Error::Success;
+    httplib::Request attempt_req = out;
+    if (upstream.send(attempt_req, answer, error)) {
+      res.status = answer.status;
+      std::string content_type = "application/octet-stream";
+      for (const auto& [name, value] : answer.headers) {
+        if (lower(name) == "content-type") {
+          content_type = value;
+        } else if (!hopByHop(name)) {
+          res.headers.emplace(name, value);
+        }
+      }
+      res.set_header("X-Krane-Deployment", set->routes.deployment_id);
+      res.set_content(std::move(answer.body), content_type);
+      return;
+    }
+    last_error = strCat(e.address(), ": ", httplib::to_string(error));
+    // A refused connection sent nothing: safe to try the next endpoint whatever the method.
+    if (error != httplib::Error::Connection && !idempotent(req.method)) break;
+  }
+  spdlog::warn("sentinel proxy: no endpoint answered deployment={} {} {}: {}",
+               set->routes.deployment_id, req.method, req.path, last_error);
+  res.status = 502;
+  res.set_content(strCat("bad gateway: ", last_error, "\n"), "text/plain");
+}
+
+void RoutingProxy::reload() {
+  struct stat st {};
+  if (::stat(options_.routes_file.c_str(), &st) != 0) return;  // keep what we have
+  const int64_t mtime = int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec;
+  {
+    std::lock_guard lock(mutex_);
+    if (st.st_ino == seen_inode_ && st.st_size == seen_size_ && mtime == seen_mtime_ns_) return;
+    seen_inode_ = st.st_ino;
+    seen_size_ = st.st_size;
+    seen_mtime_ns_ = mtime;
+  }
+  auto text = readFile(options_.routes_file, "routes file");
+  if (!text.ok()) return;
+  auto routes = parseRoutes(*text);
+  if (!routes.ok()) {
+    spdlog::warn("sentinel proxy: ignoring routes file {}: {}", options_.routes_file,
+                 std::string(routes.status().message()));
+    return;
+  }
+  setRoutes(*std::move(routes));
+}
+
+void RoutingProxy::watch() {
+  std::unique_lock lock(mutex_);
+  while (!stopping_) {
+    stop_cv_.wait_for(lock, options_.poll, [this] { return stopping_; });
+    if (stopping_) break;
+    lock.unlock();
+    reload();
+    lock.lock();
+  }
+}
+
+}  // namespace krane::sentinel

@@ -1,0 +1,105 @@
+// The routing proxy of a sentinel: sends an environment's HTTP requests to the ready instances of
+// its live deployment (round robin), as a routes file (routes.h) lists them.
+//
+//   GET <liveness_path>   200 while the process serves: restart it when this fails.
+//   GET <readiness_path>  200 once it has routes, else 503: it can serve traffic. Routes means
+//                         a routes file with a ready endpoint of the live deployment, or one
+//                         that says the environment has no live deployment yet (nothing to
+//                         route; requests get 503): a sentinel is created, and waited for, before
+//                         its environment's first deployment goes live.
+//   anything else         forwarded to one endpoint: method, path and query, headers (without
+//                         hop-by-hop ones, with X-Forwarded-For and X-Forwarded-Host), body; the
+//                         answer comes back with `X-Krane-Deployment: <live deployment id>`.
+//                         503 without routes; 502 when no endpoint answered.
+//
+// SWITCHING. A new routes file takes effect for the next request; a request already forwarded
+// keeps the route set it started with until it completes, and the old set is released (drained)
+// once its last request finished. A request whose endpoint refuses the connection is retried on
+// the next endpoint of the same set (any method: nothing was sent); a failure after sending is
+// retried only for idempotent methods.
+//
+// WATCHING. The routes file is checked every `poll` (inode, size, modification time: the writer
+// replaces it with a rename). A missing or unreadable file keeps the routes there were; a file
+// that does not parse is logged and ignored.
+//
+// Threads: start() and stop() from one owner thread; setRoutes() and ready() from any.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "plugins/sentinel/proxy/routes.h"
+
+namespace httplib {
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace krane::sentinel {
+
+struct ProxyOptions {
+  std::string host = "0.0.0.0";
+  int port = 8040;  // 0: any free port (see RoutingProxy::port)
+  std::string liveness_path = "/healthz/live";
+  std::string readiness_path = "/healthz/ready";
+  std::string routes_file;  // empty: routes only through setRoutes()
+  std::chrono::milliseconds poll{100};
+  std::chrono::milliseconds connect_timeout{2000};
+  std::chrono::milliseconds upstream_timeout{60000};
+  // Requests served at once (each holds a thread while its upstream answers); more wait.
+  int threads = 64;
+};
+
+class RoutingProxy {
+ public:
+  explicit RoutingProxy(ProxyOptions options);
+  ~RoutingProxy();
+  RoutingProxy(const RoutingProxy&) = delete;
+  RoutingProxy& operator=(const RoutingProxy&) = delete;
+
+  // Binds (UNAVAILABLE naming the address when it cannot), reads the routes file once, then
+  // serves and watches on threads of its own.
+  absl::Status start();
+  // The bound port.
+  int port() const { return port_; }
+  // Stops accepting; requests in flight complete first.
+  void stop();
+
+  void setRoutes(Routes routes);
+  bool ready() const;
+  // The routes requests are sent to now.
+  Routes routes() const;
+
+ private:
+  struct RouteSet;
+
+  std::shared_ptr<RouteSet> current() const;
+  void handle(const httplib::Request& req, httplib::Response& res);
+  void forward(const httplib::Request& req, httplib::Response& res);
+  void watch();
+  void reload();
+
+  const ProxyOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  int port_ = 0;
+  std::thread serve_thread_;
+  std::thread watch_thread_;
+
+  mutable std::mutex mutex_;  // guards what follows
+  std::shared_ptr<RouteSet> routes_;
+  bool stopping_ = false;
+  std::condition_variable stop_cv_;
+  // The routes file as last seen (inode, size, mtime in ns).
+  uint64_t seen_inode_ = 0;
+  int64_t seen_size_ = -1;
+  int64_t seen_mtime_ns_ = -1;
+};
+
+}  // namespace krane::sentinel

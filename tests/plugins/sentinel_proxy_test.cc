@@ -1,0 +1,215 @@
+// krane-sentinel, the sentinel's routing proxy, as a real process in front of real instance
+// processes (the demo app): readiness only with routes, liveness on its own path, and switching
+// the live deployment back and forth while a steady stream of requests runs, with no failed
+// request and a request in flight during the switch completing on the old deployment.
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "common/files.h"
+#include "common/strings.h"
+#include "plugins/sentinel/proxy/routes.h"
+#include "tests/support/matchers.h"
+#include "tests/support/process.h"
+#include "tests/support/wait.h"
+
+namespace krane::sentinel {
+namespace {
+
+using krane::testing::ChildProcess;
+using krane::testing::eventually;
+using krane::testing::runfile;
+using namespace std::chrono_literals;
+
+// A port nothing listens on right now (the kernel's next ephemeral one).
+int freePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct Answer {
+  int status = -1;  // -1: no answer at all
+  std::string body;
+  std::string deployment;
+};
+
+Answer get(int port, const std::string& path, std::chrono::seconds timeout = 5s) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(timeout);
+  c.set_read_timeout(timeout);
+  auto res = c.Get(path.c_str());
+  if (!res) return {};
+  return {res->status, res->body, res->get_header_value("X-Krane-Deployment")};
+}
+
+// A demo app instance answering "krane-demo-app <version> ...".
+struct Instance {
+  Instance(const std::string& version, const std::string& log)
+      : port(freePort()),
+        process({runfile("tests/support/demo_app/krane-demo-app"), "--version", version, "--port",
+                 std::to_string(port)},
+                log) {
+    REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 20s));
+  }
+  std::string address() const { return strCat("127.0.0.1:", port); }
+  int port;
+  ChildProcess process;
+};
+
+class ProxyTest {
+ protected:
+  ProxyTest() {
+    char pattern[] = "/tmp/krane-px-XXXXXX";
+    dir_ = ::mkdtemp(pattern);
+    routes_file_ = dir_ + "/routes.json";
+    port_ = freePort();
+    proxy_ = std::make_unique<ChildProcess>(
+        std::vector<std::string>{runfile("plugins/sentinel/krane-sentinel"), "--port",
+                                 std::to_string(port_), "--host", "127.0.0.1", "--poll-ms", "50"},
+        dir_ + "/proxy.log",
+        std::map<std::string, std::string>{{"KRANE_ROUTES_FILE", routes_file_}});
+    REQUIRE(eventually([&] { return get(port_, "/healthz/live").status == 200; }, 20s));
+  }
+  ~ProxyTest() {
+    proxy_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  void route(const std::string& deployment, const std::vector<const Instance*>& instances) {
+    Routes r;
+    r.deployment_id = deployment;
+    for (const Instance* i : instances) r.endpoints.push_back(*parseEndpoint(i->address()));
+    REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  }
+
+  std::string dir_;
+  std::string routes_file_;
+  int port_ = 0;
+  std::unique_ptr<ChildProcess> proxy_;
+};
+
+TEST_CASE_METHOD(ProxyTest, "readiness only with routes, liveness on its own path",
+                 "[sentinel-proxy]") {
+  // No routes file yet: alive, not ready, and requests are refused rather than hung.
+  CHECK(get(port_, "/healthz/live").status == 200);
+  CHECK(get(port_, "/healthz/ready").status == 503);
+  CHECK(get(port_, "/").status == 503);
+
+  Instance v1("v1", dir_ + "/v1.log");
+  route("dep_1", {&v1});
+  REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
+  const Answer a = get(port_, "/");
+  CHECK(a.status == 200);
+  CHECK_THAT(a.body, Catch::Contains("krane-demo-app v1 "));
+  CHECK(a.deployment == "dep_1");
+
+  // The live deployment has no ready instance: not ready, though alive.
+  route("dep_2", {});
+  REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 503; }, 5s));
+  CHECK(get(port_, "/healthz/live").status == 200);
+  CHECK(get(port_, "/").status == 503);
+
+  // No live deployment at all (a new environment): nothing to route, ready.
+  route("", {});
+  REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
+  CHECK(get(port_, "/").status == 503);
+}
+
+TEST_CASE_METHOD(ProxyTest, "promote and rollback switch traffic with no failed request",
+                 "[sentinel-proxy]") {
+  Instance v1a("v1", dir_ + "/v1a.log");
+  Instance v1b("v1", dir_ + "/v1b.log");
+  Instance v2a("v2", dir_ + "/v2a.log");
+  Instance v2b("v2", dir_ + "/v2b.log");
+  route("dep_1", {&v1a, &v1b});
+  REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
+
+  // A steady stream of requests from a few clients for the whole test.
+  std::atomic<bool> stop{false};
+  std::atomic<int> ok{0};
+  std::atomic<int> failed{0};
+  std::mutex mutex;
+  std::string last_failure;
+  std::atomic<int> v2_seen{0};
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 3; ++c) {
+    clients.emplace_back([&] {
+      while (!stop) {
+        const Answer a = get(port_, "/");
+        if (a.status == 200) {
+          ++ok;
+          if (a.body.find(" v2 ") != std::string::npos) ++v2_seen;
+        } else {
+          ++failed;
+          std::lock_guard lock(mutex);
+          last_failure = strCat(a.status, " ", a.body);
+        }
+      }
+    });
+  }
+  const auto servedBy = [&](const std::string& version) {
+    return eventually(
+        [&] {
+          const Answer a = get(port_, "/");
+          return a.status == 200 && a.body.find(" " + version + " ") != std::string::npos;
+        },
+        5s);
+  };
+  REQUIRE(servedBy("v1"));
+  std::this_thread::sleep_for(300ms);
+
+  // Promote: a slow request started on dep_1 completes there, the next ones go to dep_2.
+  Answer slow;
+  std::thread in_flight([&] { slow = get(port_, "/slow?ms=1500", 10s); });
+  std::this_thread::sleep_for(300ms);
+  const auto switched_at = std::chrono::steady_clock::now();
+  route("dep_2", {&v2a, &v2b});
+  REQUIRE(servedBy("v2"));
+  CHECK(std::chrono::steady_clock::now() - switched_at < 3s);
+  // Once switched, every answer is v2's.
+  for (int i = 0; i < 20; ++i) {
+    const Answer a = get(port_, "/");
+    CHECK(a.deployment == "dep_2");
+    CHECK_THAT(a.body, Catch::Contains(" v2 "));
+  }
+  in_flight.join();
+  CHECK(slow.status == 200);
+  CHECK_THAT(slow.body, Catch::Contains(" v1 "));
+  CHECK(slow.deployment == "dep_1");
+  std::this_thread::sleep_for(300ms);
+
+  // Rollback: back to dep_1 within seconds.
+  route("dep_1", {&v1a, &v1b});
+  REQUIRE(servedBy("v1"));
+  std::this_thread::sleep_for(300ms);
+
+  // An instance that dies is skipped (its connection is refused) until the routes drop it.
+  v1a.process.signal(SIGKILL);
+  v1a.process.wait();
+  std::this_thread::sleep_for(300ms);
+
+  stop = true;
+  for (auto& t : clients) t.join();
+  INFO("last failure: " << last_failure);
+  CHECK(failed == 0);
+  CHECK(ok > 50);
+  CHECK(v2_seen > 0);
+}
+
+}  // namespace
+}  // namespace krane::sentinel
