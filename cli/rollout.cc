@@ -186,6 +186,7 @@ std::vector<std::string> sentinelRow(const v1::Sentinel& s) {
   return {s.id(),
           s.environment_id(),
           s.region(),
+          s.live_deployment_id().empty() ? "-" : s.live_deployment_id(),
           s.image(),
           s.deploy_status(),
           s.health(),
@@ -213,9 +214,9 @@ int listSentinels(const Globals& g, const v1::ListSentinelsRequest& filter) {
     printStructured(g, j);
     return kOk;
   }
-  std::vector<std::vector<std::string>> rows = {{"ID", "ENVIRONMENT", "REGION", "IMAGE", "DEPLOY",
-                                                 "HEALTH", "AVAILABLE", "RUNNING IMAGE",
-                                                 "REPORTED"}};
+  std::vector<std::vector<std::string>> rows = {{"ID", "ENVIRONMENT", "REGION", "ROUTES TO",
+                                                 "IMAGE", "DEPLOY", "HEALTH", "AVAILABLE",
+                                                 "RUNNING IMAGE", "REPORTED"}};
   for (const auto& s : all) rows.push_back(sentinelRow(s));
   printTable(rows);
   return kOk;

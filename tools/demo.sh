@@ -28,7 +28,9 @@ rm -rf "$LOCAL"
 mkdir -p "$LOCAL/logs"
 step "Starting the stack: MariaDB, krane-ctrl, an agent for each of ${REGIONS[*]}"
 STACK_PID=""
+TRAFFIC_PID=""
 stop_stack() {
+  [ -z "$TRAFFIC_PID" ] || kill "$TRAFFIC_PID" 2>/dev/null || true
   if [ -n "$STACK_PID" ] && kill -0 "$STACK_PID" 2>/dev/null; then
     step "Stopping the stack"
     # A background job ignores SIGINT in a script: TERM, which the stack handles the same way.
@@ -138,6 +140,54 @@ deploy() {
   sed -n 's/^deployment \(dep_[0-9a-f]*\) created.*/\1/p' "$LOCAL/deploy.out"
 }
 live() { kranectl deployments list --app demo-app -o json | grep -B8 '"live": true' | sed -n 's/.*"id": "\(dep_[^"]*\)".*/\1/p'; }
+# The ready addresses of the environment's sentinel in region $1, as its runtime publishes them.
+sentinel_addresses() {
+  cat "$LOCAL/agents/$1/sentinels/endpoints/"sentinel_sen_*.json 2>/dev/null |
+    grep -o '"[0-9.]*:[0-9]*"' | tr -d '"'
+}
+# A request through the sentinel of region $1, to whichever of its instances answers first (as a
+# load balancer in front of them would).
+through_sentinel() {
+  local address
+  for address in $(sentinel_addresses "$1"); do
+    curl -fsS --max-time 2 "http://$address/" 2>/dev/null && return 0
+  done
+  return 1
+}
+# Requests the app through each region's sentinel and checks the answers name version $1.
+request_sentinels() {
+  local region answer
+  for region in "${REGIONS[@]}"; do
+    answer="$(through_sentinel "$region")" || die "the sentinel of $region did not answer"
+    printf '  %-8s through the sentinel: %s\n' "$region" "$answer"
+    case "$answer" in *" $1 "*) ;; *) die "the sentinel of $region answers \"$answer\", expected $1" ;; esac
+  done
+}
+# Steady traffic through both sentinels in the background, until stop_traffic; then the count
+# of requests and of failures.
+start_traffic() {
+  : >"$LOCAL/traffic.log"
+  (
+    while [ ! -e "$LOCAL/traffic.stop" ]; do
+      for region in "${REGIONS[@]}"; do
+        if through_sentinel "$region" >/dev/null; then echo ok; else echo "FAIL $region"; fi
+      done >>"$LOCAL/traffic.log"
+      sleep 0.02
+    done
+  ) &
+  TRAFFIC_PID=$!
+}
+stop_traffic() {
+  touch "$LOCAL/traffic.stop"
+  wait "$TRAFFIC_PID" 2>/dev/null || true
+  rm -f "$LOCAL/traffic.stop"
+  local total failed
+  total="$(wc -l <"$LOCAL/traffic.log")"
+  failed="$(grep -c FAIL "$LOCAL/traffic.log" || true)"
+  echo "  $total requests through the sentinels during $1, $failed failed"
+  [ "$failed" -eq 0 ] || die "$failed requests through the sentinels failed during $1"
+  [ "$total" -gt 0 ] || die "no request went through the sentinels during $1"
+}
 
 step "Deploys as workflows: a workspace (one build at a time), project, app and environment"
 kranectl create workspace "Demo" --id demo-ws --max-builds 1
@@ -158,22 +208,44 @@ for region in "${REGIONS[@]}"; do
 done
 kranectl get sentinel
 kranectl get cnp
+step "Requests through the sentinels reach the live deployment"
+for _ in $(seq 1 $((WAIT_S * 10))); do  # the first routes take a moment to reach the proxies
+  ok=1
+  for region in "${REGIONS[@]}"; do
+    case "$(through_sentinel "$region")" in *" v1 "*) ;; *) ok=0 ;; esac
+  done
+  [ "$ok" = 1 ] && break
+  sleep 0.1
+done
+request_sentinels v1
 
-step "kranectl deploy: version v2 goes live in its turn"
+step "kranectl deploy: version v2 goes live in its turn, traffic through the sentinels follows"
+start_traffic
 DEP2="$(deploy --commit v2 --image krane.dev/demo-app:v2)"
 request_deployment "$DEP2" v2
 [ "$(live)" = "$DEP2" ] || die "$DEP2 is not live"
+sleep 1  # the routes reach the proxies within about half a second
+request_sentinels v2
+stop_traffic "the swap"
 
 step "Rolling back: v1 is live again (and new deploys stay off the live routes until a promote)"
+start_traffic
 kranectl rollback --env demo-prod
 [ "$(live)" = "$DEP1" ] || die "the rollback did not make $DEP1 live"
 request_deployment "$DEP1" v1
+sleep 1
+request_sentinels v1
+stop_traffic "the rollback"
 kranectl deployments list --app demo-app
 
 step "Promoting v2"
+start_traffic
 kranectl promote "$DEP2"
 [ "$(live)" = "$DEP2" ] || die "the promote did not make $DEP2 live"
 request_deployment "$DEP2" v2
+sleep 1
+request_sentinels v2
+stop_traffic "the promote"
 
 step "Cancelling a deploy that waits for the build slot (a failing build holds it)"
 DEP3="$(kranectl deploy --app demo-app --env demo-prod --branch broken --commit v3 --no-wait \
@@ -204,7 +276,8 @@ await_status "$DEP3" failed
 kranectl deployments get "$DEP3"
 [ "$(live)" = "$DEP2" ] || die "$DEP2 is no longer live"
 
-step "Fleet rollout: every sentinel to v2, wave by wave (half, then the rest), and back to v1"
+step "Fleet rollout: every sentinel to v2, wave by wave (half, then the rest), and back to v1, requests flowing through them"
+start_traffic
 kranectl rollout sentinels --image krane.dev/sentinel:v2 --waves 50,100 --watch ||
   die "the sentinel rollout to v2 did not complete"
 kranectl sentinels list
@@ -213,6 +286,8 @@ kranectl sentinels list
 kranectl rollout sentinels --image krane.dev/sentinel:v1 --waves 50,100 --watch ||
   die "the sentinel rollout back to v1 did not complete"
 kranectl rollout status
+request_sentinels v2
+stop_traffic "both sentinel rollouts"
 
 step "Agents and their lag"
 for _ in $(seq 1 50); do

@@ -208,7 +208,7 @@ namespace {
 constexpr char kSentinelColumns[] =
     "id, environment_id, region_id, image, replicas, desired_state, deploy_status,"
     " running_image, health, available_replicas, ready_replicas, updated_replicas,"
-    " observed_generation, status_reported_at, version";
+    " observed_generation, status_reported_at, version, live_deployment_id";
 
 v1::Sentinel sentinelOf(const db::Row& r) {
   v1::Sentinel s;
@@ -227,6 +227,7 @@ v1::Sentinel sentinelOf(const db::Row& r) {
   s.set_observed_generation(r.i64("observed_generation"));
   s.set_status_reported_at_ms(r.optI64("status_reported_at").value_or(0));
   s.set_version(r.u64("version"));
+  s.set_live_deployment_id(r.optStr("live_deployment_id").value_or(""));
   return s;
 }
 
