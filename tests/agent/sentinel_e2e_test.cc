@@ -21,6 +21,7 @@
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
+#include "tests/support/traffic.h"
 #include "tests/support/wait.h"
 
 namespace krane {
@@ -76,19 +77,9 @@ cluster::v1::Resource sentinel() {
   return r;
 }
 
-struct Answer {
-  int status = -1;
-  std::string body;
-};
-
+using Answer = krane::testing::HttpAnswer;
 Answer get(const std::string& address, const std::string& path) {
-  const auto colon = address.rfind(':');
-  httplib::Client client(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
-  client.set_connection_timeout(2, 0);
-  client.set_read_timeout(5, 0);
-  auto res = client.Get(path.c_str());
-  if (!res) return {};
-  return {res->status, res->body};
+  return krane::testing::httpGet(address, path);
 }
 
 class SentinelE2eTest {
@@ -211,28 +202,7 @@ TEST_CASE_METHOD(SentinelE2eTest,
   REQUIRE(servedBy("v1"));
   REQUIRE(eventually([&] { return get(address, "/healthz/ready").status == 200; }, 10s));
 
-  std::atomic<bool> stop{false};
-  std::atomic<int> ok{0};
-  std::atomic<int> failed{0};
-  std::atomic<int> v2{0};
-  std::mutex mutex;
-  std::string last_failure;
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 2; ++c) {
-    clients.emplace_back([&] {
-      while (!stop) {
-        const Answer a = get(address, "/");
-        if (a.status == 200) {
-          ++ok;
-          if (a.body.find(" v2 ") != std::string::npos) ++v2;
-        } else {
-          ++failed;
-          std::lock_guard lock(mutex);
-          last_failure = strCat(a.status, " ", a.body);
-        }
-      }
-    });
-  }
+  krane::testing::SteadyTraffic traffic(address, 2, " v2 ");
   // Let both deployments be fully ready before switching (d2 started with the agent).
   std::this_thread::sleep_for(500ms);
 
@@ -252,12 +222,11 @@ TEST_CASE_METHOD(SentinelE2eTest,
   CHECK(std::chrono::steady_clock::now() - rolled_back_at < 5s);
   std::this_thread::sleep_for(500ms);
 
-  stop = true;
-  for (auto& t : clients) t.join();
-  INFO("last failure: " << last_failure);
-  CHECK(failed == 0);
-  CHECK(ok > 20);
-  CHECK(v2 > 0);
+  traffic.stop();
+  INFO("last failure: " << traffic.lastFailure());
+  CHECK(traffic.failed() == 0);
+  CHECK(traffic.ok() > 20);
+  CHECK(traffic.marked() > 0);
   agent.signal(SIGTERM);
   CHECK(agent.wait() == 0);
 }

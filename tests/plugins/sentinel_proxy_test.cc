@@ -18,6 +18,7 @@
 #include "plugins/sentinel/proxy/routes.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
+#include "tests/support/traffic.h"
 #include "tests/support/wait.h"
 
 namespace krane::sentinel {
@@ -41,19 +42,10 @@ int freePort() {
   return ntohs(addr.sin_port);
 }
 
-struct Answer {
-  int status = -1;  // -1: no answer at all
-  std::string body;
-  std::string deployment;
-};
+using Answer = krane::testing::HttpAnswer;
 
 Answer get(int port, const std::string& path, std::chrono::seconds timeout = 5s) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_connection_timeout(timeout);
-  c.set_read_timeout(timeout);
-  auto res = c.Get(path.c_str());
-  if (!res) return {};
-  return {res->status, res->body, res->get_header_value("X-Krane-Deployment")};
+  return krane::testing::httpGet(strCat("127.0.0.1:", port), path, timeout);
 }
 
 // A demo app instance answering "krane-demo-app <version> ...".
@@ -140,28 +132,7 @@ TEST_CASE_METHOD(ProxyTest, "promote and rollback switch traffic with no failed 
   REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
 
   // A steady stream of requests from a few clients for the whole test.
-  std::atomic<bool> stop{false};
-  std::atomic<int> ok{0};
-  std::atomic<int> failed{0};
-  std::mutex mutex;
-  std::string last_failure;
-  std::atomic<int> v2_seen{0};
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 3; ++c) {
-    clients.emplace_back([&] {
-      while (!stop) {
-        const Answer a = get(port_, "/");
-        if (a.status == 200) {
-          ++ok;
-          if (a.body.find(" v2 ") != std::string::npos) ++v2_seen;
-        } else {
-          ++failed;
-          std::lock_guard lock(mutex);
-          last_failure = strCat(a.status, " ", a.body);
-        }
-      }
-    });
-  }
+  krane::testing::SteadyTraffic traffic(strCat("127.0.0.1:", port_), 3, " v2 ");
   const auto servedBy = [&](const std::string& version) {
     return eventually(
         [&] {
@@ -203,12 +174,11 @@ TEST_CASE_METHOD(ProxyTest, "promote and rollback switch traffic with no failed 
   v1a.process.wait();
   std::this_thread::sleep_for(300ms);
 
-  stop = true;
-  for (auto& t : clients) t.join();
-  INFO("last failure: " << last_failure);
-  CHECK(failed == 0);
-  CHECK(ok > 50);
-  CHECK(v2_seen > 0);
+  traffic.stop();
+  INFO("last failure: " << traffic.lastFailure());
+  CHECK(traffic.failed() == 0);
+  CHECK(traffic.ok() > 50);
+  CHECK(traffic.marked() > 0);
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include "plugins/runtime/process/process_runtime.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
+#include "tests/support/traffic.h"
 #include "tests/support/wait.h"
 
 namespace krane {
@@ -73,19 +74,9 @@ cluster::v1::Change sentinel(const std::string& live, uint64_t version) {
   return c;
 }
 
-struct Answer {
-  int status = -1;
-  std::string body;
-};
-
+using Answer = krane::testing::HttpAnswer;
 Answer get(const std::string& address, const std::string& path) {
-  const auto colon = address.rfind(':');
-  httplib::Client client(address.substr(0, colon), std::stoi(address.substr(colon + 1)));
-  client.set_connection_timeout(2, 0);
-  client.set_read_timeout(5, 0);
-  auto res = client.Get(path.c_str());
-  if (!res) return {};
-  return {res->status, res->body};
+  return krane::testing::httpGet(address, path);
 }
 
 class SentinelRoutingTest {
@@ -194,28 +185,7 @@ TEST_CASE_METHOD(SentinelRoutingTest,
   };
   REQUIRE(servedBy("v1"));
 
-  std::atomic<bool> stop{false};
-  std::atomic<int> ok{0};
-  std::atomic<int> failed{0};
-  std::atomic<int> v2{0};
-  std::mutex mutex;
-  std::string last_failure;
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 3; ++c) {
-    clients.emplace_back([&] {
-      while (!stop) {
-        const Answer a = get(address, "/");
-        if (a.status == 200) {
-          ++ok;
-          if (a.body.find(" v2 ") != std::string::npos) ++v2;
-        } else {
-          ++failed;
-          std::lock_guard lock(mutex);
-          last_failure = strCat(a.status, " ", a.body);
-        }
-      }
-    });
-  }
+  krane::testing::SteadyTraffic traffic(address, 3, " v2 ");
   std::this_thread::sleep_for(300ms);
 
   // Promote dep2, with a request in flight on dep1 that completes there.
@@ -238,12 +208,11 @@ TEST_CASE_METHOD(SentinelRoutingTest,
   CHECK(std::chrono::steady_clock::now() - rolled_back_at < 3s);
   std::this_thread::sleep_for(300ms);
 
-  stop = true;
-  for (auto& t : clients) t.join();
-  INFO("last failure: " << last_failure);
-  CHECK(failed == 0);
-  CHECK(ok > 30);
-  CHECK(v2 > 0);
+  traffic.stop();
+  INFO("last failure: " << traffic.lastFailure());
+  CHECK(traffic.failed() == 0);
+  CHECK(traffic.ok() > 30);
+  CHECK(traffic.marked() > 0);
   INFO("a new live deployment changes the routes, not the proxy");
   CHECK(endpoints(dir_ + "/sentinels", "sentinel/sen1") == std::vector<std::string>{address});
 }
