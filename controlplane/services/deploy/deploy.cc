@@ -9,6 +9,7 @@
 #include "controlplane/services/dedup/dedup.h"
 #include "controlplane/services/deploy/environment_resources.h"
 #include "controlplane/services/deploy/readiness.h"
+#include "controlplane/services/deploy/rolling.h"
 #include "controlplane/services/deployment/deployment.h"
 #include "controlplane/services/routing/routing.h"
 #include "controlplane/workflow/typed.h"
@@ -29,9 +30,11 @@ absl::StatusOr<DeploymentInfo> loadInfo(db::Connection& conn, const std::string&
   KRANE_ASSIGN_OR_RETURN(
       auto rows,
       conn.query("SELECT d.workspace_id, d.project_id, d.app_id, d.environment_id, d.status,"
-                 " d.git_branch, d.git_commit_sha, e.kind, e.deploy_timeout_seconds"
+                 " d.git_branch, d.git_commit_sha, e.kind, e.deploy_timeout_seconds,"
+                 " e.strategy, e.max_surge, e.max_unavailable, e.max_surge_percent,"
+                 " e.max_unavailable_percent, e.min_ready_seconds, a.current_deployment_id"
                  " FROM deployments d JOIN environments e ON e.id = d.environment_id"
-                 " WHERE d.id = ?",
+                 " JOIN apps a ON a.id = d.app_id WHERE d.id = ?",
                  {id}));
   if (rows.empty()) {
     return terminalError(absl::StatusCode::kNotFound, strCat("deployment '", id, "' not found"));
@@ -47,6 +50,23 @@ absl::StatusOr<DeploymentInfo> loadInfo(db::Connection& conn, const std::string&
   info.set_git_commit_sha(r.optStr("git_commit_sha").value_or(""));
   info.set_production(r.str("kind") == "production");
   info.set_deploy_timeout_seconds(r.i64("deploy_timeout_seconds"));
+  info.set_strategy(r.str("strategy"));
+  auto* rolling = info.mutable_rolling_update();
+  if (auto percent = r.optI64("max_surge_percent")) {
+    rolling->mutable_max_surge()->set_value(static_cast<uint32_t>(*percent));
+    rolling->mutable_max_surge()->set_percent(true);
+  } else {
+    rolling->mutable_max_surge()->set_value(static_cast<uint32_t>(r.i64("max_surge")));
+  }
+  if (auto percent = r.optI64("max_unavailable_percent")) {
+    rolling->mutable_max_unavailable()->set_value(static_cast<uint32_t>(*percent));
+    rolling->mutable_max_unavailable()->set_percent(true);
+  } else {
+    rolling->mutable_max_unavailable()->set_value(static_cast<uint32_t>(r.i64("max_unavailable")));
+  }
+  rolling->set_min_ready_seconds(static_cast<uint32_t>(r.i64("min_ready_seconds")));
+  const std::string live = r.optStr("current_deployment_id").value_or("");
+  if (live != id) info.set_live_deployment_id(live);
   KRANE_ASSIGN_OR_RETURN(auto regions, conn.query("SELECT region_id, replicas FROM"
                                                   " environment_regions WHERE environment_id = ?"
                                                   " ORDER BY region_id",
@@ -203,6 +223,44 @@ absl::Status removeTopology(Context& ctx, feed::Writer& writer, const std::strin
   return done.status();
 }
 
+// The blue-green wait: until the readiness gate says enough regions run their minimum replicas
+// (readiness.h), or the environment's deploy timeout passes.
+absl::Status awaitReadiness(Context& ctx, const DeployDependencies& deps,
+                            const DeploymentInfo& info, const std::string& id) {
+  workflow::Awakeable ready = ctx.awakeable();
+  ctx.set(kReadyAwakeableState, ready.id);
+  ctx.compensate("forget readiness wait", [](Context& ctx) {
+    ctx.clear(kReadyAwakeableState);
+    return absl::OkStatus();
+  });
+  auto already = ctx.run("initial readiness check", [&]() -> absl::StatusOr<std::string> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
+    KRANE_ASSIGN_OR_RETURN(Readiness r, readinessOf(*conn, id));
+    return std::string(r.ready() ? "ready" : "");
+  });
+  if (!already.ok()) return already.status();
+  if (*already == "ready") ctx.resolveAwakeable(ready.id, "");
+  const auto timeout = std::chrono::seconds(std::max<int64_t>(1, info.deploy_timeout_seconds()));
+  KRANE_ASSIGN_OR_RETURN(workflow::Selected first, ctx.select({ready.future, ctx.timer(timeout)}));
+  if (first.index == 0 && !first.result.ok()) {
+    // The gate gave up on it: failing regions make the threshold unreachable.
+    return terminalError(absl::StatusCode::kFailedPrecondition,
+                         toStd(first.result.status().message()));
+  }
+  if (first.index == 1) {
+    auto detail = ctx.run("readiness at the timeout", [&]() -> absl::StatusOr<std::string> {
+      KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
+      KRANE_ASSIGN_OR_RETURN(Readiness r, readinessOf(*conn, id));
+      return strCat(r.healthy, " of ", r.regions, " regions healthy, ", r.needed, " needed");
+    });
+    return terminalError(absl::StatusCode::kDeadlineExceeded,
+                         strCat("instances not ready within ", timeout.count(), " s (",
+                                detail.ok() ? *detail : "readiness unknown", ")"));
+  }
+  ctx.clear(kReadyAwakeableState);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& deps,
                                        const DeployRequest& req) {
   const std::string id = ctx.key();
@@ -331,10 +389,18 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
   // deploying: desired state in every region.
   KRANE_ASSIGN_OR_RETURN(bool deploying, enterStep(ctx, "deploying", "deploying", {"building"}));
   if (!deploying) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+  // Rolling (seed 002): the new deployment starts at 0 replicas and takes them over from the
+  // live one step by step (rolling.h); the first deploy of an environment starts in full.
+  const bool rolling = info.strategy() == "rolling" && !info.live_deployment_id().empty();
   std::vector<feed::Resource> topologies;
   std::vector<std::string> regions;
   for (const auto& region : info.regions()) {
     topologies.push_back(topologyFor(req, info, id, built.image(), region));
+    if (info.strategy() == "rolling") {
+      auto* t = topologies.back().mutable_deployment_topology();
+      *t->mutable_rolling_update() = info.rolling_update();
+      if (rolling) t->set_replicas(0);
+    }
     regions.push_back(region.region_id());
   }
   // The writer outlives the engine: captured by value, like the data.
@@ -351,40 +417,14 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
         ctx, sentinel::kServiceName, "Deploy", sentinel_id, sentinel::SentinelDeployRequest()));
   }
 
-  // waiting: for the readiness gate, or the timeout.
+  // waiting: for the readiness gate, or the timeout; rolling: until the roll completed.
   KRANE_ASSIGN_OR_RETURN(bool waiting, enterStep(ctx, "waiting", "", {"deploying"}));
   if (!waiting) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
-  workflow::Awakeable ready = ctx.awakeable();
-  ctx.set(kReadyAwakeableState, ready.id);
-  ctx.compensate("forget readiness wait", [](Context& ctx) {
-    ctx.clear(kReadyAwakeableState);
-    return absl::OkStatus();
-  });
-  auto already = ctx.run("initial readiness check", [&]() -> absl::StatusOr<std::string> {
-    KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
-    KRANE_ASSIGN_OR_RETURN(Readiness r, readinessOf(*conn, id));
-    return std::string(r.ready() ? "ready" : "");
-  });
-  if (!already.ok()) return already.status();
-  if (*already == "ready") ctx.resolveAwakeable(ready.id, "");
-  const auto timeout = std::chrono::seconds(std::max<int64_t>(1, info.deploy_timeout_seconds()));
-  KRANE_ASSIGN_OR_RETURN(workflow::Selected first, ctx.select({ready.future, ctx.timer(timeout)}));
-  if (first.index == 0 && !first.result.ok()) {
-    // The gate gave up on it: failing regions make the threshold unreachable.
-    return terminalError(absl::StatusCode::kFailedPrecondition,
-                         toStd(first.result.status().message()));
+  if (rolling) {
+    KRANE_RETURN_IF_ERROR(rollOut(ctx, deps, info, id));
+  } else {
+    KRANE_RETURN_IF_ERROR(awaitReadiness(ctx, deps, info, id));
   }
-  if (first.index == 1) {
-    auto detail = ctx.run("readiness at the timeout", [&]() -> absl::StatusOr<std::string> {
-      KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
-      KRANE_ASSIGN_OR_RETURN(Readiness r, readinessOf(*conn, id));
-      return strCat(r.healthy, " of ", r.regions, " regions healthy, ", r.needed, " needed");
-    });
-    return terminalError(absl::StatusCode::kDeadlineExceeded,
-                         strCat("instances not ready within ", timeout.count(), " s (",
-                                detail.ok() ? *detail : "readiness unknown", ")"));
-  }
-  ctx.clear(kReadyAwakeableState);
   if (!sentinels.empty()) {
     KRANE_ASSIGN_OR_RETURN(auto converged, workflow::awaitAll(ctx, sentinels));
     for (size_t i = 0; i < converged.size(); ++i) {

@@ -1,0 +1,217 @@
+#include "controlplane/services/deploy/rolling.h"
+
+#include <algorithm>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "common/strings.h"
+#include "controlplane/strategy/rolling.h"
+#include "controlplane/workflow/typed.h"
+#include "spdlog/spdlog.h"
+
+namespace krane::services::deploy {
+namespace {
+
+using services::v1::DeploymentInfo;
+using services::v1::RollingObservation;
+using services::v1::RollingRegion;
+using workflow::Context;
+using workflow::terminalError;
+
+constexpr auto kCycle = std::chrono::seconds(1);
+
+// Replicas and reported instances of `to` and `from` in every region of the deployment.
+absl::StatusOr<RollingObservation> observe(db::Pool& pool, const DeploymentInfo& info,
+                                           const std::string& to, const std::string& from) {
+  KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+  RollingObservation out;
+  out.set_now_ms(unixMillis());
+  for (const auto& region : info.regions()) {
+    RollingRegion r;
+    r.set_region_id(region.region_id());
+    r.set_desired(region.replicas());
+    for (const auto& [deployment, is_to] : {std::pair{to, true}, std::pair{from, false}}) {
+      KRANE_ASSIGN_OR_RETURN(
+          auto replicas, conn->query("SELECT replicas FROM deployment_topology WHERE"
+                                     " deployment_id = ? AND region_id = ? AND deleted_at IS NULL",
+                                     {deployment, region.region_id()}));
+      const uint32_t n = replicas.empty() ? 0 : static_cast<uint32_t>(replicas.rows[0].u64(0));
+      KRANE_ASSIGN_OR_RETURN(
+          auto counts, conn->query("SELECT status, COUNT(*), MAX(failure_reason) FROM instances"
+                                   " WHERE deployment_id = ? AND region_id = ? GROUP BY status",
+                                   {deployment, region.region_id()}));
+      uint32_t running = 0, pending = 0, failed = 0;
+      for (const db::Row& row : counts.rows) {
+        const auto count = static_cast<uint32_t>(row.u64(1));
+        if (row.str(0) == "running") running = count;
+        if (row.str(0) == "pending") pending = count;
+        if (row.str(0) == "failed") {
+          failed = count;
+          if (is_to) r.set_to_failure(row.optStr(2).value_or(""));
+        }
+      }
+      if (is_to) {
+        r.set_to_replicas(n);
+        r.set_to_running(running);
+        r.set_to_pending(pending);
+        r.set_to_failed(failed);
+      } else {
+        r.set_from_replicas(n);
+        r.set_from_running(running);
+        r.set_from_pending(pending);
+        r.set_from_failed(failed);
+      }
+    }
+    *out.add_regions() = std::move(r);
+  }
+  return out;
+}
+
+// The region as the evaluator sees it. Replicas asked for but not reported yet are starting (to)
+// or still serving (from); what was reported beyond the replicas asked for is on its way out.
+std::vector<strategy::Instance> viewOf(const RollingRegion& r) {
+  std::vector<strategy::Instance> v;
+  for (uint32_t i = 0; i < r.from_replicas(); ++i) {
+    v.push_back({strCat("from-", i), false,
+                 i < r.from_running() ? strategy::InstanceState::kHealthy
+                                      : strategy::InstanceState::kUnhealthy});
+  }
+  const uint32_t healthy = std::min(r.to_running(), r.to_replicas());
+  const uint32_t failed = std::min(r.to_failed(), r.to_replicas() - healthy);
+  for (uint32_t i = 0; i < r.to_replicas(); ++i) {
+    strategy::InstanceState s = strategy::InstanceState::kProvisioning;
+    if (i < healthy) {
+      s = strategy::InstanceState::kHealthy;
+    } else if (i < healthy + failed) {
+      // A failed instance restarts in place (crash loop): it holds its replica, and the give-up
+      // cap decides when to stop waiting for it.
+      s = strategy::InstanceState::kUnhealthy;
+    }
+    v.push_back({strCat("to-", i), true, s});
+  }
+  return v;
+}
+
+// Sets the replicas of `deployment` in `region` on the step's transaction.
+absl::Status setReplicas(feed::WriteTx& tx, const feed::ResourceTable& table,
+                         const std::string& deployment, const std::string& region,
+                         uint32_t replicas) {
+  const feed::ResourceKey key{std::string(feed::kDeploymentTopology), deployment, region};
+  KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
+  if (!stored || stored->deleted) return absl::OkStatus();
+  if (stored->resource.deployment_topology().replicas() == replicas) return absl::OkStatus();
+  feed::Resource next = stored->resource;
+  next.mutable_deployment_topology()->set_replicas(replicas);
+  return tx.put(next, stored->resource.version());
+}
+
+struct Move {
+  std::string region;
+  uint32_t to_replicas;
+  uint32_t from_replicas;
+};
+
+// Moves replicas from `from` to `to` until every region completed, or (unless `rolling_back`)
+// until the deadline or the give-up cap. `label` names the steps. Returns the reason it stopped
+// early, or "" when completed.
+absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
+                                 const DeploymentInfo& info, const std::string& to,
+                                 const std::string& from, const std::string& label,
+                                 int64_t deadline_ms, uint32_t give_up) {
+  const strategy::RollingSpec spec = strategy::specOf(info.rolling_update());
+  const feed::ResourceTable& table = deps.writer->tables().forType(feed::kDeploymentTopology);
+  uint32_t failures = 0;  // failed new instances seen, summed over the cycles
+  for (int cycle = 1;; ++cycle) {
+    auto seen = workflow::run<RollingObservation>(
+        ctx, strCat(label, " cycle ", cycle, ": observe"),
+        [&]() -> absl::StatusOr<RollingObservation> { return observe(*deps.pool, info, to, from); });
+    if (!seen.ok()) return seen.status();
+    bool completed = true;
+    std::string failure;
+    std::vector<Move> moves;
+    for (const RollingRegion& r : seen->regions()) {
+      failures += r.to_failed();
+      if (!r.to_failure().empty()) failure = strCat(r.region_id(), ": ", r.to_failure());
+      const auto e =
+          strategy::evaluate(viewOf(r), r.desired(), strategy::resolve(spec, r.desired()));
+      if (e.result == strategy::Result::kCompleted) {
+        // Replacements of failed instances may have left more than desired: back to desired.
+        if (r.to_replicas() != r.desired()) {
+          completed = false;
+          moves.push_back({r.region_id(), r.desired(), 0});
+        }
+        continue;
+      }
+      completed = false;
+      const uint32_t drained = static_cast<uint32_t>(e.drain_ids.size());
+      if (e.to_create > 0 || drained > 0) {
+        moves.push_back({r.region_id(), r.to_replicas() + e.to_create,
+                         r.from_replicas() - std::min(r.from_replicas(), drained)});
+      }
+    }
+    if (completed) return std::string();
+    if (give_up > 0 && failures >= give_up) {
+      return strCat("new instances kept failing (", failures, " failures seen, the cap is ",
+                    give_up, ")",
+                    failure.empty() ? "" : strCat(", last: ", failure));
+    }
+    if (deadline_ms > 0 && seen->now_ms() >= deadline_ms) {
+      return strCat("not completed within ", info.deploy_timeout_seconds(), " s");
+    }
+    if (!moves.empty()) {
+      std::vector<feed::WriteResult> written;
+      auto applied = ctx.runTx(
+          strCat(label, " cycle ", cycle, ": apply"),
+          [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+            KRANE_ASSIGN_OR_RETURN(written,
+                                   deps.writer->transactIn(conn, [&](feed::WriteTx& tx) {
+                                     for (const Move& m : moves) {
+                                       KRANE_RETURN_IF_ERROR(
+                                           setReplicas(tx, table, to, m.region, m.to_replicas));
+                                       KRANE_RETURN_IF_ERROR(
+                                           setReplicas(tx, table, from, m.region, m.from_replicas));
+                                     }
+                                     return absl::OkStatus();
+                                   }));
+            return std::string();
+          });
+      deps.writer->committed(written);  // empty when the step was replayed
+      if (!applied.ok()) return applied.status();
+    }
+    KRANE_RETURN_IF_ERROR(ctx.sleep(kCycle));
+  }
+}
+
+}  // namespace
+
+absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const DeploymentInfo& info,
+                     const std::string& id) {
+  auto started = ctx.run("rolling starts", [] {
+    return absl::StatusOr<std::string>(std::to_string(unixMillis()));
+  });
+  if (!started.ok()) return started.status();
+  const int64_t deadline =
+      std::stoll(*started) + std::max<int64_t>(1, info.deploy_timeout_seconds()) * 1000;
+  uint32_t desired = 0;
+  for (const auto& r : info.regions()) desired += r.replicas();
+  KRANE_ASSIGN_OR_RETURN(std::string stopped, move(ctx, deps, info, id, info.live_deployment_id(),
+                                                   "rolling", deadline, kGiveUpPerReplica * desired));
+  if (stopped.empty()) return absl::OkStatus();
+
+  // Roll back: the old deployment up again first (within the surge), the new one drained, never
+  // below min_available. Bounded by the timeout once more.
+  spdlog::warn("deploy: rolling deployment={} rolls back: {}", id, stopped);
+  auto now = ctx.run("rolling back", [] {
+    return absl::StatusOr<std::string>(std::to_string(unixMillis()));
+  });
+  if (!now.ok()) return now.status();
+  const int64_t back_deadline =
+      std::stoll(*now) + std::max<int64_t>(1, info.deploy_timeout_seconds()) * 1000;
+  KRANE_ASSIGN_OR_RETURN(std::string back, move(ctx, deps, info, info.live_deployment_id(), id,
+                                                "rolling back", back_deadline, 0));
+  return terminalError(absl::StatusCode::kAborted,
+                       strCat("rolled back to ", info.live_deployment_id(), ": ", stopped,
+                              back.empty() ? "" : strCat("; the rollback itself stopped: ", back)));
+}
+
+}  // namespace krane::services::deploy

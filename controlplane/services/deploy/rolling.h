@@ -1,0 +1,39 @@
+// The rolling strategy of a deploy (seed 002): instead of starting the new deployment in full and
+// swapping, the deploy moves each region's replicas from the live deployment to the new one in
+// steps bounded by the environment's max_surge / max_unavailable, as journaled steps of its own
+// invocation (no thread of its own):
+//
+//   each cycle (one second apart, a durable timer):
+//     observe     both topologies' replicas and the instances the agents reported (a step)
+//     evaluate    the rolling-update evaluator per region (controlplane/strategy)
+//     apply       new replicas up by to_create, old ones down by the drained count, through the
+//                 feed writer on the step's transaction (exactly once)
+//   until every region completed (no old replica left, the new ones healthy).
+//
+// Replicas asked for but not reported yet count as starting (new) or still serving (old), so a
+// cycle never acts twice on the same change. A timeout (the environment's
+// deploy_timeout_seconds) or new instances that keep failing (the give-up cap: failed new
+// instances seen, summed over the cycles, reach 3 × the desired replicas) rolls back, capacity-aware: the same evaluator with the roles reversed scales the old
+// deployment back up within the surge first and drains the new one, never below min_available.
+// The deploy then fails with the reason; the old deployment stays live.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "controlplane/services/deploy/deploy.h"
+#include "controlplane/workflow/service.h"
+
+namespace krane::services::deploy {
+
+// Failed new instances seen (all regions, summed over the cycles) that make a rolling deploy
+// give up, per desired replica.
+inline constexpr uint32_t kGiveUpPerReplica = 3;
+
+// Runs the roll of deployment `id` (whose topologies were written with 0 replicas) from
+// info.live_deployment_id(). OK once every region completed; a terminal error after a rollback.
+absl::Status rollOut(workflow::Context& ctx, const DeployDependencies& deps,
+                     const services::v1::DeploymentInfo& info, const std::string& id);
+
+}  // namespace krane::services::deploy
