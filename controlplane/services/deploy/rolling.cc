@@ -122,9 +122,10 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
   const feed::ResourceTable& table = deps.writer->tables().forType(feed::kDeploymentTopology);
   uint32_t failures = 0;  // failed new instances seen, summed over the cycles
   for (int cycle = 1;; ++cycle) {
-    auto seen = workflow::run<RollingObservation>(
-        ctx, strCat(label, " cycle ", cycle, ": observe"),
-        [&]() -> absl::StatusOr<RollingObservation> { return observe(*deps.pool, info, to, from); });
+    auto seen = workflow::run<RollingObservation>(ctx, strCat(label, " cycle ", cycle, ": observe"),
+                                                  [&]() -> absl::StatusOr<RollingObservation> {
+                                                    return observe(*deps.pool, info, to, from);
+                                                  });
     if (!seen.ok()) return seen.status();
     bool completed = true;
     std::string failure;
@@ -152,8 +153,7 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
     if (completed) return std::string();
     if (give_up > 0 && failures >= give_up) {
       return strCat("new instances kept failing (", failures, " failures seen, the cap is ",
-                    give_up, ")",
-                    failure.empty() ? "" : strCat(", last: ", failure));
+                    give_up, ")", failure.empty() ? "" : strCat(", last: ", failure));
     }
     if (deadline_ms > 0 && seen->now_ms() >= deadline_ms) {
       return strCat("not completed within ", info.deploy_timeout_seconds(), " s");
@@ -163,16 +163,13 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
       auto applied = ctx.runTx(
           strCat(label, " cycle ", cycle, ": apply"),
           [&](db::Connection& conn) -> absl::StatusOr<std::string> {
-            KRANE_ASSIGN_OR_RETURN(written,
-                                   deps.writer->transactIn(conn, [&](feed::WriteTx& tx) {
-                                     for (const Move& m : moves) {
-                                       KRANE_RETURN_IF_ERROR(
-                                           setReplicas(tx, table, to, m.region, m.to_replicas));
-                                       KRANE_RETURN_IF_ERROR(
-                                           setReplicas(tx, table, from, m.region, m.from_replicas));
-                                     }
-                                     return absl::OkStatus();
-                                   }));
+            KRANE_ASSIGN_OR_RETURN(written, deps.writer->transactIn(conn, [&](feed::WriteTx& tx) {
+              for (const Move& m : moves) {
+                KRANE_RETURN_IF_ERROR(setReplicas(tx, table, to, m.region, m.to_replicas));
+                KRANE_RETURN_IF_ERROR(setReplicas(tx, table, from, m.region, m.from_replicas));
+              }
+              return absl::OkStatus();
+            }));
             return std::string();
           });
       deps.writer->committed(written);  // empty when the step was replayed
@@ -186,24 +183,23 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
 
 absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const DeploymentInfo& info,
                      const std::string& id) {
-  auto started = ctx.run("rolling starts", [] {
-    return absl::StatusOr<std::string>(std::to_string(unixMillis()));
-  });
+  auto started = ctx.run("rolling starts",
+                         [] { return absl::StatusOr<std::string>(std::to_string(unixMillis())); });
   if (!started.ok()) return started.status();
   const int64_t deadline =
       std::stoll(*started) + std::max<int64_t>(1, info.deploy_timeout_seconds()) * 1000;
   uint32_t desired = 0;
   for (const auto& r : info.regions()) desired += r.replicas();
-  KRANE_ASSIGN_OR_RETURN(std::string stopped, move(ctx, deps, info, id, info.live_deployment_id(),
-                                                   "rolling", deadline, kGiveUpPerReplica * desired));
+  KRANE_ASSIGN_OR_RETURN(std::string stopped,
+                         move(ctx, deps, info, id, info.live_deployment_id(), "rolling", deadline,
+                              kGiveUpPerReplica * desired));
   if (stopped.empty()) return absl::OkStatus();
 
   // Roll back: the old deployment up again first (within the surge), the new one drained, never
   // below min_available. Bounded by the timeout once more.
   spdlog::warn("deploy: rolling deployment={} rolls back: {}", id, stopped);
-  auto now = ctx.run("rolling back", [] {
-    return absl::StatusOr<std::string>(std::to_string(unixMillis()));
-  });
+  auto now = ctx.run("rolling back",
+                     [] { return absl::StatusOr<std::string>(std::to_string(unixMillis())); });
   if (!now.ok()) return now.status();
   const int64_t back_deadline =
       std::stoll(*now) + std::max<int64_t>(1, info.deploy_timeout_seconds()) * 1000;

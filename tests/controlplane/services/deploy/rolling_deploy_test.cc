@@ -51,7 +51,8 @@ class RollingDeployTest : public workflow::WorkflowTest {
           {region});
     }
     Engine& e = engine([&](Engine& e) {
-      DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(), nullptr};
+      DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(),
+                              nullptr};
       for (auto& service : deployServices(deps)) {
         REQUIRE_THAT(e.registerService(std::move(service)), IsOk());
       }
