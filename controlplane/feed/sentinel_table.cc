@@ -31,8 +31,8 @@ constexpr size_t kMaxConfigBytes = 1 << 20;
 
 constexpr std::string_view kColumns =
     "id, workspace_id, project_id, app_id, environment_id, region_id, image, desired_state,"
-    " replicas, cpu_millicores, memory_mib, config, live_deployment_id, healthcheck, version,"
-    " deleted_at";
+    " replicas, cpu_millicores, memory_mib, config, live_deployment_id, rolling_deployment_id,"
+    " healthcheck, version, deleted_at";
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
@@ -95,6 +95,9 @@ absl::Status validateSentinel(const Resource& r) {
   if (!s.live_deployment_id().empty()) {
     KRANE_RETURN_IF_ERROR(checkId("sentinel.live_deployment_id", s.live_deployment_id()));
   }
+  if (!s.rolling_deployment_id().empty()) {
+    KRANE_RETURN_IF_ERROR(checkId("sentinel.rolling_deployment_id", s.rolling_deployment_id()));
+  }
   if (s.has_healthcheck()) {
     const auto& h = s.healthcheck();
     KRANE_RETURN_IF_ERROR(checkProbe("sentinel.healthcheck.liveness", h.liveness(), true));
@@ -154,6 +157,9 @@ absl::StatusOr<Resource> fromRow(const db::Row& row) {
   s->set_desired_state(desiredStateOf(row.str("desired_state")));
   if (!row.isNull("config")) s->set_config_json(row.str("config"));
   if (!row.isNull("live_deployment_id")) s->set_live_deployment_id(row.str("live_deployment_id"));
+  if (!row.isNull("rolling_deployment_id")) {
+    s->set_rolling_deployment_id(row.str("rolling_deployment_id"));
+  }
   if (!row.isNull("healthcheck")) {
     google::protobuf::util::JsonParseOptions options;
     options.ignore_unknown_fields = true;
@@ -186,8 +192,9 @@ class SentinelTable final : public SingleTypeTable {
         .exec(
             "INSERT INTO sentinels (id, workspace_id, project_id, app_id, environment_id,"
             " region_id, image, desired_state, replicas, cpu_millicores, memory_mib, config,"
-            " live_deployment_id, healthcheck, version, created_at, updated_at, deleted_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)"
+            " live_deployment_id, rolling_deployment_id, healthcheck, version, created_at,"
+            " updated_at, deleted_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL)"
             " ON DUPLICATE KEY UPDATE workspace_id = VALUES(workspace_id),"
             " project_id = VALUES(project_id), app_id = VALUES(app_id),"
             " environment_id = VALUES(environment_id), region_id = VALUES(region_id),"
@@ -195,12 +202,14 @@ class SentinelTable final : public SingleTypeTable {
             " replicas = VALUES(replicas), cpu_millicores = VALUES(cpu_millicores),"
             " memory_mib = VALUES(memory_mib), config = VALUES(config),"
             " live_deployment_id = VALUES(live_deployment_id),"
+            " rolling_deployment_id = VALUES(rolling_deployment_id),"
             " healthcheck = VALUES(healthcheck),"
             " version = VALUES(version), updated_at = VALUES(updated_at), deleted_at = NULL",
             {r.id(), s.workspace_id(), s.project_id(), s.app_id(), s.environment_id(), r.region(),
              s.image(), desiredStateName(s.desired_state()), s.replicas(), s.cpu_millicores(),
              s.memory_mib(), s.config_json().empty() ? db::Value() : db::Value(s.config_json()),
              s.live_deployment_id().empty() ? db::Value() : db::Value(s.live_deployment_id()),
+             s.rolling_deployment_id().empty() ? db::Value() : db::Value(s.rolling_deployment_id()),
              healthcheck, version, now_ms, now_ms})
         .status();
   }

@@ -71,7 +71,7 @@ class ProcessSentinelPlugin final : public runtime::ProcessWorkloadPlugin {
     }
     runtime::WorkloadSpec spec = toWorkload(s, r.id());
     // The routes are not part of the spec: a new live deployment must not restart the proxy.
-    routes_->setLive(r.id(), s.live_deployment_id());
+    routes_->setLive(r.id(), s.live_deployment_id(), s.rolling_deployment_id());
     spec.env["KRANE_ROUTES_FILE"] = routes_->routesFile(r.id());
     return std::optional<runtime::WorkloadSpec>(std::move(spec));
   }

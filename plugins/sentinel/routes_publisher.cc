@@ -1,5 +1,6 @@
 #include "plugins/sentinel/routes_publisher.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "common/files.h"
@@ -54,10 +55,12 @@ std::string RoutesPublisher::routesFile(const std::string& sentinel_id) const {
   return strCat(options_.routes_dir, "/", sentinel_id, ".json");
 }
 
-void RoutesPublisher::setLive(const std::string& sentinel_id, const std::string& deployment_id) {
+void RoutesPublisher::setLive(const std::string& sentinel_id, const std::string& deployment_id,
+                              const std::string& rolling_deployment_id) {
   std::lock_guard lock(mutex_);
   Sentinel& s = sentinels_[sentinel_id];
   s.live = deployment_id;
+  s.rolling = rolling_deployment_id;
   publishLocked(sentinel_id, s);
 }
 
@@ -102,6 +105,14 @@ void RoutesPublisher::publishLocked(const std::string& id, Sentinel& s) {
     if (!previous.empty()) {
       next.deployment_id = s.published.deployment_id;
       next.endpoints = std::move(previous);
+    }
+  }
+  // A rolling deploy: the new deployment's ready instances take traffic as they come up.
+  if (!s.rolling.empty() && s.rolling != next.deployment_id) {
+    for (auto& e : endpointsOf(s.rolling)) {
+      if (std::find(next.endpoints.begin(), next.endpoints.end(), e) == next.endpoints.end()) {
+        next.endpoints.push_back(std::move(e));
+      }
     }
   }
   if (s.written && next == s.published) return;

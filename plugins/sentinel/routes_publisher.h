@@ -1,5 +1,6 @@
 // The sentinel plugin's half of routing on the process runtime: keeps each sentinel's routes
-// file (proxy/routes.h) pointing at the ready instances of its live deployment.
+// file (proxy/routes.h) pointing at the ready instances of its live deployment (and, during a
+// rolling deploy, of the deployment taking over from it).
 //
 // Where the addresses come from: the deployment plugin's process runtime publishes every
 // workload's ready endpoints in <deployment_state_dir>/endpoints/ (process_runtime.h,
@@ -48,8 +49,11 @@ class RoutesPublisher {
   void stop();
 
   std::string routesFile(const std::string& sentinel_id) const;
-  // The sentinel's live deployment ("" for none); its routes are brought up to date at once.
-  void setLive(const std::string& sentinel_id, const std::string& deployment_id);
+  // The sentinel's live deployment ("" for none) and, during a rolling deploy, the deployment
+  // taking over from it (its ready instances are routed to as well); its routes are brought up
+  // to date at once.
+  void setLive(const std::string& sentinel_id, const std::string& deployment_id,
+               const std::string& rolling_deployment_id = "");
   // The sentinel is gone: its routes file is removed.
   void forget(const std::string& sentinel_id);
   // One round: every sentinel's routes brought up to date.
@@ -57,8 +61,9 @@ class RoutesPublisher {
 
  private:
   struct Sentinel {
-    std::string live;  // desired live deployment
-    Routes published;  // what its routes file says
+    std::string live;     // desired live deployment
+    std::string rolling;  // a rolling deploy's new deployment, routed to as well
+    Routes published;     // what its routes file says
     bool written = false;
   };
   // The ready endpoints the deployment's runtime published (empty when none or unknown).

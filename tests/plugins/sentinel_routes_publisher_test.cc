@@ -93,6 +93,23 @@ TEST_CASE_METHOD(PublisherTest, "routes follow the live deployment's ready insta
   CHECK_FALSE(fs::exists(p.routesFile("s1")));
 }
 
+TEST_CASE_METHOD(PublisherTest, "during a rolling deploy both deployments' instances are routed",
+                 "[routes-publisher]") {
+  RoutesPublisher p(options_);
+  publish("d1", {"127.0.0.1:20001", "127.0.0.1:20002"});
+  p.setLive("s1", "d1", "d2");
+  INFO("d2 has no ready instance yet");
+  CHECK(routes(p, "s1") == of("d1", {"127.0.0.1:20001", "127.0.0.1:20002"}));
+  publish("d2", {"127.0.0.1:20003"});
+  publish("d1", {"127.0.0.1:20002"});  // one old instance drained
+  p.publishAll();
+  CHECK(routes(p, "s1") == of("d1", {"127.0.0.1:20002", "127.0.0.1:20003"}));
+  INFO("the swap: d2 live, no more rolling");
+  publish("d1", {});
+  p.setLive("s1", "d2");
+  CHECK(routes(p, "s1") == of("d2", {"127.0.0.1:20003"}));
+}
+
 TEST_CASE_METHOD(PublisherTest, "a new publisher keeps the routes an earlier one left current",
                  "[routes-publisher]") {
   publish("d1", {"127.0.0.1:20001"});

@@ -32,9 +32,12 @@ absl::StatusOr<DeploymentInfo> loadInfo(db::Connection& conn, const std::string&
       conn.query("SELECT d.workspace_id, d.project_id, d.app_id, d.environment_id, d.status,"
                  " d.git_branch, d.git_commit_sha, e.kind, e.deploy_timeout_seconds,"
                  " e.strategy, e.max_surge, e.max_unavailable, e.max_surge_percent,"
-                 " e.max_unavailable_percent, e.min_ready_seconds, a.current_deployment_id"
+                 " e.max_unavailable_percent, e.min_ready_seconds, live.id AS live_id"
                  " FROM deployments d JOIN environments e ON e.id = d.environment_id"
-                 " JOIN apps a ON a.id = d.app_id WHERE d.id = ?",
+                 " JOIN apps a ON a.id = d.app_id"
+                 " LEFT JOIN deployments live ON live.id = a.current_deployment_id"
+                 "  AND live.environment_id = d.environment_id"
+                 " WHERE d.id = ?",
                  {id}));
   if (rows.empty()) {
     return terminalError(absl::StatusCode::kNotFound, strCat("deployment '", id, "' not found"));
@@ -65,7 +68,9 @@ absl::StatusOr<DeploymentInfo> loadInfo(db::Connection& conn, const std::string&
     rolling->mutable_max_unavailable()->set_value(static_cast<uint32_t>(r.i64("max_unavailable")));
   }
   rolling->set_min_ready_seconds(static_cast<uint32_t>(r.i64("min_ready_seconds")));
-  const std::string live = r.optStr("current_deployment_id").value_or("");
+  // The live deployment of this environment (a preview environment has none: the app's live
+  // deployment is production's).
+  const std::string live = r.optStr("live_id").value_or("");
   if (live != id) info.set_live_deployment_id(live);
   KRANE_ASSIGN_OR_RETURN(auto regions, conn.query("SELECT region_id, replicas FROM"
                                                   " environment_regions WHERE environment_id = ?"
@@ -391,7 +396,8 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
   if (!deploying) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
   // Rolling (seed 002): the new deployment starts at 0 replicas and takes them over from the
   // live one step by step (rolling.h); the first deploy of an environment starts in full.
-  const bool rolling = info.strategy() == "rolling" && !info.live_deployment_id().empty();
+  const bool rolling =
+      info.strategy() == "rolling" && info.production() && !info.live_deployment_id().empty();
   std::vector<feed::Resource> topologies;
   std::vector<std::string> regions;
   for (const auto& region : info.regions()) {

@@ -5,6 +5,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/services/routing/routing.h"
 #include "controlplane/strategy/rolling.h"
 #include "controlplane/workflow/typed.h"
 #include "spdlog/spdlog.h"
@@ -181,8 +182,30 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
 
 }  // namespace
 
+// Points the environment's sentinels at `deployment_id` besides the live one ("" stops).
+absl::Status routeRolling(Context& ctx, feed::Writer& writer, const std::string& environment_id,
+                          const std::string& deployment_id, const std::string& name) {
+  std::vector<feed::WriteResult> written;
+  auto done = ctx.runTx(name, [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+    KRANE_ASSIGN_OR_RETURN(
+        written, routing::setSentinelsRolling(writer, conn, environment_id, deployment_id));
+    return std::string();
+  });
+  writer.committed(written);
+  return done.status();
+}
+
 absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const DeploymentInfo& info,
                      const std::string& id) {
+  // The sentinels route to the new deployment's ready instances too, until the swap (which
+  // clears it) or the rollback.
+  KRANE_RETURN_IF_ERROR(
+      routeRolling(ctx, *deps.writer, info.environment_id(), id, "rolling: route to both"));
+  ctx.compensate("rolling: stop routing to the new deployment",
+                 [writer = deps.writer, env = info.environment_id()](Context& ctx) {
+                   return routeRolling(ctx, *writer, env, "",
+                                       "rolling: stop routing to the new deployment");
+                 });
   auto started = ctx.run("rolling starts",
                          [] { return absl::StatusOr<std::string>(std::to_string(unixMillis())); });
   if (!started.ok()) return started.status();
@@ -205,6 +228,7 @@ absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const Deploym
       std::stoll(*now) + std::max<int64_t>(1, info.deploy_timeout_seconds()) * 1000;
   KRANE_ASSIGN_OR_RETURN(std::string back, move(ctx, deps, info, info.live_deployment_id(), id,
                                                 "rolling back", back_deadline, 0));
+  // (The compensation then stops the sentinels routing to the new deployment.)
   return terminalError(absl::StatusCode::kAborted,
                        strCat("rolled back to ", info.live_deployment_id(), ": ", stopped,
                               back.empty() ? "" : strCat("; the rollback itself stopped: ", back)));

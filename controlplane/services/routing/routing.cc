@@ -118,14 +118,45 @@ absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsLive(feed::Writer& wr
       const feed::ResourceKey key{std::string(feed::kSentinel), r.str("id"), r.str("region_id")};
       KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
       if (!stored || stored->deleted) continue;
-      if (stored->resource.sentinel().live_deployment_id() == deployment_id) continue;
+      if (stored->resource.sentinel().live_deployment_id() == deployment_id &&
+          stored->resource.sentinel().rolling_deployment_id().empty()) {
+        continue;
+      }
       feed::Resource next = stored->resource;
       next.mutable_sentinel()->set_live_deployment_id(deployment_id);
+      next.mutable_sentinel()->clear_rolling_deployment_id();  // a roll ends with the swap
       KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));
     }
     return absl::OkStatus();
   });
 }
+
+}  // namespace
+
+absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsRolling(
+    feed::Writer& writer, db::Connection& conn, const std::string& environment_id,
+    const std::string& deployment_id) {
+  const feed::ResourceTable& table = writer.tables().forType(feed::kSentinel);
+  return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
+    KRANE_ASSIGN_OR_RETURN(auto rows,
+                           tx.connection().query("SELECT id, region_id FROM sentinels"
+                                                 " WHERE environment_id = ? AND deleted_at IS NULL"
+                                                 " ORDER BY id FOR UPDATE",
+                                                 {environment_id}));
+    for (const db::Row& r : rows.rows) {
+      const feed::ResourceKey key{std::string(feed::kSentinel), r.str("id"), r.str("region_id")};
+      KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
+      if (!stored || stored->deleted) continue;
+      if (stored->resource.sentinel().rolling_deployment_id() == deployment_id) continue;
+      feed::Resource next = stored->resource;
+      next.mutable_sentinel()->set_rolling_deployment_id(deployment_id);
+      KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));
+    }
+    return absl::OkStatus();
+  });
+}
+
+namespace {
 
 // The swap itself, in the caller's transaction. The sentinels' changes it writes (when the
 // service has a writer) go to `written`, for Writer::committed once the step committed.

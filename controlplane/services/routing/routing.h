@@ -59,4 +59,11 @@ struct RoutingOptions {
 
 workflow::ServiceDefinition routingService(RoutingOptions options = {});
 
+// Sets rolling_deployment_id ("" clears it) on every sentinel of the environment, through the
+// feed writer on `conn` (a step's journal transaction): during a rolling deploy the sentinels
+// route to the ready instances of both the live and the new deployment. The swap clears it.
+absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsRolling(
+    feed::Writer& writer, db::Connection& conn, const std::string& environment_id,
+    const std::string& deployment_id);
+
 }  // namespace krane::services::routing

@@ -53,7 +53,9 @@ class RollingDeployTest : public workflow::WorkflowTest {
     Engine& e = engine([&](Engine& e) {
       DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(),
                               nullptr};
-      for (auto& service : deployServices(deps)) {
+      routing::RoutingOptions routing;
+      routing.writer = writer_;  // the swap tells the sentinels
+      for (auto& service : deployServices(deps, routing)) {
         REQUIRE_THAT(e.registerService(std::move(service)), IsOk());
       }
     });
@@ -72,6 +74,11 @@ class RollingDeployTest : public workflow::WorkflowTest {
   void playAgents() {
     while (!stop_) {
       krane::testing::settleSentinels(*pool_, *ingestor_);
+      if (auto conn = pool_->acquire(); conn.ok()) {
+        auto both = (*conn)->query(
+            "SELECT COUNT(*) FROM sentinels WHERE rolling_deployment_id IS NOT NULL");
+        if (both.ok() && both->rows[0].i64(0) > 0) sawBothRouted_ = true;
+      }
       std::map<std::pair<std::string, std::string>, int> replicas;
       if (auto conn = pool_->acquire(); conn.ok()) {
         auto rows = (*conn)->query(
@@ -155,6 +162,7 @@ class RollingDeployTest : public workflow::WorkflowTest {
   bool watching_ = false;
   int min_healthy_ = 1000;
   int max_total_ = 0;
+  std::atomic<bool> sawBothRouted_{false};
   std::atomic<bool> stop_{false};
   std::thread agents_;
 };
@@ -180,6 +188,10 @@ TEST_CASE_METHOD(RollingDeployTest,
     CHECK(replicas("d2", region) == 3);
     CHECK(replicas("d1", region) == 0);
   }
+  INFO("the sentinels routed to both during the roll, and only to the live one after the swap");
+  CHECK(sawBothRouted_);
+  CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE live_deployment_id = 'd2' AND"
+               " rolling_deployment_id IS NULL") == 2);
   std::lock_guard lock(mutex_);
   INFO("surge 1: at most 4 instances in a region at any report");
   CHECK(max_total_ <= 4);
@@ -211,6 +223,9 @@ TEST_CASE_METHOD(RollingDeployTest,
     INFO(region);
     CHECK(replicas("d1", region) == 3);
   }
+  INFO("the sentinels route to the live deployment only");
+  CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE live_deployment_id = 'd1' AND"
+               " rolling_deployment_id IS NULL") == 2);
   INFO("the new topology is gone (the deploy's compensation)");
   CHECK(scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd2' AND"
                " deleted_at IS NULL") == 0);
