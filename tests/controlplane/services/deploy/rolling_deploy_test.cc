@@ -1,15 +1,9 @@
 // The rolling strategy of the deploy workflow (controlplane/services/deploy/rolling.h) on the
 // workflow engine, the feed writer, the ingestor and a real MariaDB, with agents played by a
-// thread that runs, instantly, what each topology asks for: replicas move from the live
-// deployment to the new one within surge and unavailable in every region, then the new one goes
-// live; new instances that keep failing roll it back, capacity-aware, and the old one stays live;
-// a roll that does not complete in time rolls back too.
-#include <atomic>
-#include <map>
-#include <mutex>
-#include <set>
-#include <thread>
-
+// thread that runs, instantly, what each topology asks for (rolling_agents.h): replicas move from
+// the live deployment to the new one within surge and unavailable in every region, then the new one
+// goes live; new instances that keep failing roll it back, capacity-aware, and the old one stays
+// live; a roll that does not complete in time rolls back too.
 #include <catch2/catch.hpp>
 
 #include "common/strings.h"
@@ -18,9 +12,8 @@
 #include "controlplane/services/deploy/readiness.h"
 #include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/typed.h"
+#include "tests/controlplane/services/deploy/rolling_agents.h"
 #include "tests/controlplane/workflow/fixture.h"
-#include "tests/support/reports.h"
-#include "tests/support/sentinel_reports.h"
 #include "tests/support/wait.h"
 
 namespace krane::services::deploy {
@@ -62,67 +55,9 @@ class RollingDeployTest : public workflow::WorkflowTest {
     ingestor_->addDeploymentInstancesHook(std::make_shared<ReadinessGate>(pool_, e));
     ingestor_->addSentinelReadyHook(std::make_shared<sentinel::ReadyNotifier>(pool_, e));
     engine_ = &e;
-    agents_ = std::thread([this] { playAgents(); });
+    agents_ = std::make_unique<testing::RollingAgents>(pool_, ingestor_);
   }
-  ~RollingDeployTest() {
-    stop_ = true;
-    agents_.join();
-  }
-
-  // The agents: each topology's replicas run at once (failing, for the deployments in failing_;
-  // pending, for those in pending_), reported every 20 ms; the sentinels converge.
-  void playAgents() {
-    while (!stop_) {
-      krane::testing::settleSentinels(*pool_, *ingestor_);
-      if (auto conn = pool_->acquire(); conn.ok()) {
-        auto both = (*conn)->query(
-            "SELECT COUNT(*) FROM sentinels WHERE rolling_deployment_id IS NOT NULL");
-        if (both.ok() && both->rows[0].i64(0) > 0) sawBothRouted_ = true;
-      }
-      std::map<std::pair<std::string, std::string>, int> replicas;
-      if (auto conn = pool_->acquire(); conn.ok()) {
-        auto rows = (*conn)->query(
-            "SELECT deployment_id, region_id, replicas FROM deployment_topology"
-            " WHERE deleted_at IS NULL AND desired_status = 'running'");
-        if (rows.ok()) {
-          for (const db::Row& r : rows->rows) {
-            replicas[{r.str(0), r.str(1)}] = static_cast<int>(r.i64(2));
-          }
-        }
-      }
-      std::map<std::string, int> healthy_by_region, total_by_region;
-      for (const auto& [key, n] : replicas) {
-        const auto& [deployment, region] = key;
-        bool failing, pending;
-        {
-          std::lock_guard lock(mutex_);
-          failing = failing_.count(deployment) > 0;
-          pending = pending_.count(deployment) > 0;
-        }
-        cluster::v1::ReportDeploymentStatusRequest report =
-            krane::testing::instancesReport(deployment, region, n);
-        for (auto& i : *report.mutable_instances()->mutable_instances()) {
-          if (failing) {
-            i.set_status(cluster::v1::INSTANCE_STATUS_FAILED);
-            i.set_failure_reason("CrashLoopBackOff: exit code 1");
-          } else if (pending) {
-            i.set_status(cluster::v1::INSTANCE_STATUS_PENDING);
-          }
-        }
-        (void)ingestor_->reportDeploymentStatus(region, report);
-        if (!failing && !pending) healthy_by_region[region] += n;
-        total_by_region[region] += n;
-      }
-      {
-        std::lock_guard lock(mutex_);
-        for (const auto& [region, total] : total_by_region) {
-          max_total_ = std::max(max_total_, total);
-          if (watching_) min_healthy_ = std::min(min_healthy_, healthy_by_region[region]);
-        }
-      }
-      std::this_thread::sleep_for(20ms);
-    }
-  }
+  ~RollingDeployTest() { agents_.reset(); }
 
   void deployment(const std::string& id, int64_t at) {
     exec(
@@ -146,25 +81,10 @@ class RollingDeployTest : public workflow::WorkflowTest {
         "SELECT replicas FROM deployment_topology WHERE deployment_id = ? AND region_id = ?",
         {deployment, region});
   }
-  void watchFromNowOn() {
-    std::lock_guard lock(mutex_);
-    watching_ = true;
-    min_healthy_ = 1000;
-    max_total_ = 0;
-  }
-
   std::shared_ptr<feed::Writer> writer_;
   std::shared_ptr<ingest::Ingestor> ingestor_;
   Engine* engine_ = nullptr;
-  std::mutex mutex_;
-  std::set<std::string> failing_;
-  std::set<std::string> pending_;
-  bool watching_ = false;
-  int min_healthy_ = 1000;
-  int max_total_ = 0;
-  std::atomic<bool> sawBothRouted_{false};
-  std::atomic<bool> stop_{false};
-  std::thread agents_;
+  std::unique_ptr<testing::RollingAgents> agents_;
 };
 
 TEST_CASE_METHOD(RollingDeployTest,
@@ -176,7 +96,7 @@ TEST_CASE_METHOD(RollingDeployTest,
   CHECK(first->live());
   CHECK(replicas("d1", "eu-1") == 3);  // the first deploy starts in full
 
-  watchFromNowOn();
+  agents_->watch();
   deployment("d2", 200);
   auto second = deploy("d2", "registry.example.com/app:v2");
   REQUIRE_THAT(second, IsOk());
@@ -189,14 +109,13 @@ TEST_CASE_METHOD(RollingDeployTest,
     CHECK(replicas("d1", region) == 0);
   }
   INFO("the sentinels routed to both during the roll, and only to the live one after the swap");
-  CHECK(sawBothRouted_);
+  CHECK(agents_->sawBothRouted());
   CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE live_deployment_id = 'd2' AND"
                " rolling_deployment_id IS NULL") == 2);
-  std::lock_guard lock(mutex_);
   INFO("surge 1: at most 4 instances in a region at any report");
-  CHECK(max_total_ <= 4);
+  CHECK(agents_->maxTotal() <= 4);
   INFO("unavailable 0: never fewer than 3 healthy in a region");
-  CHECK(min_healthy_ >= 3);
+  CHECK(agents_->minHealthy() >= 3);
   INFO("the topology carries the spec for the runtimes");
   CHECK(scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd2' AND"
                " JSON_EXTRACT(rolling_update, '$.maxSurge.value') = 1") == 2);
@@ -207,11 +126,8 @@ TEST_CASE_METHOD(RollingDeployTest,
                  "[deploy][rolling]") {
   deployment("d1", 100);
   REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
-  {
-    std::lock_guard lock(mutex_);
-    failing_.insert("d2");
-  }
-  watchFromNowOn();
+  agents_->failing("d2");
+  agents_->watch();
   deployment("d2", 200);
   auto second = deploy("d2", "registry.example.com/app:broken");
   REQUIRE_FALSE(second.ok());
@@ -229,10 +145,9 @@ TEST_CASE_METHOD(RollingDeployTest,
   INFO("the new topology is gone (the deploy's compensation)");
   CHECK(scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd2' AND"
                " deleted_at IS NULL") == 0);
-  std::lock_guard lock(mutex_);
-  CHECK(max_total_ <= 4);
+  CHECK(agents_->maxTotal() <= 4);
   INFO("the old deployment never dropped below min_available (3)");
-  CHECK(min_healthy_ >= 3);
+  CHECK(agents_->minHealthy() >= 3);
 }
 
 TEST_CASE_METHOD(RollingDeployTest, "a roll that does not complete in time rolls back",
@@ -240,10 +155,7 @@ TEST_CASE_METHOD(RollingDeployTest, "a roll that does not complete in time rolls
   deployment("d1", 100);
   REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
   exec("UPDATE environments SET deploy_timeout_seconds = 3 WHERE id = 'prod'");
-  {
-    std::lock_guard lock(mutex_);
-    pending_.insert("d2");  // never becomes ready
-  }
+  agents_->pending("d2");  // never becomes ready
   deployment("d2", 200);
   auto second = deploy("d2", "registry.example.com/app:slow");
   REQUIRE_FALSE(second.ok());
