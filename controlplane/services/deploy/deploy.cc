@@ -427,7 +427,12 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
   KRANE_ASSIGN_OR_RETURN(bool waiting, enterStep(ctx, "waiting", "", {"deploying"}));
   if (!waiting) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
   if (rolling) {
-    KRANE_RETURN_IF_ERROR(rollOut(ctx, deps, info, id));
+    KRANE_RETURN_IF_ERROR(rollOut(ctx, deps, info, id, [&]() -> absl::Status {
+      KRANE_ASSIGN_OR_RETURN(bool entered, enterStep(ctx, "rolling_back", "", {"deploying"}));
+      if (!entered)
+        return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+      return absl::OkStatus();
+    }));
   } else {
     KRANE_RETURN_IF_ERROR(awaitReadiness(ctx, deps, info, id));
   }

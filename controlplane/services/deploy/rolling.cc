@@ -196,7 +196,7 @@ absl::Status routeRolling(Context& ctx, feed::Writer& writer, const std::string&
 }
 
 absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const DeploymentInfo& info,
-                     const std::string& id) {
+                     const std::string& id, const std::function<absl::Status()>& rolling_back) {
   // The sentinels route to the new deployment's ready instances too, until the swap (which
   // clears it) or the rollback.
   KRANE_RETURN_IF_ERROR(
@@ -221,6 +221,7 @@ absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const Deploym
   // Roll back: the old deployment up again first (within the surge), the new one drained, never
   // below min_available. Bounded by the timeout once more.
   spdlog::warn("deploy: rolling deployment={} rolls back: {}", id, stopped);
+  KRANE_RETURN_IF_ERROR(rolling_back());
   auto now = ctx.run("rolling back",
                      [] { return absl::StatusOr<std::string>(std::to_string(unixMillis())); });
   if (!now.ok()) return now.status();

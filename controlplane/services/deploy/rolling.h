@@ -19,6 +19,7 @@
 // with the reason; the old deployment stays live.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -34,7 +35,9 @@ inline constexpr uint32_t kGiveUpPerReplica = 3;
 
 // Runs the roll of deployment `id` (whose topologies were written with 0 replicas) from
 // info.live_deployment_id(). OK once every region completed; a terminal error after a rollback.
+// `rolling_back` records that phase (the deploy's `rolling_back` step) before it starts.
 absl::Status rollOut(workflow::Context& ctx, const DeployDependencies& deps,
-                     const services::v1::DeploymentInfo& info, const std::string& id);
+                     const services::v1::DeploymentInfo& info, const std::string& id,
+                     const std::function<absl::Status()>& rolling_back);
 
 }  // namespace krane::services::deploy

@@ -99,8 +99,8 @@ TEST_CASE_METHOD(RollingCrashTest, "a rolling deploy killed mid-roll resumes and
   auto d2 = send("d2", "registry.example.com/app:v2");
   REQUIRE_THAT(d2, IsOk());
   // Killed once the roll is under way in both regions, well before it ends.
-  REQUIRE(eventually(
-      [&] { return replicas("d2", "eu-1") >= 2 && replicas("d2", "us-1") >= 1; }, 120s));
+  REQUIRE(
+      eventually([&] { return replicas("d2", "eu-1") >= 2 && replicas("d2", "us-1") >= 1; }, 120s));
   first->signal(SIGKILL);
   first->wait();
   CHECK(replicas("d1", "eu-1") + replicas("d1", "us-1") > 0);
@@ -120,9 +120,10 @@ TEST_CASE_METHOD(RollingCrashTest, "a rolling deploy killed mid-roll resumes and
   CHECK(agents_->maxTotal() <= 5);
   CHECK(agents_->minHealthy() >= 4);
   INFO("every cycle's apply step is journaled once");
-  CHECK(scalar("SELECT COUNT(*) FROM (SELECT name FROM workflow_journal j JOIN"
-               " workflow_invocations i ON i.id = j.invocation_id WHERE i.object_key = 'd2'"
-               " AND j.name LIKE 'rolling cycle %: apply' GROUP BY name HAVING COUNT(*) > 1) twice") ==
+  CHECK(scalar(
+            "SELECT COUNT(*) FROM (SELECT name FROM workflow_journal j JOIN"
+            " workflow_invocations i ON i.id = j.invocation_id WHERE i.object_key = 'd2'"
+            " AND j.name LIKE 'rolling cycle %: apply' GROUP BY name HAVING COUNT(*) > 1) twice") ==
         0);
 }
 

@@ -135,6 +135,9 @@ TEST_CASE_METHOD(RollingDeployTest,
              ContainsRegex("rolled back to d1: new instances kept failing .*CrashLoopBackOff"));
   CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1'") == 1);
   CHECK(scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd2' AND status = 'failed'") == 1);
+  INFO("the rollback is a phase of its own, ended by the reason");
+  CHECK(scalar("SELECT COUNT(*) FROM deployment_steps WHERE deployment_id = 'd2' AND"
+               " step = 'rolling_back' AND error LIKE 'rolled back to d1%'") == 1);
   for (const char* region : {"eu-1", "us-1"}) {
     INFO(region);
     CHECK(replicas("d1", region) == 3);
