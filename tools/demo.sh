@@ -140,10 +140,22 @@ deploy() {
   sed -n 's/^deployment \(dep_[0-9a-f]*\) created.*/\1/p' "$LOCAL/deploy.out"
 }
 live() { kranectl deployments list --app demo-app -o json | grep -B8 '"live": true' | sed -n 's/.*"id": "\(dep_[^"]*\)".*/\1/p'; }
-# The ready addresses of the environment's sentinel in region $1, as its runtime publishes them.
+# The environment whose sentinels the requests below go through (use_sentinels ENV).
+declare -A SENTINEL_FILE
+use_sentinels() {
+  local region id
+  for region in "${REGIONS[@]}"; do
+    id="$(kranectl sentinels list --env "$1" --region "$region" -o json |
+      sed -n 's/.*"id": "\([^"]*\)".*/\1/p' | head -1)"
+    [ -n "$id" ] || die "environment $1 has no sentinel in $region"
+    # (the runtime names the file after the workload, sentinel/<id>, and a hash of it)
+    SENTINEL_FILE[$region]="$LOCAL/agents/$region/sentinels/endpoints/sentinel_$id-*.json"
+  done
+}
+# The ready addresses of the sentinel in region $1, as its runtime publishes them.
 sentinel_addresses() {
-  cat "$LOCAL/agents/$1/sentinels/endpoints/"sentinel_sen_*.json 2>/dev/null |
-    grep -o '"[0-9.]*:[0-9]*"' | tr -d '"'
+  # shellcheck disable=SC2086  # the pattern expands to the one file
+  cat ${SENTINEL_FILE[$1]} 2>/dev/null | grep -o '"[0-9.]*:[0-9]*"' | tr -d '"'
 }
 # A request through the sentinel of region $1, to whichever of its instances answers first (as a
 # load balancer in front of them would).
@@ -209,6 +221,7 @@ done
 kranectl get sentinel
 kranectl get cnp
 step "Requests through the sentinels reach the live deployment"
+use_sentinels demo-prod
 for _ in $(seq 1 $((WAIT_S * 10))); do  # the first routes take a moment to reach the proxies
   ok=1
   for region in "${REGIONS[@]}"; do
@@ -288,6 +301,32 @@ kranectl rollout sentinels --image krane.dev/sentinel:v1 --waves 50,100 --watch 
 kranectl rollout status
 request_sentinels v2
 stop_traffic "both sentinel rollouts"
+
+step "A rolling deploy: app demo-rolling (3 replicas per region, surge 1, unavailable 0) moves from v1 to v2 replica by replica, requests flowing through its sentinels"
+kranectl create app "Demo rolling" --id demo-rolling --project demo-proj
+kranectl create environment production --id demo-rolling-prod --app demo-rolling \
+  --region local-1=3 --region local-2=3 --strategy rolling --max-surge 1 --max-unavailable 0 \
+  --deploy-timeout "$WAIT_S"
+rolling_deploy() {
+  kranectl deploy --app demo-rolling --env demo-rolling-prod --branch main --timeout "$WAIT_S" "$@" |
+    tee "$LOCAL/deploy.out" >&2 || die "kranectl deploy $* failed"
+  sed -n 's/^deployment \(dep_[0-9a-f]*\) created.*/\1/p' "$LOCAL/deploy.out"
+}
+RDEP1="$(rolling_deploy --commit v1 --image krane.dev/demo-app:v1)"  # the first starts in full
+use_sentinels demo-rolling-prod
+for _ in $(seq 1 $((WAIT_S * 10))); do
+  case "$(through_sentinel local-1)$(through_sentinel local-2)" in *" v1 "*" v1 "*) break ;; esac
+  sleep 0.1
+done
+request_sentinels v1
+start_traffic
+RDEP2="$(rolling_deploy --commit v2 --image krane.dev/demo-app:v2)"
+sleep 1
+request_sentinels v2
+stop_traffic "the rolling deploy"
+kranectl deployments get "$RDEP2"
+echo "the topologies in local-1: $RDEP2 took over all 3 replicas of $RDEP1"
+kranectl get deployment --region local-1 | grep -E "ID|$RDEP1|$RDEP2"
 
 step "Agents and their lag"
 for _ in $(seq 1 50); do
