@@ -212,9 +212,11 @@ TEST_CASE_METHOD(RolloutTest, "a sentinel that turns unhealthy during the bake p
   for (uint32_t p : {10, 100}) req.add_wave_percentages(p);
   req.set_bake_ms(1500);
   REQUIRE_THAT(op(e, "Rollout", req), IsOk());
+  // (One query: the row's status and image are read together, not before and after a write.)
   REQUIRE(eventually([&] {
-    return column(sentinelId(0), "deploy_status") == "ready" &&
-           column(sentinelId(0), "image") == kNew;
+    return scalar("SELECT COUNT(*) FROM sentinels WHERE id = ? AND deploy_status = 'ready' AND"
+                  " image = ?",
+                  {sentinelId(0), kNew}) == 1;
   }));
   stopFleet();                   // (so that no healthy report of it is still on its way)
   report(sentinelId(0), false);  // crashes after it converged
