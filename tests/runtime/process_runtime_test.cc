@@ -59,6 +59,33 @@ std::set<int64_t> recordedPids(const std::string& dir) {
   return pids;
 }
 
+// Follows a roll through the runtime's status callbacks: between begin() and end(), the fewest
+// ready instances and the most live (not terminating) ones any change showed.
+struct RollWatch {
+  std::function<void(const WorkloadStatus&)> callback() {
+    return [this](const WorkloadStatus& s) {
+      std::lock_guard lock(mutex);
+      if (!rolling) return;
+      min_ready = std::min(min_ready, s.ready);
+      size_t live = 0;
+      for (const auto& i : s.instances) live += i.phase != InstancePhase::kTerminating ? 1 : 0;
+      max_live = std::max(max_live, live);
+    };
+  }
+  void begin() {
+    std::lock_guard lock(mutex);
+    rolling = true;
+  }
+  void end() {
+    std::lock_guard lock(mutex);
+    rolling = false;
+  }
+  std::mutex mutex;
+  bool rolling = false;
+  int min_ready = 1000;
+  size_t max_live = 0;
+};
+
 class ProcessRuntimeTest {
  protected:
   ProcessRuntimeTest() {
@@ -218,26 +245,13 @@ TEST_CASE_METHOD(ProcessRuntimeTest,
                  "a rolling replacement never drops below the replicas or exceeds one extra",
                  "[process-runtime]") {
   auto o = options(22500);
-  std::mutex mutex;
-  int min_ready = 1000;
-  size_t max_live = 0;
-  bool rolling = false;
-  o.on_change = [&](const WorkloadStatus& s) {
-    std::lock_guard lock(mutex);
-    if (!rolling) return;
-    min_ready = std::min(min_ready, s.ready);
-    size_t live = 0;
-    for (const auto& i : s.instances) live += i.phase != InstancePhase::kTerminating ? 1 : 0;
-    max_live = std::max(max_live, live);
-  };
+  RollWatch watch;
+  o.on_change = watch.callback();
   start(o);
   REQUIRE_THAT(runtime_->apply(demo("web", 3, "v1")), IsOk());
   REQUIRE(eventually([&] { return converged("web"); }));
   const auto old = *runtime_->status("web");
-  {
-    std::lock_guard lock(mutex);
-    rolling = true;
-  }
+  watch.begin();
   auto v2 = demo("web", 3, "v2");
   v2.readiness.initial_delay = std::chrono::milliseconds(150);  // new instances take a moment
   REQUIRE_THAT(runtime_->apply(v2), IsOk());
@@ -252,14 +266,11 @@ TEST_CASE_METHOD(ProcessRuntimeTest,
     INFO(i.name);
     CHECK_FALSE(alive(i.pid));
   }
-  {
-    std::lock_guard lock(mutex);
-    rolling = false;
-    INFO("unavailable 0");
-    CHECK(min_ready >= 3);
-    INFO("surge 1");
-    CHECK(max_live <= 4u);
-  }
+  watch.end();
+  INFO("unavailable 0");
+  CHECK(watch.min_ready >= 3);
+  INFO("surge 1");
+  CHECK(watch.max_live <= 4u);
   // The callback uses this test's locals: stop the runtime before they go.
   runtime_->shutdown(/*stop_instances=*/true);
 }
@@ -269,18 +280,8 @@ TEST_CASE_METHOD(ProcessRuntimeTest,
 TEST_CASE_METHOD(ProcessRuntimeTest, "a roll follows the spec's surge and unavailable",
                  "[process-runtime]") {
   auto o = options(22600);
-  std::mutex mutex;
-  int min_ready = 1000;
-  size_t max_live = 0;
-  bool rolling = false;
-  o.on_change = [&](const WorkloadStatus& s) {
-    std::lock_guard lock(mutex);
-    if (!rolling) return;
-    min_ready = std::min(min_ready, s.ready);
-    size_t live = 0;
-    for (const auto& i : s.instances) live += i.phase != InstancePhase::kTerminating ? 1 : 0;
-    max_live = std::max(max_live, live);
-  };
+  RollWatch watch;
+  o.on_change = watch.callback();
   start(o);
   auto v1 = demo("api", 4, "v1");
   v1.max_surge = 0;
@@ -289,10 +290,7 @@ TEST_CASE_METHOD(ProcessRuntimeTest, "a roll follows the spec's surge and unavai
   REQUIRE_THAT(runtime_->apply(v1), IsOk());
   REQUIRE(eventually([&] { return converged("api"); }));
   const auto old = *runtime_->status("api");
-  {
-    std::lock_guard lock(mutex);
-    rolling = true;
-  }
+  watch.begin();
   auto v2 = demo("api", 4, "v2");
   v2.max_surge = 0;
   v2.max_unavailable = 2;
@@ -302,14 +300,11 @@ TEST_CASE_METHOD(ProcessRuntimeTest, "a roll follows the spec's surge and unavai
     const auto s = runtime_->status("api");
     return s->converged && s->revision != old.revision && s->instances.size() == 4;
   }));
-  {
-    std::lock_guard lock(mutex);
-    rolling = false;
-    INFO("surge 0: never above 4");
-    CHECK(max_live <= 4u);
-    INFO("unavailable 2: never below 2 ready");
-    CHECK(min_ready >= 2);
-  }
+  watch.end();
+  INFO("surge 0: never above 4");
+  CHECK(watch.max_live <= 4u);
+  INFO("unavailable 2: never below 2 ready");
+  CHECK(watch.min_ready >= 2);
   INFO("surge and unavailable shape the roll, not the instances: same revision");
   auto v2_wider = v2;
   v2_wider.max_surge = 3;

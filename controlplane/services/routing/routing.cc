@@ -1,5 +1,7 @@
 #include "controlplane/services/routing/routing.h"
 
+#include <functional>
+
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -101,12 +103,11 @@ absl::StatusOr<std::string> environmentKind(db::Connection& conn,
   return rows.rows[0].str("kind");
 }
 
-// Points every sentinel of the environment (all regions) at its new live deployment, through the
-// feed writer on `conn`: the change reaches the agents with the swap's commit.
-absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsLive(feed::Writer& writer,
-                                                                db::Connection& conn,
-                                                                const std::string& environment_id,
-                                                                const std::string& deployment_id) {
+// Applies `change` to every sentinel of the environment (all regions), through the feed writer on
+// `conn`; `change` returns false when a sentinel already is as wanted (no change written).
+absl::StatusOr<std::vector<feed::WriteResult>> updateSentinels(
+    feed::Writer& writer, db::Connection& conn, const std::string& environment_id,
+    const std::function<bool(cluster::v1::Sentinel&)>& change) {
   const feed::ResourceTable& table = writer.tables().forType(feed::kSentinel);
   return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(auto rows,
@@ -118,16 +119,25 @@ absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsLive(feed::Writer& wr
       const feed::ResourceKey key{std::string(feed::kSentinel), r.str("id"), r.str("region_id")};
       KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
       if (!stored || stored->deleted) continue;
-      if (stored->resource.sentinel().live_deployment_id() == deployment_id &&
-          stored->resource.sentinel().rolling_deployment_id().empty()) {
-        continue;
-      }
       feed::Resource next = stored->resource;
-      next.mutable_sentinel()->set_live_deployment_id(deployment_id);
-      next.mutable_sentinel()->clear_rolling_deployment_id();  // a roll ends with the swap
+      if (!change(*next.mutable_sentinel())) continue;
       KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));
     }
     return absl::OkStatus();
+  });
+}
+
+// Points every sentinel of the environment at its new live deployment: the change reaches the
+// agents with the swap's commit. A roll ends with the swap: no more rolling deployment.
+absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsLive(feed::Writer& writer,
+                                                                db::Connection& conn,
+                                                                const std::string& environment_id,
+                                                                const std::string& deployment_id) {
+  return updateSentinels(writer, conn, environment_id, [&](cluster::v1::Sentinel& s) {
+    if (s.live_deployment_id() == deployment_id && s.rolling_deployment_id().empty()) return false;
+    s.set_live_deployment_id(deployment_id);
+    s.clear_rolling_deployment_id();
+    return true;
   });
 }
 
@@ -136,23 +146,10 @@ absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsLive(feed::Writer& wr
 absl::StatusOr<std::vector<feed::WriteResult>> setSentinelsRolling(
     feed::Writer& writer, db::Connection& conn, const std::string& environment_id,
     const std::string& deployment_id) {
-  const feed::ResourceTable& table = writer.tables().forType(feed::kSentinel);
-  return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
-    KRANE_ASSIGN_OR_RETURN(auto rows,
-                           tx.connection().query("SELECT id, region_id FROM sentinels"
-                                                 " WHERE environment_id = ? AND deleted_at IS NULL"
-                                                 " ORDER BY id FOR UPDATE",
-                                                 {environment_id}));
-    for (const db::Row& r : rows.rows) {
-      const feed::ResourceKey key{std::string(feed::kSentinel), r.str("id"), r.str("region_id")};
-      KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
-      if (!stored || stored->deleted) continue;
-      if (stored->resource.sentinel().rolling_deployment_id() == deployment_id) continue;
-      feed::Resource next = stored->resource;
-      next.mutable_sentinel()->set_rolling_deployment_id(deployment_id);
-      KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));
-    }
-    return absl::OkStatus();
+  return updateSentinels(writer, conn, environment_id, [&](cluster::v1::Sentinel& s) {
+    if (s.rolling_deployment_id() == deployment_id) return false;
+    s.set_rolling_deployment_id(deployment_id);
+    return true;
   });
 }
 

@@ -214,9 +214,10 @@ TEST_CASE_METHOD(RolloutTest, "a sentinel that turns unhealthy during the bake p
   REQUIRE_THAT(op(e, "Rollout", req), IsOk());
   // (One query: the row's status and image are read together, not before and after a write.)
   REQUIRE(eventually([&] {
-    return scalar("SELECT COUNT(*) FROM sentinels WHERE id = ? AND deploy_status = 'ready' AND"
-                  " image = ?",
-                  {sentinelId(0), kNew}) == 1;
+    return scalar(
+               "SELECT COUNT(*) FROM sentinels WHERE id = ? AND deploy_status = 'ready' AND"
+               " image = ?",
+               {sentinelId(0), kNew}) == 1;
   }));
   stopFleet();                   // (so that no healthy report of it is still on its way)
   report(sentinelId(0), false);  // crashes after it converged
