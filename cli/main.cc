@@ -839,7 +839,8 @@ int main(int argc, char** argv) {
   cancel_cmd->callback([&] { code = cancel(g, id); });
 
   CreateArgs create_args;
-  addRolloutCommands(app, g, code);
+  RolloutCommandArgs rollout_args;
+  addRolloutCommands(app, g, code, rollout_args);
 
   auto* create_cmd = app.add_subcommand("create",
                                         "Create what deployments belong to: workspaces, projects,"

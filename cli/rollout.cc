@@ -6,16 +6,6 @@
 namespace krane::cli {
 namespace {
 
-struct StartArgs {
-  std::string image;
-  std::string waves;
-  std::string bake = "0";
-  std::string slack_webhook;
-  uint32_t max_parallel = 0;
-  std::string sentinel_timeout = "0";
-  bool watch = false;
-};
-
 std::string duration(int64_t seconds) {
   if (seconds <= 0) return "none";
   if (seconds % 3600 == 0) return strCat(seconds / 3600, "h");
@@ -262,29 +252,29 @@ std::optional<int64_t> parseSeconds(const std::string& text) {
   return total;
 }
 
-void addRolloutCommands(CLI::App& app, const Globals& g, int& code) {
+void addRolloutCommands(CLI::App& app, const Globals& g, int& code, RolloutCommandArgs& args) {
   auto* rollout = app.add_subcommand(
       "rollout", "Move every running sentinel to a new image, in waves (docs/sentinels.md).");
   rollout->require_subcommand(1);
 
-  static StartArgs args;
+  StartArgs& start_args = args.start;
   auto* sentinels_cmd = rollout->add_subcommand(
       "sentinels", "Start a fleet rollout; a wave with a failing sentinel pauses it.");
-  sentinels_cmd->add_option("--image", args.image, "the image to roll out")->required();
-  sentinels_cmd->add_option("--waves", args.waves,
+  sentinels_cmd->add_option("--image", start_args.image, "the image to roll out")->required();
+  sentinels_cmd->add_option("--waves", start_args.waves,
                             "cumulative percentages, e.g. 1,5,25,50,100 (the default)");
-  sentinels_cmd->add_option("--bake", args.bake,
+  sentinels_cmd->add_option("--bake", start_args.bake,
                             "each wave must stay healthy this long before the next (90s, 2m)");
-  sentinels_cmd->add_option("--slack-webhook", args.slack_webhook,
+  sentinels_cmd->add_option("--slack-webhook", start_args.slack_webhook,
                             "post each transition to this Slack incoming webhook (https)");
-  sentinels_cmd->add_option("--max-parallel", args.max_parallel,
+  sentinels_cmd->add_option("--max-parallel", start_args.max_parallel,
                             "sentinels of a wave deployed at once (default 50)");
-  sentinels_cmd->add_option("--sentinel-timeout", args.sentinel_timeout,
+  sentinels_cmd->add_option("--sentinel-timeout", start_args.sentinel_timeout,
                             "how long one sentinel may take to converge (default 10m)");
-  sentinels_cmd->add_flag("--watch", args.watch, "follow it wave by wave");
-  sentinels_cmd->callback([&] { code = start(g, args); });
+  sentinels_cmd->add_flag("--watch", start_args.watch, "follow it wave by wave");
+  sentinels_cmd->callback([&] { code = start(g, start_args); });
 
-  static bool watch = false;
+  bool& watch = args.watch;
   auto* status_cmd =
       rollout->add_subcommand("status", "The rollout and its waves; exits 6 when it is paused.");
   status_cmd->add_flag("--watch", watch, "follow it until it stops moving, a line per change");
@@ -303,8 +293,11 @@ void addRolloutCommands(CLI::App& app, const Globals& g, int& code) {
 
   auto* sentinels = app.add_subcommand("sentinels", "Sentinels and their convergence.");
   sentinels->require_subcommand(1);
-  static v1::ListSentinelsRequest filter;
-  static std::string env, region, deploy_status, id;
+  v1::ListSentinelsRequest& filter = args.filter;
+  std::string& env = args.env;
+  std::string& region = args.region;
+  std::string& deploy_status = args.deploy_status;
+  std::string& id = args.id;
   auto* list = sentinels->add_subcommand("list", "In id order.");
   list->add_option("--env", env, "of this environment");
   list->add_option("--region", region, "in this region");

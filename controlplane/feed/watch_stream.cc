@@ -435,21 +435,19 @@ void WatchStream::kick() {
       parked_ = false;
       resume = true;
     }
-  }
-  if (resume) post(/*granted=*/false);
-  {
-    std::lock_guard lock(mutex_);
-    if (done_) return;
-    if (start_write_) {
-      start_write_ = false;
-      to_write = queue_.front().get();
-      last_write_ = std::chrono::steady_clock::now();
-    } else if (finish_pending_ && !writing_ && !finished_) {
-      finished_ = true;
-      finish = true;
-      status = final_status_;
+    if (!done_) {
+      if (start_write_) {
+        start_write_ = false;
+        to_write = queue_.front().get();
+        last_write_ = std::chrono::steady_clock::now();
+      } else if (finish_pending_ && !writing_ && !finished_) {
+        finished_ = true;
+        finish = true;
+        status = final_status_;
+      }
     }
   }
+  if (resume) post(/*granted=*/false);
   if (to_write != nullptr) StartWrite(to_write);
   if (finish) Finish(status);
 }

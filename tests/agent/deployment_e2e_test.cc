@@ -12,6 +12,7 @@
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
+#include "tests/support/leftovers.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
@@ -74,17 +75,9 @@ class DeploymentE2eTest {
     dir_ = ::mkdtemp(pattern);
   }
   ~DeploymentE2eTest() {
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir_, ec);
-         it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->path().filename() != "instance.json") continue;
-      std::ifstream in(it->path());
-      const int64_t pid = nlohmann::json::parse(in).value("pid", 0);
-      if (pid > 0 && ::kill(static_cast<pid_t>(-pid), SIGKILL) == 0) ++leaked_;
-    }
+    leaked_ = krane::testing::killInstancesAndRemove(dir_);
     INFO("instances left running");
     CHECK(leaked_ == 0);
-    fs::remove_all(dir_, ec);
   }
   std::string dir_;
   int leaked_ = 0;

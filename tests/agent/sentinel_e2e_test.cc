@@ -19,6 +19,7 @@
 #include "controlplane/workflow/typed.h"
 #include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
+#include "tests/support/leftovers.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/traffic.h"
@@ -88,17 +89,7 @@ class SentinelE2eTest {
     char pattern[] = "/tmp/krane-se2e-XXXXXX";
     dir_ = ::mkdtemp(pattern);
   }
-  ~SentinelE2eTest() {
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir_, ec);
-         it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->path().filename() != "instance.json") continue;
-      std::ifstream in(it->path());
-      const int64_t pid = nlohmann::json::parse(in).value("pid", 0);
-      if (pid > 0) ::kill(static_cast<pid_t>(-pid), SIGKILL);
-    }
-    fs::remove_all(dir_, ec);
-  }
+  ~SentinelE2eTest() { krane::testing::killInstancesAndRemove(dir_); }
 
   std::string agentConfig(int grpc_port) const {
     const std::string state = dir_ + "/state";

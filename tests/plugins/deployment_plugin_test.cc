@@ -14,6 +14,7 @@
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
+#include "tests/support/leftovers.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
@@ -63,15 +64,7 @@ class DeploymentPluginTest {
 
   ~DeploymentPluginTest() {
     plugin_.reset();  // instances keep running across a plugin restart: stop them here
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir_, ec);
-         it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->path().filename() != "instance.json") continue;
-      std::ifstream in(it->path());
-      const int64_t pid = nlohmann::json::parse(in).value("pid", 0);
-      if (pid > 0) ::kill(static_cast<pid_t>(-pid), SIGKILL);
-    }
-    fs::remove_all(dir_, ec);
+    krane::testing::killInstancesAndRemove(dir_);
   }
 
   std::string config(int port_from) const {

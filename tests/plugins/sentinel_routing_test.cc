@@ -20,6 +20,7 @@
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
 #include "plugins/runtime/process/process_runtime.h"
+#include "tests/support/leftovers.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/traffic.h"
@@ -109,15 +110,7 @@ class SentinelRoutingTest {
   ~SentinelRoutingTest() {
     sentinels_.reset();
     deployments_.reset();
-    std::error_code ec;
-    for (auto it = fs::recursive_directory_iterator(dir_, ec);
-         it != fs::recursive_directory_iterator(); it.increment(ec)) {
-      if (it->path().filename() != "instance.json") continue;
-      std::ifstream in(it->path());
-      const int64_t pid = nlohmann::json::parse(in).value("pid", 0);
-      if (pid > 0) ::kill(static_cast<pid_t>(-pid), SIGKILL);
-    }
-    fs::remove_all(dir_, ec);
+    krane::testing::killInstancesAndRemove(dir_);
   }
 
   std::unique_ptr<agent::LoadedPlugin> load(const std::string& path, const nlohmann::json& config) {

@@ -13,6 +13,11 @@
 
 namespace krane::testing {
 
+// The DSN text a test gives its child (mysql://user@host:port/db).
+inline std::string childDsn(const db::Dsn& dsn) {
+  return strCat("mysql://", dsn.user, "@", dsn.host, ":", dsn.port, "/", dsn.database);
+}
+
 // A pool on `dsn_text` (mysql://user@host:port/db); nullptr, with the reason on stderr, when
 // there is none.
 inline std::shared_ptr<db::Pool> childPool(const std::string& dsn_text) {

@@ -183,15 +183,7 @@ SentinelAgents::SentinelAgents(TestControlPlane& cp, std::set<std::string> faili
   for (const db::Row& row : regions->rows) tokens[row.str(0)] = cp.agentToken(row.str(0));
   thread_ = std::thread([this, pool = cp.pool(), cluster = cp.cluster(), tokens, failing] {
     while (!stop_) {
-      std::vector<std::string> ids;
-      if (auto conn = pool->acquire(); conn.ok()) {
-        auto rows = (*conn)->query(
-            "SELECT id FROM sentinels WHERE deploy_status = 'progressing' ORDER BY id LIMIT 1000");
-        if (rows.ok()) {
-          for (const db::Row& row : rows->rows) ids.push_back(row.str(0));
-        }
-      }
-      for (const auto& id : ids) {
+      for (const auto& id : progressingSentinels(*pool)) {
         auto report = sentinelReport(*pool, id, /*healthy=*/failing.count(id) == 0);
         if (!report || !tokens.count(report->region())) continue;
         cluster::v1::ReportSentinelStatusResponse ignored;

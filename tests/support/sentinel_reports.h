@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "controlplane/db/pool.h"
@@ -41,24 +42,28 @@ inline std::optional<cluster::v1::ReportSentinelStatusRequest> sentinelReport(db
   return r;
 }
 
+// The sentinels in `progressing` (of `region`; of all regions when empty), at most 1,000.
+inline std::vector<std::string> progressingSentinels(db::Pool& pool,
+                                                     const std::string& region = "") {
+  std::vector<std::string> ids;
+  auto conn = pool.acquire();
+  if (!conn.ok()) return ids;
+  auto rows = (*conn)->query(
+      "SELECT id FROM sentinels WHERE deploy_status = 'progressing' AND (? = '' OR"
+      " region_id = ?) ORDER BY id LIMIT 1000",
+      {region, region});
+  if (!rows.ok()) return ids;
+  for (const db::Row& row : rows->rows) ids.push_back(row.str(0));
+  return ids;
+}
+
 // Reports every sentinel in `progressing` (of `region`; of all regions when empty), healthy
 // unless in `failing`. Returns how many reports were accepted.
 inline int settleSentinels(db::Pool& pool, ingest::Ingestor& ingestor,
                            const std::string& region = "",
                            const std::set<std::string>& failing = {}) {
-  std::vector<std::string> ids;
-  {
-    auto conn = pool.acquire();
-    if (!conn.ok()) return 0;
-    auto rows = (*conn)->query(
-        "SELECT id FROM sentinels WHERE deploy_status = 'progressing' AND (? = '' OR"
-        " region_id = ?) ORDER BY id LIMIT 1000",
-        {region, region});
-    if (!rows.ok()) return 0;
-    for (const db::Row& row : rows->rows) ids.push_back(row.str(0));
-  }
   int accepted = 0;
-  for (const auto& id : ids) {
+  for (const auto& id : progressingSentinels(pool, region)) {
     auto r = sentinelReport(pool, id, failing.count(id) == 0);
     if (r && ingestor.reportSentinelStatus(r->region(), *r).ok()) ++accepted;
   }

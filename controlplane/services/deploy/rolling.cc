@@ -1,6 +1,7 @@
 #include "controlplane/services/deploy/rolling.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/clock.h"
 #include "common/status.h"
@@ -21,49 +22,52 @@ using workflow::terminalError;
 
 constexpr auto kCycle = std::chrono::seconds(1);
 
-// Replicas and reported instances of `to` and `from` in every region of the deployment.
+// Replicas and reported instances of `to` and `from` in every region of the deployment: two
+// queries for all regions.
 absl::StatusOr<RollingObservation> observe(db::Pool& pool, const DeploymentInfo& info,
                                            const std::string& to, const std::string& from) {
   KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+  KRANE_ASSIGN_OR_RETURN(auto topologies,
+                         conn->query("SELECT deployment_id, region_id, replicas FROM"
+                                     " deployment_topology WHERE deployment_id IN (?, ?)"
+                                     " AND deleted_at IS NULL",
+                                     {to, from}));
+  KRANE_ASSIGN_OR_RETURN(
+      auto instances,
+      conn->query("SELECT deployment_id, region_id, status, COUNT(*), MAX(failure_reason)"
+                  " FROM instances WHERE deployment_id IN (?, ?)"
+                  " GROUP BY deployment_id, region_id, status",
+                  {to, from}));
   RollingObservation out;
   out.set_now_ms(unixMillis());
+  std::map<std::string, RollingRegion*> regions;
   for (const auto& region : info.regions()) {
-    RollingRegion r;
-    r.set_region_id(region.region_id());
-    r.set_desired(region.replicas());
-    for (const auto& [deployment, is_to] : {std::pair{to, true}, std::pair{from, false}}) {
-      KRANE_ASSIGN_OR_RETURN(
-          auto replicas, conn->query("SELECT replicas FROM deployment_topology WHERE"
-                                     " deployment_id = ? AND region_id = ? AND deleted_at IS NULL",
-                                     {deployment, region.region_id()}));
-      const uint32_t n = replicas.empty() ? 0 : static_cast<uint32_t>(replicas.rows[0].u64(0));
-      KRANE_ASSIGN_OR_RETURN(
-          auto counts, conn->query("SELECT status, COUNT(*), MAX(failure_reason) FROM instances"
-                                   " WHERE deployment_id = ? AND region_id = ? GROUP BY status",
-                                   {deployment, region.region_id()}));
-      uint32_t running = 0, pending = 0, failed = 0;
-      for (const db::Row& row : counts.rows) {
-        const auto count = static_cast<uint32_t>(row.u64(1));
-        if (row.str(0) == "running") running = count;
-        if (row.str(0) == "pending") pending = count;
-        if (row.str(0) == "failed") {
-          failed = count;
-          if (is_to) r.set_to_failure(row.optStr(2).value_or(""));
-        }
-      }
-      if (is_to) {
-        r.set_to_replicas(n);
-        r.set_to_running(running);
-        r.set_to_pending(pending);
-        r.set_to_failed(failed);
-      } else {
-        r.set_from_replicas(n);
-        r.set_from_running(running);
-        r.set_from_pending(pending);
-        r.set_from_failed(failed);
-      }
+    RollingRegion* r = out.add_regions();
+    r->set_region_id(region.region_id());
+    r->set_desired(region.replicas());
+    regions[region.region_id()] = r;
+  }
+  for (const db::Row& row : topologies.rows) {
+    auto it = regions.find(row.str(1));
+    if (it == regions.end()) continue;
+    const auto n = static_cast<uint32_t>(row.u64(2));
+    row.str(0) == to ? it->second->set_to_replicas(n) : it->second->set_from_replicas(n);
+  }
+  for (const db::Row& row : instances.rows) {
+    auto it = regions.find(row.str(1));
+    if (it == regions.end()) continue;
+    RollingRegion& r = *it->second;
+    const bool is_to = row.str(0) == to;
+    const std::string status = row.str(2);
+    const auto count = static_cast<uint32_t>(row.u64(3));
+    if (status == "running") {
+      is_to ? r.set_to_running(count) : r.set_from_running(count);
+    } else if (status == "pending") {
+      is_to ? r.set_to_pending(count) : r.set_from_pending(count);
+    } else if (status == "failed") {
+      is_to ? r.set_to_failed(count) : r.set_from_failed(count);
+      if (is_to) r.set_to_failure(row.optStr(4).value_or(""));
     }
-    *out.add_regions() = std::move(r);
   }
   return out;
 }

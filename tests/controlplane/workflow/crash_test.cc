@@ -9,6 +9,7 @@
 #include "common/strings.h"
 #include "controlplane/workflow/operations.h"
 #include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/child_engine.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
@@ -31,7 +32,7 @@ class CrashTest : public WorkflowTest {
     REQUIRE_THAT((*conn)->execText("CREATE TABLE markers (n BIGINT AUTO_INCREMENT PRIMARY KEY,"
                                    " invocation_id VARCHAR(64), what VARCHAR(64), pid BIGINT)"),
                  IsOk());
-    dsn_text_ = strCat("mysql://", dsn_.user, "@", dsn_.host, ":", dsn_.port, "/", dsn_.database);
+    dsn_text_ = krane::testing::childDsn(dsn_);
   }
 
   std::unique_ptr<ChildProcess> child(const std::string& worker) {

@@ -16,6 +16,7 @@
 #include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/typed.h"
 #include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/child_engine.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/reports.h"
@@ -61,7 +62,7 @@ class DeployCrashTest : public workflow::WorkflowTest {
     const char* tmp = std::getenv("TEST_TMPDIR");
     dir_ = strCat(tmp != nullptr ? tmp : "/tmp", "/deploy-crash-", ::getpid());
     std::filesystem::create_directories(dir_);
-    dsn_text_ = strCat("mysql://", dsn_.user, "@", dsn_.host, ":", dsn_.port, "/", dsn_.database);
+    dsn_text_ = krane::testing::childDsn(dsn_);
   }
 
   std::unique_ptr<ChildProcess> child(const std::string& worker) {

@@ -15,6 +15,7 @@
 #include "controlplane/workflow/typed.h"
 #include "tests/controlplane/services/deploy/rolling_agents.h"
 #include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/child_engine.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -51,7 +52,7 @@ class RollingCrashTest : public workflow::WorkflowTest {
     const char* tmp = std::getenv("TEST_TMPDIR");
     dir_ = strCat(tmp != nullptr ? tmp : "/tmp", "/rolling-crash-", ::getpid());
     std::filesystem::create_directories(dir_);
-    dsn_text_ = strCat("mysql://", dsn_.user, "@", dsn_.host, ":", dsn_.port, "/", dsn_.database);
+    dsn_text_ = krane::testing::childDsn(dsn_);
   }
   ~RollingCrashTest() { agents_.reset(); }
 

@@ -11,6 +11,7 @@
 #include "controlplane/services/sentinelrollout/rollout.h"
 #include "controlplane/workflow/typed.h"
 #include "tests/controlplane/services/sentinel/fleet.h"
+#include "tests/support/child_engine.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -34,7 +35,7 @@ class RolloutCrashTest : public SentinelFleetTest {
     const char* tmp = std::getenv("TEST_TMPDIR");
     dir_ = strCat(tmp != nullptr ? tmp : "/tmp", "/rollout-crash-", ::getpid());
     std::filesystem::create_directories(dir_);
-    dsn_text_ = strCat("mysql://", dsn_.user, "@", dsn_.host, ":", dsn_.port, "/", dsn_.database);
+    dsn_text_ = krane::testing::childDsn(dsn_);
   }
 
   std::unique_ptr<ChildProcess> child(const std::string& worker) {

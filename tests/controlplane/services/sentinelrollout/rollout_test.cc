@@ -37,9 +37,10 @@ std::string sentinelId(int i) { return strCat("snt_", i < 10 ? "00" : i < 100 ? 
 
 class RolloutTest : public SentinelFleetTest {
  protected:
-  Engine& start() {
-    return startEngine(
-        [&](Engine& e) { REQUIRE_THAT(e.registerService(sentinelRolloutService(pool_)), IsOk()); });
+  Engine& start(RolloutOptions options = {}) {
+    return startEngine([&](Engine& e) {
+      REQUIRE_THAT(e.registerService(sentinelRolloutService(pool_, options)), IsOk());
+    });
   }
   void addFleet(int n, const std::string& image = kOld) {
     for (int i = 0; i < n; ++i) addSentinel(sentinelId(i), image, true, i % 2 ? "us-1" : "eu-1");
@@ -276,6 +277,29 @@ TEST_CASE_METHOD(RolloutTest, "slack gets every transition in order and the url 
   for (size_t i = 0; i < expected.size(); ++i) CHECK_THAT(texts[i], ContainsRegex(expected[i]));
   INFO("the webhook is not in the state the API returns");
   CHECK(get(e)->slack_webhook_url().empty());
+}
+
+TEST_CASE_METHOD(RolloutTest, "a slack webhook that is down never holds the rollout back",
+                 "[rollout]") {
+  // A loopback port nothing listens on: every post is refused, retried, then given up.
+  int port = 0;
+  {
+    httplib::Server probe;
+    port = probe.bind_to_any_port("127.0.0.1");
+  }
+  RolloutOptions options;
+  options.slack.backoff = std::chrono::milliseconds(10);
+  options.slack.timeout = std::chrono::milliseconds(500);
+  Engine& e = start(options);
+  addFleet(4);
+  startFleet();
+  auto req = startOf(kNew);
+  for (uint32_t p : {50, 100}) req.add_wave_percentages(p);
+  req.set_slack_webhook_url(strCat("http://127.0.0.1:", port, "/hook"));
+  REQUIRE_THAT(op(e, "Rollout", req), IsOk());
+  auto done = waitFor(e, ROLLOUT_STATE_COMPLETED);
+  CHECK(onImage(kNew) == 4);
+  CHECK(done.failed_ids_size() == 0);
 }
 
 TEST_CASE_METHOD(RolloutTest, "bad rollout requests are refused naming the field", "[rollout]") {
