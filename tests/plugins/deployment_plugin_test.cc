@@ -255,6 +255,10 @@ TEST_CASE_METHOD(DeploymentPluginTest, "bad configuration and bad topologies are
       R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "stop_instances_on_shutdown": 1}})");
   CHECK_THAT(std::string(toStd(st.message())),
              Catch::Contains("process.stop_instances_on_shutdown: must be true or false"));
+  st = load(
+      R"({"runtime": "process", "process": {"state_dir": "/tmp/x", "deregistration_delay_ms": -1}})");
+  CHECK_THAT(std::string(toStd(st.message())),
+             Catch::Contains("process.deregistration_delay_ms: must be a whole number between 0"));
   st = load(R"({"runtime": "nomad"})");
   CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("runtime: \"nomad\""));
 

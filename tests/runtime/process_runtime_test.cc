@@ -351,6 +351,15 @@ TEST_CASE_METHOD(ProcessRuntimeTest,
   INFO("an instance that stops leaves the list before it is gone");
   REQUIRE_THAT(runtime_->apply(demo("deployment/web", 1)), IsOk());
   REQUIRE(eventually([&] { return endpoints().size() == 1u; }, std::chrono::seconds(5)));
+  std::string removed;
+  for (const auto& a : ready) {
+    if (!endpoints().count(a)) removed = a;
+  }
+  REQUIRE_FALSE(removed.empty());
+  const int removed_port = std::stoi(removed.substr(removed.rfind(':') + 1));
+  INFO("it still answers for the deregistration delay after leaving the list, then stops");
+  CHECK_THAT(get(removed_port), Catch::Contains("krane-demo-app"));
+  CHECK(eventually([&] { return get(removed_port).empty(); }, std::chrono::seconds(5)));
 
   REQUIRE_THAT(runtime_->remove("deployment/web"), IsOk());
   CHECK(!fs::exists(file));

@@ -19,8 +19,8 @@ inline int killInstancesAndRemove(const std::string& dir) {
   namespace fs = std::filesystem;
   int killed = 0;
   std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(dir, ec); it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it->path().filename() != "instance.json") continue;
     std::ifstream in(it->path());
     const int64_t pid = nlohmann::json::parse(in, nullptr, false).value("pid", 0);

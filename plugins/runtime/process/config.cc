@@ -35,9 +35,9 @@ absl::StatusOr<int> intAt(const json& object, const std::string& key, const std:
 
 absl::StatusOr<ProcessRuntimeOptions> processOptionsFromJson(const json& config,
                                                              const std::string& at) {
-  KRANE_RETURN_IF_ERROR(onlyKeys(
-      config, "process",
-      {"state_dir", "ports", "images", "restart_backoff_ms", "stop_instances_on_shutdown"}));
+  KRANE_RETURN_IF_ERROR(onlyKeys(config, "process",
+                                 {"state_dir", "ports", "images", "restart_backoff_ms",
+                                  "stop_instances_on_shutdown", "deregistration_delay_ms"}));
   ProcessRuntimeOptions o;
   if (!config.contains("state_dir") || !config["state_dir"].is_string() ||
       config["state_dir"].get<std::string>().empty()) {
@@ -93,6 +93,8 @@ absl::StatusOr<ProcessRuntimeOptions> processOptionsFromJson(const json& config,
     }
     o.stop_instances_on_shutdown = config["stop_instances_on_shutdown"].get<bool>();
   }
+  KRANE_ASSIGN_OR_RETURN(int delay, intAt(config, "deregistration_delay_ms", at, 500, 0, 60000));
+  o.deregistration_delay = std::chrono::milliseconds(delay);
   return o;
 }
 

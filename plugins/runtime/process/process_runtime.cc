@@ -248,7 +248,17 @@ struct ProcessRuntime::Instance {
   std::string reason;
   std::vector<std::string> last_output;
   bool terminating = false;
+  int pending_signal = 0;  // sent at signal_at (the deregistration delay)
+  Clock::time_point signal_at{};
   Clock::time_point kill_at{};
+
+  // Sends the stop signal once the deregistration delay has passed.
+  void signalIfDue(Clock::time_point now) {
+    if (pid > 0 && pending_signal != 0 && now >= signal_at) {
+      ::kill(static_cast<pid_t>(-pid), pending_signal);
+      pending_signal = 0;
+    }
+  }
 };
 
 struct ProcessRuntime::Workload {
@@ -581,12 +591,18 @@ void ProcessRuntime::stopLocked(Instance& i, int sig, std::chrono::milliseconds 
                                 const std::string& why) {
   if (i.terminating) return;
   i.terminating = true;
-  i.ready = false;
-  i.kill_at = Clock::now() + grace;
+  i.ready = false;  // out of the endpoints published at the end of this tick
+  const auto delay = draining_ ? std::chrono::milliseconds(0) : options_.deregistration_delay;
+  i.signal_at = Clock::now() + delay;
+  i.kill_at = i.signal_at + grace;
   if (i.pid > 0) {
-    spdlog::info("process runtime: stopping {} pid={} ({}) with signal {}", i.name, i.pid, why,
-                 sig);
-    ::kill(static_cast<pid_t>(-i.pid), sig);
+    spdlog::info("process runtime: stopping {} pid={} ({}) with signal {} in {} ms", i.name, i.pid,
+                 why, sig, delay.count());
+    if (delay.count() == 0) {
+      ::kill(static_cast<pid_t>(-i.pid), sig);
+    } else {
+      i.pending_signal = sig;
+    }
   }
 }
 
@@ -703,6 +719,7 @@ void ProcessRuntime::tick() {
         const auto proc = procStart(i.pid);
         dead = !proc || proc->second || proc->first != i.start_ticks;
       }
+      if (!dead) i.signalIfDue(now);
       if (!dead && now >= i.kill_at) ::kill(static_cast<pid_t>(-i.pid), SIGKILL);
       if (dead) {
         std::error_code ec;
@@ -774,6 +791,7 @@ void ProcessRuntime::superviseLocked(Workload& w, Clock::time_point now) {
       }
     }
     if (i.terminating) {
+      i.signalIfDue(now);
       if (i.pid > 0 && now >= i.kill_at) {
         spdlog::warn("process runtime: {} did not stop within its grace period; SIGKILL", i.name);
         ::kill(static_cast<pid_t>(-i.pid), SIGKILL);

@@ -19,7 +19,8 @@
 // as failed with its exit code or signal and its last output lines, and is still restarted (with
 // the backoff) in case the cause goes away. A liveness probe failing `failure_threshold` times in a
 // row restarts the instance. Stopping sends the spec's shutdown signal, then SIGKILL after the
-// grace period.
+// grace period. An instance being stopped leaves the published endpoints at once and gets its
+// stop signal `deregistration_delay` later, so that whoever routes to it has moved away first.
 //
 // ROLLING REPLACEMENT. When a spec changes (its revision, a hash of everything that shapes an
 // instance), instances are replaced by the rolling-update evaluator (controlplane/strategy), one
@@ -136,6 +137,11 @@ struct ProcessRuntimeOptions {
   int crash_loop_restarts = 3;
   std::chrono::milliseconds crash_loop_window{60000};
   std::chrono::milliseconds tick{100};
+  // An instance being stopped leaves the published endpoints at once, and gets its stop signal
+  // this much later, so that whoever routes to it (a sentinel, a client reading the endpoints)
+  // moves away first: no request meets an instance that stopped listening. Not while the runtime
+  // itself stops.
+  std::chrono::milliseconds deregistration_delay{500};
   // Environment every instance gets besides PORT and its spec's env (PATH by default).
   std::map<std::string, std::string> base_env;
   // Called on the supervision thread whenever a workload's status changed.
