@@ -5,6 +5,7 @@
 #include "common/strings.h"
 #include "controlplane/workflow/service.h"
 #include "controlplane/workflow/store.h"
+#include "nlohmann/json.hpp"
 
 namespace krane::workflow {
 namespace {
@@ -86,6 +87,44 @@ absl::StatusOr<std::vector<InvocationSummary>> listInvocations(db::Pool& pool,
   return out;
 }
 
+namespace {
+
+bool secretKey(std::string_view key) {
+  for (std::string_view suffix : {"webhook_url", "webhookUrl", "password", "token", "secret"}) {
+    if (key.size() >= suffix.size() && key.substr(key.size() - suffix.size()) == suffix) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// True when something was redacted.
+bool redact(nlohmann::json& j) {
+  bool changed = false;
+  if (j.is_object()) {
+    for (auto& [key, value] : j.items()) {
+      if (value.is_string() && secretKey(key) && !value.get<std::string>().empty()) {
+        value = "[redacted]";
+        changed = true;
+      } else {
+        changed |= redact(value);
+      }
+    }
+  } else if (j.is_array()) {
+    for (auto& item : j) changed |= redact(item);
+  }
+  return changed;
+}
+
+}  // namespace
+
+std::string redactSecrets(const std::string& payload) {
+  if (payload.find_first_of("{[") == std::string::npos) return payload;
+  nlohmann::json j = nlohmann::json::parse(payload, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !redact(j)) return payload;
+  return j.dump();
+}
+
 absl::StatusOr<InvocationDetail> showInvocation(db::Pool& pool, const std::string& id) {
   KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
   KRANE_ASSIGN_OR_RETURN(
@@ -99,8 +138,9 @@ absl::StatusOr<InvocationDetail> showInvocation(db::Pool& pool, const std::strin
   const db::Row& r = rows.rows[0];
   InvocationDetail d;
   d.summary = summaryOf(r);
-  d.input = r.str("input");
+  d.input = redactSecrets(r.str("input"));
   d.output = r.optStr("output");
+  if (d.output) d.output = redactSecrets(*d.output);
   if (!r.isNull("error_code")) {
     absl::Status error = store::statusFrom(r, "error_code", "error_message");
     d.error = strCat(absl::StatusCodeToString(error.code()), ": ", error.message());
@@ -122,6 +162,7 @@ absl::StatusOr<InvocationDetail> showInvocation(db::Pool& pool, const std::strin
     e.name = j.str("name");
     e.ok = j.i64("ok") != 0;
     e.payload = j.optStr("payload");
+    if (e.payload) e.payload = redactSecrets(*e.payload);
     if (!j.isNull("error_code")) {
       absl::Status error = store::statusFrom(j, "error_code", "error_message");
       e.error = strCat(absl::StatusCodeToString(error.code()), ": ", error.message());

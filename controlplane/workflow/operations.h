@@ -71,7 +71,13 @@ struct HeldKey {
 absl::StatusOr<std::vector<InvocationSummary>> listInvocations(db::Pool& pool,
                                                                const InvocationFilter& filter);
 // NOT_FOUND for an unknown id.
+// Input, output and journal payloads come back with secrets redacted (redactSecrets).
 absl::StatusOr<InvocationDetail> showInvocation(db::Pool& pool, const std::string& id);
+
+// A JSON payload with the value of every secret field replaced by "[redacted]": keys ending in
+// `webhook_url`, `password`, `token` or `secret` (a Slack webhook URL carries its credential in
+// the path). Anything that is not JSON, or has no such field, comes back unchanged.
+std::string redactSecrets(const std::string& payload);
 
 // A queued or delayed invocation is cancelled at once. A started one is told: its handler sees
 // CANCELLED at its next suspension point (await, select, sleep, run) and its compensations run.

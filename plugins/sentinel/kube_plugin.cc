@@ -24,8 +24,10 @@ using Kinds = std::vector<std::pair<std::string, std::string>>;
 
 // The kinds of the per-sentinel and the per-environment objects.
 const Kinds& sentinelKinds() {
-  static const Kinds kinds = {
-      {"apps/v1", "Deployment"}, {"v1", "Service"}, {"policy/v1", "PodDisruptionBudget"}};
+  static const Kinds kinds = {{"apps/v1", "Deployment"},
+                              {"v1", "Service"},
+                              {"policy/v1", "PodDisruptionBudget"},
+                              {"v1", "ConfigMap"}};
   return kinds;
 }
 const Kinds& environmentKinds() {
@@ -66,6 +68,11 @@ absl::Status KubeSentinelPlugin::init(sdk::Host& host, std::string_view config_t
   deployments_ = std::make_unique<kube::Informer>(
       *client_, watch, [this](const json& d, bool deleted) { onDeployment(d, deleted); });
   deployments_->start();
+  KubeRoutesOptions routes;
+  routes.warn = [this](const std::string& line) { host_->log(sdk::LogLevel::kWarn, line); };
+  routes.info = [this](const std::string& line) { host_->log(sdk::LogLevel::kInfo, line); };
+  routes_ = std::make_unique<KubeRoutes>(*client_, std::move(routes));
+  routes_->start();
   host.log(sdk::LogLevel::kInfo,
            strCat("sentinel plugin: kubernetes runtime, API server ", client_->config().server,
                   " (", client_->config().source, ")"));
@@ -109,6 +116,7 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
                            strCat(context, ": ", object["kind"].get<std::string>()));
       }
     }
+    routes_->setLive(s);
     std::lock_guard lock(mutex_);
     Applied& a = applied_[r.id()];
     a.region = r.region().empty() ? s.region() : r.region();
@@ -157,12 +165,14 @@ absl::Status KubeSentinelPlugin::removeSentinel(const std::string& id, const std
     std::lock_guard lock(mutex_);
     removed_.insert(id);  // before the Deployment goes: its deletion event is not reported
   }
+  routes_->forget(id);  // before its ConfigMap goes: nothing applies it again
   {
     std::unique_lock<std::mutex> env_lock;
     if (!environment_id.empty()) env_lock = std::unique_lock(environmentLock(environment_id));
     for (const auto& [api_version, kind] : sentinelKinds()) {
+      const std::string object_name = kind == "ConfigMap" ? routesName(id) : name;
       KRANE_RETURN_IF_ERROR(withContext(
-          kube::removeIfPresent(*client_, {api_version, kind, kNamespace, name}), context));
+          kube::removeIfPresent(*client_, {api_version, kind, kNamespace, object_name}), context));
     }
     if (!environment_id.empty()) {
       KRANE_RETURN_IF_ERROR(withContext(removeEnvironmentIfUnused(environment_id), context));
@@ -215,6 +225,7 @@ absl::Status KubeSentinelPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end) {
     for (const json& object : *found) {
       const std::string id = kube::labelOf(object, kIdLabel);
       if (keep.count(id) > 0) continue;
+      routes_->forget(id);
       KRANE_RETURN_IF_ERROR(
           withContext(kube::removeIfPresent(*client_, kube::refOf(object)), context));
       removed.insert(id);
@@ -259,6 +270,7 @@ absl::Status KubeSentinelPlugin::observe() {
 }
 
 void KubeSentinelPlugin::shutdown() {
+  if (routes_) routes_->stop();
   if (deployments_) deployments_->stop();
 }
 

@@ -1,9 +1,10 @@
-// The sentinel plugin on the Kubernetes runtime: the five objects of sentinel.h in namespace
+// The sentinel plugin on the Kubernetes runtime: the six objects of sentinel.h in namespace
 // `sentinel` (which the cluster's manifests create).
 //
 // apply: server-side applies the environment's gossip Service and CiliumNetworkPolicy, then the
-//   sentinel's Deployment, Service and PodDisruptionBudget. An archived sentinel is removed.
-// remove: deletes the sentinel's three objects; the environment's two go only when no other
+//   sentinel's Deployment, Service and PodDisruptionBudget; its routes ConfigMap follows the
+//   live deployment (kube_routes.h). An archived sentinel is removed.
+// remove: deletes the sentinel's four objects; the environment's two go only when no other
 //   sentinel Deployment of that environment is left. Applies and removals of one environment
 //   are serialized, so a removal never takes the gossip objects from a sentinel being applied.
 // syncEnd: deletes the per-sentinel objects (app.kubernetes.io/managed-by=krane,
@@ -31,6 +32,7 @@
 #include "plugins/runtime/kubernetes/client.h"
 #include "plugins/runtime/kubernetes/informer.h"
 #include "plugins/sdk/plugin.h"
+#include "plugins/sentinel/kube_routes.h"
 #include "plugins/sentinel/sentinel.h"
 
 namespace krane::sentinel {
@@ -64,6 +66,7 @@ class KubeSentinelPlugin final : public sdk::Plugin {
   std::unique_ptr<kube::Client> client_;
   PodOptions pod_;
   std::unique_ptr<kube::Informer> deployments_;
+  std::unique_ptr<KubeRoutes> routes_;
   std::array<std::mutex, 16> environment_locks_;
 
   std::mutex mutex_;                                    // guards what follows

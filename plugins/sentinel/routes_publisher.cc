@@ -14,6 +14,31 @@ namespace krane::sentinel {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+Routes nextRoutes(const Routes& published, const std::string& live, const std::string& rolling,
+                  const EndpointsOf& endpoints_of) {
+  Routes next;
+  next.deployment_id = live;
+  if (!live.empty()) next.endpoints = endpoints_of(live);
+  if (!live.empty() && next.endpoints.empty() && !published.deployment_id.empty() &&
+      published.deployment_id != live) {
+    // Switching to a deployment with no ready instance yet: keep the previous one meanwhile.
+    auto previous = endpoints_of(published.deployment_id);
+    if (!previous.empty()) {
+      next.deployment_id = published.deployment_id;
+      next.endpoints = std::move(previous);
+    }
+  }
+  // A rolling deploy: the new deployment's ready instances take traffic as they come up.
+  if (!rolling.empty() && rolling != next.deployment_id) {
+    for (auto& e : endpoints_of(rolling)) {
+      if (std::find(next.endpoints.begin(), next.endpoints.end(), e) == next.endpoints.end()) {
+        next.endpoints.push_back(std::move(e));
+      }
+    }
+  }
+  return next;
+}
+
 RoutesPublisher::RoutesPublisher(RoutesPublisherOptions options) : options_(std::move(options)) {
   std::error_code ec;
   fs::create_directories(options_.routes_dir, ec);
@@ -95,26 +120,8 @@ std::vector<Endpoint> RoutesPublisher::endpointsOf(const std::string& deployment
 }
 
 void RoutesPublisher::publishLocked(const std::string& id, Sentinel& s) {
-  Routes next;
-  next.deployment_id = s.live;
-  next.endpoints = endpointsOf(s.live);
-  if (!s.live.empty() && next.endpoints.empty() && !s.published.deployment_id.empty() &&
-      s.published.deployment_id != s.live) {
-    // Switching to a deployment with no ready instance yet: keep the previous one meanwhile.
-    auto previous = endpointsOf(s.published.deployment_id);
-    if (!previous.empty()) {
-      next.deployment_id = s.published.deployment_id;
-      next.endpoints = std::move(previous);
-    }
-  }
-  // A rolling deploy: the new deployment's ready instances take traffic as they come up.
-  if (!s.rolling.empty() && s.rolling != next.deployment_id) {
-    for (auto& e : endpointsOf(s.rolling)) {
-      if (std::find(next.endpoints.begin(), next.endpoints.end(), e) == next.endpoints.end()) {
-        next.endpoints.push_back(std::move(e));
-      }
-    }
-  }
+  Routes next = nextRoutes(s.published, s.live, s.rolling,
+                           [this](const std::string& d) { return endpointsOf(d); });
   if (s.written && next == s.published) return;
   if (auto st = replaceFile(routesFile(id), routesJson(next)); !st.ok()) {
     spdlog::error("sentinel plugin: sentinel={} cannot write its routes: {}", id,

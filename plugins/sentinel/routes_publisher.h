@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -31,6 +32,13 @@
 #include "plugins/sentinel/proxy/routes.h"
 
 namespace krane::sentinel {
+
+// The switching rule of both runtimes: what a sentinel's routes say next, given what they say now
+// (`published`), its live deployment and the rolling deploy's new one ("" for none), and the
+// ready endpoints of a deployment.
+using EndpointsOf = std::function<std::vector<Endpoint>(const std::string& deployment_id)>;
+Routes nextRoutes(const Routes& published, const std::string& live, const std::string& rolling,
+                  const EndpointsOf& endpoints_of);
 
 struct RoutesPublisherOptions {
   std::string routes_dir;            // required

@@ -66,6 +66,10 @@ std::string gossipName(const cluster::v1::Sentinel& s) {
   return objectName("sentinel-gossip", s.environment_id());
 }
 
+std::string routesName(const std::string& sentinel_id) {
+  return objectName("sentinel-routes", sentinel_id);
+}
+
 absl::Status validate(const cluster::v1::Sentinel& s) {
   const std::pair<const char*, const std::string*> ids[] = {
       {"sentinel_id", &s.sentinel_id()},       {"workspace_id", &s.workspace_id()},
@@ -298,6 +302,8 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s, const PodOptio
   env.push_back({{"name", "KRANE_LIVENESS_PATH"}, {"value", probes.liveness().path()}});
   env.push_back({{"name", "KRANE_READINESS_PATH"}, {"value", probes.readiness().path()}});
   env.push_back({{"name", "PORT"}, {"value", std::to_string(kHttpPort)}});
+  env.push_back({{"name", "KRANE_ROUTES_CONFIGMAP"},
+                 {"value", strCat(kNamespace, "/", routesName(s.sentinel_id()))}});
   for (const auto& e : pod.secret_env) {
     env.push_back({{"name", e.name},
                    {"valueFrom", {{"secretKeyRef", {{"name", e.secret}, {"key", e.key}}}}}});
@@ -323,6 +329,9 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s, const PodOptio
     container["envFrom"] = from;
   }
   json pod_spec = {
+      // Its token lets the proxy read its routes ConfigMap, and nothing else.
+      {"serviceAccountName", kServiceAccount},
+      {"automountServiceAccountToken", true},
       {"topologySpreadConstraints",
        json::array({{{"maxSkew", 1},
                      {"topologyKey", "topology.kubernetes.io/zone"},
@@ -363,6 +372,13 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s, const PodOptio
       {"spec", {{"minAvailable", 1}, {"selector", {{"matchLabels", selector(s)}}}}},
   };
   return {deployment, service, pdb};
+}
+
+json routesConfigMap(const cluster::v1::Sentinel& s, const Routes& routes) {
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", metadata(routesName(s.sentinel_id()), sentinelLabels(s))},
+          {"data", {{kRoutesKey, routesJson(routes)}}}};
 }
 
 std::vector<json> environmentObjects(const cluster::v1::Sentinel& s) {

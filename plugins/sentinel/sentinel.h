@@ -1,9 +1,14 @@
 // A sentinel (the routing proxy of one environment in one region) as what a runtime runs.
 //
-// On Kubernetes, exactly five objects in namespace `sentinel`, all server-side applied:
-//   per sentinel:    Deployment, ClusterIP Service (8040), PodDisruptionBudget (one available)
+// On Kubernetes, exactly six objects in namespace `sentinel`, all server-side applied:
+//   per sentinel:    Deployment, ClusterIP Service (8040), PodDisruptionBudget (one available),
+//                    and the routes ConfigMap (kube_routes.h) the proxy watches
 //   per environment: headless gossip Service (7946 TCP+UDP) and the gossip CiliumNetworkPolicy,
 //                    shared by the environment's sentinels and removed with the last of them.
+// The pods run as ServiceAccount `krane-sentinel` (manifests/sentinel.yaml), which may only read
+// ConfigMaps in `sentinel`: the proxy follows its routes ConfigMap through the API server
+// (KRANE_ROUTES_CONFIGMAP=sentinel/<name>), so a promote reaches it within a second, where a
+// mounted ConfigMap would take the kubelet's sync period.
 // Every object carries app.kubernetes.io/managed-by=krane, app.kubernetes.io/component=sentinel
 // and the ids under krane.dev/ (workspace.id, project.id, app.id, environment.id, and
 // sentinel.id on the per-sentinel ones). Liveness and readiness are separate endpoints
@@ -23,6 +28,7 @@
 #include "krane/cluster/v1/state.pb.h"
 #include "nlohmann/json.hpp"
 #include "plugins/runtime/process/process_runtime.h"
+#include "plugins/sentinel/proxy/routes.h"
 
 namespace krane::sentinel {
 
@@ -31,14 +37,17 @@ inline constexpr int kHttpPort = 8040;
 inline constexpr int kGossipPort = 7946;
 inline constexpr char kLivenessPath[] = "/healthz/live";
 inline constexpr char kReadinessPath[] = "/healthz/ready";
+inline constexpr char kServiceAccount[] = "krane-sentinel";
+inline constexpr char kRoutesKey[] = "routes.json";  // the routes ConfigMap's key
 
 // A DNS-1123 label (lowercase letters, digits, '-'; at most 63; starts with a letter) made from
 // `prefix` and `id`; ids that had to be changed get a hash suffix, so two ids never collide.
 std::string objectName(const std::string& prefix, const std::string& id);
 
-// The five objects' names.
+// The objects' names.
 std::string deploymentName(const cluster::v1::Sentinel& s);
 std::string gossipName(const cluster::v1::Sentinel& s);
+std::string routesName(const std::string& sentinel_id);
 
 // The sentinel's probes with every unset field at its default: liveness GET /healthz/live on
 // 8040 every 10 s, timeout 2 s, 3 failures; readiness GET /healthz/ready on 8040 every 5 s,
@@ -79,6 +88,8 @@ absl::StatusOr<PodOptions> podOptionsFromJson(const nlohmann::json& section,
 // The per-sentinel objects: Deployment, Service, PodDisruptionBudget.
 std::vector<nlohmann::json> sentinelObjects(const cluster::v1::Sentinel& s,
                                             const PodOptions& pod = {});
+// The routes ConfigMap: `routes` (proxy/routes.h) under kRoutesKey.
+nlohmann::json routesConfigMap(const cluster::v1::Sentinel& s, const Routes& routes);
 // The per-environment objects: headless gossip Service, gossip CiliumNetworkPolicy.
 std::vector<nlohmann::json> environmentObjects(const cluster::v1::Sentinel& s);
 

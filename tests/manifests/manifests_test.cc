@@ -21,6 +21,7 @@
 #include "controlplane/config.h"
 #include "ipc/cursor_store.h"
 #include "nlohmann/json.hpp"
+#include "plugins/sentinel/sentinel.h"
 #include "tests/schema/node_validator.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
@@ -34,7 +35,7 @@ using testing::runCommand;
 using testing::runfile;
 
 constexpr const char* kFiles[] = {"manifests/namespace.yaml", "manifests/agent.yaml",
-                                  "manifests/krane-ctrl.yaml"};
+                                  "manifests/krane-ctrl.yaml", "manifests/sentinel.yaml"};
 
 json toJson(const YAML::Node& node) {
   switch (node.Type()) {
@@ -208,7 +209,8 @@ using Grants = std::map<std::string, std::set<std::string>>;
 
 constexpr char kAgentAccount[] = "krane-agent";
 
-Grants agentGrants(const std::map<std::string, json>& docs) {
+Grants grantsOf(const std::map<std::string, json>& docs, const std::string& account,
+                const std::string& account_ns) {
   Grants out;
   for (const auto& [key, doc] : docs) {
     const std::string kind = doc["kind"];
@@ -216,8 +218,7 @@ Grants agentGrants(const std::map<std::string, json>& docs) {
     bool bound = false;
     for (const auto& subject : doc.value("subjects", json::array())) {
       bound |= subject.value("kind", "") == "ServiceAccount" &&
-               subject.value("name", "") == kAgentAccount &&
-               subject.value("namespace", "") == "krane-system";
+               subject.value("name", "") == account && subject.value("namespace", "") == account_ns;
     }
     if (!bound) continue;
     const std::string ns = doc["metadata"].value("namespace", "");
@@ -243,6 +244,10 @@ Grants agentGrants(const std::map<std::string, json>& docs) {
     }
   }
   return out;
+}
+
+Grants agentGrants(const std::map<std::string, json>& docs) {
+  return grantsOf(docs, kAgentAccount, "krane-system");
 }
 
 // What least privilege rules out, whatever the plugins' table says.
@@ -355,6 +360,24 @@ TEST_CASE("rbac grants the agent exactly the table of docs/plugins.md", "[manife
     if (doc["kind"] != "Role" && doc["kind"] != "RoleBinding") continue;
     INFO(key);
     CHECK(docs.count(strCat("Namespace /", doc["metadata"]["namespace"].get<std::string>())) == 1u);
+  }
+}
+
+TEST_CASE("the sentinel pods' account may only read ConfigMaps in namespace sentinel",
+          "[manifests]") {
+  const auto docs = documents();
+  const Grants granted = grantsOf(docs, sentinel::kServiceAccount, sentinel::kNamespace);
+  INFO(render(granted));
+  CHECK(granted == Grants{{"sentinel /configmaps", {"get", "list", "watch"}}});
+  CHECK(docs.count(strCat("ServiceAccount sentinel/", sentinel::kServiceAccount)) == 1u);
+  // The account the plugin's sentinel Deployments run as.
+  cluster::v1::Sentinel s;
+  s.set_sentinel_id("s1");
+  s.set_environment_id("e1");
+  s.set_image("registry.example/sentinel:1");
+  for (const auto& object : sentinel::sentinelObjects(s)) {
+    if (object["kind"] != "Deployment") continue;
+    CHECK(object["spec"]["template"]["spec"]["serviceAccountName"] == sentinel::kServiceAccount);
   }
 }
 
@@ -625,6 +648,9 @@ TEST_CASE("the sentinel image runs the routing proxy", "[manifests]") {
   CHECK_THAT(image, Catch::Contains(R"(ENTRYPOINT ["/usr/bin/krane-sentinel"])"));
   INFO("the port the sentinel plugin's Service and probes use");
   CHECK_THAT(image, Catch::Contains("EXPOSE 8040"));
+  INFO("the libraries of its Kubernetes client: it follows its routes ConfigMap");
+  CHECK_THAT(image, Catch::Contains("libcurl4"));
+  CHECK_THAT(image, Catch::Contains("libyaml-cpp0.7"));
   const std::string stage = testing::slurp(runfile("manifests/images/stage.sh"));
   CHECK_THAT(stage, Catch::Contains("//plugins/sentinel:krane-sentinel"));
   CHECK_THAT(stage, Catch::Contains("$bin/plugins/sentinel/krane-sentinel"));

@@ -1,18 +1,22 @@
-// libsentinel.so on the Kubernetes runtime, against the fake API server: the five objects, the
+// libsentinel.so on the Kubernetes runtime, against the fake API server: the six objects, the
 // status flow (replicas, observed generation, the running image only once a rollout converged,
 // health), standby, crash loops and image-pull failures, the environment's gossip objects going
-// with its last sentinel, archive, garbage collection after a sync, configuration errors.
+// with its last sentinel, archive, garbage collection after a sync, configuration errors, and the
+// routes ConfigMap following the live deployment's Service across promote, rolling and restarts.
 #include <stdlib.h>
 
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
 #include "agent/plugin_loader.h"
 #include "common/strings.h"
 #include "nlohmann/json.hpp"
+#include "plugins/deployment/kube_objects.h"
+#include "plugins/sentinel/proxy/routes.h"
 #include "tests/support/fake_kube_api.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
@@ -128,7 +132,8 @@ class SentinelKubePluginTest {
   bool noSentinel(const std::string& id) {
     const std::string name = "sentinel-" + id;
     return !object("apps/v1", "Deployment", name) && !object("v1", "Service", name) &&
-           !object("policy/v1", "PodDisruptionBudget", name);
+           !object("policy/v1", "PodDisruptionBudget", name) &&
+           !object("v1", "ConfigMap", "sentinel-routes-" + id);
   }
   bool hasGossip(const std::string& env) {
     return object("v1", "Service", "sentinel-gossip-" + env) &&
@@ -137,6 +142,40 @@ class SentinelKubePluginTest {
   bool noGossip(const std::string& env) {
     return !object("v1", "Service", "sentinel-gossip-" + env) &&
            !object("cilium.io/v2", "CiliumNetworkPolicy", "sentinel-gossip-" + env);
+  }
+
+  // A deployment as the deployment plugin applies it: its Deployment and Service on `port`.
+  void putDeployment(const std::string& id, int port = 8080) {
+    cluster::v1::DeploymentTopology t;
+    t.set_workspace_id("ws1");
+    t.set_project_id("p1");
+    t.set_app_id("a1");
+    t.set_environment_id("e1");
+    t.set_region("eu-west-1");
+    t.set_image("registry.example/app:" + id);
+    t.set_replicas(1);
+    t.set_port(port);
+    auto objects = deployment::kubeObjects(t, id);
+    REQUIRE_THAT(objects.status(), IsOk());
+    for (const auto& o : *objects) api_.put(o);
+  }
+  std::string workspaceNs() { return deployment::workspaceNamespace("ws1", {}); }
+  // The address the routes give for a deployment: its Service's DNS name and port.
+  std::string serviceOf(const std::string& id, int port = 8080) {
+    return strCat(deployment::objectName(id), ".", workspaceNs(), ".svc:", port);
+  }
+  // What sentinel `id`'s routes ConfigMap says, as "<deployment> [<endpoint> ...]".
+  std::string routesOf(const std::string& id) {
+    auto cm = object("v1", "ConfigMap", "sentinel-routes-" + id);
+    if (!cm) return "(none)";
+    auto routes = sentinel::parseRoutes((*cm)["data"]["routes.json"].get<std::string>());
+    if (!routes.ok()) return std::string(routes.status().message());
+    std::string out = routes->deployment_id.empty() ? "-" : routes->deployment_id;
+    for (const auto& e : routes->endpoints) out += " " + e.address();
+    return out;
+  }
+  bool routesAre(const std::string& id, const std::string& want) {
+    return eventually([&] { return routesOf(id) == want; }, std::chrono::seconds(10));
   }
 
   FakeKubeApi api_;
@@ -408,6 +447,72 @@ TEST_CASE_METHOD(SentinelKubePluginTest,
                          .dump())
                     .message())),
       Catch::Contains("sentinel plugin config: kubernetes.secret_env[0].value: unknown key"));
+}
+
+TEST_CASE_METHOD(SentinelKubePluginTest,
+                 "the routes ConfigMap follows the live deployment once it is ready",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(), IsOk());
+  putDeployment("dep_a");
+  auto change = sentinelChange("s1", "v1", 1, 1);
+  change.mutable_resource()->mutable_sentinel()->set_live_deployment_id("dep_a");
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  // The proxy follows the ConfigMap with the pod's service account.
+  const json pod = (*object("apps/v1", "Deployment", "sentinel-s1"))["spec"]["template"]["spec"];
+  CHECK(pod["serviceAccountName"] == "krane-sentinel");
+  bool env_set = false;
+  for (const auto& e : pod["containers"][0]["env"]) {
+    if (e["name"] == "KRANE_ROUTES_CONFIGMAP") {
+      env_set = e["value"] == "sentinel/sentinel-routes-s1";
+    }
+  }
+  CHECK(env_set);
+
+  INFO("the live deployment has no ready pod yet: named, with no endpoint");
+  REQUIRE(routesAre("s1", "dep_a"));
+  REQUIRE_THAT(api_.makePodsReady(workspaceNs(), deployment::objectName("dep_a")), IsOk());
+  REQUIRE(routesAre("s1", "dep_a " + serviceOf("dep_a")));
+  const auto d_version =
+      (*object("apps/v1", "Deployment", "sentinel-s1"))["metadata"]["generation"];
+
+  INFO("promote: the routes keep the old deployment until the new one is ready");
+  putDeployment("dep_b", 9090);
+  change = sentinelChange("s1", "v1", 1, 2);
+  change.mutable_resource()->mutable_sentinel()->set_live_deployment_id("dep_b");
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  CHECK(routesOf("s1") == "dep_a " + serviceOf("dep_a"));
+  REQUIRE_THAT(api_.makePodsReady(workspaceNs(), deployment::objectName("dep_b")), IsOk());
+  REQUIRE(routesAre("s1", "dep_b " + serviceOf("dep_b", 9090)));
+  // A new live deployment is not a new pod spec: the proxies are not restarted.
+  CHECK((*object("apps/v1", "Deployment", "sentinel-s1"))["metadata"]["generation"] == d_version);
+
+  INFO("a rolling deploy: both deployments' Services");
+  putDeployment("dep_c");
+  REQUIRE_THAT(api_.makePodsReady(workspaceNs(), deployment::objectName("dep_c")), IsOk());
+  change = sentinelChange("s1", "v1", 1, 3);
+  change.mutable_resource()->mutable_sentinel()->set_live_deployment_id("dep_b");
+  change.mutable_resource()->mutable_sentinel()->set_rolling_deployment_id("dep_c");
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  REQUIRE(routesAre("s1", "dep_b " + serviceOf("dep_b", 9090) + " " + serviceOf("dep_c")));
+
+  INFO("a new plugin instance in the middle of a switch starts from the ConfigMap it finds");
+  REQUIRE_THAT(load(), IsOk());
+  putDeployment("dep_d");
+  change = sentinelChange("s1", "v1", 1, 4);
+  change.mutable_resource()->mutable_sentinel()->set_live_deployment_id("dep_d");
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  REQUIRE(routesAre("s1", "dep_b " + serviceOf("dep_b", 9090)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  CHECK(routesOf("s1") == "dep_b " + serviceOf("dep_b", 9090));
+
+  INFO("once ready, the new live deployment takes over");
+  REQUIRE_THAT(api_.makePodsReady(workspaceNs(), deployment::objectName("dep_d")), IsOk());
+  REQUIRE(routesAre("s1", "dep_d " + serviceOf("dep_d")));
+
+  INFO("the sentinel's removal takes its ConfigMap");
+  REQUIRE_THAT(plugin_->remove(deletion("s1", 5)), IsOk());
+  CHECK(noSentinel("s1"));
 }
 
 TEST_CASE_METHOD(SentinelKubePluginTest, "errors name the field", "[sentinel-kube-plugin]") {

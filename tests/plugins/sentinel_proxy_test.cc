@@ -1,7 +1,8 @@
 // krane-sentinel, the sentinel's routing proxy, as a real process in front of real instance
 // processes (the demo app): readiness only with routes, liveness on its own path, and switching
 // the live deployment back and forth while a steady stream of requests runs, with no failed
-// request and a request in flight during the switch completing on the old deployment.
+// request and a request in flight during the switch completing on the old deployment; and, as on
+// Kubernetes, routes followed from a ConfigMap through the API server (the fake one).
 #include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -9,6 +10,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -16,6 +18,7 @@
 #include "common/files.h"
 #include "common/strings.h"
 #include "plugins/sentinel/proxy/routes.h"
+#include "tests/support/fake_kube_api.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/traffic.h"
@@ -179,6 +182,79 @@ TEST_CASE_METHOD(ProxyTest, "promote and rollback switch traffic with no failed 
   CHECK(traffic.failed() == 0);
   CHECK(traffic.ok() > 50);
   CHECK(traffic.marked() > 0);
+}
+
+TEST_CASE("on Kubernetes the proxy follows its routes ConfigMap through the API server",
+          "[sentinel-proxy]") {
+  char pattern[] = "/tmp/krane-pxk-XXXXXX";
+  const std::string dir = ::mkdtemp(pattern);
+  krane::testing::FakeKubeApi api;
+  api.put({{"apiVersion", "v1"}, {"kind", "Namespace"}, {"metadata", {{"name", "sentinel"}}}});
+  const std::string kubeconfig = dir + "/kubeconfig";
+  std::ofstream(kubeconfig) << api.kubeconfigYaml();
+  const auto putRoutes = [&](const std::string& document) {
+    api.put({{"apiVersion", "v1"},
+             {"kind", "ConfigMap"},
+             {"metadata", {{"name", "sentinel-routes-s1"}, {"namespace", "sentinel"}}},
+             {"data", {{"routes.json", document}}}});
+  };
+  const auto routesTo = [](const std::string& deployment, const Instance& instance) {
+    Routes r;
+    r.deployment_id = deployment;
+    r.endpoints.push_back(*parseEndpoint(instance.address()));
+    return routesJson(r);
+  };
+  Instance v1("v1", dir + "/v1.log");
+  Instance v2("v2", dir + "/v2.log");
+  // Another sentinel's ConfigMap: not this proxy's.
+  api.put({{"apiVersion", "v1"},
+           {"kind", "ConfigMap"},
+           {"metadata", {{"name", "sentinel-routes-s2"}, {"namespace", "sentinel"}}},
+           {"data", {{"routes.json", routesTo("dep_other", v2)}}}});
+  const int port = freePort();
+  auto proxy = std::make_unique<ChildProcess>(
+      std::vector<std::string>{runfile("plugins/sentinel/krane-sentinel"), "--port",
+                               std::to_string(port), "--host", "127.0.0.1", "--kubeconfig",
+                               kubeconfig},
+      dir + "/proxy.log",
+      std::map<std::string, std::string>{
+          {"KRANE_ROUTES_CONFIGMAP", "sentinel/sentinel-routes-s1"}});
+  REQUIRE(eventually([&] { return get(port, "/healthz/live").status == 200; }, 20s));
+  INFO("no ConfigMap yet: alive, not ready");
+  std::this_thread::sleep_for(300ms);
+  CHECK(get(port, "/healthz/ready").status == 503);
+
+  putRoutes(routesTo("dep_1", v1));
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 5s));
+  CHECK(get(port, "/").deployment == "dep_1");
+
+  INFO("a promote written to the ConfigMap reaches the proxy within seconds, no request fails");
+  krane::testing::SteadyTraffic traffic(strCat("127.0.0.1:", port), 2, " v2 ");
+  std::this_thread::sleep_for(300ms);
+  const auto switched_at = std::chrono::steady_clock::now();
+  putRoutes(routesTo("dep_2", v2));
+  REQUIRE(eventually([&] { return get(port, "/").deployment == "dep_2"; }, 5s));
+  CHECK(std::chrono::steady_clock::now() - switched_at < 3s);
+
+  INFO("a document that is not routes: the routes there were stay");
+  putRoutes("{\"endpoints\": [\"no port\"]}");
+  std::this_thread::sleep_for(300ms);
+  REQUIRE(api.object("v1", "ConfigMap", "sentinel", "sentinel-routes-s1"));
+  CHECK(get(port, "/").deployment == "dep_2");
+  traffic.stop();
+  INFO("last failure: " << traffic.lastFailure());
+  CHECK(traffic.failed() == 0);
+  CHECK(traffic.marked() > 0);
+
+  INFO("a bad reference is refused at start, naming the flag");
+  ChildProcess bad({runfile("plugins/sentinel/krane-sentinel"), "--port", "0", "--kubeconfig",
+                    kubeconfig, "--routes-configmap", "no-slash"},
+                   dir + "/bad.log");
+  CHECK(bad.wait() == 2);
+  CHECK_THAT(krane::testing::slurp(dir + "/bad.log"), Catch::Contains("--routes-configmap"));
+  proxy.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace

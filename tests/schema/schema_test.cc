@@ -202,7 +202,7 @@ TEST_CASE("sentinel scheduling, probes and credentials are in the schema checks"
   CHECK_THAT(out, Catch::Contains("Deployment sentinel/selector: "
                                   "spec.template.spec.nodeSelector.node-class"));
   CHECK_THAT(out, Catch::Contains("Deployment sentinel/secret: spec.template.spec.containers[0]"
-                                  ".env[9].valueFrom.secretKeyRef.key: required"));
+                                  ".env[10].valueFrom.secretKeyRef.key: required"));
   CHECK_THAT(out, Catch::Contains("Deployment sentinel/probe: spec.template.spec.containers[0]"
                                   ".readinessProbe.httpGet.port"));
   CHECK_THAT(out, !Catch::Contains("sentinel/good"));

@@ -1,4 +1,4 @@
-// The sentinel plugin's five objects for the variants that change them: running or standby (zero
+// The sentinel plugin's six objects for the variants that change them: running or standby (zero
 // replicas), with and without resources and configuration, ids that need a hashed name, probes
 // from the resource, and the pod options of the plugin's configuration (node selector and
 // tolerations: default, custom, none; credentials as Secret references).
@@ -101,6 +101,12 @@ std::vector<GeneratedObject> sentinelObjects() {
     for (auto& o : sentinel::sentinelObjects(s)) {
       out.push_back({strCat("sentinel ", variant, ": ", o["kind"].get<std::string>()), o});
     }
+    sentinel::Routes routes;
+    routes.deployment_id = "dep_123";
+    routes.endpoints.push_back({"dep-123.ws-ws-1.svc", 8080});
+    routes.endpoints.push_back({"dep-124.ws-ws-1.svc", 8080});
+    auto config_map = sentinel::routesConfigMap(s, routes);
+    out.push_back({strCat("sentinel ", variant, ": routes ConfigMap"), config_map});
     for (auto& o : sentinel::environmentObjects(s)) {
       out.push_back(
           {strCat("sentinel ", variant, ": environment ", o["kind"].get<std::string>()), o});

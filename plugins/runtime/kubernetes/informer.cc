@@ -66,6 +66,7 @@ absl::StatusOr<std::string> Informer::relist() {
   request.kind = options_.kind;
   request.ns = options_.ns;
   request.label_selector = options_.label_selector;
+  request.field_selector = options_.field_selector;
   request.limit = 500;
   auto page = client_.listAll(request);
   if (!page.ok()) return page.status();
@@ -118,6 +119,7 @@ void Informer::run() {
     request.kind = options_.kind;
     request.ns = options_.ns;
     request.label_selector = options_.label_selector;
+    request.field_selector = options_.field_selector;
     request.resource_version = version;
     request.timeout_seconds = options_.watch_timeout_seconds;
     const absl::Status st = client_.watch(

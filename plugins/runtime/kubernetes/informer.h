@@ -27,6 +27,7 @@ struct InformerOptions {
   std::string kind;
   std::string ns;  // empty: every namespace
   std::string label_selector;
+  std::string field_selector;  // "metadata.name=x"
   int watch_timeout_seconds = 300;
   BackoffPolicy retry{std::chrono::milliseconds(200), 2.0, std::chrono::seconds(10), 0.5};
   // Called with each failed list or watch (for logs); on the informer's thread.

@@ -8,6 +8,7 @@ const std::vector<ResourceType>& knownResources() {
   static const std::vector<ResourceType> table = {
       {"", "v1", "Namespace", "namespaces", false},
       {"", "v1", "Service", "services", true},
+      {"", "v1", "ConfigMap", "configmaps", true},
       {"", "v1", "Pod", "pods", true},
       {"apps", "v1", "Deployment", "deployments", true},
       {"apps", "v1", "ReplicaSet", "replicasets", true},

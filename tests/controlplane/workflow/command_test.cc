@@ -130,6 +130,22 @@ TEST_CASE_METHOD(WorkflowCommandTest, "list show keys resolve cancel kill cleanu
   CHECK(statusOf(*first) == "<none>");
 }
 
+TEST_CASE_METHOD(WorkflowCommandTest, "show redacts secrets", "[workflow-command]") {
+  Engine& e = start();
+  // Secrets in an input are not shown: a Slack webhook URL carries its credential.
+  auto secret = e.send({"Gate", "wait", "g9",
+                        R"({"image":"reg/sentinel:2","slack_webhook_url":"https://hooks.slack.)"
+                        R"(com/services/T0/B0/XyZsecret","nested":[{"api_token":"tok-123"}]})"});
+  REQUIRE_THAT(secret, IsOk());
+  auto shown = ctrl({"workflow", "show", *secret});
+  REQUIRE(shown.exit_code == 0);
+  CHECK_THAT(shown.out, !Catch::Contains("XyZsecret"));
+  CHECK_THAT(shown.out, !Catch::Contains("tok-123"));
+  CHECK_THAT(shown.out, Catch::Contains("\"slack_webhook_url\":\"[redacted]\""));
+  CHECK_THAT(shown.out, Catch::Contains("reg/sentinel:2"));
+  REQUIRE_THAT(e.cancel(*secret), IsOk());
+}
+
 TEST_CASE_METHOD(WorkflowCommandTest, "bad input is refused naming the field",
                  "[workflow-command]") {
   auto status = ctrl({"workflow", "list", "--status", "sleeping"});
