@@ -533,6 +533,18 @@ int getDeployment(const Globals& g, const std::string& id) {
                      step.error()});
   }
   printTable(steps);
+  if (d.phases_size() > 0) {
+    // A rolling deploy's history: each phase once, with how often it was found in a row.
+    std::printf("\nrolling%s:\n", d.deploying() ? " (deploying revision)" : "");
+    std::vector<std::vector<std::string>> phases{
+        {"REGION", "PHASE", "SINCE", "FOR", "CYCLES", "DETAIL"}};
+    for (const auto& p : d.phases()) {
+      phases.push_back({p.region(), p.phase(), ago(p.phase_started_at_ms()),
+                        seconds(p.phase_started_at_ms(), p.updated_at_ms()),
+                        std::to_string(p.attempts()), p.detail()});
+    }
+    printTable(phases);
+  }
   return kOk;
 }
 

@@ -93,7 +93,9 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                   {"cilium_policy", flag(c.deploy.cilium_policy, s)},
                   {"previous_stop_delay_s",
                    number(c.deploy.previous_stop_delay, s, 0, 30LL * 24 * 3600)},
-                  {"sentinel_timeout_s", number(c.deploy.sentinel_timeout, s, 1, 24 * 3600)}});
+                  {"sentinel_timeout_s", number(c.deploy.sentinel_timeout, s, 1, 24 * 3600)},
+                  {"rolling_give_up_per_replica",
+                   number(c.deploy.rolling_give_up_per_replica, s, 0, 1000)}});
            }},
       });
   if (!status.ok()) return status;

@@ -74,6 +74,9 @@ struct CtrlConfig {
     std::chrono::seconds previous_stop_delay{1800};
     // How long a sentinel may take to converge (SentinelService.Deploy) before it is failed.
     std::chrono::seconds sentinel_timeout{600};
+    // A rolling deploy rolls back once this many failed new instances per desired replica were
+    // seen (crash loops, image pulls); 0: only its timeout ends it.
+    uint32_t rolling_give_up_per_replica = 3;
   } deploy;
 };
 

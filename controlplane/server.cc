@@ -180,7 +180,8 @@ absl::Status Server::startWorkflow() {
   sentinel.deploy_timeout = config_.deploy.sentinel_timeout;
   for (auto& service : services::deploy::deployServices(
            {pool_, writer_, std::make_shared<services::builder::PrebuiltBuilder>(),
-            std::make_shared<services::builder::CommandBuilder>(builds), environment, sentinel},
+            std::make_shared<services::builder::CommandBuilder>(builds), environment, sentinel,
+            config_.deploy.rolling_give_up_per_replica},
            routing)) {
     KRANE_RETURN_IF_ERROR(engine_->registerService(std::move(service)));
   }

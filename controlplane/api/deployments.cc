@@ -68,7 +68,8 @@ absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::s
   KRANE_ASSIGN_OR_RETURN(
       auto rows, conn.query("SELECT d.id, d.app_id, d.environment_id, d.status, d.git_branch,"
                             " d.git_commit_sha, d.image, d.invocation_id, d.created_at,"
-                            " a.current_deployment_id = d.id AS live"
+                            " a.current_deployment_id = d.id AS live,"
+                            " a.deploying_deployment_id = d.id AS deploying"
                             " FROM deployments d JOIN apps a ON a.id = d.app_id WHERE d.id = ?",
                             {id}));
   if (rows.empty()) return absl::NotFoundError(strCat("no deployment ", singleQuoted(id)));
@@ -84,6 +85,7 @@ absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::s
   d.set_invocation_id(r.optStr("invocation_id").value_or(""));
   d.set_created_at_ms(r.i64("created_at"));
   d.set_live(!r.isNull("live") && r.i64("live") != 0);
+  d.set_deploying(!r.isNull("deploying") && r.i64("deploying") != 0);
   KRANE_ASSIGN_OR_RETURN(auto steps, conn.query("SELECT step, started_at, ended_at, error"
                                                 " FROM deployment_steps WHERE deployment_id = ?"
                                                 " ORDER BY id",
@@ -94,6 +96,20 @@ absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::s
     step->set_started_at_ms(s.i64("started_at"));
     step->set_ended_at_ms(s.optI64("ended_at").value_or(0));
     step->set_error(s.optStr("error").value_or(""));
+  }
+  KRANE_ASSIGN_OR_RETURN(auto phases,
+                         conn.query("SELECT region_id, phase, detail, phase_started_at, updated_at,"
+                                    " attempts FROM deployment_phases WHERE deployment_id = ?"
+                                    " ORDER BY region_id, id",
+                                    {id}));
+  for (const db::Row& p : phases.rows) {
+    auto* phase = d.add_phases();
+    phase->set_region(p.str("region_id"));
+    phase->set_phase(p.str("phase"));
+    phase->set_detail(p.str("detail"));
+    phase->set_phase_started_at_ms(p.i64("phase_started_at"));
+    phase->set_updated_at_ms(p.i64("updated_at"));
+    phase->set_attempts(static_cast<uint32_t>(p.u64("attempts")));
   }
   return d;
 }

@@ -478,22 +478,26 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
         for (size_t size : chunks(reported.size())) {
           std::string sql =
               "INSERT INTO instances (deployment_id, region_id, id, address, status, "
-              "failure_reason,"
+              "failure_reason, running_since,"
               " cpu_millicores, memory_mib, created_at, updated_at) VALUES ";
           db::Params params;
-          params.reserve(size * 10);
+          params.reserve(size * 11);
           for (size_t i = 0; i < size; ++i, ++next) {
             const Instance& in = *reported[next];
-            strAppend(&sql, i == 0 ? "" : ", ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+            strAppend(&sql, i == 0 ? "" : ", ", "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
             params.insert(
                 params.end(),
                 {deployment, region, in.id(), in.address(), instanceStatusName(in.status()),
                  in.failure_reason().empty() ? db::Value() : db::Value(in.failure_reason()),
+                 in.status() == cluster::v1::INSTANCE_STATUS_RUNNING ? db::Value(now) : db::Value(),
                  in.has_cpu_millicores() ? db::Value(in.cpu_millicores()) : db::Value(),
                  in.has_memory_mib() ? db::Value(in.memory_mib()) : db::Value(), now, now});
           }
           sql +=
-              " ON DUPLICATE KEY UPDATE address = VALUES(address), status = VALUES(status),"
+              // running_since first: it compares with the stored status, before that changes.
+              " ON DUPLICATE KEY UPDATE running_since = IF(status = 'running' AND"
+              " VALUES(status) = 'running', running_since, VALUES(running_since)),"
+              " address = VALUES(address), status = VALUES(status),"
               " failure_reason = VALUES(failure_reason), cpu_millicores = VALUES(cpu_millicores),"
               " memory_mib = VALUES(memory_mib), updated_at = VALUES(updated_at)";
           KRANE_RETURN_IF_ERROR(conn.exec(sql, params).status());

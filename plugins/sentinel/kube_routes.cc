@@ -28,8 +28,8 @@ KubeRoutes::KubeRoutes(kube::Client& client, KubeRoutesOptions options)
     o.label_selector = kDeploymentSelector;
     o.on_error = [this, kind](const absl::Status& st) {
       if (options_.warn) {
-        options_.warn(strCat("sentinel routes: watching ", kind, "s failed, listing again: ",
-                             st.message()));
+        options_.warn(
+            strCat("sentinel routes: watching ", kind, "s failed, listing again: ", st.message()));
       }
     };
     return o;
@@ -148,15 +148,14 @@ void KubeRoutes::publishLocked(const std::string& id, Sentinel& s) {
     }
     s.read = true;
   }
-  Routes next = nextRoutes(s.published, s.spec.live_deployment_id(),
-                           s.spec.rolling_deployment_id(),
+  Routes next = nextRoutes(s.published, s.spec.live_deployment_id(), s.spec.rolling_deployment_id(),
                            [this](const std::string& d) { return endpointsOf(d); });
   if (s.written && next == s.published) return;
   auto applied = client_.apply(routesConfigMap(s.spec, next));
   if (!applied.ok()) {
     if (options_.warn) {
-      options_.warn(strCat("sentinel routes: sentinel=", id, " cannot apply ConfigMap ", name,
-                           ": ", applied.status().message()));
+      options_.warn(strCat("sentinel routes: sentinel=", id, " cannot apply ConfigMap ", name, ": ",
+                           applied.status().message()));
     }
     return;  // tried again next round
   }

@@ -17,9 +17,9 @@
 #include "common/strings.h"
 #include "controlplane/services/routing/routing.h"
 #include "controlplane/workflow/typed.h"
-#include "nlohmann/json.hpp"
 #include "tests/support/control_plane.h"
 #include "tests/support/leftovers.h"
+#include "tests/support/local_agent.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/traffic.h"
@@ -33,7 +33,6 @@ using krane::testing::eventually;
 using krane::testing::runfile;
 using krane::testing::TestControlPlane;
 using namespace std::chrono_literals;
-namespace fs = std::filesystem;
 
 cluster::v1::Resource topology(const std::string& id, const std::string& tag) {
   cluster::v1::Resource r;
@@ -91,53 +90,6 @@ class SentinelE2eTest {
   }
   ~SentinelE2eTest() { krane::testing::killInstancesAndRemove(dir_); }
 
-  std::string agentConfig(int grpc_port) const {
-    const std::string state = dir_ + "/state";
-    return strCat(
-        "region: eu-1\nstate_dir: ", state,
-        "\nreconnect_min_ms: 50\nreconnect_max_ms: 200\n"
-        "control_plane:\n  address: 127.0.0.1:",
-        grpc_port,
-        "\nreporter:\n  heartbeat_interval_ms: 200\n"
-        "plugins:\n"
-        "  - name: deployment\n    path: ",
-        runfile("plugins/deployment/libdeployment.so"),
-        "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
-        "/deployments\n        ports: {from: 25300, to: 25349}\n"
-        "        stop_instances_on_shutdown: true\n"
-        "        images:\n          krane.dev/demo-app: [",
-        runfile("tests/support/demo_app/krane-demo-app"),
-        ", --version, \"{tag}\"]\n"
-        "  - name: sentinel\n    path: ",
-        runfile("plugins/sentinel/libsentinel.so"),
-        "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
-        "/sentinels\n        ports: {from: 25350, to: 25399}\n"
-        "        stop_instances_on_shutdown: true\n"
-        "        routes: {deployment_state_dir: ",
-        state, "/deployments, poll_ms: 50}\n", "        images:\n          krane.dev/sentinel: [",
-        runfile("plugins/sentinel/krane-sentinel"),
-        ", --version, \"{tag}\", --host, 127.0.0.1, --poll-ms, \"50\"]\n");
-  }
-
-  // The sentinel's address, from what its runtime publishes about its instances.
-  std::string sentinelAddress() {
-    std::string address;
-    eventually(
-        [&] {
-          std::error_code ec;
-          for (const auto& e : fs::directory_iterator(dir_ + "/state/sentinels/endpoints", ec)) {
-            std::ifstream in(e.path());
-            auto doc = nlohmann::json::parse(in, nullptr, false);
-            if (doc.is_discarded() || doc.value("endpoints", nlohmann::json()).empty()) continue;
-            address = doc["endpoints"][0].get<std::string>();
-            return true;
-          }
-          return false;
-        },
-        60s);
-    return address;
-  }
-
   std::string dir_;
 };
 
@@ -160,12 +112,13 @@ TEST_CASE_METHOD(SentinelE2eTest,
   REQUIRE_THAT(server.writer().put(sentinel()), IsOk());
 
   const std::string config = dir_ + "/agent.yaml";
-  std::ofstream(config) << agentConfig(cp.replica(0).grpcPort());
+  std::ofstream(config) << krane::testing::localAgentConfig("eu-1", dir_ + "/state",
+                                                            cp.replica(0).grpcPort(), 25300);
   ChildProcess agent({runfile("agent/krane"), "run", "--config", config, "--plugin-host",
                       runfile("agent/krane-plugin-host")},
                      dir_ + "/agent.log", {{"KRANE_AGENT_TOKEN", cp.agentToken("eu-1")}});
   INFO(krane::testing::slurp(dir_ + "/agent.log"));
-  const std::string address = sentinelAddress();
+  const std::string address = krane::testing::localSentinelAddress(dir_ + "/state");
   REQUIRE(!address.empty());
   // No live deployment yet: ready, nothing to route.
   REQUIRE(eventually([&] { return get(address, "/healthz/ready").status == 200; }, 30s));

@@ -65,6 +65,9 @@ struct DeployDependencies {
   std::shared_ptr<builder::CommandBuilder> command;
   EnvironmentResourceOptions environment = {};
   sentinel::SentinelOptions sentinel = {};
+  // A rolling deploy gives up (rolls back) once this many failed new instances per desired
+  // replica were seen, summed over its cycles; 0: only its timeout ends it.
+  uint32_t rolling_give_up_per_replica = 3;
 };
 
 workflow::ServiceDefinition deployService(DeployDependencies deps);

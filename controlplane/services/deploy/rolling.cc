@@ -23,7 +23,7 @@ using workflow::terminalError;
 constexpr auto kCycle = std::chrono::seconds(1);
 
 // Replicas and reported instances of `to` and `from` in every region of the deployment: two
-// queries for all regions.
+// queries for all regions. A running instance counts only after min_ready_seconds.
 absl::StatusOr<RollingObservation> observe(db::Pool& pool, const DeploymentInfo& info,
                                            const std::string& to, const std::string& from) {
   KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
@@ -32,14 +32,19 @@ absl::StatusOr<RollingObservation> observe(db::Pool& pool, const DeploymentInfo&
                                      " deployment_topology WHERE deployment_id IN (?, ?)"
                                      " AND deleted_at IS NULL",
                                      {to, from}));
+  // An instance counts as running once it ran for min_ready_seconds without a break; until
+  // then it is still starting.
+  const int64_t now = unixMillis();
+  const int64_t ready_before = now - int64_t{info.rolling_update().min_ready_seconds()} * 1000;
   KRANE_ASSIGN_OR_RETURN(
       auto instances,
-      conn->query("SELECT deployment_id, region_id, status, COUNT(*), MAX(failure_reason)"
+      conn->query("SELECT deployment_id, region_id, IF(status = 'running' AND"
+                  " running_since > ?, 'pending', status) AS s, COUNT(*), MAX(failure_reason)"
                   " FROM instances WHERE deployment_id IN (?, ?)"
-                  " GROUP BY deployment_id, region_id, status",
-                  {to, from}));
+                  " GROUP BY deployment_id, region_id, s",
+                  {ready_before, to, from}));
   RollingObservation out;
-  out.set_now_ms(unixMillis());
+  out.set_now_ms(now);
   std::map<std::string, RollingRegion*> regions;
   for (const auto& region : info.regions()) {
     RollingRegion* r = out.add_regions();
@@ -116,12 +121,60 @@ struct Move {
   uint32_t from_replicas;
 };
 
+// A region's phase in one cycle, for the history.
+struct Phase {
+  std::string region;
+  std::string phase;
+  std::string detail;
+};
+
+// Appends the cycle's phases to `deployment`'s history, merging a phase equal (phase and detail)
+// to the region's latest record into it: one more attempt, phase_started_at unchanged.
+absl::Status recordPhases(db::Connection& conn, const std::string& deployment,
+                          const std::vector<Phase>& phases, int64_t now) {
+  for (const Phase& p : phases) {
+    const std::string detail = p.detail.substr(0, 1024);
+    KRANE_ASSIGN_OR_RETURN(auto latest, conn.query("SELECT id, phase, detail FROM deployment_phases"
+                                                   " WHERE deployment_id = ? AND region_id = ?"
+                                                   " ORDER BY id DESC LIMIT 1 FOR UPDATE",
+                                                   {deployment, p.region}));
+    if (!latest.empty() && latest.rows[0].str("phase") == p.phase &&
+        latest.rows[0].str("detail") == detail) {
+      KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_phases SET attempts = attempts + 1,"
+                                      " updated_at = ? WHERE id = ?",
+                                      {now, latest.rows[0].u64("id")})
+                                .status());
+      continue;
+    }
+    KRANE_RETURN_IF_ERROR(
+        conn.exec("INSERT INTO deployment_phases (deployment_id, region_id, phase, detail,"
+                  " phase_started_at, updated_at) VALUES (?, ?, ?, ?, ?, ?)",
+                  {deployment, p.region, p.phase, detail, now, now})
+            .status());
+  }
+  return absl::OkStatus();
+}
+
+const char* phaseName(strategy::Result result) {
+  switch (result) {
+    case strategy::Result::kProvisioning:
+      return "provisioning";
+    case strategy::Result::kProgressing:
+      return "progressing";
+    case strategy::Result::kCompleted:
+      return "completed";
+  }
+  return "progressing";
+}
+
 // Moves replicas from `from` to `to` until every region completed, or (unless `rolling_back`)
-// until the deadline or the give-up cap. `label` names the steps. Returns the reason it stopped
-// early, or "" when completed.
+// until the deadline or the give-up cap. `label` names the steps; each cycle's phases go to the
+// history of `deployment` (as `rolled_back.phase` with its detail when set). Returns the reason it
+// stopped early, or "" when completed.
 absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
                                  const DeploymentInfo& info, const std::string& to,
                                  const std::string& from, const std::string& label,
+                                 const std::string& deployment, const Phase& rolled_back,
                                  int64_t deadline_ms, uint32_t give_up) {
   const strategy::RollingSpec spec = strategy::specOf(info.rolling_update());
   const feed::ResourceTable& table = deps.writer->tables().forType(feed::kDeploymentTopology);
@@ -135,15 +188,22 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
     bool completed = true;
     std::string failure;
     std::vector<Move> moves;
+    std::vector<Phase> phases;
     for (const RollingRegion& r : seen->regions()) {
       failures += r.to_failed();
       if (!r.to_failure().empty()) failure = strCat(r.region_id(), ": ", r.to_failure());
       const auto e =
           strategy::evaluate(viewOf(r), r.desired(), strategy::resolve(spec, r.desired()));
+      if (rolled_back.phase.empty()) {
+        phases.push_back({r.region_id(), phaseName(e.result), r.to_failure()});
+      } else {
+        phases.push_back({r.region_id(), rolled_back.phase, rolled_back.detail});
+      }
       if (e.result == strategy::Result::kCompleted) {
         // Replacements of failed instances may have left more than desired: back to desired.
         if (r.to_replicas() != r.desired()) {
           completed = false;
+          if (rolled_back.phase.empty()) phases.back().phase = "progressing";
           moves.push_back({r.region_id(), r.desired(), 0});
         }
         continue;
@@ -155,42 +215,57 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
                          r.from_replicas() - std::min(r.from_replicas(), drained)});
       }
     }
+    std::string stopped;
+    if (!completed && give_up > 0 && failures >= give_up) {
+      stopped = strCat("new instances kept failing (", failures, " failures seen, the cap is ",
+                       give_up, ")", failure.empty() ? "" : strCat(", last: ", failure));
+    } else if (!completed && deadline_ms > 0 && seen->now_ms() >= deadline_ms) {
+      stopped = strCat("not completed within ", info.deploy_timeout_seconds(), " s");
+    }
+    if (!stopped.empty()) moves.clear();
+    // The cycle's history and its mutations in one step (exactly once).
+    std::vector<feed::WriteResult> written;
+    auto applied = ctx.runTx(
+        strCat(label, " cycle ", cycle, ": apply"),
+        [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+          KRANE_RETURN_IF_ERROR(recordPhases(conn, deployment, phases, seen->now_ms()));
+          if (moves.empty()) return std::string();
+          KRANE_ASSIGN_OR_RETURN(written, deps.writer->transactIn(conn, [&](feed::WriteTx& tx) {
+            for (const Move& m : moves) {
+              KRANE_RETURN_IF_ERROR(setReplicas(tx, table, to, m.region, m.to_replicas));
+              KRANE_RETURN_IF_ERROR(setReplicas(tx, table, from, m.region, m.from_replicas));
+            }
+            return absl::OkStatus();
+          }));
+          return std::string();
+        });
+    deps.writer->committed(written);  // empty when the step was replayed
+    if (!applied.ok()) return applied.status();
     if (completed) return std::string();
-    if (give_up > 0 && failures >= give_up) {
-      return strCat("new instances kept failing (", failures, " failures seen, the cap is ",
-                    give_up, ")", failure.empty() ? "" : strCat(", last: ", failure));
-    }
-    if (deadline_ms > 0 && seen->now_ms() >= deadline_ms) {
-      return strCat("not completed within ", info.deploy_timeout_seconds(), " s");
-    }
-    if (!moves.empty()) {
-      std::vector<feed::WriteResult> written;
-      auto applied = ctx.runTx(
-          strCat(label, " cycle ", cycle, ": apply"),
-          [&](db::Connection& conn) -> absl::StatusOr<std::string> {
-            KRANE_ASSIGN_OR_RETURN(written, deps.writer->transactIn(conn, [&](feed::WriteTx& tx) {
-              for (const Move& m : moves) {
-                KRANE_RETURN_IF_ERROR(setReplicas(tx, table, to, m.region, m.to_replicas));
-                KRANE_RETURN_IF_ERROR(setReplicas(tx, table, from, m.region, m.from_replicas));
-              }
-              return absl::OkStatus();
-            }));
-            return std::string();
-          });
-      deps.writer->committed(written);  // empty when the step was replayed
-      if (!applied.ok()) return applied.status();
-    }
+    if (!stopped.empty()) return stopped;
     KRANE_RETURN_IF_ERROR(ctx.sleep(kCycle));
   }
 }
 
 }  // namespace
 
-// Points the environment's sentinels at `deployment_id` besides the live one ("" stops).
+// Points the environment's sentinels at `deployment_id` besides the live one and records it as
+// the app's deploying revision; "" stops both (for `rolling`, only if it is still the one).
 absl::Status routeRolling(Context& ctx, feed::Writer& writer, const std::string& environment_id,
-                          const std::string& deployment_id, const std::string& name) {
+                          const std::string& deployment_id, const std::string& rolling,
+                          const std::string& name) {
   std::vector<feed::WriteResult> written;
   auto done = ctx.runTx(name, [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+    KRANE_RETURN_IF_ERROR(
+        conn.exec(deployment_id.empty()
+                      ? "UPDATE apps SET deploying_deployment_id = NULL WHERE id ="
+                        " (SELECT app_id FROM environments WHERE id = ?)"
+                        " AND deploying_deployment_id = ?"
+                      : "UPDATE apps SET deploying_deployment_id = ? WHERE id ="
+                        " (SELECT app_id FROM environments WHERE id = ?)",
+                  deployment_id.empty() ? std::vector<db::Value>{environment_id, rolling}
+                                        : std::vector<db::Value>{deployment_id, environment_id})
+            .status());
     KRANE_ASSIGN_OR_RETURN(
         written, routing::setSentinelsRolling(writer, conn, environment_id, deployment_id));
     return std::string();
@@ -204,10 +279,10 @@ absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const Deploym
   // The sentinels route to the new deployment's ready instances too, until the swap (which
   // clears it) or the rollback.
   KRANE_RETURN_IF_ERROR(
-      routeRolling(ctx, *deps.writer, info.environment_id(), id, "rolling: route to both"));
+      routeRolling(ctx, *deps.writer, info.environment_id(), id, id, "rolling: route to both"));
   ctx.compensate("rolling: stop routing to the new deployment",
-                 [writer = deps.writer, env = info.environment_id()](Context& ctx) {
-                   return routeRolling(ctx, *writer, env, "",
+                 [writer = deps.writer, env = info.environment_id(), id](Context& ctx) {
+                   return routeRolling(ctx, *writer, env, "", id,
                                        "rolling: stop routing to the new deployment");
                  });
   auto started = ctx.run("rolling starts",
@@ -218,8 +293,8 @@ absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const Deploym
   uint32_t desired = 0;
   for (const auto& r : info.regions()) desired += r.replicas();
   KRANE_ASSIGN_OR_RETURN(std::string stopped,
-                         move(ctx, deps, info, id, info.live_deployment_id(), "rolling", deadline,
-                              kGiveUpPerReplica * desired));
+                         move(ctx, deps, info, id, info.live_deployment_id(), "rolling", id, {},
+                              deadline, deps.rolling_give_up_per_replica * desired));
   if (stopped.empty()) return absl::OkStatus();
 
   // Roll back: the old deployment up again first (within the surge), the new one drained, never
@@ -231,8 +306,9 @@ absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const Deploym
   if (!now.ok()) return now.status();
   const int64_t back_deadline =
       std::stoll(*now) + std::max<int64_t>(1, info.deploy_timeout_seconds()) * 1000;
-  KRANE_ASSIGN_OR_RETURN(std::string back, move(ctx, deps, info, info.live_deployment_id(), id,
-                                                "rolling back", back_deadline, 0));
+  KRANE_ASSIGN_OR_RETURN(std::string back,
+                         move(ctx, deps, info, info.live_deployment_id(), id, "rolling back", id,
+                              {"", "rolling_back", stopped}, back_deadline, 0));
   // (The compensation then stops the sentinels routing to the new deployment.)
   return terminalError(absl::StatusCode::kAborted,
                        strCat("rolled back to ", info.live_deployment_id(), ": ", stopped,

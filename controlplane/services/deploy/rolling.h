@@ -10,10 +10,17 @@
 //                 feed writer on the step's transaction (exactly once)
 //   until every region completed (no old replica left, the new ones healthy).
 //
+// Each cycle's phase per region (provisioning, progressing, completed; rolling_back) goes to the
+// deployment's history (deployment_phases) in the cycle's apply step; a phase equal to the
+// region's latest record only adds an attempt. While it rolls, the app's deploying revision
+// (apps.deploying_deployment_id) names the new deployment: the swap that completes the roll makes
+// it current and clears it in one transaction, a rollback clears it.
+//
 // Replicas asked for but not reported yet count as starting (new) or still serving (old), so a
 // cycle never acts twice on the same change. A timeout (the environment's
 // deploy_timeout_seconds) or new instances that keep failing (the give-up cap: failed new
-// instances seen, summed over the cycles, reach 3 × the desired replicas) rolls back,
+// instances seen, summed over the cycles, reach deploy.rolling_give_up_per_replica (3) × the
+// desired replicas; 0 waits for the timeout) rolls back,
 // capacity-aware: the same evaluator with the roles reversed scales the old deployment back up
 // within the surge first and drains the new one, never below min_available. The deploy then fails
 // with the reason; the old deployment stays live.
@@ -28,10 +35,6 @@
 #include "controlplane/workflow/service.h"
 
 namespace krane::services::deploy {
-
-// Failed new instances seen (all regions, summed over the cycles) that make a rolling deploy
-// give up, per desired replica.
-inline constexpr uint32_t kGiveUpPerReplica = 3;
 
 // Runs the roll of deployment `id` (whose topologies were written with 0 replicas) from
 // info.live_deployment_id(). OK once every region completed; a terminal error after a rollback.

@@ -185,9 +185,11 @@ absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const RoutingOptions
   }
   const int64_t now = unixMillis();
   KRANE_RETURN_IF_ERROR(
+      // A rolling deploy's swap: its deploying revision becomes the current one, in one step.
       conn.exec("UPDATE apps SET current_deployment_id = ?,"
-                " is_rolled_back = ?, updated_at = ? WHERE id = ?",
-                {to.id, reason == services::v1::SWAP_REASON_ROLLBACK, now, to.app_id})
+                " deploying_deployment_id = IF(deploying_deployment_id <=> ?, NULL,"
+                " deploying_deployment_id), is_rolled_back = ?, updated_at = ? WHERE id = ?",
+                {to.id, to.id, reason == services::v1::SWAP_REASON_ROLLBACK, now, to.app_id})
           .status());
   KRANE_ASSIGN_OR_RETURN(std::vector<std::string> hostnames,
                          moveRoutes(conn, environment_id, "live", to, now));

@@ -31,9 +31,8 @@ ConfigMapRoutes::ConfigMapRoutes(kube::Client& client, ConfigMapRef ref, OnRoute
                  ref_.name, std::string(st.message()));
   };
   informer_ = std::make_unique<kube::Informer>(
-      client, o, [this](const nlohmann::json& object, bool deleted) {
-        onConfigMap(object, deleted);
-      });
+      client, o,
+      [this](const nlohmann::json& object, bool deleted) { onConfigMap(object, deleted); });
 }
 
 ConfigMapRoutes::~ConfigMapRoutes() { stop(); }

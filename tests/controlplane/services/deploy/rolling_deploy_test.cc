@@ -4,6 +4,8 @@
 // the live deployment to the new one within surge and unavailable in every region, then the new one
 // goes live; new instances that keep failing roll it back, capacity-aware, and the old one stays
 // live; a roll that does not complete in time rolls back too.
+#include <future>
+
 #include <catch2/catch.hpp>
 
 #include "common/strings.h"
@@ -119,6 +121,20 @@ TEST_CASE_METHOD(RollingDeployTest,
   INFO("the topology carries the spec for the runtimes");
   CHECK(scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd2' AND"
                " JSON_EXTRACT(rolling_update, '$.maxSurge.value') = 1") == 2);
+  INFO("the swap made the deploying revision current and cleared it");
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd2' AND"
+               " deploying_deployment_id IS NULL") == 1);
+  INFO("the history: each region progressed, then completed (its latest record)");
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(scalar("SELECT COUNT(*) FROM deployment_phases WHERE deployment_id = 'd2' AND"
+                 " region_id = ? AND phase = 'progressing'",
+                 {region}) >= 1);
+    CHECK(scalar("SELECT phase = 'completed' FROM deployment_phases WHERE deployment_id = 'd2'"
+                 " AND region_id = ? ORDER BY id DESC LIMIT 1",
+                 {region}) == 1);
+  }
+  CHECK(scalar("SELECT COUNT(*) FROM deployment_phases WHERE deployment_id = 'd1'") == 0);
 }
 
 TEST_CASE_METHOD(RollingDeployTest,
@@ -138,6 +154,13 @@ TEST_CASE_METHOD(RollingDeployTest,
   INFO("the rollback is a phase of its own, ended by the reason");
   CHECK(scalar("SELECT COUNT(*) FROM deployment_steps WHERE deployment_id = 'd2' AND"
                " step = 'rolling_back' AND error LIKE 'rolled back to d1%'") == 1);
+  INFO("in the history of both regions, with why");
+  CHECK(scalar("SELECT COUNT(DISTINCT region_id) FROM deployment_phases WHERE"
+               " deployment_id = 'd2' AND phase = 'rolling_back' AND"
+               " detail LIKE 'new instances kept failing%'") == 2);
+  CHECK(scalar("SELECT COUNT(*) FROM deployment_phases WHERE deployment_id = 'd2' AND"
+               " detail LIKE '%CrashLoopBackOff%'") >= 1);
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE deploying_deployment_id IS NULL") == 1);
   for (const char* region : {"eu-1", "us-1"}) {
     INFO(region);
     CHECK(replicas("d1", region) == 3);
@@ -153,6 +176,28 @@ TEST_CASE_METHOD(RollingDeployTest,
   CHECK(agents_->minHealthy() >= 3);
 }
 
+TEST_CASE_METHOD(RollingDeployTest,
+                 "a new instance counts as available only after min_ready_seconds",
+                 "[deploy][rolling]") {
+  deployment("d1", 100);
+  REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
+  exec("UPDATE environments SET min_ready_seconds = 2 WHERE id = 'prod'");
+  agents_->watch();
+  deployment("d2", 200);
+  REQUIRE_THAT(deploy("d2", "registry.example.com/app:v2"), IsOk());
+  INFO(
+      "the agents report new instances running at once, yet each region waited for them: its"
+      " history has provisioning cycles");
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(scalar("SELECT COALESCE(SUM(attempts), 0) FROM deployment_phases WHERE"
+                 " deployment_id = 'd2' AND region_id = ? AND phase = 'provisioning'",
+                 {region}) >= 3);
+    CHECK(replicas("d2", region) == 3);
+  }
+  CHECK(agents_->minHealthy() >= 3);
+}
+
 TEST_CASE_METHOD(RollingDeployTest, "a roll that does not complete in time rolls back",
                  "[deploy][rolling]") {
   deployment("d1", 100);
@@ -160,13 +205,41 @@ TEST_CASE_METHOD(RollingDeployTest, "a roll that does not complete in time rolls
   exec("UPDATE environments SET deploy_timeout_seconds = 3 WHERE id = 'prod'");
   agents_->pending("d2");  // never becomes ready
   deployment("d2", 200);
-  auto second = deploy("d2", "registry.example.com/app:slow");
+  auto rolling =
+      std::async(std::launch::async, [&] { return deploy("d2", "registry.example.com/app:slow"); });
+  INFO("while it rolls, d2 is the app's deploying revision, d1 its current one");
+  CHECK(eventually([&] {
+    return scalar(
+               "SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1' AND"
+               " deploying_deployment_id = 'd2'") == 1;
+  }));
+  auto second = rolling.get();
   REQUIRE_FALSE(second.ok());
   CHECK_THAT(std::string(toStd(second.status().message())),
              ContainsRegex("rolled back to d1: not completed within 3 s"));
   CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1'") == 1);
   CHECK(replicas("d1", "eu-1") == 3);
   CHECK(replicas("d1", "us-1") == 3);
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE deploying_deployment_id IS NULL") == 1);
+  INFO(
+      "waiting for new instances is one record per region, however many cycles it took: its"
+      " attempts grow and phase_started_at stays");
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(scalar("SELECT COUNT(*) FROM deployment_phases WHERE deployment_id = 'd2' AND"
+                 " region_id = ? AND phase = 'provisioning'",
+                 {region}) == 1);
+    CHECK(scalar("SELECT attempts FROM deployment_phases WHERE deployment_id = 'd2' AND"
+                 " region_id = ? AND phase = 'provisioning'",
+                 {region}) >= 2);
+    CHECK(scalar("SELECT updated_at - phase_started_at FROM deployment_phases WHERE"
+                 " deployment_id = 'd2' AND region_id = ? AND phase = 'provisioning'",
+                 {region}) >= 1000);
+    CHECK(
+        scalar("SELECT COUNT(*) FROM deployment_phases WHERE deployment_id = 'd2' AND"
+               " region_id = ? AND phase = 'rolling_back' AND detail = 'not completed within 3 s'",
+               {region}) == 1);
+  }
 }
 
 }  // namespace
