@@ -76,12 +76,12 @@ TEST_CASE_METHOD(RollingE2eTest,
   int ports = 25400;
   for (const std::string region : {"eu-1", "us-1"}) {
     const std::string config = strCat(dir_, "/", region, ".yaml");
-    std::ofstream(config) << krane::testing::localAgentConfig(
-        region, strCat(dir_, "/", region), cp.replica(0).grpcPort(), ports);
+    std::ofstream(config) << krane::testing::localAgentConfig(region, strCat(dir_, "/", region),
+                                                              cp.replica(0).grpcPort(), ports);
     ports += 100;
     agents[region] = std::make_unique<ChildProcess>(
-        std::vector<std::string>{runfile("agent/krane"), "run", "--config", config,
-                                 "--plugin-host", runfile("agent/krane-plugin-host")},
+        std::vector<std::string>{runfile("agent/krane"), "run", "--config", config, "--plugin-host",
+                                 runfile("agent/krane-plugin-host")},
         strCat(dir_, "/", region, ".log"),
         std::map<std::string, std::string>{{"KRANE_AGENT_TOKEN", cp.agentToken(region)}});
   }

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/clock.h"
 #include "common/strings.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/control_plane.h"
@@ -124,6 +125,26 @@ TEST_CASE_METHOD(DeployCliTest, "kranectl deploys follows the steps and steers t
   REQUIRE(shown.exit_code == 0);
   CHECK_THAT(shown.out, Catch::Contains("STEP"));
   CHECK_THAT(shown.out, Catch::Contains("finalizing"));
+  CHECK_THAT(shown.out, !Catch::Contains("rolling"));  // a blue-green deploy has no phases
+
+  // A rolling deploy's phase history (as rolling.h records it), one line per phase.
+  const int64_t now = unixMillis();
+  REQUIRE_THAT((*cp_.pool()->acquire())
+                   ->exec("INSERT INTO deployment_phases (deployment_id, region_id, phase, detail,"
+                          " phase_started_at, updated_at, attempts) VALUES"
+                          " (?, 'eu-1', 'provisioning', '', ?, ?, 4),"
+                          " (?, 'eu-1', 'rolling_back', 'not completed within 3 s', ?, ?, 1)",
+                          {first_id, now - 9000, now - 5000, first_id, now - 4000, now - 4000}),
+               IsOk());
+  auto phases = kranectl({"deployments", "get", first_id});
+  REQUIRE(phases.exit_code == 0);
+  CHECK_THAT(phases.out, Catch::Contains("CYCLES"));
+  CHECK_THAT(phases.out, Catch::Matches("(.|\\n)*eu-1 +provisioning +9s ago +4.0s +4(.|\\n)*"));
+  CHECK_THAT(phases.out, Catch::Contains("not completed within 3 s"));
+  auto phases_json =
+      nlohmann::json::parse(kranectl({"deployments", "get", first_id, "-o", "json"}).out);
+  CHECK(phases_json["phases"][0]["attempts"] == 4);
+  CHECK(phases_json["phases"][1]["phase"] == "rolling_back");
 
   auto back = kranectl({"rollback", "--env", "prod"});
   REQUIRE(back.exit_code == 0);

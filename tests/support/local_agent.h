@@ -20,30 +20,30 @@ namespace krane::testing {
 // deployments, the next 50 for the sentinels).
 inline std::string localAgentConfig(const std::string& region, const std::string& state,
                                     int grpc_port, int ports_from) {
-  return strCat(
-      "region: ", region, "\nstate_dir: ", state,
-      "\nreconnect_min_ms: 50\nreconnect_max_ms: 200\n"
-      "control_plane:\n  address: 127.0.0.1:",
-      grpc_port,
-      "\nreporter:\n  heartbeat_interval_ms: 200\n"
-      "plugins:\n"
-      "  - name: deployment\n    path: ",
-      runfile("plugins/deployment/libdeployment.so"),
-      "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
-      "/deployments\n        ports: {from: ", ports_from, ", to: ", ports_from + 49,
-      "}\n        stop_instances_on_shutdown: true\n"
-      "        images:\n          krane.dev/demo-app: [",
-      runfile("tests/support/demo_app/krane-demo-app"),
-      ", --version, \"{tag}\"]\n"
-      "  - name: sentinel\n    path: ",
-      runfile("plugins/sentinel/libsentinel.so"),
-      "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
-      "/sentinels\n        ports: {from: ", ports_from + 50, ", to: ", ports_from + 99,
-      "}\n        stop_instances_on_shutdown: true\n"
-      "        routes: {deployment_state_dir: ",
-      state, "/deployments, poll_ms: 50}\n", "        images:\n          krane.dev/sentinel: [",
-      runfile("plugins/sentinel/krane-sentinel"),
-      ", --version, \"{tag}\", --host, 127.0.0.1, --poll-ms, \"50\"]\n");
+  return strCat("region: ", region, "\nstate_dir: ", state,
+                "\nreconnect_min_ms: 50\nreconnect_max_ms: 200\n"
+                "control_plane:\n  address: 127.0.0.1:",
+                grpc_port,
+                "\nreporter:\n  heartbeat_interval_ms: 200\n"
+                "plugins:\n"
+                "  - name: deployment\n    path: ",
+                runfile("plugins/deployment/libdeployment.so"),
+                "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
+                "/deployments\n        ports: {from: ", ports_from, ", to: ", ports_from + 49,
+                "}\n        stop_instances_on_shutdown: true\n"
+                "        images:\n          krane.dev/demo-app: [",
+                runfile("tests/support/demo_app/krane-demo-app"),
+                ", --version, \"{tag}\"]\n"
+                "  - name: sentinel\n    path: ",
+                runfile("plugins/sentinel/libsentinel.so"),
+                "\n    config:\n      runtime: process\n      process:\n        state_dir: ", state,
+                "/sentinels\n        ports: {from: ", ports_from + 50, ", to: ", ports_from + 99,
+                "}\n        stop_instances_on_shutdown: true\n"
+                "        routes: {deployment_state_dir: ",
+                state, "/deployments, poll_ms: 50}\n",
+                "        images:\n          krane.dev/sentinel: [",
+                runfile("plugins/sentinel/krane-sentinel"),
+                ", --version, \"{tag}\", --host, 127.0.0.1, --poll-ms, \"50\"]\n");
 }
 
 // The address of a sentinel of the agent with state directory `state`, from what its runtime

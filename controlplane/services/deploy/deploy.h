@@ -52,6 +52,9 @@ namespace krane::services::deploy {
 inline constexpr char kServiceName[] = "DeployService";
 // The state key holding the awakeable a waiting deploy waits on.
 inline constexpr char kReadyAwakeableState[] = "instances_ready_awakeable";
+// A rolling deploy between two cycles: the awakeable that a report of its instances resolves, so
+// the next cycle runs at once instead of at its tick.
+inline constexpr char kRollAwakeableState[] = "roll_awakeable";
 
 using DeployRequest = services::v1::DeployRequest;
 using DeployResult = services::v1::DeployResult;

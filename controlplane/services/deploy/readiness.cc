@@ -41,6 +41,13 @@ absl::StatusOr<Readiness> readinessOf(db::Connection& conn, const std::string& d
 void ReadinessGate::onInstancesReported(const std::string& deployment_id, const std::string&,
                                         uint32_t running, uint32_t, uint32_t failed) {
   if (running == 0 && failed == 0) return;  // this report changes neither outcome
+  // A rolling deploy between cycles runs its next one now.
+  if (auto roll = workflow::readState(*pool_, kServiceName, deployment_id, kRollAwakeableState);
+      roll.ok() && *roll) {
+    // The first settle wins: another replica, or the tick, may have been first.
+    (void)engine_.resolveAwakeable(**roll, "");
+    return;
+  }
   auto waiting = workflow::readState(*pool_, kServiceName, deployment_id, kReadyAwakeableState);
   if (!waiting.ok() || !*waiting) return;  // not waiting: it checks for itself when it starts
   auto conn = pool_->acquire();

@@ -4,7 +4,8 @@
 // sends DeployService.NotifyInstancesReady once. When so many regions report failed instances
 // (crash loops, images that cannot be fetched) that the threshold cannot be met, it rejects the
 // deploy's awakeable with their reasons instead: the deploy fails at once rather than waiting
-// out its timeout.
+// out its timeout. A rolling deploy waiting between two cycles (kRollAwakeableState) is woken
+// instead, so its next cycle sees the report at once.
 //
 // "Once" holds across control-plane replicas: the notification's idempotency key is the
 // awakeable the deploy waits on, so every replica that sees the threshold met sends the same

@@ -20,7 +20,10 @@ using services::v1::RollingRegion;
 using workflow::Context;
 using workflow::terminalError;
 
-constexpr auto kCycle = std::chrono::seconds(1);
+// The next cycle runs when a report of the new deployment's instances arrives (readiness.h), or
+// after this long without one (instances that ran min_ready_seconds send no report of it, a
+// drained one may not either).
+constexpr auto kTick = std::chrono::seconds(1);
 
 // Replicas and reported instances of `to` and `from` in every region of the deployment: two
 // queries for all regions. A running instance counts only after min_ready_seconds.
@@ -241,9 +244,13 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
         });
     deps.writer->committed(written);  // empty when the step was replayed
     if (!applied.ok()) return applied.status();
-    if (completed) return std::string();
-    if (!stopped.empty()) return stopped;
-    KRANE_RETURN_IF_ERROR(ctx.sleep(kCycle));
+    if (completed || !stopped.empty()) {
+      ctx.clear(kRollAwakeableState);
+      return stopped;
+    }
+    workflow::Awakeable woken = ctx.awakeable();
+    ctx.set(kRollAwakeableState, woken.id);
+    KRANE_RETURN_IF_ERROR(ctx.select({woken.future, ctx.timer(kTick)}).status());
   }
 }
 

@@ -135,6 +135,11 @@ TEST_CASE_METHOD(RollingDeployTest,
                  {region}) == 1);
   }
   CHECK(scalar("SELECT COUNT(*) FROM deployment_phases WHERE deployment_id = 'd1'") == 0);
+  INFO("reports of the new instances woke cycles (not only the one-second tick)");
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_promises p JOIN deployments d ON"
+               " d.invocation_id = p.invocation_id WHERE d.id = 'd2' AND p.kind = 'awakeable'"
+               " AND p.state = 'resolved'") >= 1);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_state WHERE name = ?", {kRollAwakeableState}) == 0);
 }
 
 TEST_CASE_METHOD(RollingDeployTest,
