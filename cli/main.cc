@@ -657,7 +657,7 @@ int create(const Globals& g, const CreateArgs& a) {
   r.set_app_id(a.parent);
   r.set_kind(a.env_kind);
   r.set_strategy(a.strategy);
-  r.set_deploy_timeout_seconds(a.deploy_timeout_s);
+  if (a.deploy_timeout_s > 0) r.set_deploy_timeout_seconds(a.deploy_timeout_s);
   r.set_min_ready_seconds(a.min_ready_s);
   // "N" or "N%": a count or a percentage of the desired replicas.
   auto countOrPercent = [](const std::string& text, const char* flag, auto set_count,

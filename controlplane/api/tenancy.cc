@@ -238,7 +238,11 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
   }
   const uint32_t surge = spec.max_surge.percent ? 0 : spec.max_surge.value;
   const uint32_t unavailable = spec.max_unavailable.percent ? 0 : spec.max_unavailable.value;
-  const uint32_t timeout = r.deploy_timeout_seconds() == 0 ? 1800 : r.deploy_timeout_seconds();
+  if (r.has_deploy_timeout_seconds() && r.deploy_timeout_seconds() == 0) {
+    return toGrpc(invalid(
+        "deploy_timeout_seconds: must be at least 1 (leave it unset for the default, 1800)"));
+  }
+  const uint32_t timeout = r.has_deploy_timeout_seconds() ? r.deploy_timeout_seconds() : 1800;
   if (timeout > 24 * 3600) return toGrpc(invalid("deploy_timeout_seconds: at most 86400"));
   if (r.min_ready_seconds() > 3600) return toGrpc(invalid("min_ready_seconds: at most 3600"));
   const db::Value surge_percent =

@@ -7,7 +7,9 @@
 // message in Krane's .proto files as `message field number type`, and every enum value as
 // `enum VALUE number enum_value`. The test fails, naming the field, when an entry is missing
 // or its number or type changed. A field retired properly (its number and name both
-// `reserved`) is accepted. Fields not in the golden yet are accepted and listed in the log.
+// `reserved`) is accepted, and so is a singular scalar that gains `optional` (the same bytes on
+// the wire; the golden then records it as optional). Fields not in the golden yet are accepted and
+// listed in the log.
 //
 // To record added fields in the golden, run from the workspace:
 //
@@ -461,7 +463,11 @@ Diff Compare(const std::vector<Entry>& golden, const std::vector<Entry>& current
                             std::to_string(c.number) + ": never renumber; put " +
                             std::to_string(g.number) + " back.");
     }
-    if (c.type != g.type) {
+    // A singular scalar that gains `optional` keeps its wire form (only presence is tracked).
+    const bool gained_optional = c.type == "optional:" + g.type &&
+                                 g.type.find(':') == std::string::npos &&
+                                 g.type.find('<') == std::string::npos;
+    if (c.type != g.type && !gained_optional) {
       diff.breaks.push_back(where + " (number " + std::to_string(g.number) +
                             "): type changed from " + g.type + " to " + c.type +
                             ": add a new field with a new number instead.");
@@ -570,6 +576,26 @@ TEST_CASE("compare catches every kind of change", "[field-numbers]") {
 
   CHECK(Compare(golden, golden).breaks.empty());
   CHECK(Compare(golden, golden).additions.empty());
+}
+
+TEST_CASE("a scalar may gain optional, nothing else may change its label", "[field-numbers]") {
+  const std::vector<Entry> golden = {
+      {"krane.test.M", "a", 1, "uint32"},
+      {"krane.test.M", "b", 2, "optional:uint32"},
+      {"krane.test.M", "c", 3, "message:krane.test.N"},
+      {"krane.test.M", "d", 4, "string"},
+  };
+  const std::vector<Entry> current = {
+      {"krane.test.M", "a", 1, "optional:uint32"},                // same wire form: accepted
+      {"krane.test.M", "b", 2, "uint32"},                         // loses presence: refused
+      {"krane.test.M", "c", 3, "repeated:message:krane.test.N"},  // refused
+      {"krane.test.M", "d", 4, "optional:bytes"},                 // another type: refused
+  };
+  const Diff diff = Compare(golden, current);
+  REQUIRE(diff.breaks.size() == 3u);
+  CHECK(diff.breaks[0].find("krane.test.M.b") != std::string::npos);
+  CHECK(diff.breaks[1].find("krane.test.M.c") != std::string::npos);
+  CHECK(diff.breaks[2].find("krane.test.M.d") != std::string::npos);
 }
 
 TEST_CASE("types name labels and targets", "[field-numbers]") {

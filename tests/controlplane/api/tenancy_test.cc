@@ -196,6 +196,12 @@ TEST_CASE_METHOD(TenancyApiTest, "bad tenancy requests are refused naming the fi
   r = production("shop");
   r.set_min_ready_seconds(4000);
   CHECK(refused(r).second == "min_ready_seconds: at most 3600");
+  r = production("shop");
+  r.set_deploy_timeout_seconds(0);
+  CHECK_THAT(refused(r).second, Catch::StartsWith("deploy_timeout_seconds: must be at least 1"));
+  r = production("shop");
+  r.set_deploy_timeout_seconds(86401);
+  CHECK(refused(r).second == "deploy_timeout_seconds: at most 86400");
   r = production("nope");
   CHECK(refused(r).second == "app_id: no app 'nope'");
   INFO("nothing was written by the refused requests");
