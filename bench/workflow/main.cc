@@ -3,7 +3,8 @@
 // Starts its own scratch MariaDB (tests/support/mariadb.h), migrates a fresh database and runs the
 // engine in this process. Figures: five-step workflows per second, the overhead of one step (time
 // and database writes), the memory of 10,000 invocations suspended on awakeables and the time to
-// resolve them all, and the raw single-row commit rate of the same server (the physical limit).
+// resolve them all, and the raw single-row commit rate of the same server (the physical limit),
+// with journaled steps and resumed invocations per second as ratios to it.
 #include <malloc.h>
 
 #include <algorithm>
