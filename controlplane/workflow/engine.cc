@@ -459,7 +459,7 @@ void Engine::execute(Claim claim) {
   for (;;) {  // one iteration per execution of the handler
     std::vector<JournalEntry> journal;
     if (carried) {
-      journal = *std::move(carried);
+      journal.swap(*carried);
       carried.reset();
     } else if (claim.claims == 1) {
       // Its first claim: nothing can be journaled yet.
