@@ -4,9 +4,14 @@
 
 namespace krane {
 
-Backoff::Backoff(BackoffPolicy policy) : policy_(policy), rng_(std::random_device{}()) {}
+Backoff::Backoff(BackoffPolicy policy) : policy_(policy) {}
 
 std::chrono::milliseconds Backoff::next() {
+  // Seeded on first use: most loops never retry, and std::random_device costs a system call.
+  if (!seeded_) {
+    rng_.seed(std::random_device{}());
+    seeded_ = true;
+  }
   const double max_ms = static_cast<double>(policy_.max.count());
   current_ = current_ == 0 ? static_cast<double>(policy_.initial.count())
                            : std::min(current_ * policy_.factor, max_ms);

@@ -28,6 +28,7 @@ class Backoff {
   BackoffPolicy policy_;
   double current_ = 0;  // undrawn delay in ms; 0 before the first call
   std::minstd_rand rng_;
+  bool seeded_ = false;
 };
 
 }  // namespace krane

@@ -2,12 +2,16 @@
 #include <exception>
 #include <map>
 #include <set>
+#include <thread>
 
+#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/db/errors.h"
 #include "controlplane/workflow/context_impl.h"
 #include "controlplane/workflow/engine.h"
+#include "controlplane/workflow/journal_writer.h"
 #include "controlplane/workflow/store.h"
 #include "spdlog/spdlog.h"
 
@@ -15,6 +19,23 @@ namespace krane::workflow {
 namespace {
 
 absl::Status cancelledError() { return absl::CancelledError("invocation cancelled"); }
+
+bool isFenced(const absl::Status& s) { return absl::IsAborted(s) && s.message() == "fenced"; }
+
+// Runs one statement outside a transaction (it commits by itself), again after a deadlock or a
+// lock wait timeout, as Pool::transact does for a transaction.
+absl::StatusOr<uint64_t> execAlone(db::Pool& pool, std::string_view sql, const db::Params& params) {
+  Backoff backoff(db::TxOptions{}.backoff);
+  absl::Status last;
+  for (int attempt = 1; attempt <= db::TxOptions{}.max_attempts; ++attempt) {
+    if (attempt > 1) std::this_thread::sleep_for(backoff.next());
+    KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+    auto changed = conn->exec(sql, params);
+    if (changed.ok() || !db::isTransactionConflict(changed.status())) return changed;
+    last = changed.status();
+  }
+  return last;
+}
 
 }  // namespace
 
@@ -94,8 +115,31 @@ absl::Status ContextImpl::writeBuffer(db::Connection& conn, int64_t now) {
   return absl::OkStatus();
 }
 
+bool ContextImpl::bufferHasActions() const {
+  for (const Pending& p : buffer_) {
+    if (!p.actions.empty()) return true;
+  }
+  return false;
+}
+
+absl::Status ContextImpl::writeEntriesFenced() {
+  std::vector<const JournalEntry*> entries;
+  entries.reserve(buffer_.size());
+  for (const Pending& p : buffer_) entries.push_back(&p.entry);
+  KRANE_RETURN_IF_ERROR(engine_.journal_writer_->write(claim_.id, claim_.token, entries));
+  for (Pending& p : buffer_) journal_.push_back(std::move(p.entry));
+  buffer_.clear();
+  return absl::OkStatus();
+}
+
 void ContextImpl::flush() {
   if (buffer_.empty()) return;
+  if (!bufferHasActions()) {
+    absl::Status written = writeEntriesFenced();
+    if (isFenced(written)) throw FencedSignal{};
+    if (!written.ok()) throw AttemptFailedSignal{written};
+    return;
+  }
   bool fenced = false;
   absl::Status status = engine_.pool_->transact(
       "workflow journal",
@@ -155,7 +199,58 @@ void ContextImpl::rejectAwakeable(std::string_view id, std::string_view message)
   settle(id, terminalError(absl::StatusCode::kAborted, message));
 }
 
+std::optional<absl::StatusOr<bool>> ContextImpl::commitWithoutTransaction(
+    const CommitRequest& request) {
+  const bool suspend = request.what == Commit::kSuspend;
+  const bool finish = request.what == Commit::kFinish && !claim_.exclusive && !claim_.has_caller;
+  if ((!suspend && !finish) || bufferHasActions()) return std::nullopt;
+  // Journal entries before the status change: a crash in between leaves them journaled and the
+  // invocation running, to be claimed again when its lease expires, as after a flush().
+  absl::Status written = writeEntriesFenced();
+  if (isFenced(written)) throw FencedSignal{};
+  if (!written.ok()) return absl::StatusOr<bool>(written);
+  const int64_t now = unixMillis();
+  if (finish) {
+    auto changed = execAlone(
+        *engine_.pool_,
+        "UPDATE workflow_invocations SET status = ?, output = ?, error_code = ?,"
+        " error_message = ?, attempts = ?, due_at = NULL, lease_owner = NULL,"
+        " lease_expires_at = NULL, lease_token = lease_token + 1, finished_at = ?,"
+        " updated_at = ? WHERE id = ? AND lease_token = ?",
+        {request.final_status,
+         request.outcome.ok() ? db::Value(db::Blob{*request.outcome}) : db::Value(),
+         store::errorCode(request.outcome.status()), store::errorMessage(request.outcome.status()),
+         std::max(request.attempts, claim_.attempts), now, now, claim_.id, claim_.token});
+    if (!changed.ok()) return absl::StatusOr<bool>(changed.status());
+    if (*changed == 0) throw FencedSignal{};
+    return absl::StatusOr<bool>(true);
+  }
+  // Suspends only if nothing woke the invocation since the claim (wake_seq) and the lease is
+  // still ours (lease_token).
+  auto changed = execAlone(
+      *engine_.pool_,
+      "UPDATE workflow_invocations SET status = 'suspended', due_at = ?,"
+      " waiting_for = ?, lease_owner = NULL, lease_expires_at = NULL,"
+      " updated_at = ? WHERE id = ? AND lease_token = ? AND wake_seq = ?",
+      {request.wake_at, request.waiting_for, now, claim_.id, claim_.token, claim_.wake_seq});
+  if (!changed.ok()) return absl::StatusOr<bool>(changed.status());
+  if (*changed == 1) return absl::StatusOr<bool>(true);
+  // Which of the two conditions failed, from the row: neither changes back.
+  auto rows = [&]() -> absl::StatusOr<db::ResultSet> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, engine_.pool_->acquire());
+    return conn->query(
+        "SELECT lease_token, wake_seq, cancel_requested FROM workflow_invocations WHERE id = ?",
+        {claim_.id});
+  }();
+  if (!rows.ok()) return absl::StatusOr<bool>(rows.status());
+  if (rows->empty() || rows->rows[0].i64("lease_token") != claim_.token) throw FencedSignal{};
+  claim_.wake_seq = rows->rows[0].i64("wake_seq");
+  claim_.cancel_requested = rows->rows[0].i64("cancel_requested") != 0;
+  return absl::StatusOr<bool>(false);
+}
+
 absl::StatusOr<bool> ContextImpl::commit(const CommitRequest& request) {
+  if (auto done = commitWithoutTransaction(request)) return *std::move(done);
   bool fenced = false;
   bool woken = false;
   absl::Status status = engine_.pool_->transact(

@@ -56,6 +56,10 @@ struct Claim {
   int64_t wake_seq = 0;
   bool cancel_requested = false;
   int attempts = 0;
+  // Claims of this invocation so far, this one included: 1 means nothing is journaled yet.
+  int claims = 0;
+  // Another invocation awaits this one's result (its completion promise).
+  bool has_caller = false;
 };
 
 class ContextImpl : public Context {
@@ -101,6 +105,9 @@ class ContextImpl : public Context {
   // them returned (each error is logged; the others still run).
   absl::Status runCompensations();
   bool compensating() const { return compensating_; }
+  // The committed journal (what the database holds for this invocation), for the next
+  // execution. The context is not used afterwards.
+  std::vector<JournalEntry> takeJournal() { return std::move(journal_); }
 
   enum class Commit { kSuspend, kRetry, kPause, kFinish };
   struct CommitRequest {
@@ -131,6 +138,15 @@ class ContextImpl : public Context {
   void append(JournalEntry entry, std::vector<Action> actions = {});
   // Commits the buffer (if not empty). Throws FencedSignal / AttemptFailedSignal.
   void flush();
+  bool bufferHasActions() const;
+  // Writes a buffer without actions through the engine's JournalWriter (one fenced statement,
+  // no transaction, shared with other invocations' writes). ABORTED "fenced" when the lease was
+  // taken over.
+  absl::Status writeEntriesFenced();
+  // kSuspend, and kFinish of an invocation without a key or a caller: the buffer (if it has no
+  // actions) and then the status change, each one statement. nullopt when the request needs the
+  // transaction of commit().
+  std::optional<absl::StatusOr<bool>> commitWithoutTransaction(const CommitRequest& request);
   void settle(std::string_view id, absl::StatusOr<std::string> outcome);
   // After a commit that may have made other invocations runnable.
   void notifyIfNeeded();

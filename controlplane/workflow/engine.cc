@@ -5,11 +5,15 @@
 #include <cstdlib>
 #include <exception>
 
+#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/random_id.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/db/errors.h"
 #include "controlplane/workflow/context_impl.h"
+#include "controlplane/workflow/journal_cache.h"
+#include "controlplane/workflow/journal_writer.h"
 #include "controlplane/workflow/operations.h"
 #include "controlplane/workflow/store.h"
 #include "spdlog/spdlog.h"
@@ -58,7 +62,10 @@ absl::StatusOr<std::vector<JournalEntry>> loadJournal(db::Pool& pool, const std:
 }  // namespace
 
 Engine::Engine(std::shared_ptr<db::Pool> pool, EngineOptions options)
-    : pool_(std::move(pool)), options_(std::move(options)) {
+    : pool_(std::move(pool)),
+      options_(std::move(options)),
+      journal_cache_(std::make_unique<JournalCache>(options_.journal_cache_bytes)),
+      journal_writer_(std::make_unique<JournalWriter>(*pool_)) {
   if (options_.worker_id.empty()) options_.worker_id = defaultWorkerId();
   if (options_.threads == 0) options_.threads = 1;
 }
@@ -186,10 +193,18 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
     inv.idempotency_hash = store::sha256Hex(strCat(request.service, '\0', request.handler, '\0',
                                                    request.key, '\0', request.idempotency_key));
   }
-  absl::Status status = pool_->transact(
-      "workflow invoke",
-      [&](db::Connection& conn) { return store::insertInvocation(conn, inv, unixMillis()); },
-      db::TxOptions{db::Isolation::kReadCommitted, 30});
+  absl::Status status;
+  if (inv.exclusive && inv.delay_ms <= 0) {
+    // Admission to the key takes the key's row first: a transaction.
+    status = pool_->transact(
+        "workflow invoke",
+        [&](db::Connection& conn) { return store::insertInvocation(conn, inv, unixMillis()); },
+        db::TxOptions{db::Isolation::kReadCommitted, 30});
+  } else {
+    // One INSERT, which commits by itself.
+    auto conn = pool_->acquire();
+    status = conn.ok() ? store::insertInvocation(**conn, inv, unixMillis()) : conn.status();
+  }
   if (absl::IsAlreadyExists(status) && inv.idempotency_hash) {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
     KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT id FROM workflow_invocations"
@@ -284,21 +299,39 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
         db::Params due_params = {now};
         due_params.insert(due_params.end(), claimable_params_.begin(), claimable_params_.end());
         due_params.push_back(static_cast<uint64_t>(max));
+        // Everything an execution needs is read here, under the lock: the UPDATE below adds one
+        // to lease_token and claims, and changes nothing else an execution reads.
         KRANE_ASSIGN_OR_RETURN(
             auto due,
-            conn.query(strCat("SELECT id, status, service, object_key, exclusive"
+            conn.query(strCat("SELECT id, status, service, handler, object_key, exclusive, input,"
+                              " lease_token, wake_seq, cancel_requested, attempts, claims,"
+                              " completion_promise IS NOT NULL AS has_caller"
                               " FROM workflow_invocations WHERE due_at <= ? AND ",
                               claimable_sql_, " ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"),
                        due_params));
         std::vector<std::string> ids;
-        for (const db::Row& r : due.rows) {
-          const std::string& id = r.str("id");
-          if (r.str("status") == "scheduled" && r.i64("exclusive") != 0) {
-            KRANE_ASSIGN_OR_RETURN(bool admitted, store::admitToKey(conn, id, r.str("service"),
-                                                                    r.str("object_key"), now));
+        for (const db::Row& c : due.rows) {
+          const std::string& id = c.str("id");
+          if (c.str("status") == "scheduled" && c.i64("exclusive") != 0) {
+            KRANE_ASSIGN_OR_RETURN(bool admitted, store::admitToKey(conn, id, c.str("service"),
+                                                                    c.str("object_key"), now));
             if (!admitted) continue;
           }
           ids.push_back(id);
+          Claim claim;
+          claim.id = id;
+          claim.service = c.str("service");
+          claim.handler = c.str("handler");
+          claim.key = c.str("object_key");
+          claim.exclusive = c.i64("exclusive") != 0;
+          claim.input = c.str("input");
+          claim.token = c.i64("lease_token") + 1;
+          claim.wake_seq = c.i64("wake_seq");
+          claim.cancel_requested = c.i64("cancel_requested") != 0;
+          claim.attempts = static_cast<int>(c.i64("attempts"));
+          claim.claims = static_cast<int>(c.i64("claims")) + 1;
+          claim.has_caller = c.i64("has_caller") != 0;
+          claimed.push_back(std::move(claim));
         }
         if (ids.empty()) return absl::OkStatus();
         std::string in = "?";
@@ -314,28 +347,6 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
                              in, ")"),
                       params)
                 .status());
-        db::Params id_params(ids.begin(), ids.end());
-        KRANE_ASSIGN_OR_RETURN(
-            auto rows,
-            conn.query(strCat("SELECT id, service, handler, object_key, exclusive, input,"
-                              " lease_token, wake_seq, cancel_requested, attempts"
-                              " FROM workflow_invocations WHERE id IN (",
-                              in, ")"),
-                       id_params));
-        for (const db::Row& c : rows.rows) {
-          Claim claim;
-          claim.id = c.str("id");
-          claim.service = c.str("service");
-          claim.handler = c.str("handler");
-          claim.key = c.str("object_key");
-          claim.exclusive = c.i64("exclusive") != 0;
-          claim.input = c.str("input");
-          claim.token = c.i64("lease_token");
-          claim.wake_seq = c.i64("wake_seq");
-          claim.cancel_requested = c.i64("cancel_requested") != 0;
-          claim.attempts = static_cast<int>(c.i64("attempts"));
-          claimed.push_back(std::move(claim));
-        }
         return absl::OkStatus();
       },
       db::TxOptions{db::Isolation::kReadCommitted, 10});
@@ -350,7 +361,7 @@ void Engine::claimLoop() {
     {
       std::unique_lock lock(mutex_);
       if (stopping_) return;
-      free = options_.threads > active_.size() ? options_.threads - active_.size() : 0;
+      free = claimCapacity() > active_.size() ? claimCapacity() - active_.size() : 0;
     }
     size_t got = 0;
     if (free > 0) {
@@ -377,7 +388,7 @@ void Engine::claimLoop() {
     std::unique_lock lock(mutex_);
     if (got > 0 && got == free) continue;  // there may be more
     wake_.wait_for(lock, options_.poll_interval,
-                   [&] { return stopping_ || (notified_ && active_.size() < options_.threads); });
+                   [&] { return stopping_ || (notified_ && active_.size() < claimCapacity()); });
     notified_ = false;
   }
 }
@@ -443,15 +454,30 @@ void Engine::execute(Claim claim) {
   }
   const RetryPolicy& policy = service->retryPolicy();
 
+  // The journal of the previous execution under this claim, when it executes again at once.
+  std::optional<std::vector<JournalEntry>> carried;
   for (;;) {  // one iteration per execution of the handler
-    auto journal = loadJournal(*pool_, claim.id);
-    if (!journal.ok()) {
-      spdlog::warn("workflow: loading journal failed invocation={} error=\"{}\"", claim.id,
-                   journal.status().message());
-      return;  // the lease expires and the invocation is claimed again
+    std::vector<JournalEntry> journal;
+    if (carried) {
+      journal.swap(*carried);
+      carried.reset();
+    } else if (claim.claims == 1) {
+      // Its first claim: nothing can be journaled yet.
+    } else if (auto cached = journal_cache_->take(claim.id, claim.token)) {
+      stats_.journal_cache_hits.fetch_add(1, std::memory_order_relaxed);
+      journal = *std::move(cached);
+    } else {
+      auto loaded = loadJournal(*pool_, claim.id);
+      if (!loaded.ok()) {
+        spdlog::warn("workflow: loading journal failed invocation={} error=\"{}\"", claim.id,
+                     loaded.status().message());
+        return;  // the lease expires and the invocation is claimed again
+      }
+      stats_.journal_reads.fetch_add(1, std::memory_order_relaxed);
+      journal = *std::move(loaded);
     }
     stats_.attempts.fetch_add(1, std::memory_order_relaxed);
-    ContextImpl ctx(*this, claim, service->keyed(), entry->kind, *std::move(journal));
+    ContextImpl ctx(*this, claim, service->keyed(), entry->kind, std::move(journal));
     using Commit = ContextImpl::Commit;
     ContextImpl::CommitRequest req;
 
@@ -565,12 +591,26 @@ void Engine::execute(Claim claim) {
     }
 
     absl::StatusOr<bool> committed = false;
-    try {
-      committed = ctx.commit(req);
-    } catch (const FencedSignal&) {
-      stats_.fenced.fetch_add(1, std::memory_order_relaxed);
-      spdlog::info("workflow: fenced out invocation={} worker={}", claim.id, options_.worker_id);
-      return;
+    // Deadlocks are retried inside commit(); should they go on, the commit is tried again while
+    // the lease lasts rather than left for the lease to expire.
+    Backoff backoff(
+        BackoffPolicy{std::chrono::milliseconds(20), 2.0, std::chrono::milliseconds(1000), 0.5});
+    const auto give_up = std::chrono::steady_clock::now() + options_.lease / 2;
+    for (;;) {
+      try {
+        committed = ctx.commit(req);
+      } catch (const FencedSignal&) {
+        stats_.fenced.fetch_add(1, std::memory_order_relaxed);
+        spdlog::info("workflow: fenced out invocation={} worker={}", claim.id, options_.worker_id);
+        return;
+      }
+      if (committed.ok() || !absl::IsAborted(committed.status()) ||
+          std::chrono::steady_clock::now() >= give_up) {
+        break;
+      }
+      spdlog::info("workflow: commit conflicted, trying again invocation={} error=\"{}\"", claim.id,
+                   committed.status().message());
+      std::this_thread::sleep_for(backoff.next());
     }
     if (!committed.ok()) {
       spdlog::warn(
@@ -581,8 +621,15 @@ void Engine::execute(Claim claim) {
     }
     switch (req.what) {
       case Commit::kSuspend:
-        if (!*committed) continue;  // woken since the claim: execute again at once
+        if (!*committed) {  // woken since the claim: execute again at once
+          carried = ctx.takeJournal();
+          continue;
+        }
         stats_.suspensions.fetch_add(1, std::memory_order_relaxed);
+        journal_cache_->put(claim.id, claim.token, ctx.takeJournal());
+        break;
+      case Commit::kRetry:
+        journal_cache_->put(claim.id, claim.token, ctx.takeJournal());
         break;
       case Commit::kFinish:
         if (req.final_status == "succeeded") {
@@ -621,6 +668,12 @@ std::vector<prometheus::MetricFamily> Engine::metrics() const {
           stats_.retries.load());
   counter("krane_workflow_fenced_total", "Commits refused because the lease was taken over",
           stats_.fenced.load());
+  counter("krane_workflow_journal_reads_total",
+          "Executions that read their invocation's journal from the database",
+          stats_.journal_reads.load());
+  counter("krane_workflow_journal_cache_hits_total",
+          "Executions that took their invocation's journal from this replica's cache",
+          stats_.journal_cache_hits.load());
   {
     prometheus::MetricFamily f;
     f.name = "krane_workflow_finished_total";

@@ -30,7 +30,10 @@ namespace krane::workflow {
 struct EngineOptions {
   // Names this replica in leases and logs; defaults to host-pid-random.
   std::string worker_id;
-  // Invocations executing at once (threads). Suspended invocations take none.
+  // Invocations executing at once (threads). Suspended invocations take none. The claim loop
+  // keeps up to half as many again claimed ahead, queued for the next free thread, so that it
+  // claims in batches rather than one invocation each time a thread becomes free (with one
+  // thread, none).
   size_t threads = 4;
   // A worker renews the lease of what it runs every lease/3; an invocation whose lease expired
   // (its worker died or stalled) is claimed again by any replica.
@@ -39,6 +42,9 @@ struct EngineOptions {
   std::chrono::milliseconds poll_interval{200};
   // Inputs, outputs, run results and promise payloads larger than this are refused.
   size_t max_payload_bytes = 1 << 20;
+  // Journals of invocations this replica suspended, kept (up to this many bytes) so that their
+  // next execution here does not read them from the database again; 0 keeps none.
+  size_t journal_cache_bytes = 64 << 20;
   // Tests only: stop renewing leases, as a stalled process would.
   bool renew_leases = true;
 };
@@ -62,8 +68,10 @@ struct EngineStats {
   std::atomic<uint64_t> failed{0};
   std::atomic<uint64_t> cancelled{0};
   std::atomic<uint64_t> paused{0};
-  std::atomic<uint64_t> fenced{0};  // commits refused because the lease was taken over
-  std::atomic<uint64_t> steps{0};   // run() side effects executed
+  std::atomic<uint64_t> fenced{0};              // commits refused because the lease was taken over
+  std::atomic<uint64_t> steps{0};               // run() side effects executed
+  std::atomic<uint64_t> journal_reads{0};       // executions that read their journal from MySQL
+  std::atomic<uint64_t> journal_cache_hits{0};  // executions that took it from the cache
   std::atomic<uint64_t> step_ms_total{0};
   // Step latency histogram, upper bounds in ms: 1, 5, 10, 50, 100, 500, 1000, 5000, +inf.
   static constexpr double kBucketsMs[] = {1, 5, 10, 50, 100, 500, 1000, 5000};
@@ -71,6 +79,8 @@ struct EngineStats {
 };
 
 class ContextImpl;
+class JournalCache;
+class JournalWriter;
 struct Claim;
 
 class Engine {
@@ -123,6 +133,8 @@ class Engine {
   // Validates a request against the registry; `field` prefixes errors.
   absl::Status validate(std::string_view service, std::string_view handler, std::string_view key,
                         size_t input_bytes, const ServiceDefinition::Entry** entry) const;
+  // Invocations claimed and not yet finished (executing or queued) at most.
+  size_t claimCapacity() const { return options_.threads + options_.threads / 2; }
   void claimLoop();
   void renewLoop();
   absl::StatusOr<std::vector<Claim>> claim(size_t max);
@@ -136,6 +148,8 @@ class Engine {
   std::string claimable_sql_;
   db::Params claimable_params_;
   EngineStats stats_;
+  std::unique_ptr<JournalCache> journal_cache_;
+  std::unique_ptr<JournalWriter> journal_writer_;
 
   std::mutex mutex_;
   std::condition_variable wake_;

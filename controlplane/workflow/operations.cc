@@ -1,8 +1,12 @@
 #include "controlplane/workflow/operations.h"
 
+#include <thread>
+
+#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/db/errors.h"
 #include "controlplane/workflow/service.h"
 #include "controlplane/workflow/store.h"
 #include "nlohmann/json.hpp"
@@ -269,12 +273,18 @@ absl::Status resumeInvocation(db::Pool& pool, const std::string& id) {
 
 absl::Status settleAwakeable(db::Pool& pool, const std::string& id,
                              const absl::StatusOr<std::string>& outcome) {
-  return pool.transact(
-      "workflow settle",
-      [&](db::Connection& conn) -> absl::Status {
-        return store::settlePromise(conn, id, outcome, unixMillis()).status();
-      },
-      db::TxOptions{db::Isolation::kReadCommitted});
+  // settlePromise() changes the promise and its owner in one statement, which commits by itself;
+  // again after a deadlock or a lock wait timeout, as Pool::transact would.
+  const db::TxOptions retry;
+  Backoff backoff(retry.backoff);
+  absl::Status last;
+  for (int attempt = 1; attempt <= retry.max_attempts; ++attempt) {
+    if (attempt > 1) std::this_thread::sleep_for(backoff.next());
+    KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+    last = store::settlePromise(*conn, id, outcome, unixMillis()).status();
+    if (!db::isTransactionConflict(last)) return last;
+  }
+  return last;
 }
 
 absl::StatusOr<std::vector<HeldKey>> keysHeldLongerThan(db::Pool& pool,

@@ -131,27 +131,34 @@ absl::StatusOr<bool> settlePromise(db::Connection& conn, std::string_view promis
                                    const absl::StatusOr<std::string>& outcome, int64_t now) {
   db::Value payload;
   if (outcome.ok()) payload = db::Blob{*outcome};
+  // The promise and its owner in one statement, so that it is atomic without a transaction.
+  // The owner: one suspended in awaitAll() on more than this one pending promise only counts
+  // down; otherwise it is woken as wake() does. Assignments to the owner's row apply left to
+  // right, so each condition reads the columns before the ones after it change.
   KRANE_ASSIGN_OR_RETURN(
       uint64_t changed,
-      conn.exec("UPDATE workflow_promises SET state = ?, payload = ?, error_code = ?,"
-                " error_message = ?, settled_at = ? WHERE id = ? AND state = 'pending'",
+      conn.exec("UPDATE workflow_promises p JOIN workflow_invocations i ON i.id = p.invocation_id"
+                " SET p.state = ?, p.payload = ?, p.error_code = ?, p.error_message = ?,"
+                " p.settled_at = ?,"
+                " i.wake_seq = IF(i.status = 'suspended' AND i.waiting_for > 1, i.wake_seq,"
+                " i.wake_seq + 1),"
+                " i.due_at = IF(i.status = 'suspended' AND COALESCE(i.waiting_for, 0) <= 1, ?,"
+                " i.due_at),"
+                " i.status = IF(i.status = 'suspended' AND COALESCE(i.waiting_for, 0) <= 1,"
+                " 'ready', i.status),"
+                " i.waiting_for = IF(i.status = 'suspended' AND i.waiting_for > 1,"
+                " i.waiting_for - 1, NULL),"
+                " i.updated_at = ? WHERE p.id = ? AND p.state = 'pending'",
                 {outcome.ok() ? "resolved" : "rejected", payload, errorCode(outcome.status()),
-                 errorMessage(outcome.status()), now, promise_id}));
+                 errorMessage(outcome.status()), now, now, now, promise_id}));
+  if (changed > 0) return true;
   KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT invocation_id FROM workflow_promises"
                                                " WHERE id = ?",
                                                {promise_id}));
   if (rows.empty()) {
     return absl::NotFoundError(strCat("no awakeable or promise with id '", promise_id, "'"));
   }
-  if (changed == 0) return false;
-  const std::string& owner = rows.rows[0].str("invocation_id");
-  // An owner suspended in awaitAll() on more than this one pending promise only counts down.
-  KRANE_ASSIGN_OR_RETURN(uint64_t counted,
-                         conn.exec("UPDATE workflow_invocations SET waiting_for = waiting_for - 1"
-                                   " WHERE id = ? AND status = 'suspended' AND waiting_for > 1",
-                                   {owner}));
-  if (counted == 0) KRANE_RETURN_IF_ERROR(wake(conn, owner, now));
-  return true;
+  return false;
 }
 
 absl::Status wake(db::Connection& conn, std::string_view invocation_id, int64_t now) {

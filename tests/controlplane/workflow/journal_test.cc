@@ -1,0 +1,242 @@
+// The journal cache of a replica, and the journal writer that groups concurrent writes.
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include <catch2/catch.hpp>
+
+#include "controlplane/workflow/engine.h"
+#include "controlplane/workflow/journal_cache.h"
+#include "controlplane/workflow/journal_writer.h"
+#include "controlplane/workflow/operations.h"
+#include "tests/controlplane/workflow/fixture.h"
+#include "tests/support/matchers.h"
+#include "tests/support/wait.h"
+
+namespace krane::workflow {
+namespace {
+
+using krane::testing::eventually;
+using namespace std::chrono_literals;
+
+std::vector<JournalEntry> entries(int n, const std::string& payload = "p") {
+  std::vector<JournalEntry> out;
+  for (int i = 0; i < n; ++i) out.push_back(JournalEntry{i, "run", "step", true, payload});
+  return out;
+}
+
+TEST_CASE("the journal cache serves a journal only to the next claim", "[journal-cache]") {
+  JournalCache cache(1 << 20);
+  cache.put("inv_a", 5, entries(3));
+  auto next = cache.take("inv_a", 6);
+  REQUIRE(next.has_value());
+  CHECK(next->size() == 3u);
+  INFO("taken: the execution owns it now");
+  CHECK_FALSE(cache.take("inv_a", 6).has_value());
+
+  INFO("a claim in between (someone else held the invocation): dropped, not served");
+  cache.put("inv_a", 5, entries(3));
+  CHECK_FALSE(cache.take("inv_a", 7).has_value());
+  CHECK_FALSE(cache.take("inv_a", 6).has_value());
+  CHECK(cache.size() == 0u);
+  CHECK(cache.bytes() == 0u);
+
+  INFO("storing again replaces");
+  cache.put("inv_b", 1, entries(1));
+  cache.put("inv_b", 3, entries(2));
+  CHECK_FALSE(cache.take("inv_b", 2).has_value());
+  cache.put("inv_b", 3, entries(2));
+  CHECK(cache.take("inv_b", 4)->size() == 2u);
+}
+
+TEST_CASE("the journal cache keeps within its bytes, the oldest going first", "[journal-cache]") {
+  const std::string big(10000, 'x');
+  JournalCache cache(25000);
+  cache.put("inv_1", 1, entries(1, big));
+  cache.put("inv_2", 1, entries(1, big));
+  CHECK(cache.size() == 2u);
+  cache.put("inv_3", 1, entries(1, big));
+  CHECK(cache.size() == 2u);
+  CHECK(cache.bytes() <= 25000u);
+  CHECK_FALSE(cache.take("inv_1", 2).has_value());
+  CHECK(cache.take("inv_2", 2).has_value());
+  CHECK(cache.take("inv_3", 2).has_value());
+  INFO("larger than the whole cache: not kept");
+  cache.put("inv_4", 1, entries(3, big));
+  CHECK(cache.size() == 0u);
+}
+
+// Run steps around two awakeables; the test resolves them, and can move the invocation from one
+// replica to another while it is suspended.
+class RelayTest : public WorkflowTest {
+ protected:
+  std::function<void(Engine&)> define() {
+    return [this](Engine& e) {
+      REQUIRE_THAT(e.registerService(ServiceDefinition::service("Relay").handler(
+                       "go",
+                       [this](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                         std::string out;
+                         for (int i = 0; i < 3; ++i) {
+                           auto step =
+                               ctx.run(strCat("step", i), [&, i]() -> absl::StatusOr<std::string> {
+                                 ++runs[i];
+                                 return std::to_string(i);
+                               });
+                           if (!step.ok()) return step.status();
+                           out += *step;
+                           if (i == 2) break;
+                           Awakeable w = ctx.awakeable();
+                           auto published = ctx.runVoid(strCat("publish", i), [&] {
+                             std::lock_guard lock(mutex);
+                             awakeables[i] = w.id;
+                             return absl::OkStatus();
+                           });
+                           if (!published.ok()) return published;
+                           auto got = ctx.await(w.future);
+                           if (!got.ok()) return got.status();
+                           out += *got;
+                         }
+                         return out;
+                       })),
+                   IsOk());
+    };
+  }
+
+  std::string awakeable(int i) {
+    std::string id;
+    REQUIRE(eventually([&] {
+      std::lock_guard lock(mutex);
+      id = awakeables[i];
+      return !id.empty();
+    }));
+    return id;
+  }
+
+  std::atomic<int> runs[3] = {};
+  std::mutex mutex;
+  std::string awakeables[2];
+};
+
+TEST_CASE_METHOD(RelayTest, "a resumed invocation takes its journal from the cache",
+                 "[journal-cache]") {
+  EngineOptions options = fastOptions();
+  Engine& a = engine(define(), options);
+  auto id = a.send({"Relay", "go"});
+  REQUIRE_THAT(id, IsOk());
+  // Each resolved once suspended: one resolved earlier wakes the execution before it suspends,
+  // which then goes on with the journal it has.
+  for (int i = 0; i < 2; ++i) {
+    const std::string w = awakeable(i);
+    REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
+    REQUIRE_THAT(a.resolveAwakeable(w, i == 0 ? "x" : "y"), IsOk());
+  }
+  auto result = a.awaitResult(*id, 20s);
+  REQUIRE_THAT(result, IsOk());
+  CHECK(*result == "0x1y2");
+  for (int i = 0; i < 3; ++i) CHECK(runs[i].load() == 1);
+  INFO("both resumptions replayed from memory; the first execution had nothing to read");
+  CHECK(a.stats().journal_cache_hits.load() == 2u);
+  CHECK(a.stats().journal_reads.load() == 0u);
+}
+
+TEST_CASE_METHOD(RelayTest,
+                 "a replica does not replay a cached journal after another replica went on with"
+                 " the invocation",
+                 "[journal-cache]") {
+  EngineOptions options_a = fastOptions();
+  options_a.worker_id = "a";
+  Engine& a = engine(define(), options_a);
+  auto id = a.send({"Relay", "go"});
+  REQUIRE_THAT(id, IsOk());
+  const std::string first = awakeable(0);
+  REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
+  // Replica a keeps the journal up to the first awakeable, and stops.
+  a.stop();
+
+  EngineOptions options_b = fastOptions();
+  options_b.worker_id = "b";
+  Engine& b = engine(define(), options_b);
+  REQUIRE_THAT(b.resolveAwakeable(first, "x"), IsOk());
+  const std::string second = awakeable(1);
+  REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
+  CHECK(runs[1].load() == 1);
+  CHECK(b.stats().journal_reads.load() == 1u);
+  b.stop();
+
+  // Back on replica a, whose cached journal lacks what b journaled (step1, the second
+  // awakeable): replaying it would run step1 again and clash with b's entries.
+  a.start();
+  REQUIRE_THAT(a.resolveAwakeable(second, "y"), IsOk());
+  auto result = a.awaitResult(*id, 20s);
+  REQUIRE_THAT(result, IsOk());
+  CHECK(*result == "0x1y2");
+  for (int i = 0; i < 3; ++i) CHECK(runs[i].load() == 1);
+  CHECK(a.stats().journal_cache_hits.load() == 0u);
+  CHECK(a.stats().journal_reads.load() == 1u);
+  auto detail = showInvocation(*pool_, *id);
+  REQUIRE_THAT(detail, IsOk());
+  std::vector<std::string> kinds;
+  for (const auto& j : detail->journal) kinds.push_back(j.kind);
+  CHECK(kinds == std::vector<std::string>{"run", "awakeable", "run", "await", "run", "awakeable",
+                                          "run", "await", "run"});
+  CHECK(detail->claims == 3);
+}
+
+TEST_CASE_METHOD(WorkflowTest, "concurrent journal writes are grouped and each one fenced",
+                 "[journal-writer]") {
+  // Invocations nobody claims (the engine is not started): lease token 0.
+  Engine idle(pool_, fastOptions());
+  REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
+                   "h", [](Context&, const std::string&) { return std::string(); })),
+               IsOk());
+  constexpr int kWrites = 32;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kWrites; ++i) {
+    auto id = idle.send({"Idle", "h"});
+    REQUIRE_THAT(id, IsOk());
+    ids.push_back(*id);
+  }
+  // Hold every invocation row, so the first writers wait and the others queue behind them.
+  auto blocker = pool_->acquire();
+  REQUIRE_THAT(blocker, IsOk());
+  REQUIRE_THAT((*blocker)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*blocker)->query("SELECT id FROM workflow_invocations FOR UPDATE"), IsOk());
+
+  JournalWriter writer(*pool_);
+  std::vector<absl::Status> results(kWrites);
+  std::vector<std::thread> threads;
+  const std::vector<JournalEntry> two = entries(2);
+  for (int i = 0; i < kWrites; ++i) {
+    threads.emplace_back([&, i] {
+      // Every third one with a lease token that is no longer current; some with two entries.
+      const int64_t token = i % 3 == 0 ? 7 : 0;
+      std::vector<const JournalEntry*> mine{&two[0]};
+      if (i % 2 == 0) mine.push_back(&two[1]);
+      results[i] = writer.write(ids[i], token, mine);
+    });
+  }
+  std::this_thread::sleep_for(500ms);
+  REQUIRE_THAT((*blocker)->execText("COMMIT"), IsOk());
+  for (auto& t : threads) t.join();
+
+  int64_t expected_rows = 0;
+  for (int i = 0; i < kWrites; ++i) {
+    INFO("write " << i);
+    if (i % 3 == 0) {
+      CHECK(absl::IsAborted(results[i]));
+      CHECK(messageOf(results[i]) == "fenced");
+      CHECK(scalar("SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ?", {ids[i]}) == 0);
+    } else {
+      CHECK_THAT(results[i], IsOk());
+      const int n = i % 2 == 0 ? 2 : 1;
+      expected_rows += n;
+      CHECK(scalar("SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ?", {ids[i]}) == n);
+    }
+  }
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_journal") == expected_rows);
+  INFO("statements: " << writer.statements());
+  CHECK(writer.statements() < static_cast<uint64_t>(kWrites) / 2);
+}
+
+}  // namespace
+}  // namespace krane::workflow
