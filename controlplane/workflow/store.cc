@@ -133,8 +133,12 @@ absl::StatusOr<bool> settlePromise(db::Connection& conn, std::string_view promis
   if (outcome.ok()) payload = db::Blob{*outcome};
   // The promise and its owner in one statement, so that it is atomic without a transaction.
   // The owner: one suspended in awaitAll() on more than this one pending promise only counts
-  // down; otherwise it is woken as wake() does. Assignments to the owner's row apply left to
-  // right, so each condition reads the columns before the ones after it change.
+  // down; otherwise it is woken as wake() does. MySQL leaves the order of a multi-table
+  // UPDATE's assignments unspecified; MariaDB either applies them left to right (the row updated
+  // on the fly) or evaluates them all from the old row (through a temporary table). The
+  // assignments below give the same row either way: each condition reads only columns assigned
+  // after it, except waiting_for's, which reads status, and a status that changed makes it NULL,
+  // as the old status would.
   KRANE_ASSIGN_OR_RETURN(
       uint64_t changed,
       conn.exec("UPDATE workflow_promises p JOIN workflow_invocations i ON i.id = p.invocation_id"
