@@ -59,6 +59,7 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                   {"bookmark_interval_ms", number(c.feed.bookmark_interval, s, 100, 3600000)},
                   {"stream_max_queued", number(c.feed.stream_max_queued, s, 100, 10000000)},
                   {"sync_workers", number(c.feed.sync_workers, s, 1, 256)},
+                  {"write_threads", number(c.feed.write_threads, s, 0, 256)},
                   {"sync_snapshots", number(c.feed.sync_snapshots, s, 1, 256)},
                   {"sync_high_water", number(c.feed.sync_high_water, s, 1, 1000000)},
                   {"sync_batch", number(c.feed.sync_batch, s, 1, 100000)},

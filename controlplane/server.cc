@@ -121,6 +121,9 @@ absl::Status Server::startFeed() {
   watch_->tables = tables_;
   watch_->hub = hub_;
   watch_->setup_pool = std::make_shared<ThreadPool>(config_.feed.sync_workers);
+  watch_->write_pool = std::make_shared<feed::WritePool>(
+      config_.feed.write_threads != 0 ? config_.feed.write_threads
+                                      : std::max(1U, std::thread::hardware_concurrency()));
   watch_->options.setup_high_water = config_.feed.sync_high_water;
   watch_->options.max_open_snapshots = config_.feed.sync_snapshots;
   watch_->options.catch_up_batch = config_.feed.sync_batch;
@@ -239,6 +242,9 @@ absl::Status Server::startGrpc() {
   builder.RegisterService(rollout_service_.get());
   builder.RegisterService(sentinel_service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
+  // Channelz keeps a node and counters per connection and call; with an agent connection per
+  // region and thousands of them per replica, that is memory and work nobody reads.
+  builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
     return absl::UnavailableError(
@@ -282,7 +288,10 @@ void Server::stop() {
   if (engine_) engine_->stop();
   if (cleanup_) cleanup_->stop();
   if (tailer_) tailer_->stop();
-  if (watch_) watch_->setup_pool->join();  // set-up steps still queued release what they hold
+  if (watch_) {
+    watch_->setup_pool->join();  // set-up steps still queued release what they hold
+    watch_->write_pool->stop();
+  }
   grpc_.reset();
 }
 
@@ -303,6 +312,15 @@ std::string Server::metricsText() const {
                      w.streams_total.load()));
   f.push_back(family("krane_feed_events_sent_total", "Watch events written", MetricType::Counter,
                      w.events_sent.load()));
+  f.push_back(family("krane_feed_queued_events",
+                     "Events queued on the Watch streams, not yet written (references to bytes the"
+                     " streams share)",
+                     MetricType::Gauge, static_cast<double>(w.queued_events.load())));
+  f.push_back(
+      family("krane_feed_write_flushes_total",
+             "Watch writes that flushed a stream's queue (the messages before each went with"
+             " it)",
+             MetricType::Counter, w.flushes.load()));
   f.push_back(family("krane_feed_bookmarks_total", "Bookmarks queued", MetricType::Counter,
                      w.bookmarks_sent.load()));
   f.push_back(family("krane_feed_full_syncs_total", "Full syncs served", MetricType::Counter,

@@ -41,24 +41,30 @@ namespace {
 using namespace std::chrono_literals;
 using std::chrono::milliseconds;
 
-constexpr const char* kUsage = R"(usage: feed [--json] [--quick] [--help]
+constexpr const char* kUsage = R"(usage: feed [--json] [--quick] [--ctrl PATH] [--help]
 
 Benchmarks Krane's change feed: a real krane-ctrl (started as a child process) on a scratch
 MariaDB (started by this program), with agents' Watch streams on their own connections, against
 a client of the design it replaced (every agent polls the change table once a second).
 
 Measures, for 1, 100 and 1000 streams: commit-to-receive latency (p50, p99) under 50 puts/s, and
-database statements per second idle and under that load; then the time of a full sync of 100,000
-resources, krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
+database statements per second idle and under that load; the same for 10,000 streams served by
+two krane-ctrl replicas on the same database (5,000 each, 50 streams per client connection);
+krane-ctrl's CPU per delivered event; then the time of a full sync of 100,000 resources,
+krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
 
   --json    print one JSON object {"figures": [...]} on stdout; the table and progress go to stderr
-  --quick   a smoke run: 1 and 100 streams, 20,000 resources to sync, shorter windows (~1 min)
+  --quick   a smoke run: 1 and 100 streams (2,000 on two replicas), 20,000 resources to sync,
+            shorter windows (~1.5 min)
+  --ctrl PATH  run this krane-ctrl binary instead of the one built with the benchmark
+  --replica-streams N  streams of the replicated phase (10,000)
+  --replicas-only      run only the replicated phase (its figures; for investigation)
   --help    this text
 
 krane-ctrl's configuration and log go to a directory under /tmp, removed after a successful run
 (kept when KRANE_BENCH_KEEP is set, or when the run fails).
 
-Run it with `./dev bench feed [--json] [--quick]` (an optimised build). Takes about 3 minutes.
+Run it with `./dev bench feed [--json] [--quick]` (an optimised build). Takes about 4 minutes.
 )";
 
 constexpr const char* kRegion = "bench-1";     // the write load and the streams
@@ -76,6 +82,13 @@ struct Options {
   milliseconds load_window = 10s;
   milliseconds drain = 2s;
   size_t baseline_connections = 8;
+  // The replicated phase: this many streams split between `replicas` krane-ctrl processes on
+  // the same database, `per_connection` streams sharing each client connection.
+  size_t replica_streams = 10000;
+  size_t replicas = 2;
+  size_t per_connection = 50;
+  std::string ctrl_binary;     // --ctrl: another krane-ctrl binary (to compare builds)
+  bool replicas_only = false;  // --replicas-only: only the replicated phase (for investigation)
 };
 
 // Progress, on stderr, with the time since start.
@@ -153,12 +166,15 @@ int findChild(const std::string& name) {
 struct CpuUse {
   double seconds = 0;
   double ctrl = -1, db = -1, self = -1, machine = -1;
+  double ctrl_system = -1;  // the kernel's share of krane-ctrl's
   unsigned cpus = std::thread::hardware_concurrency();
 
   bool saturated() const { return machine >= 0.9 * cpus; }
   std::string describe() const {
     std::string out = "CPU in the load window, in cores: ";
-    if (ctrl >= 0) strAppend(&out, fmt::format("krane-ctrl {:.2f}, ", ctrl));
+    if (ctrl >= 0) {
+      strAppend(&out, fmt::format("krane-ctrl {:.2f} (kernel {:.2f}), ", ctrl, ctrl_system));
+    }
     const double ours = std::max(ctrl, 0.0) + std::max(db, 0.0) + std::max(self, 0.0);
     strAppend(&out,
               fmt::format(
@@ -173,7 +189,11 @@ struct CpuUse {
 
 class CpuWindow {
  public:
-  CpuWindow(int ctrl_pid, int db_pid) : ctrl_pid_(ctrl_pid), db_pid_(db_pid) { mark(&start_); }
+  // `ctrl_pids`: every krane-ctrl replica, counted together.
+  CpuWindow(std::vector<int> ctrl_pids, int db_pid)
+      : ctrl_pids_(std::move(ctrl_pids)), db_pid_(db_pid) {
+    mark(&start_);
+  }
   CpuUse finish() const {
     Point end;
     mark(&end);
@@ -181,6 +201,7 @@ class CpuWindow {
     use.seconds = std::chrono::duration<double>(end.at - start_.at).count();
     auto cores = [&](double a, double b) { return a < 0 || b < 0 ? -1.0 : (b - a) / use.seconds; };
     use.ctrl = cores(start_.ctrl, end.ctrl);
+    use.ctrl_system = cores(start_.ctrl_system, end.ctrl_system);
     use.db = cores(start_.db, end.db);
     use.self = cores(start_.self, end.self);
     use.machine = (end.machine.busy - start_.machine.busy) / use.seconds;
@@ -191,16 +212,21 @@ class CpuWindow {
   struct Point {
     std::chrono::steady_clock::time_point at;
     double ctrl = -1, db = -1, self = -1;
+    double ctrl_system = -1;
     MachineCpu machine;
   };
   void mark(Point* p) const {
     p->at = std::chrono::steady_clock::now();
-    if (ctrl_pid_ > 0) p->ctrl = processCpuSeconds(ctrl_pid_);
+    for (int pid : ctrl_pids_) {
+      if (pid <= 0) continue;
+      p->ctrl = std::max(p->ctrl, 0.0) + processCpuSeconds(pid);
+      p->ctrl_system = std::max(p->ctrl_system, 0.0) + processCpuSeconds(pid, true);
+    }
     if (db_pid_ > 0) p->db = processCpuSeconds(db_pid_);
     p->self = processCpuSeconds(::getpid());
     p->machine = machineCpu();
   }
-  int ctrl_pid_;
+  std::vector<int> ctrl_pids_;
   int db_pid_;
   Point start_;
 };
@@ -242,7 +268,8 @@ struct Bench {
 };
 
 void setup(Bench& b, const char* argv0) {
-  b.ctrl_binary = findRunfile("controlplane/krane-ctrl", argv0);
+  b.ctrl_binary = b.options.ctrl_binary.empty() ? findRunfile("controlplane/krane-ctrl", argv0)
+                                                : b.options.ctrl_binary;
   say("krane-ctrl binary: {}", b.ctrl_binary);
   char dir[] = "/tmp/krane-bench-feed-XXXXXX";
   if (::mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
@@ -283,7 +310,21 @@ struct PhaseResult {
   std::string note;
   CpuUse cpu;
   double achieved_rate = 0;  // puts/s sent in the load window
+  size_t delivered = 0;      // (stream, change) pairs received for the window's puts
 };
+
+// krane-ctrl's CPU (every replica) per change a stream received, in microseconds; -1: unknown.
+double cpuUsPerEvent(const PhaseResult& r) {
+  if (r.cpu.ctrl < 0 || r.delivered == 0) return -1;
+  return r.cpu.ctrl * r.cpu.seconds * 1e6 / static_cast<double>(r.delivered);
+}
+
+std::string cpuPerEventText(const PhaseResult& r) {
+  const double us = cpuUsPerEvent(r);
+  if (us < 0) return "krane-ctrl CPU per delivered event unknown";
+  return fmt::format("krane-ctrl CPU per delivered event {:.2f} us ({} delivered)", us,
+                     r.delivered);
+}
 
 std::string putSummary(const WriteLoad& load) {
   auto ms = load.putMillis();
@@ -330,29 +371,44 @@ std::string missingNote(const LatencySummary& s) {
       100.0 * static_cast<double>(s.missing) / static_cast<double>(s.receivers * s.changes));
 }
 
-// N Watch streams on a running krane-ctrl: idle database load, then latency and database load
-// under the write load.
-PhaseResult measureKrane(Bench& b, CtrlProcess& ctrl, size_t n) {
+// N Watch streams on running krane-ctrl replicas (split evenly between them, `per_connection`
+// streams sharing a connection): idle database load, then latency and database load under the
+// write load, which goes through the first replica.
+PhaseResult measureKrane(Bench& b, const std::vector<CtrlProcess*>& ctrls, size_t n,
+                         size_t per_connection = 1) {
   const Options& o = b.options;
   PhaseResult result;
   const uint64_t head = regionHead(*b.pool, kRegion);
-  say("Krane, {} stream(s): opening, resuming after version {}", n, head);
+  const std::string what = ctrls.size() == 1
+                               ? fmt::format("Krane, {} stream(s)", n)
+                               : fmt::format("Krane, {} replicas, {} stream(s)", ctrls.size(), n);
+  say("{}: opening, resuming after version {}, {} per connection", what, head, per_connection);
   const auto opening = std::chrono::steady_clock::now();
-  WatchStreams streams(ctrl.grpcTarget(), b.agent_token, kRegion, head, n);
-  if (!streams.waitLive(120s)) {
-    throw std::runtime_error(fmt::format("only {} of {} Watch streams went live ({} ended; {})",
-                                         streams.live(), n, streams.ended(), streams.firstError()));
+  std::vector<std::unique_ptr<WatchStreams>> groups;
+  for (size_t i = 0; i < ctrls.size(); ++i) {
+    const size_t count = n / ctrls.size() + (i < n % ctrls.size() ? 1 : 0);
+    groups.push_back(std::make_unique<WatchStreams>(ctrls[i]->grpcTarget(), b.agent_token, kRegion,
+                                                    head, count, per_connection));
+  }
+  for (auto& streams : groups) {
+    if (!streams->waitLive(300s)) {
+      throw std::runtime_error(
+          fmt::format("{}: only {} Watch streams of a replica went live ({} "
+                      "ended; {})",
+                      what, streams->live(), streams->ended(), streams->firstError()));
+    }
   }
   const double open_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - opening).count();
-  const auto open_gauge = ctrl.metric("krane_feed_streams");
-  say("Krane, {} stream(s): all live after {:.2f} s (server reports {} open)", n, open_s,
-      open_gauge ? fmt::format("{:.0f}", *open_gauge) : "?");
+  double open_gauge = 0;
+  for (auto* ctrl : ctrls) open_gauge += ctrl->metric("krane_feed_streams").value_or(0);
+  say("{}: all live after {:.2f} s (servers report {:.0f} open)", what, open_s, open_gauge);
   std::this_thread::sleep_for(1s);
 
   result.idle_qps = b.counter->rate(o.idle_window);
-  say("Krane, {} stream(s): idle: {:.1f} statements/s", n, result.idle_qps);
+  say("{}: idle: {:.1f} statements/s", what, result.idle_qps);
 
+  CtrlProcess& ctrl = *ctrls.front();
   auto stub = api::v1::ResourceService::NewStub(ownChannel(ctrl.grpcTarget()));
   WriteLoad load(
       [&](const cluster::v1::Resource& resource) -> absl::StatusOr<uint64_t> {
@@ -368,10 +424,12 @@ PhaseResult measureKrane(Bench& b, CtrlProcess& ctrl, size_t n) {
       },
       kRegion, o.puts_per_s);
   const uint64_t polls_before = ctrl.metric("krane_feed_tailer_polls_total").value_or(0);
-  streams.setRecording(true);
+  for (auto& streams : groups) streams->setRecording(true);
   load.start();
   std::this_thread::sleep_for(o.warmup);
-  CpuWindow cpu(ctrl.pid(), b.db_pid);
+  std::vector<int> pids;
+  for (auto* c : ctrls) pids.push_back(c->pid());
+  CpuWindow cpu(pids, b.db_pid);
   const int64_t from = nowNs();
   result.load_qps = b.counter->rate(o.load_window);
   const int64_t to = nowNs();
@@ -379,39 +437,45 @@ PhaseResult measureKrane(Bench& b, CtrlProcess& ctrl, size_t n) {
   load.stop();
   const uint64_t polls_after = ctrl.metric("krane_feed_tailer_polls_total").value_or(0);
   std::this_thread::sleep_for(o.drain);
-  streams.setRecording(false);
-  const auto samples = streams.takeSamples();
+  std::vector<std::vector<Sample>> samples;
+  uint64_t expired = 0;
+  size_t ended = 0;
+  std::string first_error;
+  for (auto& streams : groups) {
+    streams->setRecording(false);
+    for (auto& s : streams->takeSamples()) samples.push_back(std::move(s));
+    expired += streams->expired();
+    ended += streams->ended();
+    if (first_error.empty()) first_error = streams->firstError();
+  }
   result.latency = summarizeLatency(samples, load.sent(), from, to);
   result.fan_out = summarizeFanOut(samples, load.sent(), from, to);
-  say("Krane, {} stream(s): load: {:.1f} statements/s; {}; tailer polls {:.1f}/s", n,
-      result.load_qps, putSummary(load),
+  samples.clear();
+  say("{}: load: {:.1f} statements/s; {}; tailer polls {:.1f}/s", what, result.load_qps,
+      putSummary(load),
       static_cast<double>(polls_after - polls_before) /
           (std::chrono::duration<double>(o.warmup + o.load_window).count()));
-  say("Krane, {} stream(s): latency p50 {:.2f} ms, p99 {:.2f} ms, max {:.2f} ms over {} samples "
-      "({} changes)",
-      n, result.latency.p50_ms, result.latency.p99_ms, result.latency.max_ms,
-      result.latency.samples, result.latency.changes);
-  say("Krane, {} stream(s): first stream to get a change: p50 {:.2f} ms, p99 {:.2f} ms after the "
-      "put was sent; "
+  say("{}: latency p50 {:.2f} ms, p99 {:.2f} ms, max {:.2f} ms over {} samples ({} changes)", what,
+      result.latency.p50_ms, result.latency.p99_ms, result.latency.max_ms, result.latency.samples,
+      result.latency.changes);
+  say("{}: first stream to get a change: p50 {:.2f} ms, p99 {:.2f} ms after the put was sent; "
       "first to last stream: p50 {:.2f} ms, p99 {:.2f} ms",
-      n, result.fan_out.first_p50_ms, result.fan_out.first_p99_ms, result.fan_out.spread_p50_ms,
+      what, result.fan_out.first_p50_ms, result.fan_out.first_p99_ms, result.fan_out.spread_p50_ms,
       result.fan_out.spread_p99_ms);
   result.achieved_rate = achievedRate(load, from, to);
-  say("Krane, {} stream(s): {}; {}", n, result.cpu.describe(), ctrlCpuPerPut(result, n));
+  result.delivered = result.latency.samples;
+  say("{}: {}; {}; {}", what, result.cpu.describe(), ctrlCpuPerPut(result, n),
+      cpuPerEventText(result));
   result.note = missingNote(result.latency);
   const double rate = result.achieved_rate;
   if (rate < 0.95 * o.puts_per_s)
     addNote(&result.note, fmt::format("the write load reached only {:.1f} puts/s", rate));
-  if (streams.expired() > 0) {
-    addNote(&result.note,
-            strCat(streams.expired(), " stream(s) were told to resync (cursor expired)"));
+  if (expired > 0) {
+    addNote(&result.note, strCat(expired, " stream(s) were told to resync (cursor expired)"));
   }
-  if (streams.ended() > 0) {
-    addNote(&result.note,
-            strCat(streams.ended(), " stream(s) ended early: ", streams.firstError()));
-  }
-  if (!result.note.empty()) say("Krane, {} stream(s): {}", n, result.note);
-  streams.close();
+  if (ended > 0) addNote(&result.note, strCat(ended, " stream(s) ended early: ", first_error));
+  if (!result.note.empty()) say("{}: {}", what, result.note);
+  for (auto& streams : groups) streams->close();
   return result;
 }
 
@@ -449,7 +513,7 @@ PhaseResult measureBaseline(Bench& b, size_t n) {
   const uint64_t polls_before = pollers.polls();
   const uint64_t skipped_before = pollers.skippedSlots();
   const auto load_start = std::chrono::steady_clock::now();
-  CpuWindow cpu(-1, b.db_pid);
+  CpuWindow cpu({}, b.db_pid);
   const int64_t from = nowNs();
   result.load_qps = b.counter->rate(o.load_window);
   const int64_t to = nowNs();
@@ -490,9 +554,9 @@ PhaseResult measureBaseline(Bench& b, size_t n) {
   return result;
 }
 
-// krane-ctrl's resident memory per idle stream, on a fresh process.
-void measureMemory(Bench& b) {
-  const size_t n = b.options.memory_streams;
+// krane-ctrl's resident memory per idle stream, on a fresh process; `per_connection` streams
+// share a client connection.
+void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string& name) {
   auto ctrl = b.startCtrl();
   std::this_thread::sleep_for(1s);
   const ProcessMemory before = ctrl->memory();
@@ -500,8 +564,8 @@ void measureMemory(Bench& b) {
   say("memory: krane-ctrl VmRSS {} KiB with no stream; opening {} idle streams", before.rss_kib, n);
   ProcessMemory after;
   {
-    WatchStreams streams(ctrl->grpcTarget(), b.agent_token, kRegion, head, n);
-    if (!streams.waitLive(120s)) {
+    WatchStreams streams(ctrl->grpcTarget(), b.agent_token, kRegion, head, n, per_connection);
+    if (!streams.waitLive(300s)) {
       throw std::runtime_error(fmt::format("only {} of {} Watch streams went live ({} ended; {})",
                                            streams.live(), n, streams.ended(),
                                            streams.firstError()));
@@ -516,14 +580,15 @@ void measureMemory(Bench& b) {
   const double per_stream =
       (static_cast<double>(after.rss_kib) - static_cast<double>(before.rss_kib)) /
       static_cast<double>(n);
-  auto& f = b.report.add("memory_per_idle_stream_kib", per_stream, "KiB");
-  f.target = "<= 128 KiB";
-  f.passed = per_stream <= 128;
-  b.report.notes.push_back(
-      fmt::format("memory_per_idle_stream_kib: fresh krane-ctrl, VmRSS {} KiB with no stream, {} "
-                  "KiB with {} idle streams "
-                  "(each on its own connection) after their first bookmark",
-                  before.rss_kib, after.rss_kib, n));
+  auto& f = b.report.add(name, per_stream, "KiB");
+  f.target = "<= 16 KiB";
+  f.passed = per_stream <= 16;
+  b.report.notes.push_back(fmt::format(
+      "{}: fresh krane-ctrl, VmRSS {} KiB with no stream, {} KiB with {} idle streams ({}) after "
+      "their first bookmark",
+      name, before.rss_kib, after.rss_kib, n,
+      per_connection <= 1 ? std::string("each on its own connection")
+                          : fmt::format("{} per connection", per_connection)));
 }
 
 void insertSyncData(Bench& b) {
@@ -662,6 +727,12 @@ int run(int argc, char** argv) {
       o.json = true;
     } else if (arg == "--quick") {
       o.quick = true;
+    } else if (arg == "--ctrl" && i + 1 < argc) {
+      o.ctrl_binary = argv[++i];
+    } else if (arg == "--replica-streams" && i + 1 < argc) {
+      o.replica_streams = std::stoul(argv[++i]);
+    } else if (arg == "--replicas-only") {
+      o.replicas_only = true;
     } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -672,6 +743,7 @@ int run(int argc, char** argv) {
   }
   if (o.quick) {
     o.stream_counts = {1, 100};
+    o.replica_streams = 2000;
     o.memory_streams = 100;
     o.sync_resources = 20000;
     o.idle_window = 3s;
@@ -684,14 +756,32 @@ int run(int argc, char** argv) {
 
   std::map<size_t, PhaseResult> krane;
   std::map<size_t, PhaseResult> baseline;
+  PhaseResult replicated;
+  double replicas_idle_no_streams = 0;
   {
     auto ctrl = b.startCtrl();
-    for (size_t n : o.stream_counts) krane[n] = measureKrane(b, *ctrl, n);
+    if (o.replicas_only) o.stream_counts = {1};
+    for (size_t n : o.stream_counts) krane[n] = measureKrane(b, {ctrl.get()}, n);
+    std::vector<std::unique_ptr<CtrlProcess>> others;
+    std::vector<CtrlProcess*> all{ctrl.get()};
+    for (size_t i = 1; i < o.replicas; ++i) {
+      others.push_back(b.startCtrl());
+      all.push_back(others.back().get());
+    }
+    std::this_thread::sleep_for(1s);
+    replicas_idle_no_streams = b.counter->rate(o.idle_window);
+    say("{} replicas, no stream: idle: {:.1f} statements/s", o.replicas, replicas_idle_no_streams);
+    replicated = measureKrane(b, all, o.replica_streams, o.per_connection);
+    for (auto& other : others) b.stopCtrl(other);
     b.stopCtrl(ctrl);
   }
-  for (size_t n : o.stream_counts) baseline[n] = measureBaseline(b, n);
-  measureMemory(b);
-  measureFullSync(b);
+  if (!o.replicas_only) {
+    for (size_t n : o.stream_counts) baseline[n] = measureBaseline(b, n);
+    measureMemory(b, o.memory_streams, 1, "memory_per_idle_stream_kib");
+    measureMemory(b, o.replica_streams / o.replicas, o.per_connection,
+                  "memory_per_idle_stream_kib_shared_connections");
+    measureFullSync(b);
+  }
 
   // Figures in a fixed order: Krane per N, baseline per N, then the rest as measured.
   Report& r = b.report;
@@ -710,6 +800,34 @@ int run(int argc, char** argv) {
       ordered.add(strCat(prefix, "db_queries_per_s_idle_streams_", n), p.idle_qps, "q/s");
       ordered.add(strCat(prefix, "db_queries_per_s_load_streams_", n), p.load_qps, "q/s");
     }
+  }
+  if (krane.count(100) > 0 && krane.count(1000) > 0) {
+    Figure* p99 = ordered.find("latency_p99_ms_streams_1000");
+    const double limit = 4 * krane[100].latency.p99_ms;
+    p99->target = fmt::format("<= {:.1f} ms (4x p99 at 100 streams)", limit);
+    p99->passed = p99->value <= limit;
+  }
+  {
+    const size_t n = o.replica_streams;
+    ordered.add(strCat("latency_p50_ms_streams_", n), replicated.latency.p50_ms, "ms");
+    auto& p99 = ordered.add(strCat("latency_p99_ms_streams_", n), replicated.latency.p99_ms, "ms");
+    p99.target = "<= 250 ms";
+    p99.passed = p99.value <= 250;
+    auto& idle = ordered.add(strCat("db_queries_per_s_idle_replicas_", o.replicas),
+                             replicated.idle_qps, "q/s");
+    const double one = krane[o.stream_counts.front()].idle_qps;
+    const double limit = static_cast<double>(o.replicas) * one + 5;
+    idle.target = fmt::format("<= {:.0f} ({}x one replica's + 5)", limit, o.replicas);
+    idle.passed = idle.value <= limit;
+    ordered.add(strCat("db_queries_per_s_load_replicas_", o.replicas), replicated.load_qps, "q/s");
+    const size_t at = krane.count(1000) > 0 ? 1000 : o.stream_counts.back();
+    auto& cpu = ordered.add("cpu_us_per_delivered_event", cpuUsPerEvent(krane[at]), "us");
+    cpu.target = fmt::format("<= 5 us (at {} streams)", at);
+    cpu.passed = cpu.value >= 0 && cpu.value <= 5;
+    auto& cpu_r = ordered.add(strCat("cpu_us_per_delivered_event_streams_", n),
+                              cpuUsPerEvent(replicated), "us");
+    cpu_r.target = "<= 5 us";
+    cpu_r.passed = cpu_r.value >= 0 && cpu_r.value <= 5;
   }
   flatTarget(ordered, "db_queries_per_s_idle_streams_", o.stream_counts, krane, o.puts_per_s,
              false);
@@ -767,14 +885,26 @@ int run(int argc, char** argv) {
                                     "lookup in `resources` per row, on a "
                                     "pool of {} connections.",
                                     o.baseline_connections),
-                        "Targets: p99 <= 25 ms at 100 streams; db q/s not growing with streams; "
-                        "full sync of 100k <= 3 s; "
-                        "<= 128 KiB per idle stream."});
+                        "Targets: p99 <= 25 ms at 100 streams; p99 at 1000 streams <= 4x p99 at "
+                        "100; p99 <= 250 ms at 10,000 streams on two replicas; db q/s not growing "
+                        "with streams, and with two replicas <= twice one replica's; krane-ctrl "
+                        "CPU <= 5 us per delivered event; full sync of 100k <= 3 s; "
+                        "<= 16 KiB per idle stream."});
   for (size_t n : o.stream_counts) {
     const auto& k = krane[n];
     ordered.notes.push_back(
         fmt::format("Krane, {} stream(s): {}; {}", n, k.cpu.describe(), ctrlCpuPerPut(k, n)));
   }
+  for (size_t n : o.stream_counts) {
+    ordered.notes.push_back(fmt::format("Krane, {} stream(s): {}", n, cpuPerEventText(krane[n])));
+  }
+  ordered.notes.push_back(fmt::format(
+      "Krane, {} replicas, {} streams ({} per client connection, half on each replica; the "
+      "puts go to the first replica, the second sees them by polling every 50 ms): {}; {}; "
+      "statements/s idle with the replicas and no stream {:.1f}, with the streams {:.1f}{}",
+      o.replicas, o.replica_streams, o.per_connection, replicated.cpu.describe(),
+      cpuPerEventText(replicated), replicas_idle_no_streams, replicated.idle_qps,
+      replicated.note.empty() ? "" : strCat("; ", replicated.note)));
   for (size_t n : o.stream_counts) {
     ordered.notes.push_back(
         fmt::format("baseline, {} poller(s): {}", n, baseline[n].cpu.describe()));

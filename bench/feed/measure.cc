@@ -106,7 +106,7 @@ std::vector<double> WriteLoad::putMillis() const {
   return put_ms_;
 }
 
-double processCpuSeconds(int pid) {
+double processCpuSeconds(int pid, bool system_only) {
   std::FILE* f = std::fopen(strCat("/proc/", pid, "/stat").c_str(), "r");
   if (f == nullptr) return -1;
   char buf[2048] = {0};
@@ -120,7 +120,8 @@ double processCpuSeconds(int pid) {
   if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) !=
       2)
     return -1;
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  return static_cast<double>(system_only ? stime : utime + stime) /
+         static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
 MachineCpu machineCpu() {

@@ -109,8 +109,9 @@ struct FanOutSummary {
 FanOutSummary summarizeFanOut(const std::vector<std::vector<Sample>>& per_receiver,
                               const std::vector<Sent>& sent, int64_t from_ns, int64_t to_ns);
 
-// CPU time (user + system) a process has used, in seconds; -1 when it cannot be read.
-double processCpuSeconds(int pid);
+// CPU time (user + system, or system only: the kernel's work for it) a process has used, in
+// seconds; -1 when it cannot be read.
+double processCpuSeconds(int pid, bool system_only = false);
 // Busy and total CPU time of the whole machine, in seconds, from /proc/stat.
 struct MachineCpu {
   double busy = 0;

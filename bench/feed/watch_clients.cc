@@ -17,10 +17,10 @@ std::shared_ptr<grpc::Channel> ownChannel(const std::string& target) {
 
 class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
  public:
-  Stream(Shared& shared, const std::string& target, const std::string& token,
+  Stream(Shared& shared, std::shared_ptr<grpc::Channel> channel, const std::string& token,
          const cluster::v1::WatchRequest& request)
       : shared_(shared),
-        channel_(ownChannel(target)),
+        channel_(std::move(channel)),
         stub_(cluster::v1::ClusterService::NewStub(channel_)),
         request_(request) {
     context_.AddMetadata("authorization", "Bearer " + token);
@@ -103,14 +103,17 @@ class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
 };
 
 WatchStreams::WatchStreams(const std::string& target, const std::string& token,
-                           const std::string& region, uint64_t version, size_t count) {
+                           const std::string& region, uint64_t version, size_t count,
+                           size_t per_connection) {
   streams_.reserve(count);
+  std::shared_ptr<grpc::Channel> channel;
   for (size_t i = 0; i < count; ++i) {
+    if (i % std::max<size_t>(per_connection, 1) == 0) channel = ownChannel(target);
     cluster::v1::WatchRequest request;
     request.set_region(region);
     request.set_version(version);
     request.set_agent_id(strCat("bench-agent-", i));
-    streams_.push_back(std::make_unique<Stream>(shared_, target, token, request));
+    streams_.push_back(std::make_unique<Stream>(shared_, channel, token, request));
   }
 }
 

@@ -1,5 +1,6 @@
-// Many agents' Watch streams, each on its own gRPC connection, read with the callback API (no
-// thread per stream), recording when each change arrived.
+// Many agents' Watch streams, each on its own gRPC connection (or a few per connection, to reach
+// 10,000 streams with fewer sockets), read with the callback API (no thread per stream),
+// recording when each change arrived.
 #pragma once
 
 #include <atomic>
@@ -23,9 +24,10 @@ std::shared_ptr<grpc::Channel> ownChannel(const std::string& target);
 
 class WatchStreams {
  public:
-  // Opens `count` streams of `region` resuming after `version` (0: full sync first).
+  // Opens `count` streams of `region` resuming after `version` (0: full sync first), each a
+  // Watch call of its own, `per_connection` of them sharing one connection.
   WatchStreams(const std::string& target, const std::string& token, const std::string& region,
-               uint64_t version, size_t count);
+               uint64_t version, size_t count, size_t per_connection = 1);
   ~WatchStreams();
   WatchStreams(const WatchStreams&) = delete;
   WatchStreams& operator=(const WatchStreams&) = delete;

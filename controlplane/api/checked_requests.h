@@ -105,9 +105,12 @@ class CheckedRequests : public Base {
             [impl, call](grpc::CallbackServerContext* context,
                          const grpc::ByteBuffer* raw) -> grpc::ServerWriteReactor<Resp>* {
               Req request;
-              if (auto st = parseRequest(*raw, request); !st.ok()) {
-                return new Refused<Resp>(toGrpc(st));
-              }
+              const absl::Status parsed = parseRequest(*raw, request);
+              // gRPC keeps the raw request until the call ends, and its bytes share the
+              // connection's read buffer: a long stream would pin that buffer for its whole life
+              // (about 8 KiB per idle Watch). The handler owns a mutable buffer; release it now.
+              const_cast<grpc::ByteBuffer*>(raw)->Clear();
+              if (!parsed.ok()) return new Refused<Resp>(toGrpc(parsed));
               return (impl->*call)(context, &request);
             }));
   }

@@ -62,14 +62,14 @@ ClusterServiceImpl::ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch
       watch_(std::move(watch)),
       tokens_(std::move(tokens)),
       ingestor_(std::move(ingestor)) {
-  checkCallbackServerStreaming("Watch", this, &ClusterServiceImpl::Watch);
+  checkCallbackServerStreaming("Watch", this, &ClusterServiceImpl::watchEncoded);
   checkUnary("ReportDeploymentStatus", this, &ClusterServiceImpl::ReportDeploymentStatus);
   checkUnary("ReportSentinelStatus", this, &ClusterServiceImpl::ReportSentinelStatus);
   checkUnary("ReportResourceStatus", this, &ClusterServiceImpl::ReportResourceStatus);
   checkUnary("Heartbeat", this, &ClusterServiceImpl::Heartbeat);
 }
 
-grpc::ServerWriteReactor<cluster::v1::WatchEvent>* ClusterServiceImpl::Watch(
+grpc::ServerWriteReactor<grpc::ByteBuffer>* ClusterServiceImpl::watchEncoded(
     grpc::CallbackServerContext* context, const cluster::v1::WatchRequest* request) {
   return feed::WatchStream::start(watch_, *request, bearerToken(*context), context->peer());
 }

@@ -23,8 +23,9 @@ class ClusterServiceImpl final
   ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch, std::shared_ptr<AgentTokens> tokens,
                      std::shared_ptr<ingest::Ingestor> ingestor);
 
-  grpc::ServerWriteReactor<cluster::v1::WatchEvent>* Watch(
-      grpc::CallbackServerContext* context, const cluster::v1::WatchRequest* request) override;
+  // Watch, answered with WatchEvent messages encoded once for every stream (encoded_event.h).
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* watchEncoded(
+      grpc::CallbackServerContext* context, const cluster::v1::WatchRequest* request);
   grpc::Status ReportDeploymentStatus(
       grpc::ServerContext* context, const cluster::v1::ReportDeploymentStatusRequest* request,
       cluster::v1::ReportDeploymentStatusResponse* response) override;

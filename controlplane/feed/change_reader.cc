@@ -4,6 +4,7 @@
 
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/feed/encoded_event.h"
 
 namespace krane::feed {
 
@@ -71,9 +72,10 @@ absl::StatusOr<EventBatch> readChanges(db::Connection& conn, const ResourceTable
   batch.events.reserve(rows.size());
   for (const Row& row : rows) {
     const auto& stored = loaded[std::make_pair(row.key.type, row.key.id)];
-    batch.events.push_back(FeedEvent{row.version, row.key.type,
-                                     makeChangeEvent(row.version, row.key, stored), row.op,
-                                     row.committed_ms});
+    auto event = makeChangeEvent(row.version, row.key, stored);
+    grpc::Slice wire = encodeEvent(*event);
+    batch.events.push_back(FeedEvent{row.version, row.key.type, std::move(event), row.op,
+                                     row.committed_ms, std::move(wire)});
     batch.through = row.version;
   }
   return batch;

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/support/slice.h>
+
 #include "krane/cluster/v1/cluster.pb.h"
 
 namespace krane::feed {
@@ -25,6 +27,8 @@ struct FeedEvent {
   // As the change row says: "apply" or "delete", and when it was committed (Unix ms).
   std::string op;
   int64_t committed_ms = 0;
+  // `event` serialized once (encoded_event.h): the bytes every Watch stream writes.
+  grpc::Slice wire;
 };
 
 // Consecutive changes of one region: every version in (after, through] is in `events`.

@@ -4,6 +4,7 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/feed/change_reader.h"
+#include "controlplane/feed/encoded_event.h"
 #include "controlplane/feed/writer.h"
 #include "spdlog/spdlog.h"
 
@@ -12,17 +13,20 @@ namespace {
 
 using cluster::v1::WatchEvent;
 
-std::shared_ptr<const WatchEvent> bookmark(uint64_t version) {
-  auto event = std::make_shared<WatchEvent>();
-  event->mutable_bookmark()->set_version(version);
-  return event;
+grpc::Slice bookmark(uint64_t version) {
+  WatchEvent event;
+  event.mutable_bookmark()->set_version(version);
+  return encodeEvent(event);
 }
+
+// A drained queue keeps at most this much capacity, so an idle stream holds little.
+constexpr size_t kKeptQueueCapacity = 16;
 
 }  // namespace
 
-grpc::ServerWriteReactor<WatchEvent>* WatchStream::start(std::shared_ptr<WatchContext> context,
-                                                         const cluster::v1::WatchRequest& request,
-                                                         std::string bearer, std::string peer) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchStream::start(
+    std::shared_ptr<WatchContext> context, const cluster::v1::WatchRequest& request,
+    std::string bearer, std::string peer) {
   auto stream = std::make_shared<WatchStream>(context, request, std::move(bearer), std::move(peer));
   stream->self_ = stream;
   ++context->counters.streams_open;
@@ -80,7 +84,7 @@ absl::Status WatchStream::advance() {
       std::lock_guard lock(mutex_);
       if (done_ || phase_ != Phase::kSetup)
         return absl::CancelledError("stream ended during setup");
-      if (queue_.size() >= context_->options.setup_high_water) {
+      if (pendingLocked() >= context_->options.setup_high_water) {
         parked_ = true;  // kick() posts the next step once the client has read half
         return absl::OkStatus();
       }
@@ -223,9 +227,9 @@ absl::Status WatchStream::openSnapshot() {
   table_ = 0;
   after_ = ListCursor();
   sent_ = 0;
-  auto begin = std::make_shared<WatchEvent>();
-  begin->mutable_sync_begin()->set_snapshot_version(snapshot_);
-  push(std::move(begin));
+  WatchEvent begin;
+  begin.mutable_sync_begin()->set_snapshot_version(snapshot_);
+  push(begin);
   return absl::OkStatus();
 }
 
@@ -238,12 +242,12 @@ absl::Status WatchStream::syncPage() {
     for (auto& resource : page) {
       after_ = ListCursor{resource.region(), resource.type(), resource.id()};
       if (!wants(resource.type())) continue;
-      auto event = std::make_shared<WatchEvent>();
-      auto* change = event->mutable_change();
+      WatchEvent event;
+      auto* change = event.mutable_change();
       change->set_op(cluster::v1::CHANGE_OP_APPLY);
       change->set_version(resource.version());
       *change->mutable_resource() = std::move(resource);
-      push(std::move(event));
+      push(event);
       ++sent_;
     }
     if (page.size() == limit) return absl::OkStatus();  // more rows in this table
@@ -251,11 +255,11 @@ absl::Status WatchStream::syncPage() {
   ++table_;
   after_ = ListCursor();
   if (table_ < tables.size()) return absl::OkStatus();
-  auto end = std::make_shared<WatchEvent>();
-  end->mutable_sync_end()->set_version(snapshot_);
-  end->mutable_sync_end()->set_resource_count(sent_);
-  end->mutable_sync_end()->set_epoch(epoch_);
-  push(std::move(end));
+  WatchEvent end;
+  end.mutable_sync_end()->set_version(snapshot_);
+  end.mutable_sync_end()->set_resource_count(sent_);
+  end.mutable_sync_end()->set_epoch(epoch_);
+  push(end);
   cursor_ = snapshot_;
   closeSnapshot();
   return absl::OkStatus();
@@ -276,9 +280,9 @@ absl::Status WatchStream::catchUpPage() {
   bool last_sent = false;
   for (auto& event : batch.events) {
     last_sent = wants(event.type);
-    if (last_sent) push(event.event);
+    if (last_sent) pushWire(event.wire);
   }
-  if (!last_sent) push(bookmark(batch.through));
+  if (!last_sent) pushWire(bookmark(batch.through));
   cursor_ = batch.through;
   return absl::OkStatus();
 }
@@ -291,26 +295,60 @@ void WatchStream::goLive() {
   buffered_.clear();
   buffered_events_ = 0;
   if (phase_ == Phase::kSetup) phase_ = Phase::kLive;
-  if (queue_.empty() && !finish_pending_) queueLocked(bookmark(queued_through_));
+  if (pendingLocked() == 0 && !writing_ && !finish_pending_) queueBookmarkLocked(queued_through_);
   spdlog::debug("feed: watch live region={} peer={} version={}", region_, peer_, queued_through_);
 }
 
-void WatchStream::push(std::shared_ptr<const WatchEvent> event) {
+void WatchStream::push(const WatchEvent& event) { pushWire(encodeEvent(event)); }
+
+void WatchStream::pushWire(grpc::Slice wire) {
   {
     std::lock_guard lock(mutex_);
     if (done_ || phase_ != Phase::kSetup) return;
-    queueLocked(std::move(event));
+    queueLocked(std::move(wire));
   }
   kick();
 }
 
-void WatchStream::queueLocked(std::shared_ptr<const WatchEvent> event) {
+void WatchStream::queueLocked(grpc::Slice wire) {
   if (finished_ || cancelled_) return;
-  if (event->has_bookmark()) ++context_->counters.bookmarks_sent;
-  queue_.push_back(std::move(event));
+  queue_.push_back(std::move(wire));
+  context_->counters.queued_events.fetch_add(1, std::memory_order_relaxed);
   if (!writing_) {
     writing_ = true;
     start_write_ = true;
+  }
+}
+
+void WatchStream::queueBookmarkLocked(uint64_t version) {
+  if (finished_ || cancelled_) return;
+  ++context_->counters.bookmarks_sent;
+  queueLocked(bookmark(version));
+}
+
+void WatchStream::truncateLocked(size_t keep) {
+  const size_t pending = pendingLocked();
+  round_left_ = 0;  // what is left (the write in flight, then new events) starts a new round
+  if (pending <= keep) return;
+  context_->counters.queued_events.fetch_sub(static_cast<int64_t>(pending - keep),
+                                             std::memory_order_relaxed);
+  queue_.resize(head_ + keep);
+  if (keep == 0) {
+    queue_.clear();
+    head_ = 0;
+  }
+  if (queue_.capacity() > kKeptQueueCapacity && queue_.size() <= kKeptQueueCapacity) {
+    queue_.shrink_to_fit();
+  }
+}
+
+void WatchStream::dropQueuedLocked() {
+  // The write in flight is queue_[head_]; it stays until its completion pops it.
+  truncateLocked(writing_ && !start_write_ ? 1 : 0);
+  if (start_write_) {
+    // Nothing was started yet: nothing to write.
+    start_write_ = false;
+    writing_ = false;
   }
 }
 
@@ -330,11 +368,11 @@ void WatchStream::queueBatchLocked(const EventBatch& batch) {
   for (const auto& event : batch.events) {
     if (event.version <= queued_through_) continue;
     last_sent = wants(event.type);
-    if (last_sent) queueLocked(event.event);
+    if (last_sent) queueLocked(event.wire);
   }
-  if (!last_sent) queueLocked(bookmark(batch.through));
+  if (!last_sent) queueBookmarkLocked(batch.through);
   queued_through_ = batch.through;
-  if (queue_.size() > context_->options.max_queued) {
+  if (pendingLocked() > context_->options.max_queued) {
     resyncLocked(
         cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED,
         strCat("the agent fell more than ", context_->options.max_queued, " events behind"));
@@ -342,6 +380,7 @@ void WatchStream::queueBatchLocked(const EventBatch& batch) {
 }
 
 void WatchStream::deliver(const std::shared_ptr<const EventBatch>& batch) {
+  // Called on the tailer's thread: queue only, and leave the write to the write pool.
   {
     std::lock_guard lock(mutex_);
     if (done_ || phase_ == Phase::kClosing) return;
@@ -357,7 +396,7 @@ void WatchStream::deliver(const std::shared_ptr<const EventBatch>& batch) {
       queueBatchLocked(*batch);
     }
   }
-  kick();
+  scheduleKick();
 }
 
 void WatchStream::expire(const std::string& reason) {
@@ -365,15 +404,29 @@ void WatchStream::expire(const std::string& reason) {
     std::lock_guard lock(mutex_);
     resyncLocked(cluster::v1::CURSOR_EXPIRED_REASON_PRUNED, reason);
   }
-  kick();
+  scheduleKick();
+}
+
+void WatchStream::scheduleKick() {
+  {
+    std::lock_guard lock(mutex_);
+    const bool work = !done_ && (start_write_ || (finish_pending_ && !writing_ && !finished_));
+    if (!work || kick_scheduled_) return;
+    kick_scheduled_ = context_->write_pool != nullptr;
+  }
+  if (context_->write_pool != nullptr) {
+    context_->write_pool->schedule(shared_from_this());
+  } else {
+    kick();
+  }
 }
 
 void WatchStream::tick(std::chrono::steady_clock::time_point now) {
   {
     std::lock_guard lock(mutex_);
-    if (phase_ != Phase::kLive || writing_ || !queue_.empty()) return;
+    if (phase_ != Phase::kLive || writing_ || pendingLocked() > 0) return;
     if (now - last_write_ < context_->options.bookmark_interval) return;
-    queueLocked(bookmark(queued_through_));
+    queueBookmarkLocked(queued_through_);
   }
   kick();
 }
@@ -392,18 +445,15 @@ void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason,
   if (finish_pending_ || done_) return;
   ++context_->counters.resyncs_requested;
   // Drop what is queued (except the write in flight); the agent starts over anyway.
-  if (writing_) {
-    queue_.erase(queue_.begin() + 1, queue_.end());
-  } else {
-    queue_.clear();
-  }
+  dropQueuedLocked();
   buffered_.clear();
-  auto event = std::make_shared<WatchEvent>();
-  auto* expired = event->mutable_cursor_expired();
+  buffered_.shrink_to_fit();
+  WatchEvent event;
+  auto* expired = event.mutable_cursor_expired();
   expired->set_requested_version(request_.version());
   expired->set_reason(reason);
   expired->set_message(message);
-  queueLocked(std::move(event));
+  queueLocked(encodeEvent(event));
   phase_ = Phase::kClosing;
   finish_pending_ = true;
   final_status_ = grpc::Status::OK;
@@ -413,32 +463,48 @@ void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason,
 
 void WatchStream::finishLocked(grpc::Status status) {
   if (finish_pending_) return;
-  if (writing_) {
-    queue_.erase(queue_.begin() + 1, queue_.end());
-  } else {
-    queue_.clear();
-  }
+  dropQueuedLocked();
   phase_ = Phase::kClosing;
   finish_pending_ = true;
   final_status_ = std::move(status);
 }
 
 void WatchStream::kick() {
-  const WatchEvent* to_write = nullptr;
+  const grpc::ByteBuffer* to_write = nullptr;
+  grpc::WriteOptions options;
   bool finish = false;
   bool resume = false;
   grpc::Status status;
   {
     std::lock_guard lock(mutex_);
+    kick_scheduled_ = false;
     if (parked_ && (done_ || phase_ != Phase::kSetup ||
-                    queue_.size() <= context_->options.setup_high_water / 2)) {
+                    pendingLocked() <= context_->options.setup_high_water / 2)) {
       parked_ = false;
       resume = true;
     }
     if (!done_) {
       if (start_write_) {
         start_write_ = false;
-        to_write = queue_.front().get();
+        // A round is what was queued when it started: every message of it but the last waits
+        // in the transport, so that the round goes out in one flush (the transport flushes by
+        // itself past 64 KiB). What arrives meanwhile waits for the next round, so a stream
+        // that keeps getting changes still flushes once per round.
+        // The first write carries the initial metadata, which the transport would hold back
+        // with a hinted message until some later write: it goes alone.
+        if (!wrote_first_) {
+          wrote_first_ = true;
+          ++context_->counters.flushes;
+        } else {
+          if (round_left_ == 0) round_left_ = pendingLocked();
+          if (--round_left_ > 0) {
+            options.set_buffer_hint();
+          } else {
+            ++context_->counters.flushes;
+          }
+        }
+        in_flight_ = messageOf(queue_[head_]);
+        to_write = &in_flight_;
         last_write_ = std::chrono::steady_clock::now();
       } else if (finish_pending_ && !writing_ && !finished_) {
         finished_ = true;
@@ -448,7 +514,7 @@ void WatchStream::kick() {
     }
   }
   if (resume) post(/*granted=*/false);
-  if (to_write != nullptr) StartWrite(to_write);
+  if (to_write != nullptr) StartWrite(to_write, options);
   if (finish) Finish(status);
 }
 
@@ -456,19 +522,32 @@ void WatchStream::OnWriteDone(bool ok) {
   {
     std::lock_guard lock(mutex_);
     writing_ = false;
-    if (!queue_.empty()) queue_.pop_front();
+    in_flight_.Clear();
+    if (pendingLocked() > 0) {
+      queue_[head_++] = grpc::Slice();
+      context_->counters.queued_events.fetch_sub(1, std::memory_order_relaxed);
+    }
+    if (pendingLocked() == 0) {
+      queue_.clear();
+      head_ = 0;
+      if (queue_.capacity() > kKeptQueueCapacity) queue_.shrink_to_fit();
+    } else if (head_ >= 64 && 2 * head_ >= queue_.size()) {
+      // A stream that never drains completely drops the written prefix now and then.
+      queue_.erase(queue_.begin(), queue_.begin() + static_cast<ptrdiff_t>(head_));
+      head_ = 0;
+    }
     if (ok) {
       ++context_->counters.events_sent;
     } else {
       cancelled_ = true;
-      queue_.clear();
+      truncateLocked(0);
       if (!finish_pending_) {
         finish_pending_ = true;
         final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "write failed");
         phase_ = Phase::kClosing;
       }
     }
-    if (!queue_.empty() && !finished_) {
+    if (pendingLocked() > 0 && !finished_) {
       writing_ = true;
       start_write_ = true;
     }
@@ -489,6 +568,8 @@ void WatchStream::OnDone() {
   {
     std::lock_guard lock(mutex_);
     done_ = true;
+    truncateLocked(0);
+    in_flight_.Clear();
   }
   kick();  // a parked set-up step runs once more to give back its snapshot
   context_->hub->unsubscribe(region_, this);

@@ -11,6 +11,12 @@
 //   2. live: batches from the hub are filtered and queued; bookmarks keep idle agents current.
 // A stream whose queue grows past `max_queued` (a slow agent) is told to resync and closed, so
 // it cannot hold memory or slow anyone else.
+//
+// Writing: the stream is served as raw bytes (WatchEvent messages, unchanged on the wire). A
+// live change is queued as a reference to the bytes the tailer encoded once for every stream
+// (encoded_event.h); a stream that was idle is handed to the write pool, whose threads start
+// its write, never the tailer's thread. Everything queued goes out in one flush: each message
+// but the last is written with gRPC's buffer hint, so the transport sends them together.
 #pragma once
 
 #include <chrono>
@@ -28,6 +34,7 @@
 #include "controlplane/db/pool.h"
 #include "controlplane/feed/hub.h"
 #include "controlplane/feed/resource_table.h"
+#include "controlplane/feed/write_pool.h"
 #include "krane/cluster/v1/cluster.pb.h"
 
 namespace krane::feed {
@@ -50,6 +57,10 @@ struct WatchCounters {
   std::atomic<uint64_t> streams_open{0};
   std::atomic<uint64_t> streams_total{0};
   std::atomic<uint64_t> events_sent{0};
+  std::atomic<uint64_t> flushes{0};  // writes without the buffer hint: one per queue drained
+  // Events queued on all streams now, written or not (each a reference to shared bytes);
+  // bounded by streams x stream_max_queued.
+  std::atomic<int64_t> queued_events{0};
   std::atomic<uint64_t> bookmarks_sent{0};
   std::atomic<uint64_t> full_syncs{0};
   std::atomic<uint64_t> full_syncs_waiting{0};  // for a snapshot slot
@@ -62,6 +73,8 @@ struct WatchContext {
   std::shared_ptr<const ResourceTables> tables;
   std::shared_ptr<Hub> hub;
   std::shared_ptr<ThreadPool> setup_pool;
+  // Starts the writes of streams a batch made ready; without one, the publisher starts them.
+  std::shared_ptr<WritePool> write_pool;
   WatchOptions options;
   // Returns the region the bearer token may watch (UNAUTHENTICATED / PERMISSION_DENIED).
   std::function<absl::StatusOr<std::string>(const std::string& bearer)> authorize;
@@ -77,18 +90,21 @@ struct WatchContext {
   std::deque<std::weak_ptr<class WatchStream>> snapshot_waiters;
 };
 
-class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEvent>,
+class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
                           public Subscriber,
+                          public Writable,
                           public std::enable_shared_from_this<WatchStream> {
  public:
   // Starts a stream; gRPC owns the returned reactor until OnDone.
-  static grpc::ServerWriteReactor<cluster::v1::WatchEvent>* start(
-      std::shared_ptr<WatchContext> context, const cluster::v1::WatchRequest& request,
-      std::string bearer, std::string peer);
+  static grpc::ServerWriteReactor<grpc::ByteBuffer>* start(std::shared_ptr<WatchContext> context,
+                                                           const cluster::v1::WatchRequest& request,
+                                                           std::string bearer, std::string peer);
 
   // Subscriber
   void deliver(const std::shared_ptr<const EventBatch>& batch) override;
   void expire(const std::string& reason) override;
+  // Writable: the write pool starts what deliver() queued.
+  void startWrites() override { kick(); }
 
   // Queues a bookmark if nothing was written for bookmark_interval.
   void tick(std::chrono::steady_clock::time_point now);
@@ -126,15 +142,24 @@ class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEven
   void post(bool granted);
   bool wants(const std::string& type) const;
   // Queues a set-up event (no-op once the stream is closing).
-  void push(std::shared_ptr<const cluster::v1::WatchEvent> event);
-  // Under mutex_: queue and remember what to start.
-  void queueLocked(std::shared_ptr<const cluster::v1::WatchEvent> event);
+  void push(const cluster::v1::WatchEvent& event);
+  void pushWire(grpc::Slice wire);
+  // Under mutex_: queue encoded bytes and remember what to start.
+  void queueLocked(grpc::Slice wire);
+  void queueBookmarkLocked(uint64_t version);
+  size_t pendingLocked() const { return queue_.size() - head_; }
+  // Under mutex_: drops everything queued but the write in flight.
+  void dropQueuedLocked();
+  // Under mutex_: keeps the first `keep` events queued, drops the rest.
+  void truncateLocked(size_t keep);
   void queueBatchLocked(const EventBatch& batch);
   void resyncLocked(cluster::v1::CursorExpiredReason reason, const std::string& message);
   void finishLocked(grpc::Status status);
   // Outside mutex_: starts the write or finish decided under the lock, and posts the set-up
   // step that waited for the queue to drain.
   void kick();
+  // kick() on the write pool (or here without one), when deliver() left something to start.
+  void scheduleKick();
 
   std::shared_ptr<WatchContext> context_;
   const cluster::v1::WatchRequest request_;
@@ -158,11 +183,18 @@ class WatchStream final : public grpc::ServerWriteReactor<cluster::v1::WatchEven
   std::mutex mutex_;
   Phase phase_ = Phase::kSetup;
   bool parked_ = false;  // the set-up step waits for the queue to drain
-  std::deque<std::shared_ptr<const cluster::v1::WatchEvent>> queue_;
-  std::deque<std::shared_ptr<const EventBatch>> buffered_;  // live batches during setup
+  // Encoded events to write, from queue_[head_]; a vector, since an idle stream should hold
+  // no memory for it (an empty deque allocates).
+  std::vector<grpc::Slice> queue_;
+  size_t head_ = 0;
+  grpc::ByteBuffer in_flight_;  // the message being written
+  size_t round_left_ = 0;       // messages of the current round (one flush) not started yet
+  bool wrote_first_ = false;
+  std::vector<std::shared_ptr<const EventBatch>> buffered_;  // live batches during setup
   size_t buffered_events_ = 0;
   uint64_t queued_through_ = 0;  // every version up to here is queued (or filtered out)
-  bool writing_ = false;         // a write is in flight (queue_.front())
+  bool writing_ = false;         // a write is in flight (queue_[head_])
+  bool kick_scheduled_ = false;  // a kick() waits on the write pool
   bool start_write_ = false;     // kick() must start a write
   bool finish_pending_ = false;  // finish once the queue is written
   bool finished_ = false;        // Finish() was called

@@ -622,6 +622,102 @@ TEST_CASE("a slow agent is told to resync and others are unaffected", "[feed]") 
   CHECK_THAT(stuck->Finish(), IsOk());
 }
 
+// Several slow agents among fast ones: each slow one is told to resync once its queue passes
+// feed.stream_max_queued, the fast ones get everything, and what the streams hold queued (the
+// gauge of queued events) stays within streams x max_queued throughout, then drains to zero.
+TEST_CASE("slow streams among fast ones are told to resync and queues stay bounded", "[feed]") {
+  constexpr int64_t kMaxQueued = 200;
+  TestControlPlane cp;
+  auto& server =
+      cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.stream_max_queued = kMaxQueued; });
+  const std::string token = cp.agentToken("eu-1");
+  auto stub = cp.cluster();
+  std::vector<std::unique_ptr<grpc::ClientContext>> stuck_contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<WatchEvent>>> stuck;
+  for (int i = 0; i < 3; ++i) {
+    stuck_contexts.push_back(TestControlPlane::withToken(token, std::chrono::seconds(120)));
+    cluster::v1::WatchRequest request;
+    request.set_region("eu-1");
+    stuck.push_back(stub->Watch(stuck_contexts.back().get(), request));
+  }
+  std::vector<std::unique_ptr<WatchRecorder>> fast;
+  for (int i = 0; i < 3; ++i) {
+    fast.push_back(std::make_unique<WatchRecorder>(cp.channel(), token, "eu-1", 0));
+  }
+  const auto& counters = server.watch().counters;
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> peak{0};
+  std::thread sampler([&] {
+    while (!stop) {
+      peak = std::max(peak.load(), counters.queued_events.load());
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  });
+  const std::string big(32 * 1024, 'x');
+  for (int i = 0; i < 400; ++i) {
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i % 50), "eu-1", big)), IsOk());
+  }
+  for (auto& f : fast) {
+    REQUIRE(f->waitForVersion(400, std::chrono::seconds(60)));
+    CHECK(materialize(f->events()) == databaseView(cp, "eu-1"));
+  }
+  for (auto& reader : stuck) {
+    WatchEvent event;
+    bool told = false;
+    while (reader->Read(&event)) {
+      if (event.has_cursor_expired()) {
+        told =
+            event.cursor_expired().reason() == cluster::v1::CURSOR_EXPIRED_REASON_RESYNC_REQUIRED;
+      }
+    }
+    CHECK(told);
+    CHECK_THAT(reader->Finish(), IsOk());
+  }
+  stop = true;
+  sampler.join();
+  INFO("peak queued events " << peak.load());
+  CHECK(peak.load() > kMaxQueued);  // the slow streams did fill their queues
+  CHECK(peak.load() <= 6 * (kMaxQueued + 2));
+  CHECK(eventually([&] { return counters.queued_events.load() == 0; }));
+}
+
+// Changes published together are queued together and leave in one flush: every message but
+// the last goes with the buffer hint. The agent gets all of them, in order, as single events.
+TEST_CASE("changes queued together reach a stream in order in one flush", "[feed]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  WatchRecorder watcher(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  REQUIRE(watcher.waitFor([](const auto& ev) {
+    return std::any_of(ev.begin(), ev.end(), [](const WatchEvent& e) { return e.has_sync_end(); });
+  }));
+  const auto& counters = server.watch().counters;
+  const uint64_t flushes_before = counters.flushes.load();
+  const uint64_t sent_before = counters.events_sent.load();
+  constexpr int kChanges = 300;
+  auto written = server.writer().transact("test", [&](feed::WriteTx& tx) -> absl::Status {
+    for (int i = 0; i < kChanges; ++i) {
+      if (auto st = tx.put(bucket(strCat("k", i), "eu-1", strCat("v", i))); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  });
+  REQUIRE_THAT(written, IsOk());
+  REQUIRE(written->size() == kChanges);
+  const uint64_t last = written->back().version;
+  REQUIRE(watcher.waitForVersion(last));
+  std::vector<uint64_t> versions;
+  for (const auto& e : watcher.events()) {
+    if (e.has_change()) versions.push_back(e.change().version());
+  }
+  REQUIRE(versions.size() == kChanges);
+  for (int i = 0; i < kChanges; ++i) CHECK(versions[i] == last - kChanges + 1 + i);
+  CHECK(materialize(watcher.events()) == databaseView(cp, "eu-1"));
+  const uint64_t sent = counters.events_sent.load() - sent_before;
+  const uint64_t flushes = counters.flushes.load() - flushes_before;
+  INFO(sent << " events written in " << flushes << " flushes");
+  CHECK(sent >= kChanges);
+  CHECK(flushes <= 3);  // the batch, and perhaps a bookmark on either side
+}
+
 // Full syncs to agents that do not read hold a snapshot each (at most feed.sync_snapshots) but
 // no set-up thread: with one thread and three such syncs, another agent is still set up, and
 // every sync completes, page by page, once its agent reads.

@@ -8,9 +8,12 @@
 #include <thread>
 
 #include <catch2/catch.hpp>
+#include <google/protobuf/util/message_differencer.h>
 
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
+#include "controlplane/feed/change_reader.h"
+#include "controlplane/feed/encoded_event.h"
 #include "controlplane/feed/tables.h"
 #include "controlplane/feed/tailer.h"
 #include "controlplane/feed/writer.h"
@@ -131,6 +134,63 @@ TEST_CASE_METHOD(HubTest, "subscribers joining while writers commit never start 
   INFO(commits.load() << " commits, " << checked << " subscribers checked");
   CHECK(checked > 100);
   CHECK(gaps == std::vector<std::string>{});
+}
+
+// Keeps every batch it is handed.
+class Keeper : public Subscriber {
+ public:
+  void deliver(const std::shared_ptr<const EventBatch>& batch) override {
+    std::lock_guard lock(mutex_);
+    batches_.push_back(batch);
+  }
+  void expire(const std::string&) override {}
+  std::vector<std::shared_ptr<const EventBatch>> batches() {
+    std::lock_guard lock(mutex_);
+    return batches_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<const EventBatch>> batches_;
+};
+
+// What the streams write is the tailer's one encoding of each change: it must decode to the
+// event, and the event must be the resource exactly as the database holds it.
+TEST_CASE_METHOD(HubTest, "published changes are encoded once, as the database holds them",
+                 "[feed][hub]") {
+  auto hub = std::make_shared<Hub>();
+  Tailer tailer(pool_, tables_, hub);
+  auto keeper = std::make_shared<Keeper>();
+  (void)hub->subscribe("eu-1", keeper);
+  for (int n = 0; n < 120; ++n) REQUIRE_THAT(writer_->put(bucket(n)), IsOk());
+  for (int n = 0; n < 10; ++n) {
+    REQUIRE_THAT(writer_->remove(ResourceKey{"example.krane.dev/bucket", strCat("b", n), "eu-1"}),
+                 IsOk());
+  }
+  REQUIRE_THAT(tailer.pollOnce(), IsOk());
+  auto conn = pool_->acquire();
+  REQUIRE_THAT(conn, IsOk());
+  uint64_t next = 1;
+  size_t deletes = 0;
+  for (const auto& batch : keeper->batches()) {
+    for (const auto& event : batch->events) {
+      REQUIRE(event.version == next++);
+      cluster::v1::WatchEvent decoded;
+      REQUIRE(decoded.ParseFromArray(event.wire.begin(), static_cast<int>(event.wire.size())));
+      CHECK(google::protobuf::util::MessageDifferencer::Equals(decoded, *event.event));
+      const auto& r = decoded.change().resource();
+      const ResourceKey key{r.type(), r.id(), r.region()};
+      auto stored = tables_->forType(key.type).load(**conn, key);
+      REQUIRE_THAT(stored, IsOk());
+      auto expected = makeChangeEvent(event.version, key, *stored);
+      INFO("version " << event.version);
+      CHECK(google::protobuf::util::MessageDifferencer::Equals(decoded, *expected));
+      if (decoded.change().op() == cluster::v1::CHANGE_OP_DELETE) ++deletes;
+    }
+  }
+  CHECK(next == 131);
+  // Every change of the ten removed buckets (the first changes included) reads as a delete now.
+  CHECK(deletes >= 10);
 }
 
 }  // namespace

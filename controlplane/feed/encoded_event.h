@@ -1,0 +1,22 @@
+// A WatchEvent serialized once into a reference-counted buffer.
+//
+// The tailer encodes each change once; every Watch stream of the replica writes the same bytes
+// (a grpc::Slice copy only takes a reference), so fan-out costs no serialization per stream.
+// The bytes are exactly the WatchEvent message the agents read. Thread-safe: the bytes are
+// immutable once encoded.
+#pragma once
+
+#include <grpcpp/support/byte_buffer.h>
+#include <grpcpp/support/slice.h>
+
+#include "krane/cluster/v1/cluster.pb.h"
+
+namespace krane::feed {
+
+// The wire form of `event`, allocated once.
+grpc::Slice encodeEvent(const cluster::v1::WatchEvent& event);
+
+// A message to write that shares `wire`'s bytes (no copy).
+inline grpc::ByteBuffer messageOf(const grpc::Slice& wire) { return grpc::ByteBuffer(&wire, 1); }
+
+}  // namespace krane::feed
