@@ -1,9 +1,8 @@
 // Encoded events: the bytes every stream writes are one WatchEvent message, shared, not copied.
 #include "controlplane/feed/encoded_event.h"
 
-#include <google/protobuf/util/message_differencer.h>
-
 #include <catch2/catch.hpp>
+#include <google/protobuf/util/message_differencer.h>
 
 namespace krane::feed {
 namespace {
