@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -361,7 +362,8 @@ TEST_CASE("retrying and parked changes hold or free the cursor and show in the a
   REQUIRE_THAT(server.writer().put(bucket("b3", "x")), IsOk());      // 5
   auto agents = cp.agents();
   krane::api::v1::Agent seen;
-  REQUIRE(eventually([&] {
+  // The one agent as ListAgents shows it (in `seen`) satisfies `want`.
+  const auto agentShows = [&](const std::function<bool(const krane::api::v1::Agent&)>& want) {
     krane::api::v1::ListAgentsResponse response;
     if (!agents
              ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(), {},
@@ -371,23 +373,17 @@ TEST_CASE("retrying and parked changes hold or free the cursor and show in the a
       return false;
     }
     seen = response.agents(0);
-    return seen.parked_events() == 1 && seen.retrying_events() == 1;
+    return want(seen);
+  };
+  REQUIRE(eventually([&] {
+    return agentShows(
+        [](const auto& a) { return a.parked_events() == 1 && a.retrying_events() == 1; });
   }));
   INFO("the cursor stops before the change still being retried, past the parked one");
   // (b2, version 3, may still be on its way through the plugin when the counts show.)
   CHECK(eventually([&] { return watermark(s) == 3u; }));
-  REQUIRE(eventually([&] {
-    krane::api::v1::ListAgentsResponse response;
-    if (!agents
-             ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(), {},
-                          &response)
-             .ok() ||
-        response.agents_size() != 1) {
-      return false;
-    }
-    seen = response.agents(0);
-    return seen.applied_version() == 3u;
-  }));
+  REQUIRE(eventually(
+      [&] { return agentShows([](const auto& a) { return a.applied_version() == 3u; }); }));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   CHECK(watermark(s) == 3u);  // and it stays there while version 4 is retried
   const auto kranectl = runCommand({runfile("cli/kranectl"), "--server",

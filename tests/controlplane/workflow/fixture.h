@@ -81,6 +81,21 @@ class WorkflowTest : public krane::testing::MariaDbTest {
     }
   }
 
+  // Region `region`, and with `replicas` > 0 the production environment 'prod' deploying
+  // that many replicas there.
+  void seedRegion(const std::string& region, uint32_t replicas = 0) {
+    exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
+    if (replicas == 0) return;
+    exec(
+        "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
+        " VALUES ('prod', ?, ?, 1)",
+        {region, replicas});
+  }
+  // Regions eu-1 and us-1 (see seedRegion).
+  void seedRegions(uint32_t replicas = 0) {
+    for (const char* region : {"eu-1", "us-1"}) seedRegion(region, replicas);
+  }
+
   int64_t scalar(const std::string& sql, const db::Params& params = {}) {
     auto rows = (*pool_->acquire())->query(sql, params);
     CHECK_THAT(rows, IsOk());

@@ -39,13 +39,7 @@ class DeployCrashTest : public workflow::WorkflowTest {
  protected:
   DeployCrashTest() : ingestor_(std::make_shared<ingest::Ingestor>(pool_)), submitter_(pool_) {
     seedTenancy();
-    for (const char* region : {"eu-1", "us-1"}) {
-      exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
-      exec(
-          "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
-          " VALUES ('prod', ?, 1, 1)",
-          {region});
-    }
+    seedRegions(1);
     // The test process sends invocations and, through the gate, notifications; it runs none.
     DeployDependencies deps{pool_, nullptr, nullptr, nullptr};
     REQUIRE_THAT(submitter_.registerService(deployService(deps)), IsOk());

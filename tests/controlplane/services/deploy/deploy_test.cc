@@ -44,13 +44,7 @@ class DeployTest : public workflow::WorkflowTest {
     exec("UPDATE environments SET deploy_timeout_seconds = 600 WHERE id = 'prod'");
     exec(
         "INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at) VALUES ('ws', 1, 1)");
-    for (const char* region : {"eu-1", "us-1"}) {
-      exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
-      exec(
-          "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
-          " VALUES ('prod', ?, 2, 1)",
-          {region});
-    }
+    seedRegions(2);
     dir_ = std::filesystem::path(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") /
            ("deploy-" + std::to_string(::getpid()));
     // The regions' agents run the sentinels a first deploy creates: each converges as soon as
@@ -226,10 +220,7 @@ TEST_CASE_METHOD(DeployTest, "the first deploy creates the environment's sentine
   CHECK(deployToReady("d2", 200).empty());
   CHECK(scalar("SELECT COUNT(*) FROM resource_changes WHERE resource_type = 'sentinel'") == 2);
 
-  exec("INSERT INTO regions (id, display_name, created_at) VALUES ('ap-1', 'ap-1', 1)");
-  exec(
-      "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
-      " VALUES ('prod', 'ap-1', 2, 1)");
+  seedRegion("ap-1", 2);
   auto third = deployToReady("d3", 300);
   REQUIRE(third.size() == 1);
   CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE id = ? AND region_id = 'ap-1'", {third[0]}) ==
@@ -261,10 +252,7 @@ TEST_CASE_METHOD(DeployTest, "two replicas seeing the threshold notify once", "[
 }
 
 TEST_CASE_METHOD(DeployTest, "one region down is tolerated and none up times out", "[deploy]") {
-  exec("INSERT INTO regions (id, display_name, created_at) VALUES ('ap-1', 'ap-1', 1)");
-  exec(
-      "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
-      " VALUES ('prod', 'ap-1', 1, 1)");
+  seedRegion("ap-1", 1);
   Engine& e = start();
   deployment("d1", 100);
   auto ok = send(e, "d1", prebuilt());

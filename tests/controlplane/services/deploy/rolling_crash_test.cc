@@ -35,13 +35,7 @@ class RollingCrashTest : public workflow::WorkflowTest {
     exec(
         "UPDATE environments SET strategy = 'rolling', max_surge = 1, max_unavailable = 0,"
         " deploy_timeout_seconds = 300 WHERE id = 'prod'");
-    for (const char* region : {"eu-1", "us-1"}) {
-      exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
-      exec(
-          "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
-          " VALUES ('prod', ?, 4, 1)",
-          {region});
-    }
+    seedRegions(4);
     // The test process sends invocations and, through the hooks, notifications; it runs none.
     REQUIRE_THAT(submitter_.registerService(deployService({pool_, nullptr, nullptr, nullptr})),
                  IsOk());

@@ -38,13 +38,7 @@ class RollingDeployTest : public workflow::WorkflowTest {
         " deploy_timeout_seconds = 120 WHERE id = 'prod'");
     exec(
         "INSERT INTO quotas (workspace_id, max_concurrent_builds, created_at) VALUES ('ws', 5, 1)");
-    for (const char* region : {"eu-1", "us-1"}) {
-      exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
-      exec(
-          "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
-          " VALUES ('prod', ?, 3, 1)",
-          {region});
-    }
+    seedRegions(3);
     Engine& e = engine([&](Engine& e) {
       DeployDependencies deps{pool_, writer_, std::make_shared<builder::PrebuiltBuilder>(),
                               nullptr};

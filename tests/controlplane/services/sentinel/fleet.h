@@ -28,9 +28,7 @@ class SentinelFleetTest : public workflow::WorkflowTest {
   SentinelFleetTest()
       : writer_(std::make_shared<feed::Writer>(pool_, std::make_shared<feed::ResourceTables>())),
         ingestor_(std::make_shared<ingest::Ingestor>(pool_)) {
-    for (const char* region : {"eu-1", "us-1"}) {
-      exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
-    }
+    seedRegions();
     seedTenancy();
   }
   ~SentinelFleetTest() { stopFleet(); }
