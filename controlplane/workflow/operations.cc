@@ -360,12 +360,30 @@ absl::StatusOr<CleanupResult> cleanupFinished(db::Pool& pool, std::chrono::milli
 
 absl::StatusOr<std::optional<std::string>> readState(db::Pool& pool, std::string_view service,
                                                      std::string_view key, std::string_view name) {
+  KRANE_ASSIGN_OR_RETURN(auto values, readStates(pool, service, key, {name}));
+  if (values.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(std::move(values.begin()->second));
+}
+
+absl::StatusOr<std::map<std::string, std::string>> readStates(
+    db::Pool& pool, std::string_view service, std::string_view key,
+    const std::vector<std::string_view>& names) {
+  std::map<std::string, std::string> out;
+  if (names.empty()) return out;
+  std::string in = "?";
+  db::Params params = {service, key, names[0]};
+  for (size_t i = 1; i < names.size(); ++i) {
+    in += ", ?";
+    params.emplace_back(names[i]);
+  }
   KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
-  KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT value FROM workflow_state WHERE"
-                                                " service = ? AND object_key = ? AND name = ?",
-                                                {service, key, name}));
-  if (rows.empty()) return std::optional<std::string>();
-  return std::optional<std::string>(rows.rows[0].str("value"));
+  KRANE_ASSIGN_OR_RETURN(auto rows,
+                         conn->query(strCat("SELECT name, value FROM workflow_state WHERE"
+                                            " service = ? AND object_key = ? AND name IN (",
+                                            in, ")"),
+                                     params));
+  for (const db::Row& r : rows.rows) out[r.str("name")] = r.str("value");
+  return out;
 }
 
 }  // namespace krane::workflow

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -99,6 +100,10 @@ absl::StatusOr<std::vector<HeldKey>> keysHeldLongerThan(db::Pool& pool,
 // handler: for components that react to what a workflow waits for (the deploy readiness gate).
 absl::StatusOr<std::optional<std::string>> readState(db::Pool& pool, std::string_view service,
                                                      std::string_view key, std::string_view name);
+// Several of its values in one query: name -> value, for the names that are set.
+absl::StatusOr<std::map<std::string, std::string>> readStates(
+    db::Pool& pool, std::string_view service, std::string_view key,
+    const std::vector<std::string_view>& names);
 
 struct CleanupResult {
   uint64_t invocations = 0;

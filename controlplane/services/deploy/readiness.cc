@@ -41,15 +41,19 @@ absl::StatusOr<Readiness> readinessOf(db::Connection& conn, const std::string& d
 void ReadinessGate::onInstancesReported(const std::string& deployment_id, const std::string&,
                                         uint32_t running, uint32_t, uint32_t failed) {
   if (running == 0 && failed == 0) return;  // this report changes neither outcome
-  // A rolling deploy between cycles runs its next one now.
-  if (auto roll = workflow::readState(*pool_, kServiceName, deployment_id, kRollAwakeableState);
-      roll.ok() && *roll) {
-    // The first settle wins: another replica, or the tick, may have been first.
-    (void)engine_.resolveAwakeable(**roll, "");
+  // What the deploy waits for, both in one query: reports arrive all the time.
+  auto states = workflow::readStates(*pool_, kServiceName, deployment_id,
+                                     {kRollAwakeableState, kReadyAwakeableState});
+  if (!states.ok()) return;
+  if (auto roll = states->find(kRollAwakeableState); roll != states->end()) {
+    // A rolling deploy between cycles runs its next one now. The first settle wins: another
+    // replica, or the tick, may have been first.
+    (void)engine_.resolveAwakeable(roll->second, "");
     return;
   }
-  auto waiting = workflow::readState(*pool_, kServiceName, deployment_id, kReadyAwakeableState);
-  if (!waiting.ok() || !*waiting) return;  // not waiting: it checks for itself when it starts
+  auto ready_wait = states->find(kReadyAwakeableState);
+  if (ready_wait == states->end()) return;  // not waiting: it checks for itself when it starts
+  const std::string& waiting = ready_wait->second;
   auto conn = pool_->acquire();
   if (!conn.ok()) return;
   auto ready = readinessOf(**conn, deployment_id);
@@ -60,8 +64,8 @@ void ReadinessGate::onInstancesReported(const std::string& deployment_id, const 
     std::string reasons;
     for (const auto& f : ready->failing) reasons += (reasons.empty() ? "" : "; ") + f;
     auto rejected = engine_.rejectAwakeable(
-        **waiting, strCat("instances failing in ", ready->failing.size(), " of ", ready->regions,
-                          " regions (", ready->needed, " must be healthy): ", reasons));
+        waiting, strCat("instances failing in ", ready->failing.size(), " of ", ready->regions,
+                        " regions (", ready->needed, " must be healthy): ", reasons));
     if (!rejected.ok()) {
       spdlog::warn("deploy: failing deployment={} fast did not work: {}", deployment_id,
                    toStd(rejected.message()));
@@ -72,7 +76,7 @@ void ReadinessGate::onInstancesReported(const std::string& deployment_id, const 
   notify.service = kServiceName;
   notify.handler = "NotifyInstancesReady";
   notify.key = deployment_id;
-  notify.idempotency_key = **waiting;  // one notification per wait, whichever replica sends it
+  notify.idempotency_key = waiting;  // one notification per wait, whichever replica sends it
   auto sent = engine_.send(notify);
   if (!sent.ok()) {
     spdlog::warn("deploy: notifying deployment={} of its ready instances failed: {}", deployment_id,
