@@ -515,6 +515,23 @@ TEST_CASE_METHOD(SentinelKubePluginTest,
   CHECK(noSentinel("s1"));
 }
 
+TEST_CASE_METHOD(SentinelKubePluginTest,
+                 "a routes ConfigMap the API server refused is applied at a later round",
+                 "[sentinel-kube-plugin]") {
+  REQUIRE_THAT(load(), IsOk());
+  putDeployment("dep_a");
+  auto change = sentinelChange("s1", "v1", 1, 1);
+  change.mutable_resource()->mutable_sentinel()->set_live_deployment_id("dep_a");
+  REQUIRE_THAT(plugin_->apply(change), IsOk());
+  REQUIRE(routesAre("s1", "dep_a"));
+  // The next write (the ConfigMap naming dep_a's Service) is refused, and not retried by the
+  // client (403); nothing else changes in the cluster afterwards.
+  api_.failNext(1, 403, -1, "PATCH");
+  REQUIRE_THAT(api_.makePodsReady(workspaceNs(), deployment::objectName("dep_a")), IsOk());
+  REQUIRE(routesAre("s1", "dep_a " + serviceOf("dep_a")));
+  CHECK(api_.countRequests("PATCH", "/configmaps/sentinel-routes-s1") >= 3);
+}
+
 TEST_CASE_METHOD(SentinelKubePluginTest, "errors name the field", "[sentinel-kube-plugin]") {
   CHECK_THAT(std::string(toStd(load(R"({"runtime": "kubernetes", "kubernetes": {
         "in_cluster": true, "kubeconfig": "/k"}})")
