@@ -132,12 +132,11 @@ void KubeRoutes::publishLocked(const std::string& id, Sentinel& s) {
     // After a restart: what the proxy follows now is where a switch in progress starts from.
     auto current = client_.get({"v1", "ConfigMap", kNamespace, name});
     if (current.ok()) {
-      const json& data = current->value("data", json::object());
-      if (data.is_object() && data.contains(kRoutesKey) && data[kRoutesKey].is_string()) {
-        if (auto routes = parseRoutes(data[kRoutesKey].get<std::string>()); routes.ok()) {
-          s.published = *std::move(routes);
-          s.written = true;
-        }
+      auto document = routesDocumentOf(*current);
+      auto routes = document.ok() ? parseRoutes(*document) : document.status();
+      if (routes.ok()) {
+        s.published = *std::move(routes);
+        s.written = true;
       }
     } else if (!absl::IsNotFound(current.status())) {
       if (options_.warn) {

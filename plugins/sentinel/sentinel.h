@@ -38,7 +38,6 @@ inline constexpr int kGossipPort = 7946;
 inline constexpr char kLivenessPath[] = "/healthz/live";
 inline constexpr char kReadinessPath[] = "/healthz/ready";
 inline constexpr char kServiceAccount[] = "krane-sentinel";
-inline constexpr char kRoutesKey[] = "routes.json";  // the routes ConfigMap's key
 
 // A DNS-1123 label (lowercase letters, digits, '-'; at most 63; starts with a letter) made from
 // `prefix` and `id`; ids that had to be changed get a hash suffix, so two ids never collide.

@@ -236,7 +236,14 @@ TEST_CASE("on Kubernetes the proxy follows its routes ConfigMap through the API 
   REQUIRE(eventually([&] { return get(port, "/").deployment == "dep_2"; }, 5s));
   CHECK(std::chrono::steady_clock::now() - switched_at < 3s);
 
-  INFO("a document that is not routes: the routes there were stay");
+  INFO("a ConfigMap without the routes key, then a document that is not routes: the routes"
+       " there were stay");
+  api.put({{"apiVersion", "v1"},
+           {"kind", "ConfigMap"},
+           {"metadata", {{"name", "sentinel-routes-s1"}, {"namespace", "sentinel"}}},
+           {"data", {{"other.json", "{}"}}}});
+  std::this_thread::sleep_for(300ms);
+  CHECK(get(port, "/").deployment == "dep_2");
   putRoutes("{\"endpoints\": [\"no port\"]}");
   std::this_thread::sleep_for(300ms);
   REQUIRE(api.object("v1", "ConfigMap", "sentinel", "sentinel-routes-s1"));

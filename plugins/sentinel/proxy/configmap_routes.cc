@@ -5,10 +5,6 @@
 
 namespace krane::sentinel {
 
-namespace {
-constexpr char kRoutesKey[] = "routes.json";  // as the sentinel plugin writes it (sentinel.h)
-}  // namespace
-
 absl::StatusOr<ConfigMapRef> parseConfigMapRef(const std::string& text, const std::string& what) {
   const auto slash = text.find('/');
   if (slash == std::string::npos || slash == 0 || slash + 1 == text.size() ||
@@ -47,21 +43,20 @@ void ConfigMapRoutes::onConfigMap(const nlohmann::json& config_map, bool deleted
                  ref_.ns, ref_.name);
     return;
   }
-  const nlohmann::json data = config_map.value("data", nlohmann::json::object());
-  if (!data.is_object() || !data.contains(kRoutesKey) || !data[kRoutesKey].is_string()) {
-    spdlog::error("krane-sentinel: ConfigMap {}/{} has no {} key; ignored", ref_.ns, ref_.name,
-                  kRoutesKey);
+  auto text = routesDocumentOf(config_map);
+  if (!text.ok()) {
+    spdlog::error("krane-sentinel: ConfigMap {}/{}: {}; ignored", ref_.ns, ref_.name,
+                  std::string(text.status().message()));
     return;
   }
-  const std::string text = data[kRoutesKey].get<std::string>();
-  if (text == last_) return;
-  auto routes = parseRoutes(text);
+  if (*text == last_) return;
+  auto routes = parseRoutes(*text);
   if (!routes.ok()) {
     spdlog::error("krane-sentinel: ConfigMap {}/{}: {}; ignored", ref_.ns, ref_.name,
                   std::string(routes.status().message()));
     return;
   }
-  last_ = text;
+  last_ = *std::move(text);
   on_routes_(*std::move(routes));
 }
 

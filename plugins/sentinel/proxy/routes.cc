@@ -60,4 +60,12 @@ std::string routesJson(const Routes& routes) {
   return json{{"deployment_id", routes.deployment_id}, {"endpoints", endpoints}}.dump();
 }
 
+absl::StatusOr<std::string> routesDocumentOf(const nlohmann::json& config_map) {
+  const nlohmann::json data = config_map.value("data", nlohmann::json::object());
+  if (!data.is_object() || !data.contains(kRoutesKey) || !data[kRoutesKey].is_string()) {
+    return absl::InvalidArgumentError(strCat("data.", kRoutesKey, ": missing"));
+  }
+  return data[kRoutesKey].get<std::string>();
+}
+
 }  // namespace krane::sentinel

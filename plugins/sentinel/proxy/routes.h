@@ -13,8 +13,12 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 
 namespace krane::sentinel {
+
+// The key of a routes ConfigMap (Kubernetes) that holds the document.
+inline constexpr char kRoutesKey[] = "routes.json";
 
 struct Endpoint {
   std::string host;
@@ -33,6 +37,10 @@ struct Routes {
 // routes file.
 absl::StatusOr<Routes> parseRoutes(std::string_view text);
 std::string routesJson(const Routes& routes);
+
+// The routes document a ConfigMap holds under kRoutesKey; INVALID_ARGUMENT naming the key when
+// it has none.
+absl::StatusOr<std::string> routesDocumentOf(const nlohmann::json& config_map);
 
 // "host:port" (port 1-65535) as an endpoint; INVALID_ARGUMENT otherwise.
 absl::StatusOr<Endpoint> parseEndpoint(std::string_view address);
