@@ -211,6 +211,8 @@ TEST_CASE("on Kubernetes the proxy follows its routes ConfigMap through the API 
            {"kind", "ConfigMap"},
            {"metadata", {{"name", "sentinel-routes-s2"}, {"namespace", "sentinel"}}},
            {"data", {{"routes.json", routesTo("dep_other", v2)}}}});
+  // The API server refuses the proxy at first (its token is not the one required).
+  api.requireToken("a-token-the-proxy-does-not-have");
   const int port = freePort();
   auto proxy = std::make_unique<ChildProcess>(
       std::vector<std::string>{runfile("plugins/sentinel/krane-sentinel"), "--port",
@@ -225,7 +227,11 @@ TEST_CASE("on Kubernetes the proxy follows its routes ConfigMap through the API 
   CHECK(get(port, "/healthz/ready").status == 503);
 
   putRoutes(routesTo("dep_1", v1));
-  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 5s));
+  INFO("the API server refuses it: still not ready, and it keeps trying");
+  std::this_thread::sleep_for(500ms);
+  CHECK(get(port, "/healthz/ready").status == 503);
+  api.requireToken("");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 20s));
   CHECK(get(port, "/").deployment == "dep_1");
 
   INFO("a promote written to the ConfigMap reaches the proxy within seconds, no request fails");
@@ -236,8 +242,9 @@ TEST_CASE("on Kubernetes the proxy follows its routes ConfigMap through the API 
   REQUIRE(eventually([&] { return get(port, "/").deployment == "dep_2"; }, 5s));
   CHECK(std::chrono::steady_clock::now() - switched_at < 3s);
 
-  INFO("a ConfigMap without the routes key, then a document that is not routes: the routes"
-       " there were stay");
+  INFO(
+      "a ConfigMap without the routes key, then a document that is not routes: the routes"
+      " there were stay");
   api.put({{"apiVersion", "v1"},
            {"kind", "ConfigMap"},
            {"metadata", {{"name", "sentinel-routes-s1"}, {"namespace", "sentinel"}}},
