@@ -82,6 +82,7 @@ bool Watcher::streamOnce(uint64_t version) {
   request.set_region(options_.region);
   request.set_version(version);
   request.set_agent_id(options_.agent_id);
+  request.set_accept_batches(true);
   {
     std::lock_guard lock(mutex_);
     // A full sync starts a cursor of whatever epoch the feed is in.
@@ -92,22 +93,23 @@ bool Watcher::streamOnce(uint64_t version) {
                version == 0 ? " (full sync)" : "");
 
   auto reader = stub_->Watch(&context, request);
-  cluster::v1::WatchEvent event;
+  cluster::v1::WatchEvent message;
   bool in_sync = false;
   bool expired = false;
-  while (reader->Read(&event)) {
+  // Takes one event; false once the stream is being cancelled (nothing after it is taken).
+  auto take = [&](const cluster::v1::WatchEvent& event) {
     switch (event.event_case()) {
       case cluster::v1::WatchEvent::kSyncBegin:
         in_sync = true;
         sink_.syncBegin(event.sync_begin().snapshot_version());
-        break;
+        return true;
       case cluster::v1::WatchEvent::kChange: {
         {
           std::lock_guard lock(mutex_);
           ++stats_.changes;
         }
         sink_.change(event.change(), in_sync);
-        break;
+        return true;
       }
       case cluster::v1::WatchEvent::kSyncEnd: {
         in_sync = false;
@@ -116,34 +118,45 @@ bool Watcher::streamOnce(uint64_t version) {
                         options_.region, event.sync_end().version());
           resync_ = true;
           context.TryCancel();
-          break;
+          return false;
         }
         if (options_.on_epoch) options_.on_epoch(event.sync_end().epoch());
         std::lock_guard lock(mutex_);
         ++stats_.full_syncs;
         last_sync_unix_ms_ = unixMillis();
         epoch_ = event.sync_end().epoch();
-        break;
+        return true;
       }
       case cluster::v1::WatchEvent::kBookmark:
         sink_.bookmark(event.bookmark().version());
-        break;
+        return true;
       case cluster::v1::WatchEvent::kCursorExpired: {
         spdlog::warn("agent: cursor expired region={} reason=\"{}\": full sync now",
                      options_.region, event.cursor_expired().message());
         std::lock_guard lock(mutex_);
         ++stats_.cursor_expired;
         expired = true;
-        break;
+        return true;
       }
       default:
-        // An event this agent does not know is an error, never silently skipped.
+        // An event this agent does not know (or a batch inside a batch) is an error, never
+        // silently skipped.
         spdlog::error("agent: unknown watch event case {}; reconnecting",
                       static_cast<int>(event.event_case()));
         context.TryCancel();
-        break;
+        return false;
     }
-    if (!in_sync && resyncDue()) {
+  };
+  while (reader->Read(&message)) {
+    bool going = true;
+    if (message.has_batch()) {
+      for (const auto& event : message.batch().events()) {
+        if (!(going = take(event))) break;
+      }
+    } else {
+      going = take(message);
+    }
+    if (going && !in_sync && resyncDue()) {
       resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
       context.TryCancel();
     }

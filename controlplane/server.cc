@@ -321,6 +321,9 @@ std::string Server::metricsText() const {
              "Watch writes that flushed a stream's queue (the messages before each went with"
              " it)",
              MetricType::Counter, w.flushes.load()));
+  f.push_back(family("krane_feed_batches_total",
+                     "Watch messages that carried several events (to agents that accept batches)",
+                     MetricType::Counter, w.batches_sent.load()));
   f.push_back(family("krane_feed_bookmarks_total", "Bookmarks queued", MetricType::Counter,
                      w.bookmarks_sent.load()));
   f.push_back(family("krane_feed_full_syncs_total", "Full syncs served", MetricType::Counter,

@@ -59,6 +59,8 @@ krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
   --ctrl PATH  run this krane-ctrl binary instead of the one built with the benchmark
   --replica-streams N  streams of the replicated phase (10,000)
   --replicas-only      run only the replicated phase (its figures; for investigation)
+  --no-batches         streams that do not accept batches (one event per message, as agents
+                       before WatchRequest.accept_batches had)
   --help    this text
 
 krane-ctrl's configuration and log go to a directory under /tmp, removed after a successful run
@@ -89,6 +91,7 @@ struct Options {
   size_t per_connection = 50;
   std::string ctrl_binary;     // --ctrl: another krane-ctrl binary (to compare builds)
   bool replicas_only = false;  // --replicas-only: only the replicated phase (for investigation)
+  bool batches = true;         // --no-batches: streams read one event per message
 };
 
 // Progress, on stderr, with the time since start.
@@ -388,7 +391,7 @@ PhaseResult measureKrane(Bench& b, const std::vector<CtrlProcess*>& ctrls, size_
   for (size_t i = 0; i < ctrls.size(); ++i) {
     const size_t count = n / ctrls.size() + (i < n % ctrls.size() ? 1 : 0);
     groups.push_back(std::make_unique<WatchStreams>(ctrls[i]->grpcTarget(), b.agent_token, kRegion,
-                                                    head, count, per_connection));
+                                                    head, count, per_connection, o.batches));
   }
   for (auto& streams : groups) {
     if (!streams->waitLive(300s)) {
@@ -424,7 +427,13 @@ PhaseResult measureKrane(Bench& b, const std::vector<CtrlProcess*>& ctrls, size_
       },
       kRegion, o.puts_per_s);
   const uint64_t polls_before = ctrl.metric("krane_feed_tailer_polls_total").value_or(0);
-  for (auto& streams : groups) streams->setRecording(true);
+  uint64_t messages_before = 0;
+  uint64_t changes_before = 0;
+  for (auto& streams : groups) {
+    messages_before += streams->messages();
+    changes_before += streams->changes();
+    streams->setRecording(true);
+  }
   load.start();
   std::this_thread::sleep_for(o.warmup);
   std::vector<int> pids;
@@ -441,7 +450,11 @@ PhaseResult measureKrane(Bench& b, const std::vector<CtrlProcess*>& ctrls, size_
   uint64_t expired = 0;
   size_t ended = 0;
   std::string first_error;
+  uint64_t messages = 0;
+  uint64_t changes = 0;
   for (auto& streams : groups) {
+    messages += streams->messages();
+    changes += streams->changes();
     streams->setRecording(false);
     for (auto& s : streams->takeSamples()) samples.push_back(std::move(s));
     expired += streams->expired();
@@ -458,6 +471,11 @@ PhaseResult measureKrane(Bench& b, const std::vector<CtrlProcess*>& ctrls, size_
   say("{}: latency p50 {:.2f} ms, p99 {:.2f} ms, max {:.2f} ms over {} samples ({} changes)", what,
       result.latency.p50_ms, result.latency.p99_ms, result.latency.max_ms, result.latency.samples,
       result.latency.changes);
+  say("{}: {} changes in {} messages ({:.2f} per message{})", what, changes - changes_before,
+      messages - messages_before,
+      static_cast<double>(changes - changes_before) /
+          static_cast<double>(std::max<uint64_t>(messages - messages_before, 1)),
+      o.batches ? ", batches accepted" : ", no batches");
   say("{}: first stream to get a change: p50 {:.2f} ms, p99 {:.2f} ms after the put was sent; "
       "first to last stream: p50 {:.2f} ms, p99 {:.2f} ms",
       what, result.fan_out.first_p50_ms, result.fan_out.first_p99_ms, result.fan_out.spread_p50_ms,
@@ -644,15 +662,17 @@ void measureFullSync(Bench& b) {
   request.set_region(kSyncRegion);
   request.set_version(0);
   request.set_agent_id("bench-sync");
+  request.set_accept_batches(b.options.batches);
   say("sync: Watch from version 0 (krane-ctrl VmRSS {} KiB before)", before.rss_kib);
   const auto start = std::chrono::steady_clock::now();
   auto reader = stub->Watch(&context, request);
-  cluster::v1::WatchEvent event;
+  cluster::v1::WatchEvent message;
   size_t changes = 0;
+  size_t messages = 0;
   bool began = false;
   bool ended = false;
   uint64_t announced = 0;
-  while (reader->Read(&event)) {
+  auto take = [&](const cluster::v1::WatchEvent& event) {
     if (event.has_sync_begin()) {
       began = true;
     } else if (event.has_change()) {
@@ -660,9 +680,16 @@ void measureFullSync(Bench& b) {
     } else if (event.has_sync_end()) {
       ended = true;
       announced = event.sync_end().resource_count();
-      break;
     } else if (event.has_cursor_expired()) {
       throw std::runtime_error(strCat("full sync refused: ", event.cursor_expired().message()));
+    }
+  };
+  while (!ended && reader->Read(&message)) {
+    ++messages;
+    if (message.has_batch()) {
+      for (const auto& event : message.batch().events()) take(event);
+    } else {
+      take(message);
     }
   }
   const double seconds =
@@ -676,9 +703,9 @@ void measureFullSync(Bench& b) {
   }
   const ProcessMemory after = ctrl->memory();
   b.stopCtrl(ctrl);
-  say("sync: {} resources in {:.2f} s ({:.0f}/s); SyncEnd.resource_count {}; krane-ctrl VmHWM {} "
-      "KiB",
-      changes, seconds, static_cast<double>(changes) / seconds, announced, after.hwm_kib);
+  say("sync: {} resources in {:.2f} s ({:.0f}/s) in {} messages; SyncEnd.resource_count {}; "
+      "krane-ctrl VmHWM {} KiB",
+      changes, seconds, static_cast<double>(changes) / seconds, messages, announced, after.hwm_kib);
 
   const std::string name = fmt::format("full_sync_{}k_s", total / 1000);
   auto& f = b.report.add(name, seconds, "s");
@@ -733,6 +760,8 @@ int run(int argc, char** argv) {
       o.replica_streams = std::stoul(argv[++i]);
     } else if (arg == "--replicas-only") {
       o.replicas_only = true;
+    } else if (arg == "--no-batches") {
+      o.batches = false;
     } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;

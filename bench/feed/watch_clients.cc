@@ -25,18 +25,47 @@ class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
         request_(request) {
     context_.AddMetadata("authorization", "Bearer " + token);
     stub_->async()->Watch(&context_, &request_, this);
-    StartRead(&event_);
+    StartRead(&message_);
     StartCall();
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // OnDone follows
     const int64_t received = nowNs();
-    switch (event_.event_case()) {
+    shared_.messages.fetch_add(1, std::memory_order_relaxed);
+    if (message_.has_batch()) {
+      for (const auto& event : message_.batch().events()) take(event, received);
+    } else {
+      take(message_, received);
+    }
+    StartRead(&message_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    std::lock_guard lock(shared_.mutex);
+    done_ = true;
+    ++shared_.done;
+    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
+        shared_.first_error.empty()) {
+      shared_.first_error = strCat("Watch ended: ", status.error_message());
+    }
+    shared_.changed.notify_all();
+  }
+
+  void cancel() { context_.TryCancel(); }
+
+  std::vector<Sample> takeSamples() {
+    std::lock_guard lock(samples_mutex_);
+    return std::exchange(samples_, {});
+  }
+
+ private:
+  void take(const WatchEvent& event, int64_t received) {
+    switch (event.event_case()) {
       case WatchEvent::kChange: {
         shared_.changes.fetch_add(1, std::memory_order_relaxed);
         if (shared_.recording.load(std::memory_order_relaxed)) {
-          const auto& change = event_.change();
+          const auto& change = event.change();
           const auto& resource = change.resource();
           Sample sample{change.version(), received, -1};
           if (resource.version() == change.version() && resource.has_generic()) {
@@ -60,28 +89,8 @@ class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
       default:
         break;
     }
-    StartRead(&event_);
   }
 
-  void OnDone(const grpc::Status& status) override {
-    std::lock_guard lock(shared_.mutex);
-    done_ = true;
-    ++shared_.done;
-    if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED &&
-        shared_.first_error.empty()) {
-      shared_.first_error = strCat("Watch ended: ", status.error_message());
-    }
-    shared_.changed.notify_all();
-  }
-
-  void cancel() { context_.TryCancel(); }
-
-  std::vector<Sample> takeSamples() {
-    std::lock_guard lock(samples_mutex_);
-    return std::exchange(samples_, {});
-  }
-
- private:
   void markLive() {
     if (live_) return;
     live_ = true;
@@ -95,7 +104,7 @@ class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
   std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;
   grpc::ClientContext context_;
   cluster::v1::WatchRequest request_;
-  WatchEvent event_;
+  WatchEvent message_;
   bool live_ = false;  // only touched by this stream's callbacks, which never overlap
   bool done_ = false;
   std::mutex samples_mutex_;
@@ -104,7 +113,7 @@ class WatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent> {
 
 WatchStreams::WatchStreams(const std::string& target, const std::string& token,
                            const std::string& region, uint64_t version, size_t count,
-                           size_t per_connection) {
+                           size_t per_connection, bool accept_batches) {
   streams_.reserve(count);
   std::shared_ptr<grpc::Channel> channel;
   for (size_t i = 0; i < count; ++i) {
@@ -113,6 +122,7 @@ WatchStreams::WatchStreams(const std::string& target, const std::string& token,
     request.set_region(region);
     request.set_version(version);
     request.set_agent_id(strCat("bench-agent-", i));
+    request.set_accept_batches(accept_batches);
     streams_.push_back(std::make_unique<Stream>(shared_, channel, token, request));
   }
 }

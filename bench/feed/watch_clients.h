@@ -25,9 +25,11 @@ std::shared_ptr<grpc::Channel> ownChannel(const std::string& target);
 class WatchStreams {
  public:
   // Opens `count` streams of `region` resuming after `version` (0: full sync first), each a
-  // Watch call of its own, `per_connection` of them sharing one connection.
+  // Watch call of its own, `per_connection` of them sharing one connection; accepting batches
+  // as agents do, unless `accept_batches` is false.
   WatchStreams(const std::string& target, const std::string& token, const std::string& region,
-               uint64_t version, size_t count, size_t per_connection = 1);
+               uint64_t version, size_t count, size_t per_connection = 1,
+               bool accept_batches = true);
   ~WatchStreams();
   WatchStreams(const WatchStreams&) = delete;
   WatchStreams& operator=(const WatchStreams&) = delete;
@@ -40,6 +42,8 @@ class WatchStreams {
   uint64_t expired() const { return shared_.expired.load(); }
   uint64_t changes() const { return shared_.changes.load(); }
   uint64_t bookmarks() const { return shared_.bookmarks.load(); }
+  // Messages read, each one event or a batch of them.
+  uint64_t messages() const { return shared_.messages.load(); }
 
   // Changes are kept as samples only while recording.
   void setRecording(bool on) { shared_.recording = on; }
@@ -58,6 +62,7 @@ class WatchStreams {
     std::atomic<uint64_t> expired{0};
     std::atomic<uint64_t> changes{0};
     std::atomic<uint64_t> bookmarks{0};
+    std::atomic<uint64_t> messages{0};
     std::atomic<bool> recording{false};
     mutable std::mutex mutex;
     std::condition_variable changed;

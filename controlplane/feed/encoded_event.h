@@ -19,4 +19,11 @@ grpc::Slice encodeEvent(const cluster::v1::WatchEvent& event);
 // A message to write that shares `wire`'s bytes (no copy).
 inline grpc::ByteBuffer messageOf(const grpc::Slice& wire) { return grpc::ByteBuffer(&wire, 1); }
 
+// One WatchEvent carrying `events[0, count)` in order as a WatchEventBatch, for a stream that
+// accepts batches. The events' bytes are shared, not copied: only a few bytes of framing per
+// event are new. `count` must be at least 1, and no event may itself be a batch.
+grpc::ByteBuffer batchMessageOf(const grpc::Slice* events, size_t count);
+// The most framing a batch adds per event (a tag and a length), and once more for the batch.
+inline constexpr size_t kBatchFramingPerEvent = 11;
+
 }  // namespace krane::feed

@@ -343,8 +343,9 @@ void WatchStream::truncateLocked(size_t keep) {
 }
 
 void WatchStream::dropQueuedLocked() {
-  // The write in flight is queue_[head_]; it stays until its completion pops it.
-  truncateLocked(writing_ && !start_write_ ? 1 : 0);
+  // The write in flight is queue_[head_, head_ + in_flight_events_); it stays until its
+  // completion pops it.
+  truncateLocked(writing_ && !start_write_ ? in_flight_events_ : 0);
   if (start_write_) {
     // Nothing was started yet: nothing to write.
     start_write_ = false;
@@ -486,15 +487,32 @@ void WatchStream::kick() {
     if (!done_) {
       if (start_write_) {
         start_write_ = false;
-        // A round is what was queued when it started: every message of it but the last waits
-        // in the transport, so that the round goes out in one flush (the transport flushes by
-        // itself past 64 KiB). What arrives meanwhile waits for the next round, so a stream
-        // that keeps getting changes still flushes once per round.
-        // The first write carries the initial metadata, which the transport would hold back
-        // with a hinted message until some later write: it goes alone.
-        if (!wrote_first_) {
+        size_t count = 1;
+        if (request_.accept_batches()) {
+          // Everything waiting goes in one message (up to max_batch_bytes): a stream that is
+          // behind catches up in a few writes, and each write is one flush.
+          const size_t pending = pendingLocked();
+          size_t bytes = queue_[head_].size() + kBatchFramingPerEvent;
+          while (count < pending) {
+            const size_t next = queue_[head_ + count].size() + kBatchFramingPerEvent;
+            if (bytes + next > context_->options.max_batch_bytes) break;
+            bytes += next;
+            ++count;
+          }
+          ++context_->counters.flushes;
+          if (count > 1) ++context_->counters.batches_sent;
+          in_flight_ =
+              count == 1 ? messageOf(queue_[head_]) : batchMessageOf(&queue_[head_], count);
+        } else if (!wrote_first_) {
+          // One event per message. A round is what was queued when it started: every message
+          // of it but the last waits in the transport, so that the round goes out in one flush
+          // (the transport flushes by itself past 64 KiB). What arrives meanwhile waits for the
+          // next round, so a stream that keeps getting changes still flushes once per round.
+          // The first write carries the initial metadata, which the transport would hold back
+          // with a hinted message until some later write: it goes alone.
           wrote_first_ = true;
           ++context_->counters.flushes;
+          in_flight_ = messageOf(queue_[head_]);
         } else {
           if (round_left_ == 0) round_left_ = pendingLocked();
           if (--round_left_ > 0) {
@@ -502,8 +520,9 @@ void WatchStream::kick() {
           } else {
             ++context_->counters.flushes;
           }
+          in_flight_ = messageOf(queue_[head_]);
         }
-        in_flight_ = messageOf(queue_[head_]);
+        in_flight_events_ = count;
         to_write = &in_flight_;
         last_write_ = std::chrono::steady_clock::now();
       } else if (finish_pending_ && !writing_ && !finished_) {
@@ -523,10 +542,12 @@ void WatchStream::OnWriteDone(bool ok) {
     std::lock_guard lock(mutex_);
     writing_ = false;
     in_flight_.Clear();
-    if (pendingLocked() > 0) {
-      queue_[head_++] = grpc::Slice();
-      context_->counters.queued_events.fetch_sub(1, std::memory_order_relaxed);
-    }
+    // The events written (none are left when the stream was cut short meanwhile).
+    const size_t written = std::min(in_flight_events_, pendingLocked());
+    in_flight_events_ = 0;
+    for (size_t i = 0; i < written; ++i) queue_[head_++] = grpc::Slice();
+    context_->counters.queued_events.fetch_sub(static_cast<int64_t>(written),
+                                               std::memory_order_relaxed);
     if (pendingLocked() == 0) {
       queue_.clear();
       head_ = 0;
@@ -537,7 +558,7 @@ void WatchStream::OnWriteDone(bool ok) {
       head_ = 0;
     }
     if (ok) {
-      ++context_->counters.events_sent;
+      context_->counters.events_sent.fetch_add(written, std::memory_order_relaxed);
     } else {
       cancelled_ = true;
       truncateLocked(0);

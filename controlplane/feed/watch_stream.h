@@ -12,11 +12,13 @@
 // A stream whose queue grows past `max_queued` (a slow agent) is told to resync and closed, so
 // it cannot hold memory or slow anyone else.
 //
-// Writing: the stream is served as raw bytes (WatchEvent messages, unchanged on the wire). A
-// live change is queued as a reference to the bytes the tailer encoded once for every stream
-// (encoded_event.h); a stream that was idle is handed to the write pool, whose threads start
-// its write, never the tailer's thread. Everything queued goes out in one flush: each message
-// but the last is written with gRPC's buffer hint, so the transport sends them together.
+// Writing: the stream is served as raw bytes (WatchEvent messages). A live change is queued as a
+// reference to the bytes the tailer encoded once for every stream (encoded_event.h); a stream
+// that was idle is handed to the write pool, whose threads start its write, never the tailer's
+// thread. Everything queued goes out in one flush: to an agent that accepts batches
+// (WatchRequest.accept_batches) as one message carrying all of it, framed around the shared
+// bytes; to one that does not, one message per event, each but the last written with gRPC's
+// buffer hint so that the transport sends them together.
 #pragma once
 
 #include <chrono>
@@ -50,6 +52,9 @@ struct WatchOptions {
   std::chrono::milliseconds bookmark_interval{5000};
   // Rows or changes read per set-up step.
   size_t catch_up_batch = 2000;
+  // The largest message a stream that accepts batches gets (an event larger than this still
+  // goes, alone). Well under the 4 MiB a gRPC client takes by default.
+  size_t max_batch_bytes = 1 << 20;
 };
 
 // Counters shared by all streams of a server; read by /metrics.
@@ -57,7 +62,8 @@ struct WatchCounters {
   std::atomic<uint64_t> streams_open{0};
   std::atomic<uint64_t> streams_total{0};
   std::atomic<uint64_t> events_sent{0};
-  std::atomic<uint64_t> flushes{0};  // writes without the buffer hint: one per queue drained
+  std::atomic<uint64_t> flushes{0};       // writes without the buffer hint: one per queue drained
+  std::atomic<uint64_t> batches_sent{0};  // messages carrying several events
   // Events queued on all streams now, written or not (each a reference to shared bytes);
   // bounded by streams x stream_max_queued.
   std::atomic<int64_t> queued_events{0};
@@ -187,8 +193,9 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // no memory for it (an empty deque allocates).
   std::vector<grpc::Slice> queue_;
   size_t head_ = 0;
-  grpc::ByteBuffer in_flight_;  // the message being written
-  size_t round_left_ = 0;       // messages of the current round (one flush) not started yet
+  grpc::ByteBuffer in_flight_;   // the message being written
+  size_t in_flight_events_ = 0;  // the events it carries, from queue_[head_]
+  size_t round_left_ = 0;        // messages of the current round (one flush) not started yet
   bool wrote_first_ = false;
   std::vector<std::shared_ptr<const EventBatch>> buffered_;  // live batches during setup
   size_t buffered_events_ = 0;

@@ -106,7 +106,8 @@ std::vector<const pb::Descriptor*> KraneMessages() {
 // Round trips
 
 // Sets every field of a message, recursively, each to a different value. Repeated fields and
-// maps get two elements. In each oneof it sets the member given in `choices`, else the first.
+// maps get two elements. In each oneof of the outermost message it sets the member given in
+// `choices`, else (and in every nested message) the first.
 class Filler {
  public:
   using Choices = std::map<const pb::OneofDescriptor*, const pb::FieldDescriptor*>;
@@ -120,7 +121,9 @@ class Filler {
     for (int i = 0; i < d->field_count(); ++i) {
       const pb::FieldDescriptor* field = d->field(i);
       if (const pb::OneofDescriptor* oneof = field->real_containing_oneof()) {
-        auto chosen = choices_.find(oneof);
+        // Only the outermost message takes the choice: a message nested in itself (a batch of
+        // WatchEvents) takes the first member inside, which ends the recursion.
+        auto chosen = depth == 0 ? choices_.find(oneof) : choices_.end();
         if (field != (chosen != choices_.end() ? chosen->second : oneof->field(0))) continue;
       }
       if (field->is_repeated()) {

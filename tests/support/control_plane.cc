@@ -102,23 +102,33 @@ std::unique_ptr<grpc::ClientContext> TestControlPlane::withToken(const std::stri
 
 WatchRecorder::WatchRecorder(std::shared_ptr<grpc::Channel> channel, const std::string& token,
                              const std::string& region, uint64_t version,
-                             std::vector<std::string> types)
+                             std::vector<std::string> types, bool accept_batches)
     : stub_(cluster::v1::ClusterService::NewStub(channel)) {
   if (!token.empty()) context_.AddMetadata("authorization", "Bearer " + token);
   cluster::v1::WatchRequest request;
   request.set_region(region);
   request.set_version(version);
   request.set_agent_id("test-agent");
+  request.set_accept_batches(accept_batches);
   for (const auto& t : types) request.add_resource_types(t);
   reader_ = std::thread([this, request] {
     auto reader = stub_->Watch(&context_, request);
-    cluster::v1::WatchEvent event;
-    while (reader->Read(&event)) {
-      std::lock_guard lock(mutex_);
+    cluster::v1::WatchEvent message;
+    auto record = [&](const cluster::v1::WatchEvent& event) {
       if (event.has_change()) last_version_ = std::max(last_version_, event.change().version());
       if (event.has_bookmark()) last_version_ = std::max(last_version_, event.bookmark().version());
       if (event.has_sync_end()) last_version_ = std::max(last_version_, event.sync_end().version());
       events_.push_back(event);
+    };
+    while (reader->Read(&message)) {
+      std::lock_guard lock(mutex_);
+      ++messages_;
+      if (message.has_batch()) {
+        ++batches_;
+        for (const auto& event : message.batch().events()) record(event);
+      } else {
+        record(message);
+      }
       changed_.notify_all();
     }
     grpc::Status status = reader->Finish();
@@ -163,6 +173,16 @@ std::vector<cluster::v1::WatchEvent> WatchRecorder::events() {
 uint64_t WatchRecorder::lastVersion() {
   std::lock_guard lock(mutex_);
   return last_version_;
+}
+
+size_t WatchRecorder::messages() {
+  std::lock_guard lock(mutex_);
+  return messages_;
+}
+
+size_t WatchRecorder::batches() {
+  std::lock_guard lock(mutex_);
+  return batches_;
 }
 
 bool WatchRecorder::finished() {

@@ -80,8 +80,11 @@ class SentinelAgents {
 // Reads a Watch stream on its own thread and keeps every event, for assertions.
 class WatchRecorder {
  public:
+  // Watches as an agent does, accepting batches unless told not to; events() holds the events
+  // of a batch one by one, as if each had come alone.
   WatchRecorder(std::shared_ptr<grpc::Channel> channel, const std::string& token,
-                const std::string& region, uint64_t version, std::vector<std::string> types = {});
+                const std::string& region, uint64_t version, std::vector<std::string> types = {},
+                bool accept_batches = true);
   ~WatchRecorder();
 
   // Waits until `pred(events)` holds; false on timeout.
@@ -98,6 +101,9 @@ class WatchRecorder {
   bool finished();
   grpc::Status status();
   void cancel();
+  // Messages read, and how many of them were batches.
+  size_t messages();
+  size_t batches();
 
  private:
   std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;
@@ -106,6 +112,8 @@ class WatchRecorder {
   std::condition_variable changed_;
   std::vector<cluster::v1::WatchEvent> events_;
   uint64_t last_version_ = 0;
+  size_t messages_ = 0;
+  size_t batches_ = 0;
   bool finished_ = false;
   grpc::Status status_;
   std::thread reader_;

@@ -1,6 +1,10 @@
 // Encoded events: the bytes every stream writes are one WatchEvent message, shared, not copied.
 #include "controlplane/feed/encoded_event.h"
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <catch2/catch.hpp>
 #include <google/protobuf/util/message_differencer.h>
 
@@ -56,6 +60,48 @@ TEST_CASE("an empty bookmark encodes to a message too", "[feed][encoded]") {
   WatchEvent back;
   REQUIRE(back.ParseFromArray(wire.begin(), static_cast<int>(wire.size())));
   CHECK(back.has_bookmark());
+}
+
+// A batch is a WatchEvent whose bytes are framing around the events' own bytes: it decodes to
+// exactly the events in order (small, empty and large ones, whose lengths take one to three
+// bytes), and the events' bytes are shared, not copied.
+TEST_CASE("a batch message decodes to its events in order and shares their bytes",
+          "[feed][encoded]") {
+  std::vector<WatchEvent> events;
+  for (size_t spec : {0, 10, 200, 70000}) {
+    WatchEvent event;
+    auto* change = event.mutable_change();
+    change->set_op(cluster::v1::CHANGE_OP_APPLY);
+    change->set_version(events.size() + 1);
+    change->mutable_resource()->set_id(std::to_string(spec));
+    change->mutable_resource()->mutable_generic()->set_spec(std::string(spec, 'x'));
+    events.push_back(event);
+  }
+  events.emplace_back().mutable_bookmark();  // encodes to two bytes
+  std::vector<grpc::Slice> wires;
+  for (const auto& e : events) wires.push_back(encodeEvent(e));
+
+  const size_t count = GENERATE(1, 2, 5);
+  CAPTURE(count);
+  const grpc::ByteBuffer message = batchMessageOf(wires.data(), count);
+  const WatchEvent back = decode(message);
+  REQUIRE(back.has_batch());
+  REQUIRE(back.batch().events_size() == static_cast<int>(count));
+  for (size_t i = 0; i < count; ++i) {
+    CHECK(google::protobuf::util::MessageDifferencer::Equals(back.batch().events(i), events[i]));
+  }
+  size_t event_bytes = 0;
+  for (size_t i = 0; i < count; ++i) event_bytes += wires[i].size();
+  CHECK(message.Length() <= event_bytes + (count + 1) * kBatchFramingPerEvent);
+  std::vector<grpc::Slice> parts;
+  REQUIRE(message.Dump(&parts).ok());
+  for (size_t i = 0; i < count; ++i) {
+    if (wires[i].size() <= 64) continue;  // a small slice holds its bytes inline, copied
+    const bool shared = std::any_of(parts.begin(), parts.end(), [&](const grpc::Slice& p) {
+      return p.begin() == wires[i].begin() && p.size() == wires[i].size();
+    });
+    CHECK(shared);
+  }
 }
 
 }  // namespace

@@ -683,16 +683,22 @@ TEST_CASE("slow streams among fast ones are told to resync and queues stay bound
 
 // Changes published together are queued together and leave in one flush: every message but
 // the last goes with the buffer hint. The agent gets all of them, in order, as single events.
+// 300 changes committed together are queued on a stream at once: an agent that accepts batches
+// gets them in one message (a batch framed around the shared bytes), one that does not gets 300
+// messages in one flush; either way in order, and the view equals the database.
 TEST_CASE("changes queued together reach a stream in order in one flush", "[feed]") {
+  const bool batches = GENERATE(true, false);
+  CAPTURE(batches);
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  WatchRecorder watcher(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder watcher(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {}, batches);
   REQUIRE(watcher.waitFor([](const auto& ev) {
     return std::any_of(ev.begin(), ev.end(), [](const WatchEvent& e) { return e.has_sync_end(); });
   }));
   const auto& counters = server.watch().counters;
   const uint64_t flushes_before = counters.flushes.load();
   const uint64_t sent_before = counters.events_sent.load();
+  const size_t messages_before = watcher.messages();
   constexpr int kChanges = 300;
   auto written = server.writer().transact("test", [&](feed::WriteTx& tx) -> absl::Status {
     for (int i = 0; i < kChanges; ++i) {
@@ -706,6 +712,7 @@ TEST_CASE("changes queued together reach a stream in order in one flush", "[feed
   REQUIRE(watcher.waitForVersion(last));
   std::vector<uint64_t> versions;
   for (const auto& e : watcher.events()) {
+    CHECK_FALSE(e.has_batch());  // never a batch inside a batch
     if (e.has_change()) versions.push_back(e.change().version());
   }
   REQUIRE(versions.size() == kChanges);
@@ -713,9 +720,17 @@ TEST_CASE("changes queued together reach a stream in order in one flush", "[feed
   CHECK(materialize(watcher.events()) == databaseView(cp, "eu-1"));
   const uint64_t sent = counters.events_sent.load() - sent_before;
   const uint64_t flushes = counters.flushes.load() - flushes_before;
-  INFO(sent << " events written in " << flushes << " flushes");
+  const size_t messages = watcher.messages() - messages_before;
+  INFO(sent << " events written in " << flushes << " flushes, " << messages << " messages");
   CHECK(sent >= kChanges);
   CHECK(flushes <= 3);  // the batch, and perhaps a bookmark on either side
+  if (batches) {
+    CHECK(messages <= 3);
+    CHECK(watcher.batches() >= 1);
+  } else {
+    CHECK(messages >= kChanges);
+    CHECK(watcher.batches() == 0);
+  }
 }
 
 // Full syncs to agents that do not read hold a snapshot each (at most feed.sync_snapshots) but
