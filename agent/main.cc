@@ -10,6 +10,7 @@
 #include "CLI/CLI.hpp"
 #include "agent/agent.h"
 #include "agent/config.h"
+#include "common/process_setup.h"
 #include "common/strings.h"
 #include "common/version.h"
 #include "ipc/cursor_store.h"
@@ -111,6 +112,7 @@ int inspect(const std::string& state_dir, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  krane::setUpProcess();
   CLI::App app{"krane: the Krane agent of one region", "krane"};
   app.set_version_flag("--version", krane::kVersion);
   app.require_subcommand(1);

@@ -19,6 +19,7 @@
 #include "agent/frame_channel.h"
 #include "agent/host_calls.h"
 #include "agent/plugin_loader.h"
+#include "common/process_setup.h"
 #include "common/strings.h"
 #include "ipc/cursor_store.h"
 #include "spdlog/spdlog.h"
@@ -332,6 +333,7 @@ int serve(const Flags& flags) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  krane::setUpProcess();
   CLI::App app{
       "krane-plugin-host: serves one Krane plugin to the agent over ZeroMQ. The agent starts it; "
       "it is not meant to be run by hand.",

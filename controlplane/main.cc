@@ -2,12 +2,14 @@
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
+#include "common/process_setup.h"
 #include "common/version.h"
 #include "controlplane/commands.h"
 #include "controlplane/migrate_command.h"
 #include "controlplane/workflow/command.h"
 
 int main(int argc, char** argv) {
+  krane::setUpProcess();
   CLI::App app{"krane-ctrl: the Krane control plane (API, change feed, workflows)", "krane-ctrl"};
   app.set_version_flag("--version", krane::kVersion);
   app.require_subcommand(1);

@@ -25,6 +25,7 @@
 #include "bench/feed/measure.h"
 #include "bench/feed/report.h"
 #include "bench/feed/watch_clients.h"
+#include "common/process_setup.h"
 #include "common/strings.h"
 #include "controlplane/api/auth.h"
 #include "controlplane/db/migrate.h"
@@ -59,6 +60,7 @@ krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
   --ctrl PATH  run this krane-ctrl binary instead of the one built with the benchmark
   --replica-streams N  streams of the replicated phase (10,000)
   --replicas-only      run only the replicated phase (its figures; for investigation)
+  --single-only        run only the 1, 100 and 1000 stream phases on one replica (the same)
   --no-batches         streams that do not accept batches (one event per message, as agents
                        before WatchRequest.accept_batches had)
   --help    this text
@@ -91,6 +93,7 @@ struct Options {
   size_t per_connection = 50;
   std::string ctrl_binary;     // --ctrl: another krane-ctrl binary (to compare builds)
   bool replicas_only = false;  // --replicas-only: only the replicated phase (for investigation)
+  bool single_only = false;    // --single-only: only the phases on one replica
   bool batches = true;         // --no-batches: streams read one event per message
 };
 
@@ -760,6 +763,8 @@ int run(int argc, char** argv) {
       o.replica_streams = std::stoul(argv[++i]);
     } else if (arg == "--replicas-only") {
       o.replicas_only = true;
+    } else if (arg == "--single-only") {
+      o.single_only = true;
     } else if (arg == "--no-batches") {
       o.batches = false;
     } else if (arg == "--help" || arg == "-h") {
@@ -791,6 +796,7 @@ int run(int argc, char** argv) {
     auto ctrl = b.startCtrl();
     if (o.replicas_only) o.stream_counts = {1};
     for (size_t n : o.stream_counts) krane[n] = measureKrane(b, {ctrl.get()}, n);
+    if (o.single_only) o.replicas = 1;
     std::vector<std::unique_ptr<CtrlProcess>> others;
     std::vector<CtrlProcess*> all{ctrl.get()};
     for (size_t i = 1; i < o.replicas; ++i) {
@@ -800,11 +806,11 @@ int run(int argc, char** argv) {
     std::this_thread::sleep_for(1s);
     replicas_idle_no_streams = b.counter->rate(o.idle_window);
     say("{} replicas, no stream: idle: {:.1f} statements/s", o.replicas, replicas_idle_no_streams);
-    replicated = measureKrane(b, all, o.replica_streams, o.per_connection);
+    if (!o.single_only) replicated = measureKrane(b, all, o.replica_streams, o.per_connection);
     for (auto& other : others) b.stopCtrl(other);
     b.stopCtrl(ctrl);
   }
-  if (!o.replicas_only) {
+  if (!o.replicas_only && !o.single_only) {
     for (size_t n : o.stream_counts) baseline[n] = measureBaseline(b, n);
     measureMemory(b, o.memory_streams, 1, "memory_per_idle_stream_kib");
     measureMemory(b, o.replica_streams / o.replicas, o.per_connection,
@@ -980,6 +986,7 @@ int run(int argc, char** argv) {
 }  // namespace krane::bench
 
 int main(int argc, char** argv) {
+  krane::setUpProcess();  // the load generator's gRPC costs less, as krane-ctrl's does
   try {
     return krane::bench::run(argc, argv);
   } catch (const std::exception& e) {

@@ -733,6 +733,35 @@ TEST_CASE("changes queued together reach a stream in order in one flush", "[feed
   }
 }
 
+// Nothing an agent is owed waits in the transport for a later write: with bookmarks a long way
+// off, a full sync queued before the stream's first write (which carries the response headers)
+// and the changes of a busy stream, whose rounds overlap, all arrive. A round that ended on a
+// write with gRPC's buffer hint would hold its messages back until the next bookmark.
+TEST_CASE("every write round reaches the agent without waiting for a later write", "[feed]") {
+  const bool batches = GENERATE(true, false);
+  CAPTURE(batches);
+  TestControlPlane cp;
+  auto& server = cp.startReplica(
+      [](ctrl::CtrlConfig& c) { c.feed.bookmark_interval = std::chrono::minutes(10); });
+  for (int i = 0; i < 20; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
+  const uint64_t head = headVersion(cp, "eu-1");
+  WatchRecorder watcher(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {}, batches);
+  REQUIRE(watcher.waitForVersion(head, std::chrono::seconds(20)));
+
+  uint64_t last = 0;
+  std::thread writer([&] {
+    for (int i = 0; i < 300; ++i) {
+      auto put = server.writer().put(bucket(strCat("busy", i % 7), "eu-1", strCat("v", i)));
+      if (put.ok()) last = put->version;
+    }
+  });
+  writer.join();
+  REQUIRE(last > head);
+  REQUIRE(watcher.waitForVersion(last, std::chrono::seconds(20)));
+  CHECK(materialize(watcher.events()) == databaseView(cp, "eu-1"));
+}
+
 // Full syncs to agents that do not read hold a snapshot each (at most feed.sync_snapshots) but
 // no set-up thread: with one thread and three such syncs, another agent is still set up, and
 // every sync completes, page by page, once its agent reads.
