@@ -15,11 +15,13 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "bench/feed/baseline.h"
 #include "bench/feed/ctrl_process.h"
 #include "bench/feed/measure.h"
@@ -59,8 +61,10 @@ krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
             shorter windows (~1.5 min)
   --ctrl PATH  run this krane-ctrl binary instead of the one built with the benchmark
   --replica-streams N  streams of the replicated phase (10,000)
-  --replicas-only      run only the replicated phase (its figures; for investigation)
-  --single-only        run only the 1, 100 and 1000 stream phases on one replica (the same)
+  --only PHASES         run only these phases (comma-separated; for investigation):
+                       streams (1, 100 and 1000 streams on one replica), replicas (the
+                       replicated phase, with 1 stream on one replica as its reference),
+                       baseline, memory, sync
   --no-batches         streams that do not accept batches (one event per message, as agents
                        before WatchRequest.accept_batches had)
   --help    this text
@@ -92,9 +96,10 @@ struct Options {
   size_t replicas = 2;
   size_t per_connection = 50;
   std::string ctrl_binary;     // --ctrl: another krane-ctrl binary (to compare builds)
-  bool replicas_only = false;  // --replicas-only: only the replicated phase (for investigation)
-  bool single_only = false;    // --single-only: only the phases on one replica
+  std::set<std::string> only;  // --only: these phases (for investigation); empty: all
   bool batches = true;         // --no-batches: streams read one event per message
+
+  bool runs(const std::string& phase) const { return only.empty() || only.count(phase) > 0; }
 };
 
 // Progress, on stderr, with the time since start.
@@ -761,10 +766,16 @@ int run(int argc, char** argv) {
       o.ctrl_binary = argv[++i];
     } else if (arg == "--replica-streams" && i + 1 < argc) {
       o.replica_streams = std::stoul(argv[++i]);
-    } else if (arg == "--replicas-only") {
-      o.replicas_only = true;
-    } else if (arg == "--single-only") {
-      o.single_only = true;
+    } else if (arg == "--only" && i + 1 < argc) {
+      for (const auto& phase : absl::StrSplit(argv[++i], ',')) {
+        static const std::set<std::string> kPhases = {"streams", "replicas", "baseline", "memory",
+                                                      "sync"};
+        if (kPhases.count(std::string(phase)) == 0) {
+          fmt::print(stderr, "feed: --only: unknown phase \"{}\"\n\n{}", phase, kUsage);
+          return 2;
+        }
+        o.only.insert(std::string(phase));
+      }
     } else if (arg == "--no-batches") {
       o.batches = false;
     } else if (arg == "--help" || arg == "-h") {
@@ -794,29 +805,35 @@ int run(int argc, char** argv) {
   double replicas_idle_no_streams = 0;
   {
     auto ctrl = b.startCtrl();
-    if (o.replicas_only) o.stream_counts = {1};
-    for (size_t n : o.stream_counts) krane[n] = measureKrane(b, {ctrl.get()}, n);
-    if (o.single_only) o.replicas = 1;
-    std::vector<std::unique_ptr<CtrlProcess>> others;
-    std::vector<CtrlProcess*> all{ctrl.get()};
-    for (size_t i = 1; i < o.replicas; ++i) {
-      others.push_back(b.startCtrl());
-      all.push_back(others.back().get());
+    if (!o.runs("streams")) {
+      o.stream_counts = o.runs("replicas") ? std::vector<size_t>{1} : std::vector<size_t>{};
     }
-    std::this_thread::sleep_for(1s);
-    replicas_idle_no_streams = b.counter->rate(o.idle_window);
-    say("{} replicas, no stream: idle: {:.1f} statements/s", o.replicas, replicas_idle_no_streams);
-    if (!o.single_only) replicated = measureKrane(b, all, o.replica_streams, o.per_connection);
-    for (auto& other : others) b.stopCtrl(other);
+    for (size_t n : o.stream_counts) krane[n] = measureKrane(b, {ctrl.get()}, n);
+    if (o.runs("replicas")) {
+      std::vector<std::unique_ptr<CtrlProcess>> others;
+      std::vector<CtrlProcess*> all{ctrl.get()};
+      for (size_t i = 1; i < o.replicas; ++i) {
+        others.push_back(b.startCtrl());
+        all.push_back(others.back().get());
+      }
+      std::this_thread::sleep_for(1s);
+      replicas_idle_no_streams = b.counter->rate(o.idle_window);
+      say("{} replicas, no stream: idle: {:.1f} statements/s", o.replicas,
+          replicas_idle_no_streams);
+      replicated = measureKrane(b, all, o.replica_streams, o.per_connection);
+      for (auto& other : others) b.stopCtrl(other);
+    }
     b.stopCtrl(ctrl);
   }
-  if (!o.replicas_only && !o.single_only) {
+  if (o.runs("baseline")) {
     for (size_t n : o.stream_counts) baseline[n] = measureBaseline(b, n);
+  }
+  if (o.runs("memory")) {
     measureMemory(b, o.memory_streams, 1, "memory_per_idle_stream_kib");
     measureMemory(b, o.replica_streams / o.replicas, o.per_connection,
                   "memory_per_idle_stream_kib_shared_connections");
-    measureFullSync(b);
   }
+  if (o.runs("sync")) measureFullSync(b);
 
   // Figures in a fixed order: Krane per N, baseline per N, then the rest as measured.
   Report& r = b.report;
@@ -824,6 +841,7 @@ int run(int argc, char** argv) {
   Report ordered;
   for (const char* prefix : {"", "baseline_"}) {
     auto& results = std::string(prefix).empty() ? krane : baseline;
+    if (!std::string(prefix).empty() && !o.runs("baseline")) continue;
     for (size_t n : o.stream_counts) {
       const auto& p = results[n];
       ordered.add(strCat(prefix, "latency_p50_ms_streams_", n), p.latency.p50_ms, "ms");
@@ -842,7 +860,7 @@ int run(int argc, char** argv) {
     p99->target = fmt::format("<= {:.1f} ms (4x p99 at 100 streams)", limit);
     p99->passed = p99->value <= limit;
   }
-  {
+  if (o.runs("replicas")) {
     const size_t n = o.replica_streams;
     ordered.add(strCat("latency_p50_ms_streams_", n), replicated.latency.p50_ms, "ms");
     auto& p99 = ordered.add(strCat("latency_p99_ms_streams_", n), replicated.latency.p99_ms, "ms");
@@ -855,10 +873,15 @@ int run(int argc, char** argv) {
     idle.target = fmt::format("<= {:.0f} ({}x one replica's + 5)", limit, o.replicas);
     idle.passed = idle.value <= limit;
     ordered.add(strCat("db_queries_per_s_load_replicas_", o.replicas), replicated.load_qps, "q/s");
+  }
+  if (!o.stream_counts.empty()) {
     const size_t at = krane.count(1000) > 0 ? 1000 : o.stream_counts.back();
     auto& cpu = ordered.add("cpu_us_per_delivered_event", cpuUsPerEvent(krane[at]), "us");
     cpu.target = fmt::format("<= 5 us (at {} streams)", at);
     cpu.passed = cpu.value >= 0 && cpu.value <= 5;
+  }
+  if (o.runs("replicas")) {
+    const size_t n = o.replica_streams;
     auto& cpu_r = ordered.add(strCat("cpu_us_per_delivered_event_streams_", n),
                               cpuUsPerEvent(replicated), "us");
     cpu_r.target = "<= 5 us";
@@ -933,14 +956,15 @@ int run(int argc, char** argv) {
   for (size_t n : o.stream_counts) {
     ordered.notes.push_back(fmt::format("Krane, {} stream(s): {}", n, cpuPerEventText(krane[n])));
   }
-  ordered.notes.push_back(fmt::format(
-      "Krane, {} replicas, {} streams ({} per client connection, half on each replica; the "
-      "puts go to the first replica, the second sees them by polling every 50 ms): {}; {}; "
-      "statements/s idle with the replicas and no stream {:.1f}, with the streams {:.1f}{}",
-      o.replicas, o.replica_streams, o.per_connection, replicated.cpu.describe(),
-      cpuPerEventText(replicated), replicas_idle_no_streams, replicated.idle_qps,
-      replicated.note.empty() ? "" : strCat("; ", replicated.note)));
-  for (size_t n : o.stream_counts) {
+  if (o.runs("replicas"))
+    ordered.notes.push_back(fmt::format(
+        "Krane, {} replicas, {} streams ({} per client connection, half on each replica; the "
+        "puts go to the first replica, the second sees them by polling every 50 ms): {}; {}; "
+        "statements/s idle with the replicas and no stream {:.1f}, with the streams {:.1f}{}",
+        o.replicas, o.replica_streams, o.per_connection, replicated.cpu.describe(),
+        cpuPerEventText(replicated), replicas_idle_no_streams, replicated.idle_qps,
+        replicated.note.empty() ? "" : strCat("; ", replicated.note)));
+  for (size_t n : o.runs("baseline") ? o.stream_counts : std::vector<size_t>{}) {
     ordered.notes.push_back(
         fmt::format("baseline, {} poller(s): {}", n, baseline[n].cpu.describe()));
   }

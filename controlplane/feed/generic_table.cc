@@ -84,17 +84,40 @@ class GenericTable final : public ResourceTable {
                                              std::string_view type, const ListCursor& after,
                                              size_t limit) const override {
     std::vector<Resource> out;
-    KRANE_RETURN_IF_ERROR(conn.queryEach(
-        strCat("SELECT ", kColumns,
-               " FROM resources WHERE deleted_at IS NULL AND (? = '' OR region_id = ?) AND (? = '' "
-               "OR type = ?)"
-               " AND (type, region_id, id) > (?, ?, ?) ORDER BY type, region_id, id LIMIT ?"),
-        {region, region, type, type, after.type, after.region, after.id,
-         static_cast<uint64_t>(limit)},
-        [&](const db::Row& row) {
-          out.push_back(fromRow(row));
-          return absl::OkStatus();
-        }));
+    std::string sql;
+    db::Params params;
+    if (!region.empty()) {
+      // One region: (type, id) order, read from resources_region_list page after page. The
+      // cursor's comparison is spelled out, since a row comparison gets no index range.
+      sql =
+          strCat("SELECT ", kColumns, " FROM resources WHERE region_id = ? AND deleted_at IS NULL");
+      params = {region};
+      if (!type.empty()) {
+        strAppend(&sql, " AND type = ?");
+        params.emplace_back(type);
+      }
+      if (after.region == region) {
+        strAppend(&sql, " AND (type > ? OR (type = ? AND id > ?))");
+        params.insert(params.end(), {after.type, after.type, after.id});
+      } else if (after.region < region) {
+        strAppend(&sql, " AND type >= ?");
+        params.emplace_back(after.type);
+      } else {
+        strAppend(&sql, " AND type > ?");
+        params.emplace_back(after.type);
+      }
+      strAppend(&sql, " ORDER BY type, id LIMIT ?");
+    } else {
+      sql = strCat("SELECT ", kColumns,
+                   " FROM resources WHERE deleted_at IS NULL AND (? = '' OR type = ?)"
+                   " AND (type, region_id, id) > (?, ?, ?) ORDER BY type, region_id, id LIMIT ?");
+      params = {type, type, after.type, after.region, after.id};
+    }
+    params.emplace_back(static_cast<uint64_t>(limit));
+    KRANE_RETURN_IF_ERROR(conn.queryEach(sql, params, [&](const db::Row& row) {
+      out.push_back(fromRow(row));
+      return absl::OkStatus();
+    }));
     return out;
   }
 

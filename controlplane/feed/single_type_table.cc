@@ -39,13 +39,21 @@ absl::StatusOr<std::vector<Resource>> SingleTypeTable::list(db::Connection& conn
   // One type per table: listing order (type, region, id) is (region, id) here.
   if (!type.empty() && type != type_) return out;
   if (after.type > type_) return out;
-  std::string sql = strCat("SELECT ", columns_, " FROM ", table_,
-                           " WHERE deleted_at IS NULL AND (? = '' OR region_id = ?)");
-  db::Params params = {region, region};
-  if (after.type == type_) {
-    strAppend(&sql, " AND (region_id, ", id_column_, ") > (?, ?)");
-    params.emplace_back(after.region);
-    params.emplace_back(after.id);
+  // Read page after page from the (region_id, id) index. The cursor's comparison is spelled
+  // out, since a row comparison gets no index range.
+  std::string sql = strCat("SELECT ", columns_, " FROM ", table_, " WHERE deleted_at IS NULL");
+  db::Params params;
+  if (!region.empty()) {
+    if (after.type == type_ && after.region > region) return out;
+    strAppend(&sql, " AND region_id = ?");
+    params.emplace_back(region);
+    if (after.type == type_ && after.region == region) {
+      strAppend(&sql, " AND ", id_column_, " > ?");
+      params.emplace_back(after.id);
+    }
+  } else if (after.type == type_) {
+    strAppend(&sql, " AND (region_id > ? OR (region_id = ? AND ", id_column_, " > ?))");
+    params.insert(params.end(), {after.region, after.region, after.id});
   }
   strAppend(&sql, " ORDER BY region_id, ", id_column_, " LIMIT ?");
   params.emplace_back(static_cast<uint64_t>(limit));

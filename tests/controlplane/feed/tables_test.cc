@@ -871,6 +871,30 @@ TEST_CASE_METHOD(TablesTest, "list orders and pages", "[tables]") {
   }
   CHECK(paged == all);
   CHECK(list("", "", ListCursor{}, 0).empty());
+
+  // One region, as a full sync lists it: cursors in the region, before it and after it.
+  const std::vector<std::string> eu = {"eu-1/r-1", "eu-1/r-3", "eu-1/r-5"};
+  const std::vector<std::string> us = {"us-1/r-2", "us-1/r-4"};
+  CHECK(list(kRegion, "", ListCursor{std::string(kRegion), tc().type, "r-1"}, 100) ==
+        std::vector<std::string>{"eu-1/r-3", "eu-1/r-5"});
+  CHECK(list(kRegion, tc().type, ListCursor{std::string(kRegion), tc().type, "r-2"}, 100) ==
+        std::vector<std::string>{"eu-1/r-3", "eu-1/r-5"});
+  CHECK(list(kOtherRegion, "", ListCursor{std::string(kRegion), tc().type, "r-9"}, 100) == us);
+  CHECK(list(kRegion, "", ListCursor{std::string(kOtherRegion), tc().type, ""}, 100).empty());
+  CHECK(list(kRegion, "", ListCursor{"zz", "a", "zz"}, 100) == eu);
+  CHECK(list(kRegion, "", ListCursor{"", tc().type + "~", ""}, 100).empty());
+  CHECK(list(kRegion, "zz.other/type", ListCursor{}, 100).empty());
+  std::vector<std::string> region_paged;
+  cursor = ListCursor{};
+  for (int page = 0; page < 10; ++page) {
+    auto listed = table_->list(conn(), kRegion, "", cursor, 2);
+    REQUIRE_THAT(listed, IsOk());
+    if (listed->empty()) break;
+    for (const Resource& r : *listed) region_paged.push_back(strCat(r.region(), "/", r.id()));
+    const Resource& last = listed->back();
+    cursor = ListCursor{last.region(), last.type(), last.id()};
+  }
+  CHECK(region_paged == eu);
 }
 
 TEST_CASE_METHOD(TablesTest, "purge removes only rows deleted before the cutoff", "[tables]") {
