@@ -320,8 +320,9 @@ struct PhaseResult {
   FanOutSummary fan_out;
   std::string note;
   CpuUse cpu;
-  double achieved_rate = 0;  // puts/s sent in the load window
-  size_t delivered = 0;      // (stream, change) pairs received for the window's puts
+  double achieved_rate = 0;       // puts/s sent in the load window
+  size_t delivered = 0;           // (stream, change) pairs received for the window's puts
+  double events_per_message = 0;  // changes the streams read per message, from load to drain
 };
 
 // krane-ctrl's CPU (every replica) per change a stream received, in microseconds; -1: unknown.
@@ -479,10 +480,11 @@ PhaseResult measureKrane(Bench& b, const std::vector<CtrlProcess*>& ctrls, size_
   say("{}: latency p50 {:.2f} ms, p99 {:.2f} ms, max {:.2f} ms over {} samples ({} changes)", what,
       result.latency.p50_ms, result.latency.p99_ms, result.latency.max_ms, result.latency.samples,
       result.latency.changes);
-  say("{}: {} changes in {} messages ({:.2f} per message{})", what, changes - changes_before,
-      messages - messages_before,
+  result.events_per_message =
       static_cast<double>(changes - changes_before) /
-          static_cast<double>(std::max<uint64_t>(messages - messages_before, 1)),
+      static_cast<double>(std::max<uint64_t>(messages - messages_before, 1));
+  say("{}: {} changes in {} messages ({:.2f} per message{})", what, changes - changes_before,
+      messages - messages_before, result.events_per_message,
       o.batches ? ", batches accepted" : ", no batches");
   say("{}: first stream to get a change: p50 {:.2f} ms, p99 {:.2f} ms after the put was sent; "
       "first to last stream: p50 {:.2f} ms, p99 {:.2f} ms",
@@ -735,6 +737,7 @@ void measureFullSync(Bench& b) {
 // (a saturated machine that put less would pass for the wrong reason).
 void flatTarget(Report& report, const std::string& prefix, const std::vector<size_t>& counts,
                 std::map<size_t, PhaseResult>& results, double rate, bool under_load) {
+  if (counts.empty()) return;
   Figure* first = report.find(strCat(prefix, counts.front()));
   if (first == nullptr) return;
   const double limit = first->value * 1.25 + 5;
@@ -879,6 +882,7 @@ int run(int argc, char** argv) {
     auto& cpu = ordered.add("cpu_us_per_delivered_event", cpuUsPerEvent(krane[at]), "us");
     cpu.target = fmt::format("<= 5 us (at {} streams)", at);
     cpu.passed = cpu.value >= 0 && cpu.value <= 5;
+    ordered.add(strCat("events_per_message_streams_", at), krane[at].events_per_message, "");
   }
   if (o.runs("replicas")) {
     const size_t n = o.replica_streams;
@@ -886,6 +890,7 @@ int run(int argc, char** argv) {
                               cpuUsPerEvent(replicated), "us");
     cpu_r.target = "<= 5 us";
     cpu_r.passed = cpu_r.value >= 0 && cpu_r.value <= 5;
+    ordered.add(strCat("events_per_message_streams_", n), replicated.events_per_message, "");
   }
   flatTarget(ordered, "db_queries_per_s_idle_streams_", o.stream_counts, krane, o.puts_per_s,
              false);
