@@ -1207,6 +1207,7 @@ TEST_CASE("metrics and health endpoints", "[feed]") {
   REQUIRE(metrics);
   CHECK_THAT(metrics->body, Catch::Contains("krane_feed_streams 1"));
   CHECK_THAT(metrics->body, Catch::Contains("krane_feed_events_sent_total"));
+  CHECK_THAT(metrics->body, Catch::Contains("krane_feed_batches_total"));
   CHECK_THAT(metrics->body, Catch::Contains("krane_feed_full_syncs_total 1"));
 }
 
