@@ -366,10 +366,23 @@ void WatchStream::queueBatchLocked(const EventBatch& batch) {
     return;
   }
   bool last_sent = false;
+  int64_t queued = 0;
   for (const auto& event : batch.events) {
     if (event.version <= queued_through_) continue;
     last_sent = wants(event.type);
-    if (last_sent) queueLocked(event.wire);
+    if (last_sent && !finished_ && !cancelled_) {
+      queue_.push_back(event.wire);
+      ++queued;
+    }
+  }
+  if (queued > 0) {
+    // One update of the shared gauge per batch, not per event: every stream's tailer and
+    // write threads touch it.
+    context_->counters.queued_events.fetch_add(queued, std::memory_order_relaxed);
+    if (!writing_) {
+      writing_ = true;
+      start_write_ = true;
+    }
   }
   if (!last_sent) queueBookmarkLocked(batch.through);
   queued_through_ = batch.through;
@@ -396,6 +409,7 @@ void WatchStream::deliver(const std::shared_ptr<const EventBatch>& batch) {
     } else {
       queueBatchLocked(*batch);
     }
+    if (!needsKickLocked()) return;
   }
   scheduleKick();
 }
@@ -408,11 +422,15 @@ void WatchStream::expire(const std::string& reason) {
   scheduleKick();
 }
 
+bool WatchStream::needsKickLocked() const {
+  const bool work = !done_ && (start_write_ || (finish_pending_ && !writing_ && !finished_));
+  return work && !kick_scheduled_;
+}
+
 void WatchStream::scheduleKick() {
   {
     std::lock_guard lock(mutex_);
-    const bool work = !done_ && (start_write_ || (finish_pending_ && !writing_ && !finished_));
-    if (!work || kick_scheduled_) return;
+    if (!needsKickLocked()) return;
     kick_scheduled_ = context_->write_pool != nullptr;
   }
   if (context_->write_pool != nullptr) {

@@ -166,6 +166,8 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void kick();
   // kick() on the write pool (or here without one), when deliver() left something to start.
   void scheduleKick();
+  // Under mutex_: something to start, and no kick() is on its way yet.
+  bool needsKickLocked() const;
 
   std::shared_ptr<WatchContext> context_;
   const cluster::v1::WatchRequest request_;
