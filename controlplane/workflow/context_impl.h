@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -60,6 +61,14 @@ struct Claim {
   int claims = 0;
   // Another invocation awaits this one's result (its completion promise).
   bool has_caller = false;
+  // Promises of this invocation already resolved or rejected when it was claimed, read with the
+  // claim: a settled promise never changes, so awaiting one of them reads nothing more.
+  struct SettledPromise {
+    bool timer = false;
+    int64_t settled_at = 0;
+    absl::StatusOr<std::string> outcome = std::string();
+  };
+  std::map<std::string, SettledPromise, std::less<>> settled = {};
 };
 
 class ContextImpl : public Context {

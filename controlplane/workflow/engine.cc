@@ -287,6 +287,42 @@ absl::Status Engine::resume(const std::string& invocation_id) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::readSettled(db::Connection& conn, std::vector<Claim>& claimed) {
+  // An invocation claimed for the first time has no promises yet.
+  std::string in;
+  db::Params params;
+  std::map<std::string_view, Claim*> by_id;
+  for (Claim& c : claimed) {
+    if (c.claims <= 1) continue;
+    in += in.empty() ? "?" : ",?";
+    params.emplace_back(c.id);
+    by_id.emplace(c.id, &c);
+  }
+  if (params.empty()) return absl::OkStatus();
+  // Bounded: promises left out are read when awaited, as without this.
+  params.emplace_back(static_cast<uint64_t>(kMaxSettledPerClaim));
+  KRANE_ASSIGN_OR_RETURN(
+      auto rows, conn.query(strCat("SELECT id, invocation_id, kind, state, payload, error_code,"
+                                   " error_message, settled_at FROM workflow_promises"
+                                   " WHERE invocation_id IN (",
+                                   in, ") AND state <> 'pending' ORDER BY settled_at DESC LIMIT ?"),
+                            params));
+  for (const db::Row& r : rows.rows) {
+    auto it = by_id.find(r.str("invocation_id"));
+    if (it == by_id.end()) continue;
+    Claim::SettledPromise p;
+    p.timer = r.str("kind") == "timer";
+    p.settled_at = r.isNull("settled_at") ? 0 : r.i64("settled_at");
+    if (r.str("state") == "resolved") {
+      p.outcome = r.isNull("payload") ? std::string() : r.str("payload");
+    } else {
+      p.outcome = store::statusFrom(r, "error_code", "error_message");
+    }
+    it->second->settled.emplace(r.str("id"), std::move(p));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
   std::vector<Claim> claimed;
   absl::Status status = pool_->transact(
@@ -347,6 +383,14 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
                              in, ")"),
                       params)
                 .status());
+        // Only saves reads: the claims stand without it.
+        if (absl::Status read = readSettled(conn, claimed); !read.ok()) {
+          if (db::isTransactionConflict(read)) return read;
+          spdlog::info("workflow: reading settled promises with a claim failed worker={}"
+                       " error=\"{}\"",
+                       options_.worker_id, read.message());
+          for (Claim& c : claimed) c.settled.clear();
+        }
         return absl::OkStatus();
       },
       db::TxOptions{db::Isolation::kReadCommitted, 10});

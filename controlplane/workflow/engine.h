@@ -138,6 +138,9 @@ class Engine {
   void claimLoop();
   void renewLoop();
   absl::StatusOr<std::vector<Claim>> claim(size_t max);
+  // Reads the promises already settled of the claimed invocations that ran before (one query).
+  absl::Status readSettled(db::Connection& conn, std::vector<Claim>& claimed);
+  static constexpr size_t kMaxSettledPerClaim = 1000;
   void execute(Claim claim);
   void recordStep(int64_t ms);
 
