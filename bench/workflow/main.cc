@@ -5,7 +5,9 @@
 // and database writes), the memory of 10,000 invocations suspended on awakeables and the time to
 // resolve them all, and the raw single-row commit rate of the same server (the physical limit),
 // with journaled steps and resumed invocations per second as ratios to it.
+#include <dirent.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -57,6 +59,45 @@ int64_t rssKib() {
   }
   return 0;
 }
+
+// User + system CPU of a process so far, in ms, from /proc/PID/stat (0 when unreadable).
+double cpuMs(pid_t pid) {
+  std::ifstream in(strCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t close = stat.rfind(')');  // the command name may hold spaces
+  if (close == std::string::npos) return 0;
+  std::vector<std::string> fields;
+  size_t at = close + 2;
+  while (at < stat.size() && fields.size() < 13) {
+    const size_t end = stat.find(' ', at);
+    fields.push_back(stat.substr(at, end - at));
+    if (end == std::string::npos) break;
+    at = end + 1;
+  }
+  if (fields.size() < 13) return 0;  // fields 14 and 15 of the file: utime, stime
+  const double ticks = std::stod(fields[11]) + std::stod(fields[12]);
+  return ticks * 1000.0 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// The scratch server: the mariadbd this process started.
+pid_t serverPid() {
+  DIR* proc = opendir("/proc");
+  pid_t found = 0;
+  while (dirent* e = proc ? readdir(proc) : nullptr) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream in(strCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos || stat.find("(mariadbd)") == std::string::npos) continue;
+    if (std::atoi(stat.c_str() + close + 4) == getpid()) found = pid;  // "<pid> (comm) S <ppid>"
+  }
+  if (proc) closedir(proc);
+  return found;
+}
+
+// CPU of this process (the engine, its handlers and the benchmark's threads) plus the server's.
+double cpuMsBoth(pid_t server) { return cpuMs(getpid()) + cpuMs(server); }
 
 double seconds(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double>(d).count();
@@ -310,6 +351,10 @@ int run(bool json, bool quick) {
   // Per round, against the raw commit rate of the same round.
   std::vector<double> steps_ratio_r, resumes_ratio_r;
   std::vector<double> wf_statements_r, resume_statements_r, resume_commits_r;
+  // CPU (this process and the server) per five-step workflow and per resume: less sensitive
+  // than the rates to whatever else runs on the machine.
+  const pid_t server = serverPid();
+  std::vector<double> wf_cpu_r, resume_cpu_r;
   for (int round = 1; round <= rounds; ++round) {
     say("round {}/{}", round, rounds);
     const double raw = check(
@@ -322,7 +367,9 @@ int run(bool json, bool quick) {
     const double zero_s = runBatch(engine, *pool, "Zero", batch);
     auto after0 = counters(*pool);
     auto before5 = counters(*pool);
+    const double cpu_before5 = cpuMsBoth(server);
     const double five_s = runBatch(engine, *pool, "Five", batch);
+    wf_cpu_r.push_back((cpuMsBoth(server) - cpu_before5) / batch);
     auto after5 = counters(*pool);
     wf_r.push_back(batch / five_s);
     writes_r.push_back(static_cast<double>((after5.rows_written - before5.rows_written) -
@@ -360,7 +407,10 @@ int run(bool json, bool quick) {
         suspended_n, rss_before, rss_after, kib_r.back());
     const auto awakeables = readAwakeables();
     const auto before_resume = counters(*pool);
+    const double cpu_before_resume = cpuMsBoth(server);
     resolve_r.push_back(resolveAll(awakeables));
+    resume_cpu_r.push_back((cpuMsBoth(server) - cpu_before_resume) /
+                           static_cast<double>(awakeables.size()));
     const auto after_resume = counters(*pool);
     resume_statements_r.push_back(
         static_cast<double>(after_resume.statements - before_resume.statements) /
@@ -420,6 +470,8 @@ int run(bool json, bool quick) {
   extra.push_back({"db_statements_per_workflow_5_steps", median(wf_statements_r), "statements"});
   extra.push_back({"db_statements_per_resume", median(resume_statements_r), "statements"});
   extra.push_back({"db_commits_per_resume", median(resume_commits_r), "commits"});
+  extra.push_back({"cpu_ms_per_workflow_5_steps", median(wf_cpu_r), "ms"});
+  extra.push_back({"cpu_ms_per_resume", median(resume_cpu_r), "ms"});
 
   report(json,
          strCat("workflow engine, ", std::thread::hardware_concurrency(), " cores, median of ",
