@@ -386,9 +386,10 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
         // Only saves reads: the claims stand without it.
         if (absl::Status read = readSettled(conn, claimed); !read.ok()) {
           if (db::isTransactionConflict(read)) return read;
-          spdlog::info("workflow: reading settled promises with a claim failed worker={}"
-                       " error=\"{}\"",
-                       options_.worker_id, read.message());
+          spdlog::info(
+              "workflow: reading settled promises with a claim failed worker={}"
+              " error=\"{}\"",
+              options_.worker_id, read.message());
           for (Claim& c : claimed) c.settled.clear();
         }
         return absl::OkStatus();
