@@ -314,6 +314,10 @@ void WatchStream::queueLocked(grpc::Slice wire) {
   if (finished_ || cancelled_) return;
   queue_.push_back(std::move(wire));
   context_->counters.queued_events.fetch_add(1, std::memory_order_relaxed);
+  markWritingLocked();
+}
+
+void WatchStream::markWritingLocked() {
   if (!writing_) {
     writing_ = true;
     start_write_ = true;
@@ -379,10 +383,7 @@ void WatchStream::queueBatchLocked(const EventBatch& batch) {
     // One update of the shared gauge per batch, not per event: every stream's tailer and
     // write threads touch it.
     context_->counters.queued_events.fetch_add(queued, std::memory_order_relaxed);
-    if (!writing_) {
-      writing_ = true;
-      start_write_ = true;
-    }
+    markWritingLocked();
   }
   if (!last_sent) queueBookmarkLocked(batch.through);
   queued_through_ = batch.through;

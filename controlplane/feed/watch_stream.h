@@ -152,6 +152,8 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   void pushWire(grpc::Slice wire);
   // Under mutex_: queue encoded bytes and remember what to start.
   void queueLocked(grpc::Slice wire);
+  // Under mutex_: something is queued; kick() starts a write unless one is in flight.
+  void markWritingLocked();
   void queueBookmarkLocked(uint64_t version);
   size_t pendingLocked() const { return queue_.size() - head_; }
   // Under mutex_: drops everything queued but the write in flight.
