@@ -604,18 +604,31 @@ void ContextImpl::send(std::string_view service, std::string_view handler, std::
          }});
 }
 
+PromiseState promiseStateOf(const db::Row& r, int64_t now) {
+  PromiseState s;
+  s.timer = r.str("kind") == "timer";
+  s.fire_at = r.optI64("fire_at");
+  const std::string& state = r.str("state");
+  if (state == "resolved") {
+    s.settled = true;
+    s.outcome = r.isNull("payload") ? std::string() : r.str("payload");
+  } else if (state == "rejected") {
+    s.settled = true;
+    s.outcome = store::statusFrom(r, "error_code", "error_message");
+  } else if (s.fire_at && *s.fire_at <= now) {
+    s.settled = true;
+    s.outcome = std::string();
+  }
+  if (s.settled) {
+    s.settled_at = r.isNull("settled_at") ? s.fire_at.value_or(now) : r.i64("settled_at");
+  }
+  return s;
+}
+
 namespace {
 
-struct PromiseState {
-  bool settled = false;
-  bool timer = false;
-  int64_t settled_at = 0;
-  absl::StatusOr<std::string> outcome = std::string();
-  std::optional<int64_t> fire_at;
-};
-
-// The state of each future's promise, in the order of `futures`, read in one query.
-// Those settled when the claim read them are taken from it; the others are read in one query.
+// The state of each future's promise, in the order of `futures`: those settled when the claim
+// read them are taken from it, the others are read in one query.
 absl::StatusOr<std::vector<PromiseState>> readPromises(db::Pool& pool,
                                                        const std::vector<Future>& futures,
                                                        const Claim& claim, int64_t now) {
@@ -641,37 +654,14 @@ absl::StatusOr<std::vector<PromiseState>> readPromises(db::Pool& pool,
   out.reserve(futures.size());
   for (const Future& f : futures) {
     if (auto known = claim.settled.find(f.promise_id); known != claim.settled.end()) {
-      PromiseState s;
-      s.settled = true;
-      s.timer = known->second.timer;
-      s.settled_at = known->second.settled_at;
-      s.outcome = known->second.outcome;
-      out.push_back(std::move(s));
+      out.push_back(known->second);
       continue;
     }
     auto it = by_id.find(f.promise_id);
     if (it == by_id.end()) {
       return absl::InternalError(strCat("promise '", f.promise_id, "' does not exist"));
     }
-    const db::Row& r = *it->second;
-    PromiseState s;
-    s.timer = r.str("kind") == "timer";
-    s.fire_at = r.optI64("fire_at");
-    const std::string& state = r.str("state");
-    if (state == "resolved") {
-      s.settled = true;
-      s.outcome = r.isNull("payload") ? std::string() : r.str("payload");
-    } else if (state == "rejected") {
-      s.settled = true;
-      s.outcome = store::statusFrom(r, "error_code", "error_message");
-    } else if (s.fire_at && *s.fire_at <= now) {
-      s.settled = true;
-      s.outcome = std::string();
-    }
-    if (s.settled) {
-      s.settled_at = r.isNull("settled_at") ? s.fire_at.value_or(now) : r.i64("settled_at");
-    }
-    out.push_back(std::move(s));
+    out.push_back(promiseStateOf(*it->second, now));
   }
   return out;
 }

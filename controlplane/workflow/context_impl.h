@@ -45,6 +45,19 @@ struct JournalEntry {
   int64_t duration_ms = 0;
 };
 
+// A promise as an await sees it.
+struct PromiseState {
+  bool settled = false;
+  bool timer = false;
+  int64_t settled_at = 0;
+  absl::StatusOr<std::string> outcome = std::string();
+  std::optional<int64_t> fire_at;
+};
+
+// The state of a workflow_promises row (columns kind, state, payload, error_code,
+// error_message, fire_at, settled_at); a timer whose time has come by `now` counts as settled.
+PromiseState promiseStateOf(const db::Row& row, int64_t now);
+
 // What a claim hands to an execution.
 struct Claim {
   std::string id;
@@ -63,12 +76,7 @@ struct Claim {
   bool has_caller = false;
   // Promises of this invocation already resolved or rejected when it was claimed, read with the
   // claim: a settled promise never changes, so awaiting one of them reads nothing more.
-  struct SettledPromise {
-    bool timer = false;
-    int64_t settled_at = 0;
-    absl::StatusOr<std::string> outcome = std::string();
-  };
-  std::map<std::string, SettledPromise, std::less<>> settled = {};
+  std::map<std::string, PromiseState, std::less<>> settled = {};
 };
 
 class ContextImpl : public Context {

@@ -303,22 +303,15 @@ absl::Status Engine::readSettled(db::Connection& conn, std::vector<Claim>& claim
   params.emplace_back(static_cast<uint64_t>(kMaxSettledPerClaim));
   KRANE_ASSIGN_OR_RETURN(
       auto rows, conn.query(strCat("SELECT id, invocation_id, kind, state, payload, error_code,"
-                                   " error_message, settled_at FROM workflow_promises"
+                                   " error_message, fire_at, settled_at FROM workflow_promises"
                                    " WHERE invocation_id IN (",
                                    in, ") AND state <> 'pending' ORDER BY settled_at DESC LIMIT ?"),
                             params));
+  const int64_t now = unixMillis();
   for (const db::Row& r : rows.rows) {
     auto it = by_id.find(r.str("invocation_id"));
     if (it == by_id.end()) continue;
-    Claim::SettledPromise p;
-    p.timer = r.str("kind") == "timer";
-    p.settled_at = r.isNull("settled_at") ? 0 : r.i64("settled_at");
-    if (r.str("state") == "resolved") {
-      p.outcome = r.isNull("payload") ? std::string() : r.str("payload");
-    } else {
-      p.outcome = store::statusFrom(r, "error_code", "error_message");
-    }
-    it->second->settled.emplace(r.str("id"), std::move(p));
+    it->second->settled.emplace(r.str("id"), promiseStateOf(r, now));
   }
   return absl::OkStatus();
 }
