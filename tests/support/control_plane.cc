@@ -125,6 +125,7 @@ WatchRecorder::WatchRecorder(std::shared_ptr<grpc::Channel> channel, const std::
       ++messages_;
       if (message.has_batch()) {
         ++batches_;
+        largest_batch_bytes_ = std::max(largest_batch_bytes_, message.ByteSizeLong());
         for (const auto& event : message.batch().events()) record(event);
       } else {
         record(message);
@@ -183,6 +184,11 @@ size_t WatchRecorder::messages() {
 size_t WatchRecorder::batches() {
   std::lock_guard lock(mutex_);
   return batches_;
+}
+
+size_t WatchRecorder::largestBatchBytes() {
+  std::lock_guard lock(mutex_);
+  return largest_batch_bytes_;
 }
 
 bool WatchRecorder::finished() {

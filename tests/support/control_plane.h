@@ -101,9 +101,10 @@ class WatchRecorder {
   bool finished();
   grpc::Status status();
   void cancel();
-  // Messages read, and how many of them were batches.
+  // Messages read, how many of them were batches, and the largest batch in bytes.
   size_t messages();
   size_t batches();
+  size_t largestBatchBytes();
 
  private:
   std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;
@@ -114,6 +115,7 @@ class WatchRecorder {
   uint64_t last_version_ = 0;
   size_t messages_ = 0;
   size_t batches_ = 0;
+  size_t largest_batch_bytes_ = 0;
   bool finished_ = false;
   grpc::Status status_;
   std::thread reader_;

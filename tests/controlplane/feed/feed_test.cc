@@ -14,6 +14,7 @@
 #include "common/strings.h"
 #include "controlplane/api/auth.h"
 #include "controlplane/feed/cleanup.h"
+#include "controlplane/feed/encoded_event.h"
 #include "controlplane/feed/tables.h"
 #include "controlplane/feed/writer.h"
 #include "tests/support/control_plane.h"
@@ -731,6 +732,41 @@ TEST_CASE("changes queued together reach a stream in order in one flush", "[feed
     CHECK(messages >= kChanges);
     CHECK(watcher.batches() == 0);
   }
+}
+
+// A backlog larger than a batch leaves in several messages, none above feed's batch limit
+// (1 MiB), and a change that is larger than the limit by itself travels alone; the agent gets
+// every change in order either way.
+TEST_CASE("a backlog larger than a batch is split, and a change above the limit goes alone",
+          "[feed]") {
+  constexpr size_t kLimit = 1 << 20;
+  TestControlPlane cp;
+  auto& server = cp.startReplica();
+  const uint64_t head = headVersion(cp, "eu-1");
+  WatchRecorder watcher(cp.channel(), cp.agentToken("eu-1"), "eu-1", head);
+  REQUIRE(watcher.waitForVersion(head));
+  // Queued together: 2.5 MiB, one change of them the largest spec a resource may have.
+  auto written = server.writer().transact("test", [&](feed::WriteTx& tx) -> absl::Status {
+    for (int i = 0; i < 5; ++i) {
+      if (auto st = tx.put(bucket(strCat("k", i), "eu-1", std::string(300 * 1024, 'a' + i)));
+          !st.ok()) {
+        return st;
+      }
+    }
+    return tx.put(bucket("huge", "eu-1", std::string(kLimit, 'h')));
+  });
+  REQUIRE_THAT(written, IsOk());
+  REQUIRE(watcher.waitForVersion(written->back().version));
+  std::vector<uint64_t> versions;
+  for (const auto& e : watcher.events()) {
+    if (e.has_change()) versions.push_back(e.change().version());
+  }
+  std::vector<uint64_t> expected;
+  for (const auto& w : *written) expected.push_back(w.version);
+  CHECK(versions == expected);
+  CHECK(materialize(watcher.events()) == databaseView(cp, "eu-1"));
+  CHECK(watcher.batches() >= 1);
+  CHECK(watcher.largestBatchBytes() <= kLimit + feed::kBatchFramingPerEvent);
 }
 
 // Nothing an agent is owed waits in the transport for a later write: with bookmarks a long way
