@@ -108,10 +108,20 @@ class GenericTable final : public ResourceTable {
       }
       strAppend(&sql, " ORDER BY type, id LIMIT ?");
     } else {
+      // All regions: (type, region, id) order, read from resources_type_list page after page,
+      // the cursor's comparison spelled out as for one region. The index is named: with a type
+      // given, the optimizer would otherwise read the type from its first row (an equality on
+      // the index's first column), past every row before the cursor, instead of the range.
       sql = strCat("SELECT ", kColumns,
-                   " FROM resources WHERE deleted_at IS NULL AND (? = '' OR type = ?)"
-                   " AND (type, region_id, id) > (?, ?, ?) ORDER BY type, region_id, id LIMIT ?");
-      params = {type, type, after.type, after.region, after.id};
+                   " FROM resources FORCE INDEX (resources_type_list) WHERE deleted_at IS NULL");
+      if (!type.empty()) {
+        strAppend(&sql, " AND type = ?");
+        params.emplace_back(type);
+      }
+      strAppend(&sql,
+                " AND (type > ? OR (type = ? AND (region_id > ? OR (region_id = ? AND id > ?))))"
+                " ORDER BY type, region_id, id LIMIT ?");
+      params.insert(params.end(), {after.type, after.type, after.region, after.region, after.id});
     }
     params.emplace_back(static_cast<uint64_t>(limit));
     KRANE_RETURN_IF_ERROR(conn.queryEach(sql, params, [&](const db::Row& row) {
