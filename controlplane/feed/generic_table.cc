@@ -89,8 +89,11 @@ class GenericTable final : public ResourceTable {
     if (!region.empty()) {
       // One region: (type, id) order, read from resources_region_list page after page. The
       // cursor's comparison is spelled out, since a row comparison gets no index range.
-      sql =
-          strCat("SELECT ", kColumns, " FROM resources WHERE region_id = ? AND deleted_at IS NULL");
+      // The index is named: at some cursors the optimizer would otherwise read the region from
+      // its first row, or scan the primary key.
+      sql = strCat("SELECT ", kColumns,
+                   " FROM resources FORCE INDEX (resources_region_list) WHERE region_id = ? AND"
+                   " deleted_at IS NULL");
       params = {region};
       if (!type.empty()) {
         strAppend(&sql, " AND type = ?");
