@@ -4,7 +4,8 @@
 // engine in this process. Figures: five-step workflows per second, the overhead of one step (time
 // and database writes), the memory of 10,000 invocations suspended on awakeables and the time to
 // resolve them all, and the raw single-row commit rate of the same server (the physical limit),
-// with journaled steps and resumed invocations per second as ratios to it.
+// with journaled steps and resumed invocations per second as ratios to it, and the same row
+// changes issued without the engine (floor.h): what the schema allows at all.
 #include <dirent.h>
 #include <malloc.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 
 #include "bench/support/commit_rate.h"
 #include "bench/support/figures.h"
+#include "bench/workflow/floor.h"
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "controlplane/db/pool.h"
@@ -355,6 +357,8 @@ int run(bool json, bool quick) {
   // than the rates to whatever else runs on the machine.
   const pid_t server = serverPid();
   std::vector<double> wf_cpu_r, resume_cpu_r;
+  // The floor: the same row changes without the engine, one by one and grouped (floor.h).
+  std::vector<double> resume_floor_r, resume_floor_grouped_r, step_floor_r, step_floor_grouped_r;
   for (int round = 1; round <= rounds; ++round) {
     say("round {}/{}", round, rounds);
     const double raw = check(
@@ -362,6 +366,23 @@ int run(bool json, bool quick) {
     raw_r.push_back(raw);
     say("  raw commit rate: {:.0f} commits/s (single-row autocommit INSERTs, 8 connections, {} s)",
         raw, raw_window.count());
+    const FloorOptions one_by_one{.group = 4, .grouped = false};
+    const FloorOptions grouped{.group = 8, .grouped = true};
+    const double resume_floor =
+        check(resumeFloorRate(*pool, suspended_n, one_by_one, strCat(round, "a")), "floor");
+    const double resume_floor_grouped =
+        check(resumeFloorRate(*pool, suspended_n, grouped, strCat(round, "b")), "floor");
+    const double step_floor =
+        check(stepFloorRate(*pool, batch, one_by_one, strCat(round, "a")), "floor");
+    const double step_floor_grouped =
+        check(stepFloorRate(*pool, batch, grouped, strCat(round, "b")), "floor");
+    resume_floor_r.push_back(resume_floor / raw);
+    resume_floor_grouped_r.push_back(resume_floor_grouped / raw);
+    step_floor_r.push_back(step_floor / raw);
+    step_floor_grouped_r.push_back(step_floor_grouped / raw);
+    say("  the floor, without the engine: {:.0f} resumes/s one by one, {:.0f}/s grouped by 8;"
+        " {:.0f} steps/s one by one, {:.0f}/s grouped by 8",
+        resume_floor, resume_floor_grouped, step_floor, step_floor_grouped);
 
     auto before0 = counters(*pool);
     const double zero_s = runBatch(engine, *pool, "Zero", batch);
@@ -463,6 +484,11 @@ int run(bool json, bool quick) {
   figures.push_back({"steps_vs_raw_commit_ratio", steps_ratio, "", ">= 0.3", steps_ratio >= 0.3});
   figures.push_back(
       {"resumes_vs_raw_commit_ratio", resumes_ratio, "", ">= 0.15", resumes_ratio >= 0.15});
+  figures.push_back({"steps_floor_vs_raw_commit_ratio", median(step_floor_r), ""});
+  figures.push_back({"steps_floor_grouped_vs_raw_commit_ratio", median(step_floor_grouped_r), ""});
+  figures.push_back({"resumes_floor_vs_raw_commit_ratio", median(resume_floor_r), ""});
+  figures.push_back(
+      {"resumes_floor_grouped_vs_raw_commit_ratio", median(resume_floor_grouped_r), ""});
   // Shown in the table only: the JSON carries the figures above.
   std::vector<Figure> extra;
   extra.push_back({"db_commits_per_step", median(commits_r), "commits"});
@@ -472,6 +498,8 @@ int run(bool json, bool quick) {
   extra.push_back({"db_commits_per_resume", median(resume_commits_r), "commits"});
   extra.push_back({"cpu_ms_per_workflow_5_steps", median(wf_cpu_r), "ms"});
   extra.push_back({"cpu_ms_per_resume", median(resume_cpu_r), "ms"});
+  extra.push_back({"steps_share_of_floor", steps_ratio / median(step_floor_r), ""});
+  extra.push_back({"resumes_share_of_floor", resumes_ratio / median(resume_floor_r), ""});
 
   report(json,
          strCat("workflow engine, ", std::thread::hardware_concurrency(), " cores, median of ",
@@ -484,7 +512,10 @@ int run(bool json, bool quick) {
          " completion) over raw_commit_rate_per_s. steps_vs_raw_commit_ratio: journaled steps per"
          " second (5 x workflows_per_s_5_steps) over the raw commit rate of the same round;"
          " resumes_vs_raw_commit_ratio: invocations resumed per second while resolving the"
-         " suspended ones, over the same; both medians of the rounds.");
+         " suspended ones, over the same; both medians of the rounds. *_floor_*: the same row"
+         " changes issued without the engine from 8 connections (one statement per invocation"
+         " and step, claims of 4), or grouped (one statement per step for 8 invocations);"
+         " *_share_of_floor: the engine's ratio over the one-by-one floor's.");
   return 0;
 }
 
