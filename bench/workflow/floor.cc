@@ -47,8 +47,8 @@ absl::Status expectChanged(absl::StatusOr<uint64_t> changed, uint64_t want, std:
 absl::Status claim(db::Connection& conn, const std::vector<std::string>& ids, int64_t now) {
   db::Params params = {"floor", now + kLeaseMs, now + kLeaseMs, now, now};
   params.insert(params.end(), ids.begin(), ids.end());
-  return expectChanged(conn.exec(strCat(kClaim, placeholders(ids.size()), ")"), params),
-                       ids.size(), "claim");
+  return expectChanged(conn.exec(strCat(kClaim, placeholders(ids.size()), ")"), params), ids.size(),
+                       "claim");
 }
 
 // Finishes the invocations `ids`, claimed with lease token `token`: one statement each, or one
@@ -65,10 +65,9 @@ absl::Status finish(db::Connection& conn, const std::vector<std::string>& ids, i
         ids.size(), "finish");
   }
   for (const std::string& id : ids) {
-    KRANE_RETURN_IF_ERROR(expectChanged(
-        conn.exec(strCat(kFinish, "id = ? AND lease_token = ?"),
-                  {db::Blob{"ok"}, now, now, id, token}),
-        1, "finish"));
+    KRANE_RETURN_IF_ERROR(expectChanged(conn.exec(strCat(kFinish, "id = ? AND lease_token = ?"),
+                                                  {db::Blob{"ok"}, now, now, id, token}),
+                                        1, "finish"));
   }
   return absl::OkStatus();
 }
@@ -91,10 +90,10 @@ absl::Status journal(db::Connection& conn, const std::vector<std::string>& ids, 
                          ids.size(), "journal");
   }
   for (const std::string& id : ids) {
-    KRANE_RETURN_IF_ERROR(expectChanged(
-        conn.exec(strCat(select, "id = ? AND lease_token = ? FOR UPDATE"),
-                  {seq, kind, name, db::Blob{"ok"}, now, id, token}),
-        1, "journal"));
+    KRANE_RETURN_IF_ERROR(
+        expectChanged(conn.exec(strCat(select, "id = ? AND lease_token = ? FOR UPDATE"),
+                                {seq, kind, name, db::Blob{"ok"}, now, id, token}),
+                      1, "journal"));
   }
   return absl::OkStatus();
 }
@@ -206,8 +205,7 @@ absl::StatusOr<double> resumeFloorRate(db::Pool& pool, int n, const FloorOptions
                               .status());
   }
   KRANE_ASSIGN_OR_RETURN(
-      double seconds,
-      runGroups(pool, n, options, [&](db::Connection& conn, int first, int count) {
+      double seconds, runGroups(pool, n, options, [&](db::Connection& conn, int first, int count) {
         const std::vector<std::string> ids = idsOf(prefix, first, count);
         KRANE_RETURN_IF_ERROR(
             settle(pool, conn, idsOf(prefix, first, count, "-a"), options.grouped, unixMillis()));
@@ -223,8 +221,7 @@ absl::StatusOr<double> stepFloorRate(db::Pool& pool, int n, const FloorOptions& 
                                      const std::string& tag) {
   const std::string prefix = strCat("floor-steps-", tag, "-");
   KRANE_ASSIGN_OR_RETURN(
-      double seconds,
-      runGroups(pool, n, options, [&](db::Connection& conn, int first, int count) {
+      double seconds, runGroups(pool, n, options, [&](db::Connection& conn, int first, int count) {
         const std::vector<std::string> ids = idsOf(prefix, first, count);
         const int64_t now = unixMillis();
         const std::string insert =
@@ -234,7 +231,8 @@ absl::StatusOr<double> stepFloorRate(db::Pool& pool, int n, const FloorOptions& 
           std::string values;
           db::Params params;
           for (const std::string& id : ids) {
-            strAppend(&values, values.empty() ? "" : ",", "(?, 'Floor', 'run', 0, 'ready', ?, ?, ?, ?)");
+            strAppend(&values, values.empty() ? "" : ",",
+                      "(?, 'Floor', 'run', 0, 'ready', ?, ?, ?, ?)");
             params.insert(params.end(), {id, db::Blob{""}, now, now, now});
           }
           KRANE_RETURN_IF_ERROR(

@@ -794,4 +794,15 @@ std::vector<prometheus::MetricFamily> Engine::metrics() const {
   return out;
 }
 
+absl::StatusOr<std::string> sendOncePerWait(Engine& engine, std::string service,
+                                            std::string handler, std::string key,
+                                            std::string wait) {
+  InvokeRequest request;
+  request.service = std::move(service);
+  request.handler = std::move(handler);
+  request.key = std::move(key);
+  request.idempotency_key = std::move(wait);
+  return engine.send(request);
+}
+
 }  // namespace krane::workflow

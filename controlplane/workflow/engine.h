@@ -167,4 +167,10 @@ class Engine {
   std::condition_variable idle_;
 };
 
+// Sends `handler` of the virtual object `key` once per wait: `wait` (the awakeable a handler
+// waits on) is the idempotency key, so every replica that sees what the wait is for sends the
+// same invocation, and a later wait gets a new one. Returns the invocation's id.
+absl::StatusOr<std::string> sendOncePerWait(Engine& engine, std::string service,
+                                            std::string handler, std::string key, std::string wait);
+
 }  // namespace krane::workflow

@@ -72,12 +72,8 @@ void ReadinessGate::onInstancesReported(const std::string& deployment_id, const 
     }
     return;
   }
-  workflow::InvokeRequest notify;
-  notify.service = kServiceName;
-  notify.handler = "NotifyInstancesReady";
-  notify.key = deployment_id;
-  notify.idempotency_key = waiting;  // one notification per wait, whichever replica sends it
-  auto sent = engine_.send(notify);
+  auto sent = workflow::sendOncePerWait(engine_, kServiceName, "NotifyInstancesReady",
+                                        deployment_id, waiting);
   if (!sent.ok()) {
     spdlog::warn("deploy: notifying deployment={} of its ready instances failed: {}", deployment_id,
                  sent.status().message());

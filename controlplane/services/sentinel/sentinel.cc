@@ -170,12 +170,8 @@ workflow::ServiceDefinition sentinelService(std::shared_ptr<db::Pool> pool,
 void ReadyNotifier::onSentinelReady(const std::string& sentinel_id, const std::string& region) {
   auto waiting = workflow::readState(*pool_, kServiceName, sentinel_id, kReadyAwakeableState);
   if (!waiting.ok() || !*waiting) return;  // not waiting: Deploy reads the row when it starts
-  workflow::InvokeRequest notify;
-  notify.service = kServiceName;
-  notify.handler = "NotifyReady";
-  notify.key = sentinel_id;
-  notify.idempotency_key = **waiting;  // one notification per wait, whichever replica sends it
-  auto sent = engine_.send(notify);
+  auto sent =
+      workflow::sendOncePerWait(engine_, kServiceName, "NotifyReady", sentinel_id, **waiting);
   if (!sent.ok()) {
     spdlog::warn("sentinel: notifying sentinel={} region={} of its convergence failed: {}",
                  sentinel_id, region, sent.status().message());
