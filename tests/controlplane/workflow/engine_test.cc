@@ -409,7 +409,10 @@ TEST_CASE_METHOD(WorkflowTest, "durable sleep suspends without a thread", "[work
   std::vector<std::string> ids;
   // More sleepers than threads: suspended invocations hold none.
   for (int i = 0; i < 40; ++i) ids.push_back(*e.send({"Sleeper", "h", "", ""}));
-  REQUIRE(eventually([&] {
+  // CHECK, not REQUIRE: the settler thread must be joined whatever happens.
+  CHECK(eventually([&] {
+    // The server refreshes INNODB_TRX only when it was not read in the last 100 ms.
+    std::this_thread::sleep_for(150ms);
     return scalar("SELECT COUNT(*) FROM workflow_invocations WHERE status = 'suspended'") +
                scalar("SELECT COUNT(*) FROM workflow_invocations WHERE status = 'succeeded'") ==
            40;
@@ -712,6 +715,80 @@ TEST_CASE_METHOD(WorkflowTest, "a fenced worker cannot commit", "[workflow]") {
   REQUIRE(detail->journal.size() == 1u);
   CHECK(*detail->journal[0].payload == "from b");
   CHECK(detail->claims == 2);
+}
+
+TEST_CASE_METHOD(WorkflowTest,
+                 "a settle rolled back by a deadlock is retried and wakes its invocation once",
+                 "[workflow]") {
+  std::mutex mu;
+  std::string awakeable_id;
+  Engine& e = engine([&](Engine& e) {
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Wait").handler(
+                     "go",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       Awakeable w = ctx.awakeable();
+                       ctx.runVoid("publish",
+                                   [&] {
+                                     std::lock_guard lock(mu);
+                                     awakeable_id = w.id;
+                                     return absl::OkStatus();
+                                   })
+                           .IgnoreError();
+                       return ctx.await(w.future);
+                     })),
+                 IsOk());
+  });
+  auto id = e.send({"Wait", "go"});
+  REQUIRE_THAT(id, IsOk());
+  REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
+  std::string awk;
+  {
+    std::lock_guard lock(mu);
+    awk = awakeable_id;
+  }
+  const std::string deadlocks_sql =
+      "SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS"
+      " WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'";
+  const std::string wake_seq_sql = "SELECT wake_seq FROM workflow_invocations WHERE id = ?";
+  const int64_t deadlocks = scalar(deadlocks_sql);
+  const int64_t wake_seq = scalar(wake_seq_sql, {*id});
+
+  // Another transaction that changed many rows (so InnoDB picks the settle as the victim) holds
+  // the invocation's row; the settle locks the promise and waits for that row; then the other
+  // transaction asks for the promise: a deadlock.
+  exec("CREATE TABLE ballast (id INT PRIMARY KEY, v INT NOT NULL)");
+  exec("INSERT INTO ballast SELECT seq, 0 FROM seq_1_to_500");
+  auto other = pool_->acquire();
+  REQUIRE_THAT(other, IsOk());
+  REQUIRE_THAT((*other)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*other)->exec("UPDATE ballast SET v = v + 1"), IsOk());
+  REQUIRE_THAT((*other)->exec("UPDATE workflow_invocations SET updated_at = updated_at + 1"
+                              " WHERE id = ?",
+                              {*id}),
+               IsOk());
+  absl::Status settled = absl::UnknownError("not run");
+  std::thread settler([&] { settled = e.resolveAwakeable(awk, "B"); });
+  // CHECK, not REQUIRE: the settler thread must be joined whatever happens.
+  CHECK(eventually([&] {
+    // The server refreshes INNODB_TRX only when it was not read in the last 100 ms.
+    std::this_thread::sleep_for(150ms);
+    return scalar(
+               "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
+               " WHERE trx_state = 'LOCK WAIT'") == 1;
+  }));
+  INFO("the other transaction is not the victim: its statement waits for the rollback");
+  CHECK_THAT(
+      (*other)->exec("UPDATE workflow_promises SET created_at = created_at WHERE id = ?", {awk}),
+      IsOk());
+  REQUIRE_THAT((*other)->execText("COMMIT"), IsOk());
+  settler.join();
+  CHECK_THAT(settled, IsOk());
+  CHECK(scalar(deadlocks_sql) == deadlocks + 1);
+  auto result = e.awaitResult(*id, 20s);
+  REQUIRE_THAT(result, IsOk());
+  CHECK(*result == "B");
+  INFO("the rolled-back attempt left no trace: one wake-up, not two");
+  CHECK(scalar(wake_seq_sql, {*id}) == wake_seq + 1);
 }
 
 TEST_CASE_METHOD(WorkflowTest, "operations list show cleanup and metrics", "[workflow]") {
