@@ -26,8 +26,7 @@ using namespace std::chrono_literals;
 TEST_CASE_METHOD(WorkflowTest, "run steps are journaled and not repeated after a suspension",
                  "[workflow]") {
   std::atomic<int> step1{0}, step2{0};
-  std::mutex mu;
-  std::string awakeable_id;
+  Handout handout;
   Engine& e = engine([&](Engine& e) {
     REQUIRE_THAT(e.registerService(ServiceDefinition::service("Steps").handler(
                      "go",
@@ -38,13 +37,7 @@ TEST_CASE_METHOD(WorkflowTest, "run steps are journaled and not repeated after a
                        });
                        if (!a.ok()) return a.status();
                        Awakeable w = ctx.awakeable();
-                       ctx.runVoid("publish",
-                                   [&] {
-                                     std::lock_guard lock(mu);
-                                     awakeable_id = w.id;
-                                     return absl::OkStatus();
-                                   })
-                           .IgnoreError();
+                       handout.give(ctx, w);
                        auto got = ctx.await(w.future);
                        if (!got.ok()) return got.status();
                        auto b = ctx.run("two", [&]() -> absl::StatusOr<std::string> {
@@ -58,11 +51,7 @@ TEST_CASE_METHOD(WorkflowTest, "run steps are journaled and not repeated after a
   auto id = e.send({"Steps", "go", "", "x"});
   REQUIRE_THAT(id, IsOk());
   REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
-  std::string awk;
-  {
-    std::lock_guard lock(mu);
-    awk = awakeable_id;
-  }
+  const std::string awk = handout.id();
   REQUIRE_FALSE(awk.empty());
   REQUIRE_THAT(e.resolveAwakeable(awk, "B"), IsOk());
   auto result = e.awaitResult(*id, 20s);
@@ -274,20 +263,13 @@ TEST_CASE_METHOD(WorkflowTest, "shared handler runs while an exclusive one is su
 
 TEST_CASE_METHOD(WorkflowTest, "awakeable resolved before the handler waits", "[workflow]") {
   std::atomic<bool> release{false};
-  std::mutex mu;
-  std::string id_seen;
+  Handout handout;
   Engine& e = engine([&](Engine& e) {
     REQUIRE_THAT(e.registerService(ServiceDefinition::service("Early").handler(
                      "h",
                      [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
                        Awakeable w = ctx.awakeable();
-                       ctx.runVoid("hand out",
-                                   [&] {
-                                     std::lock_guard lock(mu);
-                                     id_seen = w.id;
-                                     return absl::OkStatus();
-                                   })
-                           .IgnoreError();
+                       handout.give(ctx, w, "hand out");
                        // Still running (not suspended) when it is resolved.
                        ctx.runVoid("wait",
                                    [&] {
@@ -300,15 +282,8 @@ TEST_CASE_METHOD(WorkflowTest, "awakeable resolved before the handler waits", "[
                  IsOk());
   });
   auto id = e.send({"Early", "h", "", ""});
-  REQUIRE(eventually([&] {
-    std::lock_guard lock(mu);
-    return !id_seen.empty();
-  }));
-  std::string awk;
-  {
-    std::lock_guard lock(mu);
-    awk = id_seen;
-  }
+  REQUIRE(eventually([&] { return !handout.id().empty(); }));
+  const std::string awk = handout.id();
   REQUIRE_THAT(e.resolveAwakeable(awk, "early"), IsOk());
   release = true;
   auto r = e.awaitResult(*id, 20s);
@@ -720,20 +695,13 @@ TEST_CASE_METHOD(WorkflowTest, "a fenced worker cannot commit", "[workflow]") {
 TEST_CASE_METHOD(WorkflowTest,
                  "a settle rolled back by a deadlock is retried and wakes its invocation once",
                  "[workflow]") {
-  std::mutex mu;
-  std::string awakeable_id;
+  Handout handout;
   Engine& e = engine([&](Engine& e) {
     REQUIRE_THAT(e.registerService(ServiceDefinition::service("Wait").handler(
                      "go",
                      [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
                        Awakeable w = ctx.awakeable();
-                       ctx.runVoid("publish",
-                                   [&] {
-                                     std::lock_guard lock(mu);
-                                     awakeable_id = w.id;
-                                     return absl::OkStatus();
-                                   })
-                           .IgnoreError();
+                       handout.give(ctx, w);
                        return ctx.await(w.future);
                      })),
                  IsOk());
@@ -741,11 +709,7 @@ TEST_CASE_METHOD(WorkflowTest,
   auto id = e.send({"Wait", "go"});
   REQUIRE_THAT(id, IsOk());
   REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
-  std::string awk;
-  {
-    std::lock_guard lock(mu);
-    awk = awakeable_id;
-  }
+  const std::string awk = handout.id();
   const std::string deadlocks_sql =
       "SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.GLOBAL_STATUS"
       " WHERE VARIABLE_NAME = 'INNODB_DEADLOCKS'";

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,30 @@
 namespace krane::workflow {
 
 inline std::string messageOf(const absl::Status& s) { return std::string(toStd(s.message())); }
+
+// Where a handler hands the id of its awakeable to the test, in a journaled step of its own (a
+// replay does not hand it out again).
+class Handout {
+ public:
+  void give(Context& ctx, const Awakeable& awakeable, std::string_view step = "publish") {
+    ctx.runVoid(step,
+                [&] {
+                  std::lock_guard lock(mutex_);
+                  id_ = awakeable.id;
+                  return absl::OkStatus();
+                })
+        .IgnoreError();
+  }
+  // Empty until a handler gave one.
+  std::string id() const {
+    std::lock_guard lock(mutex_);
+    return id_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::string id_;
+};
 
 class WorkflowTest : public krane::testing::MariaDbTest {
  protected:
