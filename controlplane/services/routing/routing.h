@@ -54,7 +54,7 @@ struct RoutingOptions {
   std::chrono::milliseconds previous_stop_delay = std::chrono::minutes(30);
   // Writes the environment's sentinels (their live_deployment_id) in the swap's transaction.
   // Null: sentinels are not told (only tests of the routes themselves run without one).
-  std::shared_ptr<feed::Writer> writer;
+  std::shared_ptr<feed::Writer> writer = nullptr;
 };
 
 workflow::ServiceDefinition routingService(RoutingOptions options = {});
