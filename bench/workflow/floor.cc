@@ -1,8 +1,8 @@
 #include "bench/workflow/floor.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
