@@ -371,10 +371,11 @@ void WatchStream::queueBatchLocked(const EventBatch& batch) {
   }
   bool last_sent = false;
   int64_t queued = 0;
+  const bool open = !finished_ && !cancelled_;  // as queueLocked() checks for one event
   for (const auto& event : batch.events) {
     if (event.version <= queued_through_) continue;
     last_sent = wants(event.type);
-    if (last_sent && !finished_ && !cancelled_) {
+    if (last_sent && open) {
       queue_.push_back(event.wire);
       ++queued;
     }
