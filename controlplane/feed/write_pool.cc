@@ -46,9 +46,9 @@ void WritePool::run() {
     if (ready_.empty()) return;  // stopping, and everything queued ran
     const size_t share = (ready_.size() + threads_count_ - 1) / threads_count_;
     const size_t take = std::min({ready_.size(), std::max<size_t>(share, 1), kMaxTake});
-    mine.assign(std::make_move_iterator(ready_.end() - static_cast<ptrdiff_t>(take)),
-                std::make_move_iterator(ready_.end()));
-    ready_.resize(ready_.size() - take);
+    const auto end = ready_.begin() + static_cast<ptrdiff_t>(take);
+    mine.assign(std::make_move_iterator(ready_.begin()), std::make_move_iterator(end));
+    ready_.erase(ready_.begin(), end);
     if (!ready_.empty()) ready_cv_.notify_one();  // another thread takes the next share
     lock.unlock();
     for (auto& target : mine) target->startWrites();

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -27,7 +28,8 @@ class WritePool {
   WritePool(const WritePool&) = delete;
   WritePool& operator=(const WritePool&) = delete;
 
-  // Queues one call of target->startWrites(); never blocks on a write.
+  // Queues one call of target->startWrites(), after those already queued; never blocks on a
+  // write.
   void schedule(std::shared_ptr<Writable> target);
   // Runs what is queued, then joins the threads; later schedules run on the caller's thread.
   void stop();
@@ -39,7 +41,9 @@ class WritePool {
   const size_t threads_count_;
   std::mutex mutex_;
   std::condition_variable ready_cv_;
-  std::vector<std::shared_ptr<Writable>> ready_;
+  // In the order scheduled: streams start in turn, so a busy stream that is rescheduled as soon
+  // as it runs cannot keep the others waiting.
+  std::deque<std::shared_ptr<Writable>> ready_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
