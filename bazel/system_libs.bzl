@@ -16,6 +16,7 @@ SYSTEM_LIBRARIES = {
     "grpc++": (["grpc++"], "libgrpc++-dev"),
     "httplib": (["cpp-httplib"], "libcpp-httplib-dev"),
     "mysqlclient": (["libmariadb"], "default-libmysqlclient-dev"),
+    "nghttp2": (["libnghttp2"], "libnghttp2-dev"),
     "prometheus": (["prometheus-cpp-pull", "prometheus-cpp-core"], "prometheus-cpp-dev"),
     "protobuf": (["protobuf"], "libprotobuf-dev"),
     "spdlog": (["spdlog"], "libspdlog-dev"),

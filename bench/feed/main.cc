@@ -24,6 +24,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/feed/baseline.h"
 #include "bench/feed/ctrl_process.h"
+#include "bench/feed/h2_watch_streams.h"
 #include "bench/feed/measure.h"
 #include "bench/feed/report.h"
 #include "bench/feed/watch_clients.h"
@@ -67,6 +68,9 @@ krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
                        baseline, memory, sync
   --no-batches         streams that do not accept batches (one event per message, as agents
                        before WatchRequest.accept_batches had)
+  --grpc-clients       read the measured streams with gRPC's own client instead of the lean
+                       HTTP/2 one (it costs about as much CPU per message as krane-ctrl, on the
+                       same cores)
   --help    this text
 
 krane-ctrl's configuration and log go to a directory under /tmp, removed after a successful run
@@ -98,6 +102,7 @@ struct Options {
   std::string ctrl_binary;     // --ctrl: another krane-ctrl binary (to compare builds)
   std::set<std::string> only;  // --only: these phases (for investigation); empty: all
   bool batches = true;         // --no-batches: streams read one event per message
+  bool grpc_clients = false;   // --grpc-clients: gRPC's client reads the measured streams
 
   bool runs(const std::string& phase) const { return only.empty() || only.count(phase) > 0; }
 };
@@ -399,8 +404,13 @@ PhaseResult measureKrane(Bench& b, const std::vector<CtrlProcess*>& ctrls, size_
   std::vector<std::unique_ptr<WatchStreams>> groups;
   for (size_t i = 0; i < ctrls.size(); ++i) {
     const size_t count = n / ctrls.size() + (i < n % ctrls.size() ? 1 : 0);
-    groups.push_back(std::make_unique<WatchStreams>(ctrls[i]->grpcTarget(), b.agent_token, kRegion,
-                                                    head, count, per_connection, o.batches));
+    if (o.grpc_clients) {
+      groups.push_back(std::make_unique<GrpcWatchStreams>(
+          ctrls[i]->grpcTarget(), b.agent_token, kRegion, head, count, per_connection, o.batches));
+    } else {
+      groups.push_back(std::make_unique<H2WatchStreams>(
+          ctrls[i]->grpcTarget(), b.agent_token, kRegion, head, count, per_connection, o.batches));
+    }
   }
   for (auto& streams : groups) {
     if (!streams->waitLive(300s)) {
@@ -592,7 +602,7 @@ void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string&
   say("memory: krane-ctrl VmRSS {} KiB with no stream; opening {} idle streams", before.rss_kib, n);
   ProcessMemory after;
   {
-    WatchStreams streams(ctrl->grpcTarget(), b.agent_token, kRegion, head, n, per_connection);
+    GrpcWatchStreams streams(ctrl->grpcTarget(), b.agent_token, kRegion, head, n, per_connection);
     if (!streams.waitLive(300s)) {
       throw std::runtime_error(fmt::format("only {} of {} Watch streams went live ({} ended; {})",
                                            streams.live(), n, streams.ended(),
@@ -781,6 +791,8 @@ int run(int argc, char** argv) {
       }
     } else if (arg == "--no-batches") {
       o.batches = false;
+    } else if (arg == "--grpc-clients") {
+      o.grpc_clients = true;
     } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
