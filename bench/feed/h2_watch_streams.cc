@@ -1,6 +1,7 @@
 #include "bench/feed/h2_watch_streams.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
@@ -10,7 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
 #include <stdexcept>
 
 #include <google/protobuf/arena.h>
@@ -44,10 +44,10 @@ std::string errnoText(const char* what) { return strCat(what, ": ", std::strerro
 struct H2WatchStreams::Stream {
   explicit Stream(StreamTally& tally) : recorder(tally) {}
   StreamRecorder recorder;
-  std::string request;       // the length-prefixed WatchRequest
+  std::string request;  // the length-prefixed WatchRequest
   size_t request_sent = 0;
-  std::string partial;       // bytes of a message not complete yet
-  std::string grpc_status;   // from the trailers (or a trailers-only answer)
+  std::string partial;      // bytes of a message not complete yet
+  std::string grpc_status;  // from the trailers (or a trailers-only answer)
   std::string grpc_message;
   bool done = false;
 };
@@ -59,7 +59,7 @@ struct H2WatchStreams::Connection {
   std::string out;  // bytes nghttp2 produced that the socket did not take yet
   bool want_out = false;
   bool broken = false;
-  std::string error;  // why a callback failed
+  std::string error;                         // why a callback failed
   google::protobuf::Arena* arena = nullptr;  // the loop's
   StreamTally* tally = nullptr;
 
@@ -137,7 +137,8 @@ int onDataChunk(nghttp2_session* session, uint8_t, int32_t stream_id, const uint
 int onHeader(nghttp2_session* session, const nghttp2_frame* frame, const uint8_t* name,
              size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void*) {
   if (frame->hd.type != NGHTTP2_HEADERS) return 0;
-  auto* s = static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
+  auto* s =
+      static_cast<Stream*>(nghttp2_session_get_stream_user_data(session, frame->hd.stream_id));
   if (s == nullptr) return 0;
   const std::string_view key(reinterpret_cast<const char*>(name), namelen);
   const std::string_view text(reinterpret_cast<const char*>(value), valuelen);
@@ -335,8 +336,8 @@ H2WatchStreams::H2WatchStreams(const std::string& target, const std::string& tok
             for (;;) {
               const ssize_t got = ::recv(c->fd, buffer.data(), buffer.size(), 0);
               if (got > 0) {
-                if (nghttp2_session_mem_recv(c->session, buffer.data(),
-                                             static_cast<size_t>(got)) < 0) {
+                if (nghttp2_session_mem_recv(c->session, buffer.data(), static_cast<size_t>(got)) <
+                    0) {
                   ok = false;
                   why = c->error.empty() ? "HTTP/2 protocol error" : c->error;
                   break;
