@@ -11,23 +11,13 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/workflow/operations.h"
+#include "controlplane/workflow/statements.h"
 
 namespace krane::bench {
 namespace {
 
-// The engine's own statements (controlplane/workflow), with the columns they set.
-constexpr const char* kClaim =
-    "UPDATE workflow_invocations SET status = 'running', lease_owner = ?,"
-    " lease_token = lease_token + 1, lease_expires_at = ?, due_at = ?, claims = claims + 1,"
-    " started_at = COALESCE(started_at, ?), updated_at = ? WHERE id IN (";
-constexpr const char* kJournalColumns =
-    "invocation_id, seq, kind, name, ok, payload, error_code, error_message, duration_ms,"
-    " created_at";
-constexpr const char* kFinish =
-    "UPDATE workflow_invocations SET status = 'succeeded', output = ?, error_code = NULL,"
-    " error_message = NULL, attempts = 0, due_at = NULL, lease_owner = NULL,"
-    " lease_expires_at = NULL, lease_token = lease_token + 1, finished_at = ?, updated_at = ?"
-    " WHERE ";
+namespace statements = workflow::statements;
+
 constexpr int64_t kLeaseMs = 30000;
 
 std::string placeholders(size_t n) {
@@ -47,27 +37,31 @@ absl::Status expectChanged(absl::StatusOr<uint64_t> changed, uint64_t want, std:
 absl::Status claim(db::Connection& conn, const std::vector<std::string>& ids, int64_t now) {
   db::Params params = {"floor", now + kLeaseMs, now + kLeaseMs, now, now};
   params.insert(params.end(), ids.begin(), ids.end());
-  return expectChanged(conn.exec(strCat(kClaim, placeholders(ids.size()), ")"), params), ids.size(),
-                       "claim");
+  return expectChanged(
+      conn.exec(strCat(statements::kClaimPrefix, placeholders(ids.size()), ")"), params),
+      ids.size(), "claim");
 }
 
 // Finishes the invocations `ids`, claimed with lease token `token`: one statement each, or one
 // for all.
 absl::Status finish(db::Connection& conn, const std::vector<std::string>& ids, int64_t token,
                     bool grouped, int64_t now) {
+  const db::Params succeeded = {"succeeded", db::Blob{"ok"}, db::Value(), db::Value(), 0, now, now};
   if (grouped) {
-    db::Params params = {db::Blob{"ok"}, now, now};
+    db::Params params = succeeded;
     params.insert(params.end(), ids.begin(), ids.end());
     params.emplace_back(token);
-    return expectChanged(
-        conn.exec(strCat(kFinish, "id IN (", placeholders(ids.size()), ") AND lease_token = ?"),
-                  params),
-        ids.size(), "finish");
+    return expectChanged(conn.exec(strCat(statements::kFinishPrefix, "id IN (",
+                                          placeholders(ids.size()), ") AND lease_token = ?"),
+                                   params),
+                         ids.size(), "finish");
   }
   for (const std::string& id : ids) {
-    KRANE_RETURN_IF_ERROR(expectChanged(conn.exec(strCat(kFinish, "id = ? AND lease_token = ?"),
-                                                  {db::Blob{"ok"}, now, now, id, token}),
-                                        1, "finish"));
+    db::Params params = succeeded;
+    params.insert(params.end(), {id, token});
+    KRANE_RETURN_IF_ERROR(expectChanged(
+        conn.exec(strCat(statements::kFinishPrefix, "id = ? AND lease_token = ?"), params), 1,
+        "finish"));
   }
   return absl::OkStatus();
 }
@@ -76,11 +70,11 @@ absl::Status finish(db::Connection& conn, const std::vector<std::string>& ids, i
 // does (the insert reads the invocation row FOR UPDATE): one statement each, or one for all.
 absl::Status journal(db::Connection& conn, const std::vector<std::string>& ids, int seq,
                      std::string_view kind, int64_t token, bool grouped, int64_t now) {
-  const std::string select =
-      strCat("INSERT INTO workflow_journal (", kJournalColumns,
-             ") SELECT id, ?, ?, ?, 1, ?, NULL, NULL, 0, ? FROM workflow_invocations WHERE ");
   const std::string name = strCat(kind, seq);
   if (grouped) {
+    const std::string select =
+        strCat("INSERT INTO workflow_journal (", statements::kJournalColumns,
+               ") SELECT id, ?, ?, ?, 1, ?, NULL, NULL, 0, ? FROM workflow_invocations WHERE ");
     db::Params params = {seq, kind, name, db::Blob{"ok"}, now};
     params.insert(params.end(), ids.begin(), ids.end());
     params.emplace_back(token);
@@ -90,10 +84,10 @@ absl::Status journal(db::Connection& conn, const std::vector<std::string>& ids, 
                          ids.size(), "journal");
   }
   for (const std::string& id : ids) {
-    KRANE_RETURN_IF_ERROR(
-        expectChanged(conn.exec(strCat(select, "id = ? AND lease_token = ? FOR UPDATE"),
-                                {seq, kind, name, db::Blob{"ok"}, now, id, token}),
-                      1, "journal"));
+    KRANE_RETURN_IF_ERROR(expectChanged(conn.exec(std::string(statements::kFencedJournalInsert),
+                                                  {id, seq, kind, name, 1, db::Blob{"ok"},
+                                                   db::Value(), db::Value(), 0, now, id, token}),
+                                        1, "journal"));
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,7 @@
 #include "controlplane/workflow/context_impl.h"
 #include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/journal_writer.h"
+#include "controlplane/workflow/statements.h"
 #include "controlplane/workflow/store.h"
 #include "spdlog/spdlog.h"
 
@@ -212,11 +213,7 @@ std::optional<absl::StatusOr<bool>> ContextImpl::commitWithoutTransaction(
   const int64_t now = unixMillis();
   if (finish) {
     auto changed = execAlone(
-        *engine_.pool_,
-        "UPDATE workflow_invocations SET status = ?, output = ?, error_code = ?,"
-        " error_message = ?, attempts = ?, due_at = NULL, lease_owner = NULL,"
-        " lease_expires_at = NULL, lease_token = lease_token + 1, finished_at = ?,"
-        " updated_at = ? WHERE id = ? AND lease_token = ?",
+        *engine_.pool_, strCat(statements::kFinishPrefix, "id = ? AND lease_token = ?"),
         {request.final_status,
          request.outcome.ok() ? db::Value(db::Blob{*request.outcome}) : db::Value(),
          store::errorCode(request.outcome.status()), store::errorMessage(request.outcome.status()),

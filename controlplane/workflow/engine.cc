@@ -15,6 +15,7 @@
 #include "controlplane/workflow/journal_cache.h"
 #include "controlplane/workflow/journal_writer.h"
 #include "controlplane/workflow/operations.h"
+#include "controlplane/workflow/statements.h"
 #include "controlplane/workflow/store.h"
 #include "spdlog/spdlog.h"
 
@@ -369,13 +370,7 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
                              now + options_.lease.count(), now, now};
         for (const std::string& id : ids) params.push_back(id);
         KRANE_RETURN_IF_ERROR(
-            conn.exec(strCat("UPDATE workflow_invocations SET status = 'running', lease_owner = ?,"
-                             " lease_token = lease_token + 1, lease_expires_at = ?, due_at = ?,"
-                             " claims = claims + 1, started_at = COALESCE(started_at, ?),"
-                             " updated_at = ? WHERE id IN (",
-                             in, ")"),
-                      params)
-                .status());
+            conn.exec(strCat(statements::kClaimPrefix, in, ")"), params).status());
         // Only saves reads: the claims stand without it.
         if (absl::Status read = readSettled(conn, claimed); !read.ok()) {
           if (db::isTransactionConflict(read)) return read;

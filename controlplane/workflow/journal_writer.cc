@@ -7,14 +7,11 @@
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/db/errors.h"
+#include "controlplane/workflow/statements.h"
 #include "controlplane/workflow/store.h"
 
 namespace krane::workflow {
 namespace {
-
-constexpr std::string_view kColumns =
-    "invocation_id, seq, kind, name, ok, payload, error_code, error_message, duration_ms,"
-    " created_at";
 
 void appendRow(db::Params* params, const std::string& id, const JournalEntry& e, int64_t now) {
   db::Value payload;
@@ -107,10 +104,7 @@ absl::Status JournalWriter::writeOne(const Request& request) {
   // lease token is still current, and a takeover waits for this statement to commit.
   auto inserted = retryConflicts([&]() -> absl::StatusOr<uint64_t> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
-    return conn->exec(strCat("INSERT INTO workflow_journal (", kColumns,
-                             ") SELECT ?,?,?,?,?,?,?,?,?,? FROM workflow_invocations"
-                             " WHERE id = ? AND lease_token = ? FOR UPDATE"),
-                      params);
+    return conn->exec(std::string(statements::kFencedJournalInsert), params);
   });
   count(1, 1);
   if (!inserted.ok()) return inserted.status();
@@ -149,7 +143,8 @@ absl::Status JournalWriter::writeGroup(const std::vector<Request*>& batch) {
       }
     }
     if (rows == 0) return absl::OkStatus();
-    std::string sql = strCat("INSERT INTO workflow_journal (", kColumns, ") VALUES ");
+    std::string sql =
+        strCat("INSERT INTO workflow_journal (", statements::kJournalColumns, ") VALUES ");
     for (size_t i = 0; i < rows; ++i) strAppend(&sql, i == 0 ? "" : ",", "(?,?,?,?,?,?,?,?,?,?)");
     return conn.exec(sql, params).status();
   });

@@ -1,0 +1,43 @@
+// The text of the engine's most frequent statements: the claim of due invocations, the fenced
+// journal insert and the fenced finish. The engine runs them (engine.cc, journal_writer.cc,
+// context.cc); the workflow benchmark's floor (bench/workflow/floor.h) runs the same text
+// without the engine, so that it measures exactly these statements.
+#pragma once
+
+#include <string_view>
+
+namespace krane::workflow::statements {
+
+// Claims the invocations whose ids follow as placeholders, then ")". Parameters: the worker, the
+// lease's end (also the new due_at: when to look again if the worker dies), now (started_at on a
+// first claim), now (updated_at); then the ids. The lease token goes up by one: whatever the
+// previous holder still writes is fenced.
+inline constexpr std::string_view kClaimPrefix =
+    "UPDATE workflow_invocations SET status = 'running', lease_owner = ?,"
+    " lease_token = lease_token + 1, lease_expires_at = ?, due_at = ?, claims = claims + 1,"
+    " started_at = COALESCE(started_at, ?), updated_at = ? WHERE id IN (";
+
+// The columns of a journal row, in the order the rows' values are given.
+inline constexpr std::string_view kJournalColumns =
+    "invocation_id, seq, kind, name, ok, payload, error_code, error_message, duration_ms,"
+    " created_at";
+
+// One journal row, inserted only while the lease token is still current: the locking read of
+// the invocation row is the fence check, and a takeover waits for the insert to commit.
+// Parameters: the row's ten values (kJournalColumns), then the invocation's id and token.
+inline constexpr std::string_view kFencedJournalInsert =
+    "INSERT INTO workflow_journal (invocation_id, seq, kind, name, ok, payload, error_code,"
+    " error_message, duration_ms, created_at) SELECT ?,?,?,?,?,?,?,?,?,? FROM"
+    " workflow_invocations WHERE id = ? AND lease_token = ? FOR UPDATE";
+
+// Ends an invocation, followed by the rows' condition (`id = ? AND lease_token = ?`: fenced on
+// the token, no row changed when it moved on). Parameters: the final status, the output, the
+// error code and message, the attempts, now (finished_at), now (updated_at); then the
+// condition's.
+inline constexpr std::string_view kFinishPrefix =
+    "UPDATE workflow_invocations SET status = ?, output = ?, error_code = ?,"
+    " error_message = ?, attempts = ?, due_at = NULL, lease_owner = NULL,"
+    " lease_expires_at = NULL, lease_token = lease_token + 1, finished_at = ?,"
+    " updated_at = ? WHERE ";
+
+}  // namespace krane::workflow::statements
