@@ -64,7 +64,7 @@ TEST_CASE_METHOD(RollingE2eTest,
                  "[rolling-e2e][slow]") {
   TestControlPlane cp;
   cp.seedApp();
-  for (const std::string sql :
+  for (const std::string& sql :
        {strCat("UPDATE environment_regions SET replicas = ", kReplicas),
         std::string("UPDATE environments SET strategy = 'rolling', max_surge = 1,"
                     " max_unavailable = 0, deploy_timeout_seconds = 240 WHERE id = 'prod'")}) {

@@ -193,8 +193,8 @@ TEST_CASE("well formed utf8 of every length passes and the field paths are as do
   request.mutable_resource()->mutable_deployment_topology()->clear_args();
   CHECK(api::firstInvalidUtf8Field(*put, request.SerializePartialAsString()) == std::nullopt);
   // Overlong forms and surrogates are not UTF-8 either.
-  for (const std::string bad : {std::string("\xc0\xaf"), std::string("\xed\xa0\x80"),
-                                std::string("\xf4\x90\x80\x80"), std::string("\xe2\x82")}) {
+  for (const std::string& bad : {std::string("\xc0\xaf"), std::string("\xed\xa0\x80"),
+                                 std::string("\xf4\x90\x80\x80"), std::string("\xe2\x82")}) {
     request.mutable_resource()->set_id(bad);
     CHECK(api::firstInvalidUtf8Field(*put, request.SerializePartialAsString()) == "resource.id");
   }
