@@ -84,10 +84,10 @@ absl::Status journal(db::Connection& conn, const std::vector<std::string>& ids, 
                          ids.size(), "journal");
   }
   for (const std::string& id : ids) {
-    KRANE_RETURN_IF_ERROR(expectChanged(conn.exec(std::string(statements::kFencedJournalInsert),
-                                                  {id, seq, kind, name, 1, db::Blob{"ok"},
-                                                   db::Value(), db::Value(), 0, now, id, token}),
-                                        1, "journal"));
+    KRANE_RETURN_IF_ERROR(expectChanged(
+        conn.exec(statements::kFencedJournalInsert, {id, seq, kind, name, 1, db::Blob{"ok"},
+                                                     db::Value(), db::Value(), 0, now, id, token}),
+        1, "journal"));
   }
   return absl::OkStatus();
 }

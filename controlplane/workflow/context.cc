@@ -212,8 +212,10 @@ std::optional<absl::StatusOr<bool>> ContextImpl::commitWithoutTransaction(
   if (!written.ok()) return absl::StatusOr<bool>(written);
   const int64_t now = unixMillis();
   if (finish) {
+    static const std::string kFinish =
+        strCat(statements::kFinishPrefix, "id = ? AND lease_token = ?");
     auto changed = execAlone(
-        *engine_.pool_, strCat(statements::kFinishPrefix, "id = ? AND lease_token = ?"),
+        *engine_.pool_, kFinish,
         {request.final_status,
          request.outcome.ok() ? db::Value(db::Blob{*request.outcome}) : db::Value(),
          store::errorCode(request.outcome.status()), store::errorMessage(request.outcome.status()),

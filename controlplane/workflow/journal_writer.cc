@@ -104,7 +104,7 @@ absl::Status JournalWriter::writeOne(const Request& request) {
   // lease token is still current, and a takeover waits for this statement to commit.
   auto inserted = retryConflicts([&]() -> absl::StatusOr<uint64_t> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
-    return conn->exec(std::string(statements::kFencedJournalInsert), params);
+    return conn->exec(statements::kFencedJournalInsert, params);
   });
   count(1, 1);
   if (!inserted.ok()) return inserted.status();

@@ -29,6 +29,8 @@ inline constexpr std::string_view kFencedJournalInsert =
     "INSERT INTO workflow_journal (invocation_id, seq, kind, name, ok, payload, error_code,"
     " error_message, duration_ms, created_at) SELECT ?,?,?,?,?,?,?,?,?,? FROM"
     " workflow_invocations WHERE id = ? AND lease_token = ? FOR UPDATE";
+static_assert(kFencedJournalInsert.find(kJournalColumns) != std::string_view::npos,
+              "the fenced insert names the journal's columns in kJournalColumns' order");
 
 // Ends an invocation, followed by the rows' condition (`id = ? AND lease_token = ?`: fenced on
 // the token, no row changed when it moved on). Parameters: the final status, the output, the
