@@ -73,8 +73,7 @@ struct H2WatchStreams::Loop {
   int epoll_fd = -1;
   int wake_fd = -1;
   std::thread thread;
-  std::vector<Connection*> connections;
-  google::protobuf::Arena arena;
+  google::protobuf::Arena arena;  // the messages of its connections, reset after each
 
   ~Loop() {
     if (epoll_fd >= 0) ::close(epoll_fd);
@@ -185,7 +184,8 @@ void breakConnection(Connection& c, const std::string& why) {
   }
 }
 
-// Writes what nghttp2 has to send; false when the socket failed. `blocking` during set-up.
+// Writes what nghttp2 has to send, keeping what the socket does not take (all of it goes on a
+// blocking socket, during set-up); false when the socket failed.
 bool flush(Connection& c) {
   for (;;) {
     if (!c.out.empty()) {
@@ -311,7 +311,6 @@ H2WatchStreams::H2WatchStreams(const std::string& target, const std::string& tok
       ev.events = EPOLLIN;
       ev.data.ptr = c.get();
       epoll_ctl(loop.epoll_fd, EPOLL_CTL_ADD, c->fd, &ev);
-      loop.connections.push_back(c.get());
       connections_.push_back(std::move(c));
     }
   } catch (...) {
