@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +28,7 @@
 #include "bench/feed/h2_watch_streams.h"
 #include "bench/feed/measure.h"
 #include "bench/feed/report.h"
+#include "bench/feed/socket_floor.h"
 #include "bench/feed/watch_clients.h"
 #include "common/process_setup.h"
 #include "common/strings.h"
@@ -54,8 +56,10 @@ a client of the design it replaced (every agent polls the change table once a se
 Measures, for 1, 100 and 1000 streams: commit-to-receive latency (p50, p99) under 50 puts/s, and
 database statements per second idle and under that load; the same for 10,000 streams served by
 two krane-ctrl replicas on the same database (5,000 each, 50 streams per client connection);
-krane-ctrl's CPU per delivered event; then the time of a full sync of 100,000 resources,
-krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
+krane-ctrl's CPU per delivered event; the socket floor at 100 and 1000 streams (the same
+fan-out as one write per stream and change on plain loopback TCP connections, with no HTTP/2,
+gRPC or database: what the kernel alone costs on this machine); then the time of a full sync of
+100,000 resources, krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
 
   --json    print one JSON object {"figures": [...]} on stdout; the table and progress go to stderr
   --quick   a smoke run: 1 and 100 streams (2,000 on two replicas), 20,000 resources to sync,
@@ -65,7 +69,8 @@ krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
   --only PHASES         run only these phases (comma-separated; for investigation):
                        streams (1, 100 and 1000 streams on one replica), replicas (the
                        replicated phase, with 1 stream on one replica as its reference),
-                       baseline, memory, sync
+                       floor (the socket floor at 100 and 1000 streams), baseline, memory,
+                       sync
   --no-batches         streams that do not accept batches (one event per message, as agents
                        before WatchRequest.accept_batches had)
   --grpc-clients       read the measured streams with gRPC's own client instead of the lean
@@ -251,6 +256,7 @@ class CpuWindow {
 struct Bench {
   Options options;
   std::string ctrl_binary;
+  std::string fanout_binary;  // the gRPC floor's server
   std::string work_dir;
   db::Dsn dsn;
   std::shared_ptr<db::Pool> pool;
@@ -287,6 +293,7 @@ void setup(Bench& b, const char* argv0) {
   b.ctrl_binary = b.options.ctrl_binary.empty() ? findRunfile("controlplane/krane-ctrl", argv0)
                                                 : b.options.ctrl_binary;
   say("krane-ctrl binary: {}", b.ctrl_binary);
+  b.fanout_binary = findRunfile("bench/feed/fanout_server", argv0);
   char dir[] = "/tmp/krane-bench-feed-XXXXXX";
   if (::mkdtemp(dir) == nullptr) throw std::runtime_error("mkdtemp failed");
   b.work_dir = dir;
@@ -592,6 +599,144 @@ PhaseResult measureBaseline(Bench& b, size_t n) {
   return result;
 }
 
+// The bytes of one change's Watch message on the wire: an HTTP/2 DATA frame header (9), gRPC's
+// length prefix (5) and a WatchEvent of a change of the write load's resource.
+size_t watchMessageBytes() {
+  cluster::v1::WatchEvent event;
+  auto* change = event.mutable_change();
+  change->set_op(cluster::v1::CHANGE_OP_APPLY);
+  change->set_version(1000000);
+  *change->mutable_resource() = timedResource(kRegion, "item-0000", nowNs());
+  change->mutable_resource()->set_version(1000000);
+  return 9 + 5 + event.ByteSizeLong();
+}
+
+// The socket floor (socket_floor.h) for n streams, under the write load's rate and windows.
+SocketFloorResult measureSocketFloor(Bench& b, size_t n) {
+  const Options& o = b.options;
+  SocketFloorOptions f;
+  f.streams = n;
+  f.changes_per_s = o.puts_per_s;
+  f.message_bytes = watchMessageBytes();
+  f.threads = std::max(1u, std::thread::hardware_concurrency());
+  f.warmup = o.warmup;
+  f.window = o.load_window;
+  say("socket floor, {} streams: one {}-byte write per stream per change, {} sender threads", n,
+      f.message_bytes, f.threads);
+  SocketFloorResult r = runSocketFloor(f);
+  say("socket floor, {} streams: latency p50 {:.2f} ms, p99 {:.2f} ms over {} deliveries of {} "
+      "changes; CPU per delivered event: senders {:.2f} us, receivers {:.2f} us",
+      n, r.p50_ms, r.p99_ms, r.delivered, r.changes, r.sender_cpu_us_per_event,
+      r.receiver_cpu_us_per_event);
+  if (r.delivered < r.changes * n) {
+    say("socket floor, {} streams: {} deliveries missing", n, r.changes * n - r.delivered);
+  }
+  return r;
+}
+
+// The gRPC floor: fanout_server (bench/feed/fanout_server.cc) in `mode` with n streams read by
+// the lean client, under the write load's rate and windows.
+struct GrpcFloorResult {
+  double p50_ms = 0;
+  double p99_ms = 0;
+  double cpu_us_per_event = -1;
+  size_t delivered = 0;
+  size_t missing = 0;
+};
+
+GrpcFloorResult measureGrpcFloor(Bench& b, const std::string& mode, size_t n) {
+  const Options& o = b.options;
+  const std::string log = strCat(b.work_dir, "/fanout-", mode, "-", n, ".log");
+  testing::ChildProcess server(
+      {b.fanout_binary, "--mode", mode, "--rate", fmt::format("{}", o.puts_per_s)}, log);
+  int port = 0;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (port == 0) {
+    const std::string out = testing::slurp(log);
+    if (out.rfind("listening on ", 0) == 0) port = std::atoi(out.c_str() + 13);
+    if (port == 0 && (!server.running() || std::chrono::steady_clock::now() > deadline)) {
+      throw std::runtime_error(strCat("fanout_server did not start: ", out));
+    }
+    if (port == 0) std::this_thread::sleep_for(20ms);
+  }
+  GrpcFloorResult r;
+  H2WatchStreams streams(strCat("127.0.0.1:", port), "", kRegion, 0, n);
+  if (!streams.waitLive(120s)) {
+    throw std::runtime_error(fmt::format("gRPC floor ({}): only {} of {} streams went live; {}",
+                                         mode, streams.live(), n, streams.firstError()));
+  }
+  std::this_thread::sleep_for(o.warmup);
+  streams.setRecording(true);
+  const double cpu_before = processCpuSeconds(server.pid());
+  const int64_t from = nowNs();
+  std::this_thread::sleep_for(o.load_window);
+  const int64_t to = nowNs();
+  const double cpu = processCpuSeconds(server.pid()) - cpu_before;
+  std::this_thread::sleep_for(o.drain);
+  streams.setRecording(false);
+  std::vector<double> ms;
+  std::set<uint64_t> changes;
+  for (const auto& per_stream : streams.takeSamples()) {
+    for (const Sample& s : per_stream) {
+      if (s.send_ns < from || s.send_ns >= to) continue;
+      ms.push_back(static_cast<double>(s.receive_ns - s.send_ns) / 1e6);
+      changes.insert(s.version);
+    }
+  }
+  streams.close();
+  server.signal(SIGKILL);
+  server.wait();
+  r.delivered = ms.size();
+  r.missing = changes.size() * n - r.delivered;
+  r.p50_ms = quantile(ms, 0.5);
+  r.p99_ms = quantile(ms, 0.99);
+  if (r.delivered > 0 && cpu_before >= 0) {
+    r.cpu_us_per_event = cpu * 1e6 / static_cast<double>(r.delivered);
+  }
+  say("gRPC floor ({} API), {} streams: latency p50 {:.2f} ms, p99 {:.2f} ms over {} deliveries "
+      "of {} changes{}; server CPU per delivered event {:.2f} us",
+      mode, n, r.p50_ms, r.p99_ms, r.delivered, changes.size(),
+      r.missing > 0 ? fmt::format(" ({} missing)", r.missing) : std::string(), r.cpu_us_per_event);
+  return r;
+}
+
+void addGrpcFloorFigures(Report& report,
+                         std::map<std::string, std::map<size_t, GrpcFloorResult>>& floors) {
+  for (auto& [mode, by_streams] : floors) {
+    for (auto& [n, f] : by_streams) {
+      report.add(strCat("grpc_floor_", mode, "_latency_p99_ms_streams_", n), f.p99_ms, "ms");
+    }
+    if (by_streams.empty()) continue;
+    auto& [at, f] = *by_streams.rbegin();
+    report.add(strCat("grpc_floor_", mode, "_cpu_us_per_delivered_event_streams_", at),
+               f.cpu_us_per_event, "us");
+  }
+}
+
+void addFloorFigures(Report& report, std::map<size_t, SocketFloorResult>& floor,
+                     std::map<size_t, PhaseResult>& krane) {
+  for (auto& [n, f] : floor) {
+    report.add(strCat("floor_latency_p99_ms_streams_", n), f.p99_ms, "ms");
+  }
+  if (floor.empty()) return;
+  auto& [at, f] = *floor.rbegin();
+  report.add(strCat("floor_cpu_us_per_delivered_event_streams_", at), f.sender_cpu_us_per_event,
+             "us");
+  if (floor.count(100) > 0 && at > 100 && floor[100].p99_ms > 0) {
+    report.add(strCat("floor_p99_ratio_streams_", at, "_to_100"), f.p99_ms / floor[100].p99_ms, "");
+  }
+  if (krane.count(at) > 0 && f.sender_cpu_us_per_event > 0) {
+    const double k = cpuUsPerEvent(krane[at]);
+    if (k > 0) {
+      report.notes.push_back(fmt::format(
+          "socket floor, {} streams: krane-ctrl spends {:.1f}x the floor's CPU per delivered "
+          "event ({:.2f} us against {:.2f} us); the floor's receivers {:.2f} us",
+          at, k / f.sender_cpu_us_per_event, k, f.sender_cpu_us_per_event,
+          f.receiver_cpu_us_per_event));
+    }
+  }
+}
+
 // krane-ctrl's resident memory per idle stream, on a fresh process; `per_connection` streams
 // share a client connection.
 void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string& name) {
@@ -781,8 +926,8 @@ int run(int argc, char** argv) {
       o.replica_streams = std::stoul(argv[++i]);
     } else if (arg == "--only" && i + 1 < argc) {
       for (const auto& phase : absl::StrSplit(argv[++i], ',')) {
-        static const std::set<std::string> kPhases = {"streams", "replicas", "baseline", "memory",
-                                                      "sync"};
+        static const std::set<std::string> kPhases = {"streams",  "replicas", "floor",
+                                                      "baseline", "memory",   "sync"};
         if (kPhases.count(std::string(phase)) == 0) {
           fmt::print(stderr, "feed: --only: unknown phase \"{}\"\n\n{}", phase, kUsage);
           return 2;
@@ -839,6 +984,16 @@ int run(int argc, char** argv) {
       for (auto& other : others) b.stopCtrl(other);
     }
     b.stopCtrl(ctrl);
+  }
+  std::map<size_t, SocketFloorResult> floor;
+  std::map<std::string, std::map<size_t, GrpcFloorResult>> grpc_floors;
+  if (o.runs("floor")) {
+    for (size_t n : o.stream_counts) {
+      if (n < 100) continue;
+      floor[n] = measureSocketFloor(b, n);
+      for (const char* mode : {"callback", "async"})
+        grpc_floors[mode][n] = measureGrpcFloor(b, mode, n);
+    }
   }
   if (o.runs("baseline")) {
     for (size_t n : o.stream_counts) baseline[n] = measureBaseline(b, n);
@@ -904,6 +1059,8 @@ int run(int argc, char** argv) {
     cpu_r.passed = cpu_r.value >= 0 && cpu_r.value <= 5;
     ordered.add(strCat("events_per_message_streams_", n), replicated.events_per_message, "");
   }
+  addFloorFigures(ordered, floor, krane);
+  addGrpcFloorFigures(ordered, grpc_floors);
   flatTarget(ordered, "db_queries_per_s_idle_streams_", o.stream_counts, krane, o.puts_per_s,
              false);
   flatTarget(ordered, "db_queries_per_s_load_streams_", o.stream_counts, krane, o.puts_per_s, true);

@@ -2,6 +2,8 @@
 // and batches, count them, record a sample per change and see their streams go live; both report
 // a stream the server ends with an error; the lean HTTP/2 client fails clearly when nothing
 // listens and when the server goes away. Their figures are only as good as this.
+#include "bench/feed/watch_clients.h"
+
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -12,7 +14,6 @@
 #include <grpcpp/grpcpp.h>
 
 #include "bench/feed/h2_watch_streams.h"
-#include "bench/feed/watch_clients.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/wait.h"
 

@@ -1,0 +1,83 @@
+// The feed benchmark's gRPC floor server, in both of its shapes: Watch streams read by the lean
+// client go live at its bookmark and then get every change its ticker makes, in order, each
+// with the send time the latency is measured from.
+#include <csignal>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "bench/feed/h2_watch_streams.h"
+#include "bench/feed/measure.h"
+#include "tests/support/process.h"
+#include "tests/support/wait.h"
+
+namespace krane::bench {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct Server {
+  std::unique_ptr<testing::ChildProcess> process;
+  int port = 0;  // 0 when it printed nothing within 10 s
+};
+
+Server startServer(const std::string& mode, const std::string& log) {
+  Server server;
+  server.process = std::make_unique<testing::ChildProcess>(
+      std::vector<std::string>{testing::runfile("bench/feed/fanout_server"), "--mode", mode,
+                               "--rate", "200"},
+      log);
+  testing::eventually(
+      [&] {
+        const std::string text = testing::slurp(log);
+        if (text.rfind("listening on ", 0) == 0) server.port = std::atoi(text.c_str() + 13);
+        return server.port > 0;
+      },
+      10s);
+  return server;
+}
+
+TEST_CASE("the gRPC floor server sends every stream a bookmark, then every change in order") {
+  const std::string mode = GENERATE("callback", "async");
+  CAPTURE(mode);
+  const std::string log = std::string(std::getenv("TEST_TMPDIR")) + "/fanout-" + mode + ".log";
+  Server server = startServer(mode, log);
+  REQUIRE(server.port > 0);
+
+  H2WatchStreams streams("127.0.0.1:" + std::to_string(server.port), "", "r1", 0, 6);
+  REQUIRE(streams.waitLive(10s));
+  streams.setRecording(true);
+  const int64_t from = nowNs();
+  std::this_thread::sleep_for(300ms);
+  streams.setRecording(false);
+  const auto samples = streams.takeSamples();
+  streams.close();
+  server.process->signal(SIGKILL);
+  server.process->wait();
+
+  REQUIRE(samples.size() == 6);
+  for (const auto& stream : samples) {
+    // 200 changes a second for 0.3 s.
+    CHECK(stream.size() >= 40);
+    for (size_t i = 1; i < stream.size(); ++i) CHECK(stream[i].version == stream[i - 1].version + 1);
+    for (const Sample& s : stream) {
+      CHECK(s.send_ns >= from - 20'000'000);
+      CHECK(s.receive_ns >= s.send_ns);
+    }
+  }
+}
+
+TEST_CASE("the gRPC floor server refuses an unknown mode") {
+  const auto result = testing::runCommand({testing::runfile("bench/feed/fanout_server"), "--mode",
+                                           "threads"});
+  CHECK(result.exit_code == 2);
+  CHECK(result.err.find("--mode is callback or async") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace krane::bench
