@@ -40,7 +40,7 @@ struct CtrlConfig {
     std::chrono::milliseconds bookmark_interval{5000};
     size_t stream_max_queued = 20000;
     size_t sync_workers = 4;
-    size_t write_threads = 0;       // threads starting live writes; 0: one per core
+    size_t write_threads = 0;       // threads serving the Watch streams; 0: one per core
     size_t sync_snapshots = 4;      // full syncs reading at once (each holds a connection)
     size_t sync_high_water = 1024;  // a set-up pauses while this many events wait to be written
     size_t sync_batch = 2000;       // rows or changes a set-up step reads

@@ -121,9 +121,6 @@ absl::Status Server::startFeed() {
   watch_->tables = tables_;
   watch_->hub = hub_;
   watch_->setup_pool = std::make_shared<ThreadPool>(config_.feed.sync_workers);
-  watch_->write_pool = std::make_shared<feed::WritePool>(
-      config_.feed.write_threads != 0 ? config_.feed.write_threads
-                                      : std::max(1U, std::thread::hardware_concurrency()));
   watch_->options.setup_high_water = config_.feed.sync_high_water;
   watch_->options.max_open_snapshots = config_.feed.sync_snapshots;
   watch_->options.catch_up_batch = config_.feed.sync_batch;
@@ -245,11 +242,22 @@ absl::Status Server::startGrpc() {
   // Channelz keeps a node and counters per connection and call; with an agent connection per
   // region and thousands of them per replica, that is memory and work nobody reads.
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
+  watch_loops_ = std::make_unique<feed::WatchLoops>(
+      builder, config_.feed.write_threads != 0 ? config_.feed.write_threads
+                                               : std::max(1U, std::thread::hardware_concurrency()));
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
+    watch_loops_.reset();
+    grpc_.reset();
     return absl::UnavailableError(
         strCat("cannot listen on ", config_.listen, " (in use, or not a local address?)"));
   }
+  api::ClusterServiceImpl* cluster = cluster_service_.get();
+  watch_loops_->start(
+      [cluster](grpc::ServerContext* context, grpc::ByteBuffer* request,
+                grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer, grpc::ServerCompletionQueue* cq,
+                void* tag) { cluster->requestWatch(context, request, writer, cq, tag); },
+      [cluster](feed::WatchCall* call) { cluster->openWatch(call); });
   return absl::OkStatus();
 }
 
@@ -283,6 +291,8 @@ void Server::stop() {
   if (http_) http_->stop();
   if (http_thread_.joinable()) http_thread_.join();
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // The Watch calls were cancelled: their streams finish on the loops (and on set-up steps).
+  if (watch_loops_) watch_loops_->stop();
   if (ticker_.joinable()) ticker_.join();
   if (maintenance_) maintenance_->stop();
   if (engine_) engine_->stop();
@@ -290,7 +300,6 @@ void Server::stop() {
   if (tailer_) tailer_->stop();
   if (watch_) {
     watch_->setup_pool->join();  // set-up steps still queued release what they hold
-    watch_->write_pool->stop();
   }
   grpc_.reset();
 }

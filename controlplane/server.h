@@ -18,6 +18,7 @@
 #include "controlplane/config.h"
 #include "controlplane/feed/cleanup.h"
 #include "controlplane/feed/tailer.h"
+#include "controlplane/feed/watch_loops.h"
 #include "controlplane/feed/watch_stream.h"
 #include "controlplane/feed/writer.h"
 #include "controlplane/ingest/ingestor.h"
@@ -83,6 +84,8 @@ class Server {
   std::unique_ptr<api::RolloutServiceImpl> rollout_service_;
   std::unique_ptr<api::SentinelApiImpl> sentinel_service_;
   std::unique_ptr<grpc::Server> grpc_;
+  // The Watch calls' threads; stopped after grpc_'s shutdown, before grpc_ is destroyed.
+  std::unique_ptr<feed::WatchLoops> watch_loops_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   std::thread ticker_;

@@ -7,20 +7,15 @@
 // stream as its own message. No database, no tailer, no authentication: only gRPC's per-message
 // path, in one of two shapes:
 //
-//   --mode callback  gRPC's callback API as krane-ctrl uses it: a pool of threads (one per core)
+//   --mode callback  gRPC's callback API as krane-ctrl used it: a pool of threads (one per core)
 //                    starts the writes of idle streams; the next write of a stream starts from
 //                    its write completion, on gRPC's threads.
-//   --mode async     gRPC's completion-queue API: one thread per core, each with a completion
-//                    queue of its own and the streams accepted on it; a change reaches a thread
-//                    with one alarm, and the thread starts its streams' writes and handles their
-//                    completions itself.
+//   --mode async     gRPC's completion-queue API, as krane-ctrl uses it (watch_loops.h): one
+//                    thread per core, each with a completion queue of its own and the streams
+//                    accepted on it; a change reaches a thread with one alarm, and the thread
+//                    starts its streams' writes and handles their completions itself.
 //
 // Prints "listening on PORT" once it serves; runs until killed.
-#include <grpcpp/alarm.h>
-#include <grpcpp/generic/async_generic_service.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/support/byte_buffer.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -32,6 +27,11 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/generic/async_generic_service.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/byte_buffer.h>
 
 #include "bench/feed/measure.h"
 #include "krane/cluster/v1/cluster.pb.h"

@@ -62,16 +62,24 @@ ClusterServiceImpl::ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch
       watch_(std::move(watch)),
       tokens_(std::move(tokens)),
       ingestor_(std::move(ingestor)) {
-  checkCallbackServerStreaming("Watch", this, &ClusterServiceImpl::watchEncoded);
   checkUnary("ReportDeploymentStatus", this, &ClusterServiceImpl::ReportDeploymentStatus);
   checkUnary("ReportSentinelStatus", this, &ClusterServiceImpl::ReportSentinelStatus);
   checkUnary("ReportResourceStatus", this, &ClusterServiceImpl::ReportResourceStatus);
   checkUnary("Heartbeat", this, &ClusterServiceImpl::Heartbeat);
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* ClusterServiceImpl::watchEncoded(
-    grpc::CallbackServerContext* context, const cluster::v1::WatchRequest* request) {
-  return feed::WatchStream::start(watch_, *request, bearerToken(*context), context->peer());
+void ClusterServiceImpl::openWatch(feed::WatchCall* call) {
+  cluster::v1::WatchRequest request;
+  const absl::Status parsed = parseRequest(call->request(), request);
+  // The request's bytes share the connection's read buffer, which they would pin for the
+  // stream's whole life (about 8 KiB per idle Watch).
+  call->request().Clear();
+  if (!parsed.ok()) {
+    call->refuse(toGrpc(parsed));
+    return;
+  }
+  feed::WatchStream::start(watch_, request, bearerToken(call->context()), call->context().peer(),
+                           call);
 }
 
 grpc::Status ClusterServiceImpl::ReportDeploymentStatus(

@@ -15,17 +15,24 @@
 
 namespace krane::api {
 
-// Watch runs on gRPC's callback API (a stream holds no thread); the unary reports are sync.
+// Watch runs on gRPC's completion-queue API, on the feed's WatchLoops (a stream holds no
+// thread); the unary reports are sync.
 class ClusterServiceImpl final
-    : public CheckedRequests<cluster::v1::ClusterService::WithCallbackMethod_Watch<
-          cluster::v1::ClusterService::Service>> {
+    : public CheckedRequests<
+          cluster::v1::ClusterService::WithRawMethod_Watch<cluster::v1::ClusterService::Service>> {
  public:
   ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch, std::shared_ptr<AgentTokens> tokens,
                      std::shared_ptr<ingest::Ingestor> ingestor);
 
-  // Watch, answered with WatchEvent messages encoded once for every stream (encoded_event.h).
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* watchEncoded(
-      grpc::CallbackServerContext* context, const cluster::v1::WatchRequest* request);
+  // Asks gRPC for the next Watch call, accepted on `cq` (a loop's queue).
+  void requestWatch(grpc::ServerContext* context, grpc::ByteBuffer* request,
+                    grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer,
+                    grpc::ServerCompletionQueue* cq, void* tag) {
+    RequestWatch(context, request, writer, cq, cq, tag);
+  }
+  // An accepted Watch: its request checked as every request is (parseRequest), then a stream
+  // answering with WatchEvent messages encoded once for every stream (encoded_event.h).
+  void openWatch(feed::WatchCall* call);
   grpc::Status ReportDeploymentStatus(
       grpc::ServerContext* context, const cluster::v1::ReportDeploymentStatusRequest* request,
       cluster::v1::ReportDeploymentStatusResponse* response) override;

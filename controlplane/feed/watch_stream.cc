@@ -24,11 +24,13 @@ constexpr size_t kKeptQueueCapacity = 16;
 
 }  // namespace
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchStream::start(
-    std::shared_ptr<WatchContext> context, const cluster::v1::WatchRequest& request,
-    std::string bearer, std::string peer) {
-  auto stream = std::make_shared<WatchStream>(context, request, std::move(bearer), std::move(peer));
+void WatchStream::start(std::shared_ptr<WatchContext> context,
+                        const cluster::v1::WatchRequest& request, std::string bearer,
+                        std::string peer, WatchCall* call) {
+  auto stream =
+      std::make_shared<WatchStream>(context, request, std::move(bearer), std::move(peer), call);
   stream->self_ = stream;
+  call->serve(stream.get());
   ++context->counters.streams_open;
   ++context->counters.streams_total;
   {
@@ -36,12 +38,12 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WatchStream::start(
     context->streams.insert(stream);
   }
   stream->post(/*granted=*/false);
-  return stream.get();
 }
 
 WatchStream::WatchStream(std::shared_ptr<WatchContext> context, cluster::v1::WatchRequest request,
-                         std::string bearer, std::string peer)
+                         std::string bearer, std::string peer, WatchCall* call)
     : context_(std::move(context)),
+      call_(call),
       request_(std::move(request)),
       bearer_(std::move(bearer)),
       peer_(std::move(peer)),
@@ -239,6 +241,8 @@ absl::Status WatchStream::syncPage() {
   if (table->type().empty() || wants(std::string(table->type()))) {
     const size_t limit = context_->options.catch_up_batch;
     KRANE_ASSIGN_OR_RETURN(auto page, table->list(*snapshot_conn_, region_, "", after_, limit));
+    std::vector<grpc::Slice> wires;
+    wires.reserve(page.size());
     for (auto& resource : page) {
       after_ = ListCursor{resource.region(), resource.type(), resource.id()};
       if (!wants(resource.type())) continue;
@@ -247,9 +251,10 @@ absl::Status WatchStream::syncPage() {
       change->set_op(cluster::v1::CHANGE_OP_APPLY);
       change->set_version(resource.version());
       *change->mutable_resource() = std::move(resource);
-      push(event);
+      wires.push_back(encodeEvent(event));
       ++sent_;
     }
+    pushWires(std::move(wires));
     if (page.size() == limit) return absl::OkStatus();  // more rows in this table
   }
   ++table_;
@@ -278,11 +283,14 @@ absl::Status WatchStream::catchUpPage() {
   KRANE_ASSIGN_OR_RETURN(auto batch, readChanges(*conn, *context_->tables, region_, cursor_,
                                                  published_, context_->options.catch_up_batch));
   bool last_sent = false;
+  std::vector<grpc::Slice> wires;
+  wires.reserve(batch.events.size() + 1);
   for (auto& event : batch.events) {
     last_sent = wants(event.type);
-    if (last_sent) pushWire(event.wire);
+    if (last_sent) wires.push_back(event.wire);
   }
-  if (!last_sent) pushWire(bookmark(batch.through));
+  if (!last_sent) wires.push_back(bookmark(batch.through));
+  pushWires(std::move(wires));
   cursor_ = batch.through;
   return absl::OkStatus();
 }
@@ -302,10 +310,17 @@ void WatchStream::goLive() {
 void WatchStream::push(const WatchEvent& event) { pushWire(encodeEvent(event)); }
 
 void WatchStream::pushWire(grpc::Slice wire) {
+  std::vector<grpc::Slice> wires;
+  wires.push_back(std::move(wire));
+  pushWires(std::move(wires));
+}
+
+void WatchStream::pushWires(std::vector<grpc::Slice> wires) {
+  if (wires.empty()) return;
   {
     std::lock_guard lock(mutex_);
     if (done_ || phase_ != Phase::kSetup) return;
-    queueLocked(std::move(wire));
+    for (auto& wire : wires) queueLocked(std::move(wire));
   }
   kick();
 }
@@ -396,7 +411,7 @@ void WatchStream::queueBatchLocked(const EventBatch& batch) {
 }
 
 void WatchStream::deliver(const std::shared_ptr<const EventBatch>& batch) {
-  // Called on the tailer's thread: queue only, and leave the write to the write pool.
+  // Called on the tailer's thread: queue only, and leave the write to the stream's loop.
   {
     std::lock_guard lock(mutex_);
     if (done_ || phase_ == Phase::kClosing) return;
@@ -433,13 +448,9 @@ void WatchStream::scheduleKick() {
   {
     std::lock_guard lock(mutex_);
     if (!needsKickLocked()) return;
-    kick_scheduled_ = context_->write_pool != nullptr;
+    kick_scheduled_ = true;
   }
-  if (context_->write_pool != nullptr) {
-    context_->write_pool->schedule(shared_from_this());
-  } else {
-    kick();
-  }
+  call_->loop().schedule(shared_from_this());
 }
 
 void WatchStream::tick(std::chrono::steady_clock::time_point now) {
@@ -449,7 +460,7 @@ void WatchStream::tick(std::chrono::steady_clock::time_point now) {
     if (now - last_write_ < context_->options.bookmark_interval) return;
     queueBookmarkLocked(queued_through_);
   }
-  kick();
+  scheduleKick();
 }
 
 void WatchStream::endUnauthenticated(const std::string& message) {
@@ -553,8 +564,8 @@ void WatchStream::kick() {
     }
   }
   if (resume) post(/*granted=*/false);
-  if (to_write != nullptr) StartWrite(to_write, options);
-  if (finish) Finish(status);
+  if (to_write != nullptr) call_->write(to_write, options);
+  if (finish) call_->finish(status);
 }
 
 void WatchStream::OnWriteDone(bool ok) {

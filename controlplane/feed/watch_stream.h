@@ -1,5 +1,6 @@
 // One agent's Watch stream: full sync or catch-up from the database, then live changes from
-// the hub, written through gRPC's callback API (no thread is held by a stream).
+// the hub, written through gRPC's completion-queue API on the loop that accepted the call
+// (watch_loops.h; no thread is held by a stream).
 //
 // Life of a stream:
 //   1. set-up, in steps on the set-up pool: authorize, check the cursor, subscribe to the hub
@@ -14,11 +15,11 @@
 //
 // Writing: the stream is served as raw bytes (WatchEvent messages). A live change is queued as a
 // reference to the bytes the tailer encoded once for every stream (encoded_event.h); a stream
-// that was idle is handed to the write pool, whose threads start its write, never the tailer's
-// thread. Everything queued goes out in one flush: to an agent that accepts batches
-// (WatchRequest.accept_batches) as one message carrying all of it, framed around the shared
-// bytes; to one that does not, one message per event, each but the last written with gRPC's
-// buffer hint so that the transport sends them together.
+// that was idle is handed to its loop, whose thread starts its write (never the tailer's thread)
+// and takes the write's completion. Everything queued goes out in one flush: to an agent that
+// accepts batches (WatchRequest.accept_batches) as one message carrying all of it, framed around
+// the shared bytes; to one that does not, one message per event, each but the last written with
+// gRPC's buffer hint so that the transport sends them together.
 #pragma once
 
 #include <chrono>
@@ -29,6 +30,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -36,7 +38,7 @@
 #include "controlplane/db/pool.h"
 #include "controlplane/feed/hub.h"
 #include "controlplane/feed/resource_table.h"
-#include "controlplane/feed/write_pool.h"
+#include "controlplane/feed/watch_loops.h"
 #include "krane/cluster/v1/cluster.pb.h"
 
 namespace krane::feed {
@@ -79,8 +81,6 @@ struct WatchContext {
   std::shared_ptr<const ResourceTables> tables;
   std::shared_ptr<Hub> hub;
   std::shared_ptr<ThreadPool> setup_pool;
-  // Starts the writes of streams a batch made ready; without one, the publisher starts them.
-  std::shared_ptr<WritePool> write_pool;
   WatchOptions options;
   // Returns the region the bearer token may watch (UNAUTHENTICATED / PERMISSION_DENIED).
   std::function<absl::StatusOr<std::string>(const std::string& bearer)> authorize;
@@ -96,20 +96,19 @@ struct WatchContext {
   std::deque<std::weak_ptr<class WatchStream>> snapshot_waiters;
 };
 
-class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
+class WatchStream final : public WatchCallHandler,
                           public Subscriber,
                           public Writable,
                           public std::enable_shared_from_this<WatchStream> {
  public:
-  // Starts a stream; gRPC owns the returned reactor until OnDone.
-  static grpc::ServerWriteReactor<grpc::ByteBuffer>* start(std::shared_ptr<WatchContext> context,
-                                                           const cluster::v1::WatchRequest& request,
-                                                           std::string bearer, std::string peer);
+  // Starts a stream serving `call`; it lives until the call's OnDone.
+  static void start(std::shared_ptr<WatchContext> context, const cluster::v1::WatchRequest& request,
+                    std::string bearer, std::string peer, WatchCall* call);
 
   // Subscriber
   void deliver(const std::shared_ptr<const EventBatch>& batch) override;
   void expire(const std::string& reason) override;
-  // Writable: the write pool starts what deliver() queued.
+  // Writable: the loop starts what deliver() queued.
   void startWrites() override { kick(); }
 
   // Queues a bookmark if nothing was written for bookmark_interval.
@@ -119,13 +118,13 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // The bearer token the stream was opened with.
   const std::string& bearer() const { return bearer_; }
 
-  // grpc::ServerWriteReactor
+  // WatchCallHandler
   void OnWriteDone(bool ok) override;
   void OnCancel() override;
   void OnDone() override;
 
   WatchStream(std::shared_ptr<WatchContext> context, cluster::v1::WatchRequest request,
-              std::string bearer, std::string peer);
+              std::string bearer, std::string peer, WatchCall* call);
 
  private:
   enum class Phase { kSetup, kLive, kClosing };
@@ -150,6 +149,9 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // Queues a set-up event (no-op once the stream is closing).
   void push(const cluster::v1::WatchEvent& event);
   void pushWire(grpc::Slice wire);
+  // Queues a page of set-up events at once: one write starts for all of them, not one for the
+  // first and another for the rest.
+  void pushWires(std::vector<grpc::Slice> wires);
   // Under mutex_: queue encoded bytes and remember what to start.
   void queueLocked(grpc::Slice wire);
   // Under mutex_: something is queued; kick() starts a write unless one is in flight.
@@ -166,12 +168,13 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   // Outside mutex_: starts the write or finish decided under the lock, and posts the set-up
   // step that waited for the queue to drain.
   void kick();
-  // kick() on the write pool (or here without one), when deliver() left something to start.
+  // kick() on the call's loop, when deliver() left something to start.
   void scheduleKick();
   // Under mutex_: something to start, and no kick() is on its way yet.
   bool needsKickLocked() const;
 
   std::shared_ptr<WatchContext> context_;
+  WatchCall* const call_;  // until OnDone
   const cluster::v1::WatchRequest request_;
   const std::string bearer_;
   const std::string peer_;
@@ -205,7 +208,7 @@ class WatchStream final : public grpc::ServerWriteReactor<grpc::ByteBuffer>,
   size_t buffered_events_ = 0;
   uint64_t queued_through_ = 0;  // every version up to here is queued (or filtered out)
   bool writing_ = false;         // a write is in flight (queue_[head_])
-  bool kick_scheduled_ = false;  // a kick() waits on the write pool
+  bool kick_scheduled_ = false;  // a kick() waits on the loop
   bool start_write_ = false;     // kick() must start a write
   bool finish_pending_ = false;  // finish once the queue is written
   bool finished_ = false;        // Finish() was called

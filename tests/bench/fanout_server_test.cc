@@ -1,8 +1,8 @@
 // The feed benchmark's gRPC floor server, in both of its shapes: Watch streams read by the lean
 // client go live at its bookmark and then get every change its ticker makes, in order, each
 // with the send time the latency is measured from.
-#include <csignal>
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <memory>
 #include <string>
@@ -64,7 +64,8 @@ TEST_CASE("the gRPC floor server sends every stream a bookmark, then every chang
   for (const auto& stream : samples) {
     // 200 changes a second for 0.3 s.
     CHECK(stream.size() >= 40);
-    for (size_t i = 1; i < stream.size(); ++i) CHECK(stream[i].version == stream[i - 1].version + 1);
+    for (size_t i = 1; i < stream.size(); ++i)
+      CHECK(stream[i].version == stream[i - 1].version + 1);
     for (const Sample& s : stream) {
       CHECK(s.send_ns >= from - 20'000'000);
       CHECK(s.receive_ns >= s.send_ns);
@@ -73,8 +74,8 @@ TEST_CASE("the gRPC floor server sends every stream a bookmark, then every chang
 }
 
 TEST_CASE("the gRPC floor server refuses an unknown mode") {
-  const auto result = testing::runCommand({testing::runfile("bench/feed/fanout_server"), "--mode",
-                                           "threads"});
+  const auto result =
+      testing::runCommand({testing::runfile("bench/feed/fanout_server"), "--mode", "threads"});
   CHECK(result.exit_code == 2);
   CHECK(result.err.find("--mode is callback or async") != std::string::npos);
 }

@@ -1,0 +1,317 @@
+// WatchLoops: a Watch call is accepted on a loop, its handler's writes complete on that same
+// loop's thread, and schedule() runs work there in order; a client that goes away is reported
+// before the call ends, a refused call carries its status, and stopping after the server's
+// shutdown neither hangs nor loses a call that finishes.
+#include "controlplane/feed/watch_loops.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/support/wait.h"
+
+namespace krane::feed {
+namespace {
+
+using namespace std::chrono_literals;
+using cluster::v1::ClusterService;
+using cluster::v1::WatchEvent;
+using krane::testing::eventually;
+
+class RawWatch final : public ClusterService::WithRawMethod_Watch<ClusterService::Service> {
+ public:
+  void request(grpc::ServerContext* context, grpc::ByteBuffer* request,
+               grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer, grpc::ServerCompletionQueue* cq,
+               void* tag) {
+    RequestWatch(context, request, writer, cq, cq, tag);
+  }
+};
+
+grpc::ByteBuffer bookmarkAt(uint64_t version) {
+  WatchEvent event;
+  event.mutable_bookmark()->set_version(version);
+  const std::string bytes = event.SerializeAsString();
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Serves a call by writing bookmarks 1..`count` one after the other, then finishing OK (or on
+// a cancel, CANCELLED, unless it ignores cancels); records which threads its events came on.
+class Bookmarks final : public WatchCallHandler {
+ public:
+  Bookmarks(WatchCall* call, size_t count, bool ignore_cancel = false)
+      : call_(call), count_(count), ignore_cancel_(ignore_cancel) {}
+
+  void begin() {
+    std::lock_guard lock(mutex_);
+    loop_thread_ = std::this_thread::get_id();
+    if (count_ == 0) return;  // waits for the client to go away
+    writeNextLocked();
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mutex_);
+    write_threads_.push_back(std::this_thread::get_id());
+    if (ok && sent_ < count_) {
+      writeNextLocked();
+    } else if (ok) {
+      call_->finish(grpc::Status::OK);
+    }
+  }
+  void OnCancel() override {
+    ++cancels;
+    if (!ignore_cancel_) call_->finish(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
+  }
+  void OnDone() override { ++dones; }
+
+  std::vector<std::thread::id> writeThreads() {
+    std::lock_guard lock(mutex_);
+    return write_threads_;
+  }
+  std::thread::id loopThread() {
+    std::lock_guard lock(mutex_);
+    return loop_thread_;
+  }
+  WatchCall* call() { return call_; }
+
+  std::atomic<int> cancels{0};
+  std::atomic<int> dones{0};
+
+ private:
+  void writeNextLocked() {
+    message_ = bookmarkAt(++sent_);
+    call_->write(&message_, grpc::WriteOptions());
+  }
+
+  WatchCall* const call_;
+  const size_t count_;
+  const bool ignore_cancel_;
+  std::mutex mutex_;
+  grpc::ByteBuffer message_;
+  size_t sent_ = 0;
+  std::thread::id loop_thread_;
+  std::vector<std::thread::id> write_threads_;
+};
+
+// A server whose Watch calls are served by two loops; `open` decides what a call becomes.
+class Harness {
+ public:
+  explicit Harness(std::function<void(WatchCall*)> open) {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    loops = std::make_unique<WatchLoops>(builder, 2);
+    server_ = builder.BuildAndStart();
+    loops->start(
+        [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
+               grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer, grpc::ServerCompletionQueue* cq,
+               void* tag) { service_.request(context, request, writer, cq, tag); },
+        std::move(open));
+    stub_ = ClusterService::NewStub(grpc::CreateChannel(
+        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+  }
+  ~Harness() { shutdown(); }
+
+  // The server's shutdown (cancelling what is open), then the loops'.
+  void shutdown(std::chrono::milliseconds grace = 5s) {
+    if (!server_) return;
+    server_->Shutdown(std::chrono::system_clock::now() + 100ms);
+    loops->stop(grace);
+    server_.reset();
+  }
+
+  ClusterService::Stub& stub() { return *stub_; }
+  std::unique_ptr<WatchLoops> loops;
+
+ private:
+  RawWatch service_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<ClusterService::Stub> stub_;
+};
+
+TEST_CASE("a Watch call's writes complete on the loop that accepted it") {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<Bookmarks>> handlers;
+  Harness h([&](WatchCall* call) {
+    auto handler = std::make_shared<Bookmarks>(call, 5);
+    call->serve(handler.get());
+    {
+      std::lock_guard lock(mutex);
+      handlers.push_back(handler);
+    }
+    handler->begin();
+  });
+  // Several calls, so that both loops serve some.
+  for (int i = 0; i < 4; ++i) {
+    grpc::ClientContext context;
+    auto reader = h.stub().Watch(&context, cluster::v1::WatchRequest());
+    WatchEvent event;
+    std::vector<uint64_t> versions;
+    while (reader->Read(&event)) versions.push_back(event.bookmark().version());
+    CHECK(versions == std::vector<uint64_t>{1, 2, 3, 4, 5});
+    CHECK(reader->Finish().ok());
+  }
+  REQUIRE(eventually([&] { return h.loops->calls() == 0; }, 5s));
+  std::lock_guard lock(mutex);
+  REQUIRE(handlers.size() == 4);
+  std::set<std::thread::id> loop_threads;
+  for (auto& handler : handlers) {
+    loop_threads.insert(handler->loopThread());
+    CHECK(handler->dones == 1);
+    CHECK(handler->cancels == 0);
+    const auto threads = handler->writeThreads();
+    CHECK(threads.size() == 5);
+    for (const auto& t : threads) CHECK(t == handler->loopThread());
+  }
+  CHECK(loop_threads.count(std::this_thread::get_id()) == 0);
+}
+
+// Records the order and the thread it ran in.
+class Step final : public Writable {
+ public:
+  Step(int index, std::vector<int>* order, std::vector<std::thread::id>* threads,
+       std::mutex* mutex)
+      : index_(index), order_(order), threads_(threads), mutex_(mutex) {}
+  void startWrites() override {
+    std::lock_guard lock(*mutex_);
+    order_->push_back(index_);
+    threads_->push_back(std::this_thread::get_id());
+  }
+
+ private:
+  const int index_;
+  std::vector<int>* order_;
+  std::vector<std::thread::id>* threads_;
+  std::mutex* mutex_;
+};
+
+TEST_CASE("schedule() runs work on the loop's thread, in the order it was scheduled") {
+  std::shared_ptr<Bookmarks> handler;
+  std::atomic<bool> opened{false};
+  Harness h([&](WatchCall* call) {
+    handler = std::make_shared<Bookmarks>(call, 0);
+    call->serve(handler.get());
+    handler->begin();
+    opened = true;
+  });
+  grpc::ClientContext context;
+  auto reader = h.stub().Watch(&context, cluster::v1::WatchRequest());
+  REQUIRE(eventually([&] { return opened.load(); }, 5s));
+
+  std::mutex mutex;
+  std::vector<int> order;
+  std::vector<std::thread::id> threads;
+  // From two threads at once; each thread's own steps keep their order.
+  std::thread other([&] {
+    for (int i = 1000; i < 1200; ++i) {
+      handler->call()->loop().schedule(std::make_shared<Step>(i, &order, &threads, &mutex));
+    }
+  });
+  for (int i = 0; i < 200; ++i) {
+    handler->call()->loop().schedule(std::make_shared<Step>(i, &order, &threads, &mutex));
+  }
+  other.join();
+  REQUIRE(eventually(
+      [&] {
+        std::lock_guard lock(mutex);
+        return order.size() == 400;
+      },
+      5s));
+  std::lock_guard lock(mutex);
+  std::vector<int> mine, theirs, want_mine, want_theirs;
+  for (int i : order) (i < 1000 ? mine : theirs).push_back(i);
+  for (int i = 0; i < 200; ++i) {
+    want_mine.push_back(i);
+    want_theirs.push_back(1000 + i);
+  }
+  CHECK(mine == want_mine);
+  CHECK(theirs == want_theirs);
+  CHECK(std::count(threads.begin(), threads.end(), handler->loopThread()) == 400);
+  context.TryCancel();
+}
+
+TEST_CASE("a client that goes away is reported, and the call ends after the handler's finish") {
+  std::shared_ptr<Bookmarks> handler;
+  std::atomic<bool> opened{false};
+  Harness h([&](WatchCall* call) {
+    handler = std::make_shared<Bookmarks>(call, 0);
+    call->serve(handler.get());
+    handler->begin();
+    opened = true;
+  });
+  {
+    grpc::ClientContext context;
+    auto reader = h.stub().Watch(&context, cluster::v1::WatchRequest());
+    REQUIRE(eventually([&] { return opened.load(); }, 5s));
+    CHECK(h.loops->calls() == 1);
+    context.TryCancel();
+    CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  }
+  REQUIRE(eventually([&] { return handler->dones == 1; }, 5s));
+  CHECK(handler->cancels == 1);
+  CHECK(h.loops->calls() == 0);
+}
+
+TEST_CASE("a refused Watch call ends with the refusal's status") {
+  Harness h([](WatchCall* call) {
+    call->refuse(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "region: required"));
+  });
+  grpc::ClientContext context;
+  auto reader = h.stub().Watch(&context, cluster::v1::WatchRequest());
+  WatchEvent event;
+  CHECK_FALSE(reader->Read(&event));
+  const grpc::Status status = reader->Finish();
+  CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+  CHECK(status.error_message() == "region: required");
+  CHECK(eventually([&] { return h.loops->calls() == 0; }, 5s));
+}
+
+TEST_CASE("stopping after the server's shutdown ends the open calls, or gives up on them") {
+  const bool finishes = GENERATE(true, false);
+  CAPTURE(finishes);
+  std::mutex mutex;
+  std::vector<std::shared_ptr<Bookmarks>> handlers;
+  Harness h([&](WatchCall* call) {
+    auto handler = std::make_shared<Bookmarks>(call, 0, /*ignore_cancel=*/!finishes);
+    call->serve(handler.get());
+    handler->begin();
+    std::lock_guard lock(mutex);
+    handlers.push_back(handler);
+  });
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<WatchEvent>>> readers;
+  for (int i = 0; i < 3; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(h.stub().Watch(contexts.back().get(), cluster::v1::WatchRequest()));
+  }
+  REQUIRE(eventually([&] { return h.loops->calls() == 3; }, 5s));
+  const auto start = std::chrono::steady_clock::now();
+  h.shutdown(/*grace=*/500ms);
+  const auto took = std::chrono::steady_clock::now() - start;
+  std::lock_guard lock(mutex);
+  for (auto& handler : handlers) CHECK(handler->cancels == 1);
+  if (finishes) {
+    CHECK(h.loops->calls() == 0);
+    for (auto& handler : handlers) CHECK(handler->dones == 1);
+  } else {
+    // Abandoned after the grace period: the stop returns, nothing more is delivered.
+    CHECK(h.loops->calls() == 3);
+    CHECK(took >= 500ms);
+    for (auto& handler : handlers) CHECK(handler->dones == 0);
+  }
+  for (auto& context : contexts) context->TryCancel();
+}
+
+}  // namespace
+}  // namespace krane::feed
