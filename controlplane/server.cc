@@ -247,7 +247,8 @@ absl::Status Server::startGrpc() {
                                                : std::max(1U, std::thread::hardware_concurrency()));
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
-    watch_loops_.reset();
+    if (grpc_) grpc_->Shutdown();
+    watch_loops_.reset();  // its queues are drained before the server goes
     grpc_.reset();
     return absl::UnavailableError(
         strCat("cannot listen on ", config_.listen, " (in use, or not a local address?)"));

@@ -46,9 +46,8 @@ void WatchCall::releaseIfOver() {
 // ---------------------------------------------------------------------------------------------
 // WatchLoop
 
-WatchLoop::WatchLoop(std::unique_ptr<grpc::ServerCompletionQueue> cq,
-                     const RequestWatchFn& request, const OpenWatchFn& open,
-                     std::function<void(int)> count)
+WatchLoop::WatchLoop(std::unique_ptr<grpc::ServerCompletionQueue> cq, const RequestWatchFn& request,
+                     const OpenWatchFn& open, std::function<void(int)> count)
     : cq_(std::move(cq)), request_(request), open_(open), count_(std::move(count)) {}
 
 void WatchLoop::schedule(std::shared_ptr<Writable> target) {
@@ -141,7 +140,8 @@ void WatchLoops::start(RequestWatchFn request, OpenWatchFn open) {
     calls_changed_.notify_all();
   };
   for (auto& cq : queues_) {
-    loops_.push_back(std::unique_ptr<WatchLoop>(new WatchLoop(std::move(cq), request_, open_, count)));
+    loops_.push_back(
+        std::unique_ptr<WatchLoop>(new WatchLoop(std::move(cq), request_, open_, count)));
   }
   queues_.clear();
   for (auto& loop : loops_) threads_.emplace_back([loop = loop.get()] { loop->run(); });

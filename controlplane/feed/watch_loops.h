@@ -13,10 +13,6 @@
 // in the order gRPC reports them. Thread-safe.
 #pragma once
 
-#include <grpcpp/alarm.h>
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/support/async_stream.h>
-
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -26,6 +22,10 @@
 #include <shared_mutex>
 #include <thread>
 #include <vector>
+
+#include <grpcpp/alarm.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/support/async_stream.h>
 
 namespace krane::feed {
 
@@ -95,10 +95,9 @@ class WatchCall {
 };
 
 // Asks gRPC for the next Watch call on `cq` (the service's RequestWatch).
-using RequestWatchFn =
-    std::function<void(grpc::ServerContext*, grpc::ByteBuffer*,
-                       grpc::ServerAsyncWriter<grpc::ByteBuffer>*, grpc::ServerCompletionQueue*,
-                       void* tag)>;
+using RequestWatchFn = std::function<void(grpc::ServerContext*, grpc::ByteBuffer*,
+                                          grpc::ServerAsyncWriter<grpc::ByteBuffer>*,
+                                          grpc::ServerCompletionQueue*, void* tag)>;
 // Takes an accepted call: serve() it, or refuse() it.
 using OpenWatchFn = std::function<void(WatchCall*)>;
 

@@ -117,8 +117,8 @@ class Harness {
                grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer, grpc::ServerCompletionQueue* cq,
                void* tag) { service_.request(context, request, writer, cq, tag); },
         std::move(open));
-    stub_ = ClusterService::NewStub(grpc::CreateChannel(
-        "127.0.0.1:" + std::to_string(port_), grpc::InsecureChannelCredentials()));
+    stub_ = ClusterService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                                        grpc::InsecureChannelCredentials()));
   }
   ~Harness() { shutdown(); }
 
@@ -180,8 +180,7 @@ TEST_CASE("a Watch call's writes complete on the loop that accepted it") {
 // Records the order and the thread it ran in.
 class Step final : public Writable {
  public:
-  Step(int index, std::vector<int>* order, std::vector<std::thread::id>* threads,
-       std::mutex* mutex)
+  Step(int index, std::vector<int>* order, std::vector<std::thread::id>* threads, std::mutex* mutex)
       : index_(index), order_(order), threads_(threads), mutex_(mutex) {}
   void startWrites() override {
     std::lock_guard lock(*mutex_);
@@ -196,18 +195,28 @@ class Step final : public Writable {
   std::mutex* mutex_;
 };
 
-TEST_CASE("schedule() runs work on the loop's thread, in the order it was scheduled") {
+// A server with one Watch call open, served by a handler that writes nothing and waits.
+class OneCall {
+ public:
+  OneCall() : reader(h.stub().Watch(&context, cluster::v1::WatchRequest())) {
+    REQUIRE(eventually([&] { return opened.load(); }, 5s));
+  }
+
   std::shared_ptr<Bookmarks> handler;
   std::atomic<bool> opened{false};
-  Harness h([&](WatchCall* call) {
+  Harness h{[this](WatchCall* call) {
     handler = std::make_shared<Bookmarks>(call, 0);
     call->serve(handler.get());
     handler->begin();
     opened = true;
-  });
+  }};
   grpc::ClientContext context;
-  auto reader = h.stub().Watch(&context, cluster::v1::WatchRequest());
-  REQUIRE(eventually([&] { return opened.load(); }, 5s));
+  std::unique_ptr<grpc::ClientReader<WatchEvent>> reader;
+};
+
+TEST_CASE("schedule() runs work on the loop's thread, in the order it was scheduled") {
+  OneCall one;
+  auto& handler = one.handler;
 
   std::mutex mutex;
   std::vector<int> order;
@@ -238,26 +247,16 @@ TEST_CASE("schedule() runs work on the loop's thread, in the order it was schedu
   CHECK(mine == want_mine);
   CHECK(theirs == want_theirs);
   CHECK(std::count(threads.begin(), threads.end(), handler->loopThread()) == 400);
-  context.TryCancel();
+  one.context.TryCancel();
 }
 
 TEST_CASE("a client that goes away is reported, and the call ends after the handler's finish") {
-  std::shared_ptr<Bookmarks> handler;
-  std::atomic<bool> opened{false};
-  Harness h([&](WatchCall* call) {
-    handler = std::make_shared<Bookmarks>(call, 0);
-    call->serve(handler.get());
-    handler->begin();
-    opened = true;
-  });
-  {
-    grpc::ClientContext context;
-    auto reader = h.stub().Watch(&context, cluster::v1::WatchRequest());
-    REQUIRE(eventually([&] { return opened.load(); }, 5s));
-    CHECK(h.loops->calls() == 1);
-    context.TryCancel();
-    CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
-  }
+  OneCall one;
+  auto& handler = one.handler;
+  auto& h = one.h;
+  CHECK(h.loops->calls() == 1);
+  one.context.TryCancel();
+  CHECK(one.reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
   REQUIRE(eventually([&] { return handler->dones == 1; }, 5s));
   CHECK(handler->cancels == 1);
   CHECK(h.loops->calls() == 0);
