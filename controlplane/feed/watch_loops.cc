@@ -95,8 +95,8 @@ void WatchLoop::run() {
       continue;
     }
     if (!ok) {
-      // The server is shutting down. The done event was never armed for a call that was not
-      // accepted, so nothing else comes for it.
+      // The server is shutting down. gRPC delivers no done event for a call that was never
+      // accepted (grpcpp/server_context.h, AsyncNotifyWhenDone), so nothing else comes for it.
       delete call;
       continue;
     }

@@ -3,7 +3,8 @@
 // Each loop owns a completion queue. It accepts Watch calls on it, starts the writes of the
 // streams it accepted when something made them ready (schedule(): a list and one alarm per loop,
 // not a wake-up per stream), and takes their completions from its own queue. The thread that
-// starts a stream's writes therefore also sees them end, and wakes nobody while it is busy: on
+// starts a stream's live writes therefore also sees them end, and wakes nobody while it is busy
+// (set-up pages and a few finishes start on other threads; their completions come here too): on
 // gRPC's callback API every completion went to gRPC's shared callback threads, which cost a
 // quarter more CPU per delivered change and doubled the tail at 1000 streams (bench/README.md,
 // "the floors").

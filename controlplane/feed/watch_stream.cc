@@ -44,6 +44,7 @@ WatchStream::WatchStream(std::shared_ptr<WatchContext> context, cluster::v1::Wat
                          std::string bearer, std::string peer, WatchCall* call)
     : context_(std::move(context)),
       call_(call),
+      loop_(&call->loop()),
       request_(std::move(request)),
       bearer_(std::move(bearer)),
       peer_(std::move(peer)),
@@ -450,7 +451,7 @@ void WatchStream::scheduleKick() {
     if (!needsKickLocked()) return;
     kick_scheduled_ = true;
   }
-  call_->loop().schedule(shared_from_this());
+  loop_->schedule(shared_from_this());
 }
 
 void WatchStream::tick(std::chrono::steady_clock::time_point now) {

@@ -174,7 +174,10 @@ class WatchStream final : public WatchCallHandler,
   bool needsKickLocked() const;
 
   std::shared_ptr<WatchContext> context_;
-  WatchCall* const call_;  // until OnDone
+  WatchCall* const call_;  // until OnDone; only for operations decided under mutex_
+  // The call's loop, which outlives every stream: scheduleKick() uses it outside the lock, when
+  // the call may already be gone.
+  WatchLoop* const loop_;
   const cluster::v1::WatchRequest request_;
   const std::string bearer_;
   const std::string peer_;

@@ -1,16 +1,16 @@
-// WatchLoops: a Watch call is accepted on a loop, its handler's writes complete on that same
-// loop's thread, and schedule() runs work there in order; a client that goes away is reported
-// before the call ends, a refused call carries its status, and stopping after the server's
-// shutdown neither hangs nor loses a call that finishes.
+// WatchLoops: every write of a call completes once, writes started on other threads race a
+// client going away without losing a call, schedule() runs work on the loop's thread in order;
+// a client that goes away is reported before the call ends, a refused call carries its status,
+// and stopping after the server's shutdown neither hangs nor loses a call that finishes.
 #include "controlplane/feed/watch_loops.h"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -112,6 +112,7 @@ class Harness {
     builder.RegisterService(&service_);
     loops = std::make_unique<WatchLoops>(builder, 2);
     server_ = builder.BuildAndStart();
+    REQUIRE(server_ != nullptr);
     loops->start(
         [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
                grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer, grpc::ServerCompletionQueue* cq,
@@ -140,7 +141,7 @@ class Harness {
   std::unique_ptr<ClusterService::Stub> stub_;
 };
 
-TEST_CASE("a Watch call's writes complete on the loop that accepted it") {
+TEST_CASE("every write of a Watch call completes once and in order, then the call ends") {
   std::mutex mutex;
   std::vector<std::shared_ptr<Bookmarks>> handlers;
   Harness h([&](WatchCall* call) {
@@ -152,7 +153,6 @@ TEST_CASE("a Watch call's writes complete on the loop that accepted it") {
     }
     handler->begin();
   });
-  // Several calls, so that both loops serve some.
   for (int i = 0; i < 4; ++i) {
     grpc::ClientContext context;
     auto reader = h.stub().Watch(&context, cluster::v1::WatchRequest());
@@ -165,16 +165,95 @@ TEST_CASE("a Watch call's writes complete on the loop that accepted it") {
   REQUIRE(eventually([&] { return h.loops->calls() == 0; }, 5s));
   std::lock_guard lock(mutex);
   REQUIRE(handlers.size() == 4);
-  std::set<std::thread::id> loop_threads;
   for (auto& handler : handlers) {
-    loop_threads.insert(handler->loopThread());
     CHECK(handler->dones == 1);
     CHECK(handler->cancels == 0);
-    const auto threads = handler->writeThreads();
-    CHECK(threads.size() == 5);
-    for (const auto& t : threads) CHECK(t == handler->loopThread());
+    CHECK(handler->writeThreads().size() == 5);
   }
-  CHECK(loop_threads.count(std::this_thread::get_id()) == 0);
+}
+
+// Writes from a thread of its own, one write at a time as fast as they complete, until the
+// client goes away; then finishes from that thread.
+class Flood final : public WatchCallHandler {
+ public:
+  explicit Flood(WatchCall* call) : call_(call), thread_([this] { run(); }) {}
+  ~Flood() override {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    changed_.notify_all();
+    thread_.join();
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mutex_);
+    writing_ = false;
+    failed_ = failed_ || !ok;
+    changed_.notify_all();
+  }
+  void OnCancel() override {
+    ++cancels;
+    std::lock_guard lock(mutex_);
+    cancelled_ = true;
+    changed_.notify_all();
+  }
+  void OnDone() override { ++dones; }
+
+  std::atomic<int> cancels{0};
+  std::atomic<int> dones{0};
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (uint64_t version = 1;; ++version) {
+      changed_.wait(lock, [&] { return !writing_ || stop_; });
+      if (stop_) return;
+      if (cancelled_ || failed_) {
+        call_->finish(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
+        return;  // the call may be gone from here on
+      }
+      writing_ = true;
+      message_ = bookmarkAt(version);
+      call_->write(&message_, grpc::WriteOptions());
+    }
+  }
+
+  WatchCall* const call_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  grpc::ByteBuffer message_;
+  bool writing_ = false;
+  bool failed_ = false;
+  bool cancelled_ = false;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the rest is ready
+};
+
+TEST_CASE("writes started on another thread race a client going away: every call ends once") {
+  std::mutex mutex;
+  std::vector<std::unique_ptr<Flood>> handlers;
+  Harness h([&](WatchCall* call) {
+    auto handler = std::make_unique<Flood>(call);
+    call->serve(handler.get());
+    std::lock_guard lock(mutex);
+    handlers.push_back(std::move(handler));
+  });
+  for (int i = 0; i < 20; ++i) {
+    grpc::ClientContext context;
+    auto reader = h.stub().Watch(&context, cluster::v1::WatchRequest());
+    WatchEvent event;
+    for (int read = 0; read < 1 + i % 5 && reader->Read(&event); ++read) {
+    }
+    context.TryCancel();
+    CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
+  }
+  REQUIRE(eventually([&] { return h.loops->calls() == 0; }, 10s));
+  std::lock_guard lock(mutex);
+  REQUIRE(handlers.size() == 20);
+  for (auto& handler : handlers) {
+    CHECK(handler->cancels == 1);
+    CHECK(handler->dones == 1);
+  }
 }
 
 // Records the order and the thread it ran in.
@@ -257,9 +336,9 @@ TEST_CASE("a client that goes away is reported, and the call ends after the hand
   CHECK(h.loops->calls() == 1);
   one.context.TryCancel();
   CHECK(one.reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
-  REQUIRE(eventually([&] { return handler->dones == 1; }, 5s));
+  REQUIRE(eventually([&] { return h.loops->calls() == 0; }, 5s));
   CHECK(handler->cancels == 1);
-  CHECK(h.loops->calls() == 0);
+  CHECK(handler->dones == 1);
 }
 
 TEST_CASE("a refused Watch call ends with the refusal's status") {
