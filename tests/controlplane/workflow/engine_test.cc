@@ -954,5 +954,66 @@ TEST_CASE("deploy preset matches the seed", "[retry-policy]") {
   CHECK(p.on_exhausted == OnExhausted::kFail);
 }
 
+TEST_CASE_METHOD(WorkflowTest,
+                 "a claim whose read of settled promises fails still resumes its invocation",
+                 "[workflow]") {
+  // A database user that may not read workflow_promises.invocation_id: the claim's read of the
+  // settled promises of the invocations it resumes (by invocation) fails with an error that is
+  // no transaction conflict. The claim must stand; the await then reads its promise by id.
+  const std::string user = strCat("np_", dsn_.database);
+  const std::string grantee = strCat("'", user, "'@'%'");
+  exec(strCat("CREATE USER ", grantee));
+  auto tables = (*pool_->acquire())
+                    ->query(
+                        "SELECT table_name FROM information_schema.TABLES"
+                        " WHERE table_schema = DATABASE()");
+  REQUIRE_THAT(tables, IsOk());
+  for (const auto& row : tables->rows) {
+    if (row.str(0) == "workflow_promises") continue;
+    exec(strCat("GRANT ALL ON `", dsn_.database, "`.`", row.str(0), "` TO ", grantee));
+  }
+  exec(
+      strCat("GRANT INSERT, UPDATE, DELETE, SELECT (id, kind, state, payload, error_code,"
+             " error_message, fire_at, settled_at, created_at) ON `",
+             dsn_.database, "`.workflow_promises TO ", grantee));
+  db::Dsn limited = dsn_;
+  limited.user = user;
+  auto limited_pool = db::Pool::create(limited, {.max_connections = 20});
+  REQUIRE_THAT(limited_pool, IsOk());
+  {
+    auto conn = (*limited_pool)->acquire();
+    REQUIRE_THAT(conn, IsOk());
+    CHECK_THAT((*conn)->query("SELECT id FROM workflow_promises LIMIT 1"), IsOk());
+    INFO("the claim's read of settled promises selects invocation_id: refused");
+    CHECK_FALSE((*conn)->query("SELECT invocation_id FROM workflow_promises LIMIT 1").ok());
+  }
+
+  Handout handout;
+  Engine e(*limited_pool, fastOptions());
+  REQUIRE_THAT(e.registerService(ServiceDefinition::service("Wait").handler(
+                   "go",
+                   [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                     Awakeable w = ctx.awakeable();
+                     handout.give(ctx, w);
+                     return ctx.await(w.future);
+                   })),
+               IsOk());
+  e.start();
+  auto id = e.send({"Wait", "go"});
+  REQUIRE_THAT(id, IsOk());
+  CHECK(eventually([&] { return statusOf(*id) == "suspended"; }));
+  const std::string awk = handout.id();
+  CHECK_FALSE(awk.empty());
+  // Settled with the test's own (unrestricted) connections; the engine claims the invocation.
+  CHECK_THAT(settleAwakeable(*pool_, awk, std::string("B")), IsOk());
+  auto result = e.awaitResult(*id, 20s);
+  e.stop();
+  REQUIRE_THAT(result, IsOk());
+  CHECK(*result == "B");
+  INFO("the second claim is the one that read (and failed to read) the settled promises");
+  CHECK(scalar("SELECT claims FROM workflow_invocations WHERE id = ?", {*id}) == 2);
+  exec(strCat("DROP USER ", grantee));
+}
+
 }  // namespace
 }  // namespace krane::workflow
