@@ -693,16 +693,8 @@ TEST_CASE_METHOD(WorkflowTest,
                  "a settle rolled back by a deadlock is retried and wakes its invocation once",
                  "[workflow]") {
   Handout handout;
-  Engine& e = engine([&](Engine& e) {
-    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Wait").handler(
-                     "go",
-                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                       Awakeable w = ctx.awakeable();
-                       handout.give(ctx, w);
-                       return ctx.await(w.future);
-                     })),
-                 IsOk());
-  });
+  Engine& e =
+      engine([&](Engine& e) { REQUIRE_THAT(e.registerService(waitService(handout)), IsOk()); });
   auto id = e.send({"Wait", "go"});
   REQUIRE_THAT(id, IsOk());
   REQUIRE(eventually([&] { return statusOf(*id) == "suspended"; }));
@@ -990,14 +982,7 @@ TEST_CASE_METHOD(WorkflowTest,
 
   Handout handout;
   Engine e(*limited_pool, fastOptions());
-  REQUIRE_THAT(e.registerService(ServiceDefinition::service("Wait").handler(
-                   "go",
-                   [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
-                     Awakeable w = ctx.awakeable();
-                     handout.give(ctx, w);
-                     return ctx.await(w.future);
-                   })),
-               IsOk());
+  REQUIRE_THAT(e.registerService(waitService(handout)), IsOk());
   e.start();
   auto id = e.send({"Wait", "go"});
   REQUIRE_THAT(id, IsOk());

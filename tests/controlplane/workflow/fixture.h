@@ -44,6 +44,17 @@ class Handout {
   std::string id_;
 };
 
+// Service "Wait", handler "go": makes an awakeable, hands its id to `handout` and returns what
+// it is resolved with.
+inline ServiceDefinition waitService(Handout& handout) {
+  return ServiceDefinition::service("Wait").handler(
+      "go", [&handout](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+        Awakeable w = ctx.awakeable();
+        handout.give(ctx, w);
+        return ctx.await(w.future);
+      });
+}
+
 class WorkflowTest : public krane::testing::MariaDbTest {
  protected:
   WorkflowTest() {
