@@ -122,9 +122,8 @@ void WatchLoop::close() {
 // ---------------------------------------------------------------------------------------------
 // WatchLoops
 
-WatchLoops::WatchLoops(grpc::ServerBuilder& builder, size_t threads)
-    : threads_count_(std::max<size_t>(1, threads)) {
-  for (size_t i = 0; i < threads_count_; ++i) {
+WatchLoops::WatchLoops(grpc::ServerBuilder& builder, size_t threads) {
+  for (size_t i = 0; i < std::max<size_t>(1, threads); ++i) {
     queues_.push_back(builder.AddCompletionQueue());
   }
 }

@@ -155,12 +155,10 @@ class WatchLoops {
   // After the server's Shutdown (which cancels the calls): waits up to `grace` for the calls to
   // end, then closes the queues and joins the threads. Calls still alive then are abandoned.
   void stop(std::chrono::milliseconds grace = std::chrono::seconds(5));
-  size_t threads() const { return threads_count_; }
   // Calls accepted and not yet over.
   size_t calls() const;
 
  private:
-  const size_t threads_count_;
   RequestWatchFn request_;
   OpenWatchFn open_;
   std::vector<std::unique_ptr<grpc::ServerCompletionQueue>> queues_;  // until start()

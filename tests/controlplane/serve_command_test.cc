@@ -1,6 +1,10 @@
 // `krane-ctrl serve`, `region` and `token` as an operator runs them (the real binary).
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -72,6 +76,28 @@ TEST_CASE("refuses an unmigrated database", "[serve-command]") {
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("start-up step \"database\" failed"));
   CHECK_THAT(r.err, Catch::Contains("run `krane-ctrl migrate`"));
+}
+
+TEST_CASE("an address in use fails the start and the process exits", "[serve-command]") {
+  // Something else holds the gRPC port (without SO_REUSEPORT, so gRPC cannot share it). The
+  // Watch loops were set up for the server: they must be torn down again, not wait for it.
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(holder >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(holder, 1) == 0);
+  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string listen = strCat("127.0.0.1:", ntohs(addr.sin_port));
+  const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
+  REQUIRE(ctrl({"migrate", "--dsn", dsn}).exit_code == 0);
+  auto r = ctrl({"serve", "--dsn", dsn, "--listen", listen, "--http-listen", "127.0.0.1:0"});
+  ::close(holder);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("start-up step \"grpc\" failed"));
+  CHECK_THAT(r.err, Catch::Contains(strCat("cannot listen on ", listen)));
 }
 
 TEST_CASE("config errors name the key", "[serve-command]") {
