@@ -201,13 +201,21 @@ absl::StatusOr<double> resumeFloorRate(db::Pool& pool, int n, const FloorOptions
   KRANE_ASSIGN_OR_RETURN(
       double seconds, runGroups(pool, n, options, [&](db::Connection& conn, int first, int count) {
         const std::vector<std::string> ids = idsOf(prefix, first, count);
-        KRANE_RETURN_IF_ERROR(
-            settle(pool, conn, idsOf(prefix, first, count, "-a"), options.grouped, unixMillis()));
+        KRANE_RETURN_IF_ERROR(settle(pool, conn, idsOf(prefix, first, count, "-a"),
+                                     options.grouped && !options.callers_one_by_one, unixMillis()));
         KRANE_RETURN_IF_ERROR(claim(conn, ids, unixMillis()));
         KRANE_RETURN_IF_ERROR(journal(conn, ids, 2, "await", 2, options.grouped, unixMillis()));
         return finish(conn, ids, 2, options.grouped, unixMillis());
       }));
   KRANE_RETURN_IF_ERROR(checkDone(pool, prefix, n, n));
+  KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT COUNT(*) FROM workflow_promises WHERE id"
+                                                " LIKE ? AND state = 'resolved' AND payload = 'ok'",
+                                                {strCat(prefix, "%")}));
+  if (rows.rows[0].i64(0) != n) {
+    return absl::InternalError(
+        strCat("floor ", prefix, ": ", rows.rows[0].i64(0), " of ", n, " promises resolved"));
+  }
   return n / seconds;
 }
 
@@ -221,7 +229,7 @@ absl::StatusOr<double> stepFloorRate(db::Pool& pool, int n, const FloorOptions& 
         const std::string insert =
             "INSERT INTO workflow_invocations (id, service, handler, exclusive, status, input,"
             " due_at, created_at, updated_at) VALUES ";
-        if (options.grouped) {
+        if (options.grouped && !options.callers_one_by_one) {
           std::string values;
           db::Params params;
           for (const std::string& id : ids) {

@@ -19,6 +19,10 @@ struct FloorOptions {
   // whole group.
   int group = 4;
   bool grouped = false;
+  // The statements an engine's callers make (the send of an invocation, the settle of an
+  // awakeable) one per invocation even when `grouped`: an engine receives them one at a time and
+  // can group only its own (claims, journal entries, finishes).
+  bool callers_one_by_one = false;
 };
 
 // Creates `n` invocations suspended on an awakeable each, then resumes them all: settle the
