@@ -1,5 +1,7 @@
 #include "common/random_id.h"
 
+#include <unistd.h>
+
 #include <random>
 
 #include <fmt/format.h>
@@ -12,6 +14,12 @@ std::string randomHex(size_t bytes) {
   while (out.size() < bytes * 2) out += fmt::format("{:016x}", rng());
   out.resize(bytes * 2);
   return out;
+}
+
+std::string processInstanceId() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return fmt::format("{}-{}-{}", host, getpid(), randomHex(3));
 }
 
 }  // namespace krane

@@ -15,4 +15,8 @@ inline std::string newId(std::string_view prefix) {
   return std::string(prefix) + "_" + randomHex(8);
 }
 
+// "<host>-<pid>-<6 hex digits>": names this process (a replica, a worker) in leases, tables and
+// logs; unique even when a restarted process gets the same pid.
+std::string processInstanceId();
+
 }  // namespace krane

@@ -65,7 +65,12 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                   {"sync_batch", number(c.feed.sync_batch, s, 1, 100000)},
                   {"change_ttl_s", number(c.feed.change_ttl, s, 60, 365LL * 24 * 3600)},
                   {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
-                  {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)}});
+                  {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)},
+                  {"peer_hints", [&](const YAML::Node& h, const std::string& hp) {
+                     return walk(h, s, hp,
+                                 {{"listen", text(c.feed.peer_hints.listen, s)},
+                                  {"advertise", text(c.feed.peer_hints.advertise, s)}});
+                   }}});
            }},
           {"workflow",
            [&](const YAML::Node& n, const std::string& p) {
@@ -105,6 +110,17 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
     return bad(s, "listen", strCat("\"", c.listen, "\" is not host:port"));
   if (!validHostPort(c.http_listen))
     return bad(s, "http_listen", strCat("\"", c.http_listen, "\" is not host:port"));
+  const auto& hints = c.feed.peer_hints;
+  if (!hints.listen.empty() && !validHostPort(hints.listen)) {
+    return bad(s, "feed.peer_hints.listen", strCat("\"", hints.listen, "\" is not host:port"));
+  }
+  if (!hints.advertise.empty() && !validHostPort(hints.advertise)) {
+    return bad(s, "feed.peer_hints.advertise",
+               strCat("\"", hints.advertise, "\" is not host:port"));
+  }
+  if (!hints.advertise.empty() && hints.listen.empty()) {
+    return bad(s, "feed.peer_hints.advertise", "needs feed.peer_hints.listen");
+  }
   return c;
 }
 
@@ -127,6 +143,26 @@ absl::Status finishCtrlConfig(CtrlConfig& c) {
   }
   if (const char* env = std::getenv("KRANE_OPERATOR_TOKEN"); env != nullptr && *env != '\0') {
     c.auth.operator_tokens.emplace_back(env);
+  }
+  auto& hints = c.feed.peer_hints;
+  if (hints.advertise.empty() && !hints.listen.empty()) {
+    // In Kubernetes: "$(POD_IP):7072", from the pod's own address.
+    if (const char* env = std::getenv("KRANE_PEER_HINTS_ADVERTISE"); env != nullptr && *env) {
+      hints.advertise = env;
+      if (!config::validHostPort(hints.advertise)) {
+        return absl::InvalidArgumentError(
+            strCat("$KRANE_PEER_HINTS_ADVERTISE: \"", hints.advertise, "\" is not host:port"));
+      }
+    }
+  }
+  if (hints.advertise.empty() && !hints.listen.empty()) {
+    const std::string host = hints.listen.substr(0, hints.listen.rfind(':'));
+    if (host == "0.0.0.0" || host == "[::]" || host == "*") {
+      return absl::InvalidArgumentError(strCat(
+          "feed.peer_hints.advertise: required when feed.peer_hints.listen (\"", hints.listen,
+          "\") binds every interface: the host:port the other replicas reach this one on"
+          " (or $KRANE_PEER_HINTS_ADVERTISE)"));
+    }
   }
   if (c.tls.cert_file.empty() != c.tls.key_file.empty()) {
     return absl::InvalidArgumentError("tls: cert_file and key_file go together");

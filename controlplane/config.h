@@ -47,6 +47,13 @@ struct CtrlConfig {
     std::chrono::seconds change_ttl{7 * 24 * 3600};
     std::chrono::seconds cleanup_interval{60};
     size_t cleanup_batch = 10000;
+    // Commit hints to and from the other replicas (controlplane/feed/peer_hints.h): their
+    // tailers read this replica's commits at once instead of at their next poll. Off while
+    // `listen` is empty.
+    struct PeerHints {
+      std::string listen;     // host:port of this replica's hint socket (port 0: any free one)
+      std::string advertise;  // host:port the others reach it on; empty: listen's host and port
+    } peer_hints;
   } feed;
 
   struct Workflow {

@@ -11,6 +11,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "common/files.h"
+#include "common/random_id.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
@@ -105,8 +106,24 @@ absl::Status Server::startFeed() {
   writer_ = std::make_shared<feed::Writer>(pool_, tables_);
   tailer_ = std::make_unique<feed::Tailer>(pool_, tables_, hub_,
                                            feed::TailerOptions{config_.feed.poll_interval});
+  if (!config_.feed.peer_hints.listen.empty()) {
+    peer_hints_ = std::make_unique<feed::PeerHints>(
+        pool_, processInstanceId(),
+        feed::PeerHintOptions{.listen = config_.feed.peer_hints.listen,
+                              .advertise = config_.feed.peer_hints.advertise},
+        [tailer = tailer_.get()] { tailer->notify(); });
+    KRANE_RETURN_IF_ERROR(peer_hints_->start());
+  } else {
+    spdlog::info(
+        "feed: peer hints off (feed.peer_hints.listen): commits of other replicas are"
+        " read within {} ms",
+        config_.feed.poll_interval.count());
+  }
   writer_->onCommit(
-      [tailer = tailer_.get()](const std::vector<std::string>&) { tailer->notify(); });
+      [tailer = tailer_.get(), hints = peer_hints_.get()](const std::vector<std::string>&) {
+        tailer->notify();
+        if (hints != nullptr) hints->publish();
+      });
   tokens_ = std::make_shared<api::AgentTokens>(pool_, config_.auth.agent_token_cache);
   operators_ = std::make_shared<api::OperatorTokens>(config_.auth.operator_tokens);
   if (operators_->empty()) {
@@ -298,6 +315,7 @@ void Server::stop() {
   if (maintenance_) maintenance_->stop();
   if (engine_) engine_->stop();
   if (cleanup_) cleanup_->stop();
+  if (peer_hints_) peer_hints_->stop();
   if (tailer_) tailer_->stop();
   if (watch_) {
     watch_->setup_pool->join();  // set-up steps still queued release what they hold
@@ -343,6 +361,20 @@ std::string Server::metricsText() const {
                      MetricType::Gauge, w.full_syncs_waiting.load()));
   f.push_back(family("krane_feed_resyncs_total", "Streams told to resync", MetricType::Counter,
                      w.resyncs_requested.load()));
+  if (peer_hints_) {
+    const auto h = peer_hints_->stats();
+    f.push_back(family("krane_feed_peer_hints_sent_total",
+                       "Commit hints published to the other replicas", MetricType::Counter,
+                       h.sent));
+    f.push_back(family("krane_feed_peer_hints_received_total",
+                       "Commit hints received from the other replicas", MetricType::Counter,
+                       h.received));
+    f.push_back(family("krane_feed_peer_hints_wakeups_total",
+                       "Tailer wake-ups caused by hints (coalesced)", MetricType::Counter,
+                       h.delivered));
+    f.push_back(family("krane_feed_peers", "Other replicas this one takes hints from",
+                       MetricType::Gauge, static_cast<double>(h.peers)));
+  }
   const auto t = tailer_->stats();
   f.push_back(
       family("krane_feed_tailer_polls_total", "Tailer polls", MetricType::Counter, t.polls));

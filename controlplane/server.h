@@ -17,6 +17,7 @@
 #include "controlplane/api/workflows.h"
 #include "controlplane/config.h"
 #include "controlplane/feed/cleanup.h"
+#include "controlplane/feed/peer_hints.h"
 #include "controlplane/feed/tailer.h"
 #include "controlplane/feed/watch_loops.h"
 #include "controlplane/feed/watch_stream.h"
@@ -68,6 +69,7 @@ class Server {
   std::shared_ptr<feed::Hub> hub_;
   std::shared_ptr<feed::Writer> writer_;
   std::unique_ptr<feed::Tailer> tailer_;
+  std::unique_ptr<feed::PeerHints> peer_hints_;
   std::unique_ptr<feed::Cleanup> cleanup_;
   std::shared_ptr<feed::WatchContext> watch_;
   std::shared_ptr<api::AgentTokens> tokens_;

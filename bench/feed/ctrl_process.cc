@@ -103,6 +103,7 @@ CtrlProcess::CtrlProcess(CtrlOptions options) : options_(std::move(options)) {
            << "  max_connections: " << options_.max_connections << "\n"
            << "feed:\n"
            << "  poll_interval_ms: " << options_.poll_interval_ms << "\n";
+    if (options_.peer_hints) config << "  peer_hints:\n    listen: 127.0.0.1:0\n";
     if (!config) throw std::runtime_error(strCat("cannot write ", config_path_));
   }
   std::filesystem::remove(log_path_);

@@ -35,6 +35,8 @@ struct CtrlOptions {
   std::string operator_token;
   size_t max_connections = 32;
   int poll_interval_ms = 50;
+  // feed.peer_hints on a free port of 127.0.0.1: replicas hint each other of their commits.
+  bool peer_hints = true;
 };
 
 // `krane-ctrl serve --config <yaml>` on free ports of 127.0.0.1. The constructor returns once

@@ -76,6 +76,8 @@ gRPC or database: what the kernel alone costs on this machine); then the time of
   --grpc-clients       read the measured streams with gRPC's own client instead of the lean
                        HTTP/2 one (it costs about as much CPU per message as krane-ctrl, on the
                        same cores)
+  --no-peer-hints      replicas without feed.peer_hints: each sees the other's commits at its
+                       next poll (50 ms), as before hints existed
   --help    this text
 
 krane-ctrl's configuration and log go to a directory under /tmp, removed after a successful run
@@ -108,6 +110,7 @@ struct Options {
   std::set<std::string> only;  // --only: these phases (for investigation); empty: all
   bool batches = true;         // --no-batches: streams read one event per message
   bool grpc_clients = false;   // --grpc-clients: gRPC's client reads the measured streams
+  bool peer_hints = true;      // --no-peer-hints: replicas see each other's commits by polling
 
   bool runs(const std::string& phase) const { return only.empty() || only.count(phase) > 0; }
 };
@@ -276,6 +279,7 @@ struct Bench {
     o.name = strCat("krane-ctrl-", ++ctrl_count);
     o.dsn = dsn;
     o.operator_token = operator_token;
+    o.peer_hints = options.peer_hints;
     auto ctrl = std::make_unique<CtrlProcess>(o);
     say("krane-ctrl started: pid {}, grpc {}, log {}", ctrl->pid(), ctrl->grpcTarget(),
         ctrl->logPath());
@@ -938,6 +942,8 @@ int run(int argc, char** argv) {
       o.batches = false;
     } else if (arg == "--grpc-clients") {
       o.grpc_clients = true;
+    } else if (arg == "--no-peer-hints") {
+      o.peer_hints = false;
     } else if (arg == "--help" || arg == "-h") {
       std::fputs(kUsage, stdout);
       return 0;
@@ -1088,10 +1094,10 @@ int run(int argc, char** argv) {
   ordered.header = {
       fmt::format("Krane change feed benchmark{}",
                   o.quick ? " (--quick: a smoke run, not for comparison)" : ""),
-      fmt::format("  krane-ctrl: the real binary in its own process (poll_interval_ms 50, default "
-                  "config); scratch "
+      fmt::format("  krane-ctrl: the real binary in its own process (poll_interval_ms 50, {}, "
+                  "default config); scratch "
                   "MariaDB; {} CPUs shared by the database, krane-ctrl and the clients",
-                  cpus),
+                  o.peer_hints ? "peer hints on" : "peer hints off", cpus),
       fmt::format("  write load: {:.0f} puts/s of a small generic resource; Krane: through "
                   "ResourceService.Put of "
                   "krane-ctrl; baseline: the same feed::Writer::put in the benchmark (krane-ctrl "

@@ -3,8 +3,8 @@
 // Every poll reads `region_versions` (one small query, whatever the number of streams). For a
 // region that moved and has subscribers it reads the new changes and loads each changed
 // resource once; a region nobody watches only has its position moved. A commit through this
-// replica's Writer wakes the tailer at once; commits of other replicas are seen within one poll
-// interval.
+// replica's Writer wakes the tailer at once; so does a commit of another replica when peer
+// hints are on (peer_hints.h); otherwise those are seen within one poll interval.
 #pragma once
 
 #include <atomic>

@@ -22,12 +22,6 @@
 namespace krane::workflow {
 namespace {
 
-std::string defaultWorkerId() {
-  char host[256] = {};
-  gethostname(host, sizeof(host) - 1);
-  return strCat(host, "-", getpid(), "-", randomHex(3));
-}
-
 bool validName(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
@@ -67,7 +61,7 @@ Engine::Engine(std::shared_ptr<db::Pool> pool, EngineOptions options)
       options_(std::move(options)),
       journal_cache_(std::make_unique<JournalCache>(options_.journal_cache_bytes)),
       journal_writer_(std::make_unique<JournalWriter>(*pool_)) {
-  if (options_.worker_id.empty()) options_.worker_id = defaultWorkerId();
+  if (options_.worker_id.empty()) options_.worker_id = processInstanceId();
   if (options_.threads == 0) options_.threads = 1;
 }
 

@@ -127,6 +127,19 @@ TEST_CASE("config errors name the key", "[serve-command]") {
   auto deploy_key =
       ctrl({"serve", "--config", writeFile("j.yaml", "deploy:\n  build_logs: /tmp\n")});
   CHECK_THAT(deploy_key.err, Catch::Contains("deploy.build_logs: unknown key"));
+  auto hints =
+      ctrl({"serve", "--config", writeFile("k.yaml", "feed:\n  peer_hints:\n    listen: here\n")});
+  CHECK_THAT(hints.err, Catch::Contains("feed.peer_hints.listen: \"here\" is not host:port"));
+  auto hints_key =
+      ctrl({"serve", "--config", writeFile("l.yaml", "feed:\n  peer_hints:\n    port: 7072\n")});
+  CHECK_THAT(hints_key.err, Catch::Contains("feed.peer_hints.port: unknown key"));
+  auto everywhere = ctrl({"serve", "--dsn", "mysql://u@h/d", "--config",
+                          writeFile("m.yaml", "feed:\n  peer_hints:\n    listen: 0.0.0.0:7072\n")});
+  CHECK_THAT(everywhere.err,
+             Catch::Contains("feed.peer_hints.advertise: required when feed.peer_hints.listen"));
+  auto alone = ctrl({"serve", "--config",
+                     writeFile("n.yaml", "feed:\n  peer_hints:\n    advertise: 10.0.0.1:7072\n")});
+  CHECK_THAT(alone.err, Catch::Contains("feed.peer_hints.advertise: needs feed.peer_hints.listen"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
   CHECK_THAT(missing.err, Catch::Contains("cannot read config file /nonexistent/ctrl.yaml"));
 }

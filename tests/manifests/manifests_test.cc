@@ -637,6 +637,25 @@ TEST_CASE("the ctrl config is accepted and matches its deployment", "[manifests]
   }
   CHECK(config->listen == "0.0.0.0:7070");
   CHECK(config->http_listen == "0.0.0.0:7071");
+
+  INFO("peer hints: the container port, and the pod's own address advertised to the others");
+  CHECK(config->feed.peer_hints.listen == "0.0.0.0:7072");
+  bool hint_port = false;
+  for (const auto& p : ctrl["ports"]) {
+    hint_port = hint_port || (p["name"] == "peer-hints" && p["containerPort"] == 7072);
+  }
+  CHECK(hint_port);
+  std::map<std::string, json> env;
+  for (const auto& e : ctrl["env"]) env[e["name"]] = e;
+  REQUIRE(env.count("POD_IP"));
+  CHECK(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP");
+  REQUIRE(env.count("KRANE_PEER_HINTS_ADVERTISE"));
+  CHECK(env["KRANE_PEER_HINTS_ADVERTISE"]["value"] == "$(POD_IP):7072");
+  INFO("POD_IP comes first: Kubernetes expands $(VAR) only from variables defined before");
+  std::vector<std::string> order;
+  for (const auto& e : ctrl["env"]) order.push_back(e["name"]);
+  CHECK(std::find(order.begin(), order.end(), "POD_IP") <
+        std::find(order.begin(), order.end(), "KRANE_PEER_HINTS_ADVERTISE"));
   CHECK_THAT(testing::slurp(runfile("manifests/images/krane-ctrl.Containerfile")),
              Catch::Contains("COPY bin/krane-ctrl /usr/bin/"));
 }

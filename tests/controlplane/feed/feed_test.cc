@@ -545,6 +545,46 @@ TEST_CASE("two replicas each deliver every change", "[feed]") {
   CHECK(materialize(on_b.events()).size() == 50u);
 }
 
+TEST_CASE("with peer hints, a replica reads another's commits at once, not at its next poll",
+          "[feed][hints]") {
+  TestControlPlane cp;
+  // Polls 30 s apart: only a hint can bring a commit of the other replica within seconds.
+  auto hinted = [](ctrl::CtrlConfig& c) {
+    c.feed.poll_interval = std::chrono::milliseconds(30000);
+    c.feed.peer_hints.listen = "127.0.0.1:0";
+  };
+  auto& a = cp.startReplica(hinted);
+  cp.startReplica(hinted);
+  WatchRecorder on_b(cp.channel(1), cp.agentToken("eu-1"), "eu-1", 0);
+  REQUIRE(on_b.waitFor([](const auto& ev) { return !ev.empty(); }));
+  auto hasChange = [&](uint64_t version) {
+    return [version](const std::vector<cluster::v1::WatchEvent>& events) {
+      for (const auto& e : events) {
+        if (e.has_change() && e.change().version() == version) return true;
+      }
+      return false;
+    };
+  };
+  // The first hints on a new connection can be lost (ZeroMQ's subscription reaches the
+  // publisher just after the connect); later commits hint again.
+  uint64_t version = 0;
+  bool first_seen = false;
+  for (int i = 0; i < 40 && !first_seen; ++i) {
+    REQUIRE_THAT(a.writer().put(bucket(strCat("r", version), "eu-1", "x")), IsOk());
+    ++version;
+    first_seen = on_b.waitFor(hasChange(version), std::chrono::milliseconds(250));
+  }
+  REQUIRE(first_seen);
+  // From then on every commit on A reaches B's stream within seconds.
+  for (int i = 0; i < 10; ++i) {
+    REQUIRE_THAT(a.writer().put(bucket(strCat("r", version), "eu-1", "y")), IsOk());
+    ++version;
+    INFO("change " << version);
+    REQUIRE(on_b.waitFor(hasChange(version), std::chrono::seconds(5)));
+  }
+  CHECK(cp.replica(1).metricsText().find("krane_feed_peers 1") != std::string::npos);
+}
+
 TEST_CASE("an agent resumes after the control plane restarts and misses nothing", "[feed]") {
   TestControlPlane cp;
   auto& first = cp.startReplica();

@@ -1,0 +1,113 @@
+// Commit hints between the krane-ctrl replicas of one database.
+//
+// A replica's tailer learns of its own commits at once (Writer::onCommit) and of the other
+// replicas' commits at its next poll. With peer hints, a replica that commits also tells the
+// others, and their tailers read the change now instead of up to one poll interval later.
+//
+// A hint says nothing but "read now": the tailer's poll stays the only way changes are read, so
+// a hint lost (a peer restarting, a network blip) costs at most one poll interval and a forged
+// one at most one extra poll. Hints a replica receives are coalesced: at most one wake-up of its
+// tailer per `min_gap`, and a hint received during the gap is delivered at its end, never lost.
+//
+// Each replica binds a ZeroMQ PUB socket on `listen` and records where the others reach it
+// (`advertise`) in the table feed_peers, every `refresh`. Its SUB socket connects to the PUB of
+// every other replica that did the same within `stale_after`, and disconnects from those that
+// stopped (a stopping replica deletes its row; one that died ages out).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "absl/status/status.h"
+#include "controlplane/db/pool.h"
+
+namespace krane::feed {
+
+struct PeerHintOptions {
+  // host:port to bind (port 0: any free port). Required.
+  std::string listen;
+  // host:port the other replicas connect to; empty: the host of `listen` and the bound port
+  // (then `listen` must name one interface, not 0.0.0.0).
+  std::string advertise;
+  // How often this replica records itself in feed_peers and reads the others.
+  std::chrono::milliseconds refresh{2000};
+  // A replica not recorded for this long is taken for gone.
+  std::chrono::milliseconds stale_after{10000};
+  // At most one wake-up of the tailer per gap, however many hints arrive.
+  std::chrono::milliseconds min_gap{2};
+};
+
+struct PeerHintStats {
+  uint64_t sent = 0;       // hints published (one per commit)
+  uint64_t received = 0;   // hints received from the other replicas
+  uint64_t delivered = 0;  // wake-ups of the tailer they caused
+  uint64_t refresh_errors = 0;
+  size_t peers = 0;  // replicas connected to
+};
+
+class PeerHints {
+ public:
+  // `on_hint` runs on the hints' own thread and must not block (Tailer::notify).
+  PeerHints(std::shared_ptr<db::Pool> pool, std::string replica_id, PeerHintOptions options,
+            std::function<void()> on_hint);
+  ~PeerHints();
+  PeerHints(const PeerHints&) = delete;
+  PeerHints& operator=(const PeerHints&) = delete;
+
+  // Binds, records this replica, connects to the others and starts the thread. An error names
+  // the address or the table.
+  absl::Status start();
+  // Idempotent: deletes this replica's row (the others disconnect at their next refresh) and
+  // closes the sockets. publish() does nothing after it.
+  void stop();
+
+  // Tells the other replicas that this one committed. Any thread; never blocks (a hint a slow
+  // peer cannot take is dropped).
+  void publish();
+
+  // host:port the other replicas connect to (known after start()).
+  const std::string& advertised() const { return advertised_; }
+  const std::string& replicaId() const { return replica_id_; }
+  PeerHintStats stats() const;
+
+ private:
+  void run();
+  // On the thread: records this replica, reads the others, connects and disconnects.
+  absl::Status refresh();
+  void connectTo(const std::set<std::string>& endpoints);
+
+  std::shared_ptr<db::Pool> pool_;
+  const std::string replica_id_;
+  const PeerHintOptions options_;
+  std::function<void()> on_hint_;
+  std::string advertised_;
+
+  // Declared before the sockets: the context outlives them.
+  zmq::context_t context_;
+  std::mutex pub_mutex_;  // publish() comes from any thread; a socket is not thread-safe
+  zmq::socket_t pub_;
+  bool pub_open_ = false;
+  zmq::socket_t sub_;  // the thread's only
+  std::set<std::string> connected_;
+  std::set<std::string> refused_;  // endpoints ZeroMQ refused, warned about once
+  uint64_t refreshes_ = 0;
+
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+  std::atomic<uint64_t> sent_{0};
+  std::atomic<uint64_t> received_{0};
+  std::atomic<uint64_t> delivered_{0};
+  std::atomic<uint64_t> refresh_errors_{0};
+  std::atomic<size_t> peers_{0};
+};
+
+}  // namespace krane::feed

@@ -1,0 +1,210 @@
+// Commit hints between replicas, against a real MariaDB and real ZeroMQ sockets on loopback:
+// a hint reaches every other replica and never its sender, replicas that stop or die are
+// dropped, bad rows and bad addresses are refused clearly, and a burst of hints is coalesced
+// without losing the last one.
+#include "controlplane/feed/peer_hints.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+
+#include <catch2/catch.hpp>
+
+#include "common/clock.h"
+#include "common/strings.h"
+#include "controlplane/db/migrate.h"
+#include "tests/support/mariadb.h"
+#include "tests/support/matchers.h"
+#include "tests/support/wait.h"
+
+namespace krane::feed {
+namespace {
+
+using krane::testing::eventually;
+using namespace std::chrono_literals;
+
+// One replica's hints, with a count of its tailer's wake-ups and how many hints it had received
+// at the last one.
+struct Replica {
+  std::atomic<int> wakeups{0};
+  std::atomic<uint64_t> received_at_wakeup{0};
+  std::unique_ptr<PeerHints> hints;
+};
+
+class PeerHintsTest : public krane::testing::MariaDbTest {
+ protected:
+  PeerHintsTest() {
+    auto pool = db::Pool::create(dsn_, {.max_connections = 8});
+    REQUIRE_THAT(pool, IsOk());
+    pool_ = *pool;
+    REQUIRE_THAT(db::Migrator(pool_, *db::builtinMigrations()).migrate(), IsOk());
+  }
+
+  std::unique_ptr<Replica> start(const std::string& id, PeerHintOptions options = {}) {
+    auto r = std::make_unique<Replica>();
+    if (options.listen.empty()) options.listen = "127.0.0.1:0";
+    options.refresh = 50ms;
+    r->hints = std::make_unique<PeerHints>(pool_, id, options, [r = r.get()] {
+      r->received_at_wakeup = r->hints->stats().received;
+      ++r->wakeups;
+    });
+    REQUIRE_THAT(r->hints->start(), IsOk());
+    return r;
+  }
+
+  int64_t rowsOf(const std::string& sql, const db::Params& params = {}) {
+    auto rows = (*pool_->acquire())->query(sql, params);
+    REQUIRE_THAT(rows, IsOk());
+    return rows->rows[0].i64(0);
+  }
+
+  std::shared_ptr<db::Pool> pool_;
+};
+
+TEST_CASE_METHOD(PeerHintsTest, "a commit hint reaches every other replica, not its sender",
+                 "[feed][hints]") {
+  auto a = start("replica-a");
+  auto b = start("replica-b");
+  auto c = start("replica-c");
+  // Each finds the two others at its next refresh at the latest.
+  REQUIRE(eventually([&] {
+    return a->hints->stats().peers == 2 && b->hints->stats().peers == 2 &&
+           c->hints->stats().peers == 2;
+  }));
+  CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers") == 3);
+  // A connection just made may miss a first hint (ZeroMQ's subscriptions travel after the
+  // connect): hint until both have heard, as commits would keep doing.
+  REQUIRE(eventually(
+      [&] {
+        a->hints->publish();
+        return b->wakeups > 0 && c->wakeups > 0;
+      },
+      10s));
+  std::this_thread::sleep_for(100ms);
+  CHECK(a->wakeups == 0);
+  CHECK(a->hints->stats().received == 0);
+  CHECK(b->hints->stats().received > 0);
+  CHECK(a->hints->stats().sent > 0);
+
+  SECTION("a replica that stops is dropped by the others") {
+    b->hints->stop();
+    CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers WHERE replica_id = 'replica-b'") == 0);
+    REQUIRE(eventually(
+        [&] { return a->hints->stats().peers == 1 && c->hints->stats().peers == 1; }));
+    // Publishing after the stop does nothing, and the others still hear each other.
+    b->hints->publish();
+    const int before = c->wakeups;
+    REQUIRE(eventually(
+        [&] {
+          a->hints->publish();
+          return c->wakeups > before;
+        },
+        10s));
+  }
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "a replica that died is dropped once its row is stale",
+                 "[feed][hints]") {
+  auto a = start("replica-a", {.stale_after = 300ms});
+  // A row as a replica leaves it when it is killed: nobody deletes it, nobody refreshes it.
+  REQUIRE_THAT((*pool_->acquire())
+                   ->exec("INSERT INTO feed_peers VALUES ('dead', '127.0.0.1:1', ?)",
+                          {unixMillis()}),
+               IsOk());
+  REQUIRE(eventually([&] { return a->hints->stats().peers == 1; }));
+  REQUIRE(eventually([&] { return a->hints->stats().peers == 0; }, 5s));
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not stop the others",
+                 "[feed][hints]") {
+  REQUIRE_THAT((*pool_->acquire())
+                   ->exec("INSERT INTO feed_peers VALUES ('broken', 'no port here', ?)",
+                          {unixMillis() + 3600 * 1000}),
+               IsOk());
+  auto a = start("replica-a");
+  auto b = start("replica-b");
+  REQUIRE(eventually([&] { return a->hints->stats().peers == 1; }));
+  REQUIRE(eventually(
+      [&] {
+        b->hints->publish();
+        return a->wakeups > 0;
+      },
+      10s));
+  CHECK(a->hints->stats().refresh_errors == 0);
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "a burst of hints wakes the tailer once or twice, after the last",
+                 "[feed][hints]") {
+  auto a = start("replica-a");
+  auto b = start("replica-b", {.min_gap = 500ms});
+  REQUIRE(eventually([&] { return b->hints->stats().peers == 1; }));
+  REQUIRE(eventually(
+      [&] {
+        a->hints->publish();
+        return b->wakeups > 0;
+      },
+      10s));
+  std::this_thread::sleep_for(700ms);  // the gap after that first wake-up is over
+  const int before = b->wakeups;
+  const uint64_t received_before = b->hints->stats().received;
+  for (int i = 0; i < 10; ++i) {
+    a->hints->publish();
+    std::this_thread::sleep_for(5ms);
+  }
+  // Every hint is followed by a wake-up (the last one included, so the last commit is read),
+  // but the burst makes one wake-up, or two when it straddles the end of a gap.
+  REQUIRE(eventually(
+      [&] {
+        const uint64_t received = b->hints->stats().received;
+        return received == received_before + 10 && b->received_at_wakeup == received;
+      },
+      5s));
+  std::this_thread::sleep_for(700ms);
+  CHECK(b->wakeups - before >= 1);
+  CHECK(b->wakeups - before <= 2);
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "bad listen addresses are refused naming the address",
+                 "[feed][hints]") {
+  auto hints = [&](PeerHintOptions options) {
+    return std::make_unique<PeerHints>(pool_, "x", options, [] {});
+  };
+  SECTION("not host:port") {
+    auto status = hints({.listen = "localhost"})->start();
+    CHECK_THAT(status, IsError(absl::StatusCode::kInvalidArgument));
+    CHECK_THAT(std::string(status.message()), Catch::Contains("\"localhost\""));
+  }
+  SECTION("every interface and no advertised address") {
+    auto status = hints({.listen = "0.0.0.0:0"})->start();
+    CHECK_THAT(status, IsError(absl::StatusCode::kInvalidArgument));
+    CHECK_THAT(std::string(status.message()), Catch::Contains("advertise"));
+  }
+  SECTION("a port in use") {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    REQUIRE(::listen(fd, 1) == 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    const std::string taken = strCat("127.0.0.1:", ntohs(addr.sin_port));
+    auto status = hints({.listen = taken})->start();
+    ::close(fd);
+    CHECK_THAT(status, IsError(absl::StatusCode::kUnavailable));
+    CHECK_THAT(std::string(status.message()), Catch::Contains(strCat("cannot listen on ", taken)));
+    CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers") == 0);
+  }
+  SECTION("the advertised address is what the others read") {
+    auto h = hints({.listen = "127.0.0.1:0", .advertise = "10.1.2.3:7444"});
+    REQUIRE_THAT(h->start(), IsOk());
+    CHECK(h->advertised() == "10.1.2.3:7444");
+    CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers WHERE endpoint = '10.1.2.3:7444'") == 1);
+  }
+}
+
+}  // namespace
+}  // namespace krane::feed
