@@ -1,5 +1,8 @@
 #include "controlplane/config.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -19,6 +22,56 @@ using config::number;
 using config::text;
 using config::validHostPort;
 using config::walk;
+
+namespace {
+
+// "host:port" split at the last colon; an IPv6 host keeps its brackets.
+std::pair<std::string, std::string> hostAndPort(const std::string& address) {
+  const auto colon = address.rfind(':');
+  return {address.substr(0, colon), address.substr(colon + 1)};
+}
+
+// 10.0.0.7, or [fd00::7].
+bool ipLiteral(const std::string& host) {
+  in6_addr v6;
+  in_addr v4;
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
+    return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1;
+  }
+  return inet_pton(AF_INET, host.c_str(), &v4) == 1;
+}
+
+// An address that binds every interface, which no other replica can dial.
+bool anyAddress(const std::string& host) {
+  if (host == "*" || host == "0.0.0.0") return true;
+  in6_addr v6;
+  return host.size() > 2 && host.front() == '[' &&
+         inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1 &&
+         IN6_IS_ADDR_UNSPECIFIED(&v6);
+}
+
+// Where the other replicas dial this one: a host:port with a real port and a host that is not
+// every interface (and not a Kubernetes variable left unexpanded).
+absl::Status checkAdvertised(const std::string& address) {
+  if (address.find("$(") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        strCat("\"", address, "\" has an unexpanded variable (define it before this one)"));
+  }
+  if (!config::validHostPort(address)) {
+    return absl::InvalidArgumentError(strCat("\"", address, "\" is not host:port"));
+  }
+  const auto [host, port] = hostAndPort(address);
+  if (std::stol(port) == 0) {
+    return absl::InvalidArgumentError(strCat("\"", address, "\": port 0 cannot be dialled"));
+  }
+  if (anyAddress(host)) {
+    return absl::InvalidArgumentError(strCat(
+        "\"", address, "\": every interface cannot be dialled; give this replica's address"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::string& source) {
   KRANE_ASSIGN_OR_RETURN(YAML::Node root, config::parse(yaml, source));
@@ -111,15 +164,24 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
   if (!validHostPort(c.http_listen))
     return bad(s, "http_listen", strCat("\"", c.http_listen, "\" is not host:port"));
   const auto& hints = c.feed.peer_hints;
-  if (!hints.listen.empty() && !validHostPort(hints.listen)) {
-    return bad(s, "feed.peer_hints.listen", strCat("\"", hints.listen, "\" is not host:port"));
+  if (!hints.listen.empty()) {
+    if (!validHostPort(hints.listen)) {
+      return bad(s, "feed.peer_hints.listen", strCat("\"", hints.listen, "\" is not host:port"));
+    }
+    if (const std::string host = hostAndPort(hints.listen).first; host != "*" && !ipLiteral(host)) {
+      return bad(s, "feed.peer_hints.listen",
+                 strCat("\"", hints.listen,
+                        "\": the host must be an IP address ([...] for IPv6) or * (every"
+                        " interface, IPv4 and IPv6)"));
+    }
   }
-  if (!hints.advertise.empty() && !validHostPort(hints.advertise)) {
-    return bad(s, "feed.peer_hints.advertise",
-               strCat("\"", hints.advertise, "\" is not host:port"));
-  }
-  if (!hints.advertise.empty() && hints.listen.empty()) {
-    return bad(s, "feed.peer_hints.advertise", "needs feed.peer_hints.listen");
+  if (!hints.advertise.empty()) {
+    if (absl::Status st = checkAdvertised(hints.advertise); !st.ok()) {
+      return bad(s, "feed.peer_hints.advertise", std::string(st.message()));
+    }
+    if (hints.listen.empty()) {
+      return bad(s, "feed.peer_hints.advertise", "needs feed.peer_hints.listen");
+    }
   }
   return c;
 }
@@ -145,19 +207,25 @@ absl::Status finishCtrlConfig(CtrlConfig& c) {
     c.auth.operator_tokens.emplace_back(env);
   }
   auto& hints = c.feed.peer_hints;
-  if (hints.advertise.empty() && !hints.listen.empty()) {
+  if (!hints.listen.empty() && hints.advertise.empty()) {
     // In Kubernetes: "$(POD_IP):7072", from the pod's own address.
     if (const char* env = std::getenv("KRANE_PEER_HINTS_ADVERTISE"); env != nullptr && *env) {
-      hints.advertise = env;
-      if (!config::validHostPort(hints.advertise)) {
+      if (absl::Status st = checkAdvertised(env); !st.ok()) {
         return absl::InvalidArgumentError(
-            strCat("$KRANE_PEER_HINTS_ADVERTISE: \"", hints.advertise, "\" is not host:port"));
+            strCat("feed.peer_hints.advertise (from $KRANE_PEER_HINTS_ADVERTISE): ", st.message()));
       }
+      hints.advertise = env;
     }
   }
-  if (hints.advertise.empty() && !hints.listen.empty()) {
-    const std::string host = hints.listen.substr(0, hints.listen.rfind(':'));
-    if (host == "0.0.0.0" || host == "[::]" || host == "*") {
+  if (!hints.listen.empty()) {
+    const auto [host, port] = hostAndPort(hints.listen);
+    if (!hints.advertise.empty() && port == "0") {
+      return absl::InvalidArgumentError(
+          strCat("feed.peer_hints.listen: \"", hints.listen,
+                 "\" picks a free port, which the advertised address (\"", hints.advertise,
+                 "\") cannot know; give the port"));
+    }
+    if (hints.advertise.empty() && anyAddress(host)) {
       return absl::InvalidArgumentError(strCat(
           "feed.peer_hints.advertise: required when feed.peer_hints.listen (\"", hints.listen,
           "\") binds every interface: the host:port the other replicas reach this one on"

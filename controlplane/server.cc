@@ -112,7 +112,9 @@ absl::Status Server::startFeed() {
         feed::PeerHintOptions{.listen = config_.feed.peer_hints.listen,
                               .advertise = config_.feed.peer_hints.advertise},
         [tailer = tailer_.get()] { tailer->notify(); });
-    KRANE_RETURN_IF_ERROR(peer_hints_->start());
+    if (absl::Status st = peer_hints_->start(); !st.ok()) {
+      return absl::Status(st.code(), strCat("feed.peer_hints: ", st.message()));
+    }
   } else {
     spdlog::info(
         "feed: peer hints off (feed.peer_hints.listen): commits of other replicas are"

@@ -14,9 +14,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -39,11 +41,17 @@ using workflow::Context;
 using workflow::Engine;
 using workflow::ServiceDefinition;
 
-constexpr const char* kUsage = R"(usage: workflow [--json] [--quick] [--help]
+constexpr const char* kUsage = R"(usage: workflow [--json] [--quick] [--threads N] [--help]
 
-  --json    print one JSON object {"figures": [...]} on stdout; the table and progress go to stderr
-  --quick   a smoke run: fewer workflows and 2,000 suspended invocations instead of 10,000
+  --json       print one JSON object {"figures": [...]} on stdout; the table and progress go to
+               stderr
+  --quick      a smoke run: fewer workflows and 2,000 suspended invocations instead of 10,000
+  --threads N  the engine's worker threads (EngineOptions::threads, workflow.threads; 1-1024;
+               default 16)
 )";
+
+// --threads: the engine's worker threads.
+size_t g_threads = 16;
 
 std::FILE* progress = stderr;
 
@@ -203,7 +211,7 @@ int run(bool json, bool quick) {
   }
 
   workflow::EngineOptions options;
-  options.threads = 16;
+  options.threads = g_threads;
   options.poll_interval = 50ms;
   Engine engine(pool, options);
   check(engine.registerService(ServiceDefinition::service("Five").handler(
@@ -519,8 +527,9 @@ int run(bool json, bool quick) {
   extra.push_back({"resumes_share_of_floor", resumes_ratio / median(resume_floor_r), ""});
 
   report(json,
-         strCat("workflow engine, ", std::thread::hardware_concurrency(), " cores, median of ",
-                rounds, rounds == 1 ? " round" : " rounds",
+         strCat("workflow engine, ", g_threads, " worker threads, ",
+                std::thread::hardware_concurrency(), " cores, median of ", rounds,
+                rounds == 1 ? " round" : " rounds",
                 quick ? strCat(" (--quick: ", suspended_n,
                                " suspended invocations, not 10,000; a smoke run)")
                       : ""),
@@ -541,5 +550,21 @@ int run(bool json, bool quick) {
 }  // namespace krane::bench
 
 int main(int argc, char** argv) {
-  return krane::bench::benchMain(argc, argv, krane::bench::kUsage, krane::bench::run);
+  // --threads is this benchmark's own; the rest are every benchmark's (benchMain).
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--threads") {
+      const long n = i + 1 < argc ? std::strtol(argv[i + 1], nullptr, 10) : 0;
+      if (n < 1 || n > 1024) {
+        std::fprintf(stderr, "--threads: a number from 1 to 1024\n%s", krane::bench::kUsage);
+        return 2;
+      }
+      krane::bench::g_threads = static_cast<size_t>(n);
+      ++i;
+      continue;
+    }
+    rest.push_back(argv[i]);
+  }
+  return krane::bench::benchMain(static_cast<int>(rest.size()), rest.data(), krane::bench::kUsage,
+                                 krane::bench::run);
 }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <array>
 
-#include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
@@ -27,9 +26,14 @@ std::pair<std::string, std::string> splitHostPort(const std::string& address) {
   return {address.substr(0, colon), address.substr(colon + 1)};
 }
 
+// The config refuses every other form of it (controlplane/config.cc, anyAddress()).
 bool everyInterface(const std::string& host) {
-  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "*";
+  return host.empty() || host == "*" || host == "0.0.0.0" || host == "[::]" || host == "[::0]";
 }
+
+// Milliseconds since the epoch on the database's clock: every replica judges staleness by the
+// same clock, whatever the skew between their hosts.
+constexpr std::string_view kDbNowMs = "ROUND(UNIX_TIMESTAMP(NOW(3)) * 1000)";
 
 }  // namespace
 
@@ -46,11 +50,11 @@ absl::Status PeerHints::start() {
   auto [host, port] = splitHostPort(options_.listen);
   if (host.empty() || port.empty()) {
     return absl::InvalidArgumentError(
-        strCat("peer hints: listen address \"", options_.listen, "\" is not host:port"));
+        strCat("listen address \"", options_.listen, "\" is not host:port"));
   }
   if (options_.advertise.empty() && everyInterface(host)) {
     return absl::InvalidArgumentError(
-        strCat("peer hints: listen address \"", options_.listen,
+        strCat("listen address \"", options_.listen,
                "\" binds every interface; say how the other replicas reach this one (advertise)"));
   }
   try {
@@ -58,6 +62,9 @@ absl::Status PeerHints::start() {
     pub_.set(zmq::sockopt::linger, 0);
     pub_.set(zmq::sockopt::sndhwm, kQueuedHints);
     pub_.set(zmq::sockopt::ipv6, 1);
+    // What a PUB socket receives are its subscribers' subscriptions, kept in a table at about a
+    // node per byte: a peer sending a huge one could exhaust memory. Ours is empty ("").
+    pub_.set(zmq::sockopt::maxmsgsize, int64_t{64});
     pub_.bind(strCat("tcp://", host, ":", port == "0" ? "*" : port));
     sub_ = zmq::socket_t(context_, zmq::socket_type::sub);
     sub_.set(zmq::sockopt::linger, 0);
@@ -68,8 +75,7 @@ absl::Status PeerHints::start() {
   } catch (const zmq::error_t& e) {
     pub_.close();
     sub_.close();
-    return absl::UnavailableError(
-        strCat("peer hints: cannot listen on ", options_.listen, ": ", e.what()));
+    return absl::UnavailableError(strCat("cannot listen on ", options_.listen, ": ", e.what()));
   }
   const std::string bound = pub_.get(zmq::sockopt::last_endpoint);  // tcp://host:port
   if (options_.advertise.empty()) {
@@ -87,8 +93,8 @@ absl::Status PeerHints::start() {
     stop();
     return status;
   }
-  spdlog::info("feed: peer hints on {} (advertised as {}), {} other replica(s)", bound,
-               advertised_, connected_.size());
+  spdlog::info("feed: peer hints on {} (advertised as {}), {} other replica(s)", bound, advertised_,
+               connected_.size());
   thread_ = std::thread([this] { run(); });
   return absl::OkStatus();
 }
@@ -105,15 +111,15 @@ void PeerHints::stop() {
   context_.close();
   if (!advertised_.empty()) {
     auto conn = pool_->acquire();
-    absl::Status status = conn.ok() ? (*conn)
-                                          ->exec("DELETE FROM feed_peers WHERE replica_id = ?",
-                                                 {replica_id_})
-                                          .status()
-                                    : conn.status();
+    absl::Status status =
+        conn.ok()
+            ? (*conn)->exec("DELETE FROM feed_peers WHERE replica_id = ?", {replica_id_}).status()
+            : conn.status();
     if (!status.ok()) {
-      spdlog::warn("feed: could not remove this replica from feed_peers ({}); the others drop it"
-                   " after {} ms",
-                   status.message(), options_.stale_after.count());
+      spdlog::warn(
+          "feed: could not remove this replica from feed_peers ({}); the others drop it"
+          " after {} ms",
+          status.message(), options_.stale_after.count());
     }
   }
 }
@@ -131,8 +137,8 @@ void PeerHints::publish() {
 }
 
 PeerHintStats PeerHints::stats() const {
-  return PeerHintStats{sent_.load(), received_.load(), delivered_.load(), refresh_errors_.load(),
-                       peers_.load()};
+  return PeerHintStats{sent_.load(),           received_.load(),      delivered_.load(),
+                       refresh_errors_.load(), socket_errors_.load(), peers_.load()};
 }
 
 void PeerHints::run() {
@@ -146,9 +152,10 @@ void PeerHints::run() {
     const auto now = Clock::now();
     auto until = std::min(next_refresh, now + kMaxWait);
     if (pending) until = std::min(until, last_delivery + options_.min_gap);
-    const auto wait =
-        std::max(std::chrono::milliseconds(0),
-                 std::chrono::duration_cast<std::chrono::milliseconds>(until - now));
+    // Rounded up: rounded down, the last fraction of a millisecond of a gap would be a busy loop
+    // of zero-timeout polls.
+    const auto wait = std::max(std::chrono::milliseconds(0),
+                               std::chrono::ceil<std::chrono::milliseconds>(until - now));
     try {
       zmq::poll(items.data(), items.size(), wait);
       if (items[0].revents & ZMQ_POLLIN) {
@@ -160,8 +167,11 @@ void PeerHints::run() {
       }
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
-      spdlog::error("feed: peer hints stopped: {}", e.what());
-      return;
+      // Not expected on a socket only this thread uses. Hints are an optimization: keep going
+      // (and refreshing this replica's row) rather than fall silent.
+      socket_errors_.fetch_add(1, std::memory_order_relaxed);
+      spdlog::warn("feed: peer hints: receiving failed: {}", e.what());
+      std::this_thread::sleep_for(kMaxWait);
     }
     if (pending && Clock::now() - last_delivery >= options_.min_gap) {
       pending = false;
@@ -170,8 +180,9 @@ void PeerHints::run() {
       on_hint_();
     }
     if (Clock::now() >= next_refresh) {
-      next_refresh = Clock::now() + options_.refresh;
       absl::Status status = refresh();
+      // From the end of this one: a slow database never makes refreshes run back to back.
+      next_refresh = Clock::now() + options_.refresh;
       if (!status.ok()) {
         refresh_errors_.fetch_add(1, std::memory_order_relaxed);
         // The database is down or the table unreadable: the peers connected stay connected, and
@@ -189,23 +200,25 @@ void PeerHints::run() {
 }
 
 absl::Status PeerHints::refresh() {
-  const int64_t now = unixMillis();
   KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
   KRANE_RETURN_IF_ERROR(
-      conn->exec("INSERT INTO feed_peers (replica_id, endpoint, seen_at) VALUES (?, ?, ?)"
-                 " ON DUPLICATE KEY UPDATE endpoint = VALUES(endpoint),"
-                 " seen_at = VALUES(seen_at)",
-                 {replica_id_, advertised_, now})
+      conn->exec(strCat("INSERT INTO feed_peers (replica_id, endpoint, seen_at) VALUES (?, ?, ",
+                        kDbNowMs,
+                        ") ON DUPLICATE KEY UPDATE endpoint = VALUES(endpoint),"
+                        " seen_at = VALUES(seen_at)"),
+                 {replica_id_, advertised_})
           .status());
   KRANE_ASSIGN_OR_RETURN(
-      auto rows, conn->query("SELECT replica_id, endpoint FROM feed_peers"
-                             " WHERE seen_at >= ? AND replica_id <> ?",
-                             {now - options_.stale_after.count(), replica_id_}));
+      auto rows, conn->query(strCat("SELECT replica_id, endpoint FROM feed_peers WHERE seen_at >= ",
+                                    kDbNowMs, " - ? AND replica_id <> ?"),
+                             {static_cast<int64_t>(options_.stale_after.count()), replica_id_}));
   // Rows of replicas that died rather than stopped: one statement a minute or so removes those
   // older than an hour.
   if (refreshes_++ % 30 == 0) {
     KRANE_RETURN_IF_ERROR(
-        conn->exec("DELETE FROM feed_peers WHERE seen_at < ?", {now - kForgetAfterMs}).status());
+        conn->exec(strCat("DELETE FROM feed_peers WHERE seen_at < ", kDbNowMs, " - ?"),
+                   {kForgetAfterMs})
+            .status());
   }
   std::set<std::string> endpoints;
   for (const db::Row& r : rows.rows) {

@@ -33,7 +33,8 @@
 namespace krane::feed {
 
 struct PeerHintOptions {
-  // host:port to bind (port 0: any free port). Required.
+  // host:port to bind: an IP address ([...] for IPv6) or * (every interface, IPv4 and IPv6);
+  // port 0: any free port. Required.
   std::string listen;
   // host:port the other replicas connect to; empty: the host of `listen` and the bound port
   // (then `listen` must name one interface, not 0.0.0.0).
@@ -51,7 +52,10 @@ struct PeerHintStats {
   uint64_t received = 0;   // hints received from the other replicas
   uint64_t delivered = 0;  // wake-ups of the tailer they caused
   uint64_t refresh_errors = 0;
-  size_t peers = 0;  // replicas connected to
+  uint64_t socket_errors = 0;
+  // Replicas whose hint sockets this one dials. ZeroMQ connects in the background, so this
+  // counts addresses, not live connections: `received` going up is what shows hints arrive.
+  size_t peers = 0;
 };
 
 class PeerHints {
@@ -107,6 +111,7 @@ class PeerHints {
   std::atomic<uint64_t> received_{0};
   std::atomic<uint64_t> delivered_{0};
   std::atomic<uint64_t> refresh_errors_{0};
+  std::atomic<uint64_t> socket_errors_{0};
   std::atomic<size_t> peers_{0};
 };
 

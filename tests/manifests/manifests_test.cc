@@ -639,7 +639,7 @@ TEST_CASE("the ctrl config is accepted and matches its deployment", "[manifests]
   CHECK(config->http_listen == "0.0.0.0:7071");
 
   INFO("peer hints: the container port, and the pod's own address advertised to the others");
-  CHECK(config->feed.peer_hints.listen == "0.0.0.0:7072");
+  CHECK(config->feed.peer_hints.listen == "*:7072");
   bool hint_port = false;
   for (const auto& p : ctrl["ports"]) {
     hint_port = hint_port || (p["name"] == "peer-hints" && p["containerPort"] == 7072);
@@ -658,6 +658,135 @@ TEST_CASE("the ctrl config is accepted and matches its deployment", "[manifests]
         std::find(order.begin(), order.end(), "KRANE_PEER_HINTS_ADVERTISE"));
   CHECK_THAT(testing::slurp(runfile("manifests/images/krane-ctrl.Containerfile")),
              Catch::Contains("COPY bin/krane-ctrl /usr/bin/"));
+}
+
+// The Debian packages an image's `apt-get install` names (the words after `install` that are no
+// option, up to the end of that command).
+std::set<std::string> installedBy(const std::string& containerfile) {
+  std::set<std::string> packages;
+  const auto install = containerfile.find("apt-get install");
+  REQUIRE(install != std::string::npos);
+  std::istringstream words(containerfile.substr(install + 15));
+  std::string word;
+  while (words >> word && word != "&&") {
+    if (word[0] != '-' && word != "\\") packages.insert(word);
+  }
+  return packages;
+}
+
+// The packages `roots` pull in, themselves included (Depends and Pre-Depends of what this
+// machine has installed, alternatives and all).
+std::set<std::string> withDependencies(const std::set<std::string>& roots) {
+  static const std::map<std::string, std::vector<std::string>> depends = [] {
+    auto r =
+        runCommand({"/usr/bin/dpkg-query", "-W", "-f=${Package}\t${Depends},${Pre-Depends}\n"});
+    REQUIRE(r.exit_code == 0);
+    std::map<std::string, std::vector<std::string>> out;
+    std::istringstream lines(r.out);
+    std::string line;
+    while (std::getline(lines, line)) {
+      const auto tab = line.find('\t');
+      if (tab == std::string::npos) continue;
+      std::string deps = line.substr(tab + 1);
+      for (char& c : deps) {
+        if (c == ',' || c == '|') c = ' ';
+      }
+      std::istringstream in(deps);
+      std::string w;
+      int depth = 0;  // inside "(>= 1.2)"
+      auto& list = out[line.substr(0, tab)];
+      while (in >> w) {
+        if (w[0] == '(') ++depth;
+        if (depth == 0) list.push_back(w.substr(0, w.find(':')));  // "libfoo:any"
+        if (w.back() == ')') --depth;
+      }
+    }
+    return out;
+  }();
+  std::set<std::string> seen;
+  std::vector<std::string> queue(roots.begin(), roots.end());
+  while (!queue.empty()) {
+    const std::string pkg = queue.back();
+    queue.pop_back();
+    if (!seen.insert(pkg).second) continue;
+    if (auto it = depends.find(pkg); it != depends.end()) {
+      queue.insert(queue.end(), it->second.begin(), it->second.end());
+    }
+  }
+  return seen;
+}
+
+// For each shared library `binary` links against directly, the packages that have a file of that
+// name (libm.so.6: libc6 and libc6-i386; from dpkg's file lists). Libraries of this build
+// (Bazel's own, in _solib directories of a development build) are left out: a release build
+// links them in.
+std::map<std::string, std::set<std::string>> packagesOfLibraries(const std::string& binary) {
+  static const std::map<std::string, std::set<std::string>> owners = [] {
+    std::map<std::string, std::set<std::string>> out;
+    for (const auto& entry : fs::directory_iterator("/var/lib/dpkg/info")) {
+      const std::string name = entry.path().filename().string();
+      if (entry.path().extension() != ".list") continue;
+      const std::string stem = name.substr(0, name.size() - 5);  // "libzmq5:amd64.list"
+      const std::string package = stem.substr(0, stem.find(':'));
+      std::ifstream in(entry.path());
+      std::string file;
+      while (std::getline(in, file)) {
+        if (file.find(".so") != std::string::npos) {
+          out[file.substr(file.rfind('/') + 1)].insert(package);
+        }
+      }
+    }
+    return out;
+  }();
+  auto elf = runCommand({"/usr/bin/readelf", "-d", binary});
+  REQUIRE(elf.exit_code == 0);
+  auto resolved = runCommand({"/usr/bin/ldd", binary});
+  REQUIRE(resolved.exit_code == 0);
+  std::map<std::string, std::set<std::string>> out;
+  std::istringstream lines(elf.out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const auto open = line.find("Shared library: [");
+    if (open == std::string::npos) continue;
+    const std::string soname = line.substr(open + 17, line.find(']', open) - open - 17);
+    const auto at = resolved.out.find(soname + " => ");
+    if (at != std::string::npos &&
+        resolved.out.substr(at, resolved.out.find('\n', at) - at).find("_solib") !=
+            std::string::npos) {
+      continue;
+    }
+    const auto it = owners.find(soname);
+    INFO(binary << ": no package has " << soname);
+    REQUIRE(it != owners.end());
+    out[soname] = it->second;
+  }
+  return out;
+}
+
+TEST_CASE("each image installs the libraries its programs link against", "[manifests]") {
+  // What debian:12-slim has without installing anything: apt and what it needs.
+  const std::set<std::string> base = withDependencies({"apt"});
+  const std::vector<std::pair<const char*, std::vector<const char*>>> images = {
+      {"manifests/images/krane-ctrl.Containerfile", {"controlplane/krane-ctrl"}},
+      {"manifests/images/krane.Containerfile",
+       {"agent/krane", "agent/krane-plugin-host", "plugins/deployment/libdeployment.so",
+        "plugins/sentinel/libsentinel.so", "plugins/cilium/libcilium.so"}},
+      {"manifests/images/sentinel.Containerfile", {"plugins/sentinel/krane-sentinel"}},
+  };
+  for (const auto& [containerfile, binaries] : images) {
+    std::set<std::string> available =
+        withDependencies(installedBy(testing::slurp(runfile(containerfile))));
+    available.insert(base.begin(), base.end());
+    for (const char* binary : binaries) {
+      for (const auto& [soname, packages] : packagesOfLibraries(runfile(binary))) {
+        bool installed = false;
+        for (const std::string& p : packages) installed = installed || available.count(p) == 1;
+        INFO(containerfile << ": " << binary << " needs " << soname << " from "
+                           << (packages.empty() ? "?" : *packages.begin()));
+        CHECK(installed);
+      }
+    }
+  }
 }
 
 TEST_CASE("the sentinel image runs the routing proxy", "[manifests]") {

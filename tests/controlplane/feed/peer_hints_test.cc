@@ -29,10 +29,26 @@ using namespace std::chrono_literals;
 // One replica's hints, with a count of its tailer's wake-ups and how many hints it had received
 // at the last one.
 struct Replica {
+  // Stopped first: its wake-ups read `hints`.
+  ~Replica() {
+    if (hints) hints->stop();
+  }
   std::atomic<int> wakeups{0};
   std::atomic<uint64_t> received_at_wakeup{0};
   std::unique_ptr<PeerHints> hints;
 };
+
+PeerHintOptions staleAfter(std::chrono::milliseconds d) {
+  PeerHintOptions o;
+  o.stale_after = d;
+  return o;
+}
+
+PeerHintOptions minGap(std::chrono::milliseconds d) {
+  PeerHintOptions o;
+  o.min_gap = d;
+  return o;
+}
 
 class PeerHintsTest : public krane::testing::MariaDbTest {
  protected:
@@ -92,10 +108,12 @@ TEST_CASE_METHOD(PeerHintsTest, "a commit hint reaches every other replica, not 
   SECTION("a replica that stops is dropped by the others") {
     b->hints->stop();
     CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers WHERE replica_id = 'replica-b'") == 0);
-    REQUIRE(eventually(
-        [&] { return a->hints->stats().peers == 1 && c->hints->stats().peers == 1; }));
+    REQUIRE(
+        eventually([&] { return a->hints->stats().peers == 1 && c->hints->stats().peers == 1; }));
     // Publishing after the stop does nothing, and the others still hear each other.
+    const uint64_t sent = b->hints->stats().sent;
     b->hints->publish();
+    CHECK(b->hints->stats().sent == sent);
     const int before = c->wakeups;
     REQUIRE(eventually(
         [&] {
@@ -108,12 +126,12 @@ TEST_CASE_METHOD(PeerHintsTest, "a commit hint reaches every other replica, not 
 
 TEST_CASE_METHOD(PeerHintsTest, "a replica that died is dropped once its row is stale",
                  "[feed][hints]") {
-  auto a = start("replica-a", {.stale_after = 300ms});
+  auto a = start("replica-a", staleAfter(300ms));
   // A row as a replica leaves it when it is killed: nobody deletes it, nobody refreshes it.
-  REQUIRE_THAT((*pool_->acquire())
-                   ->exec("INSERT INTO feed_peers VALUES ('dead', '127.0.0.1:1', ?)",
-                          {unixMillis()}),
-               IsOk());
+  REQUIRE_THAT(
+      (*pool_->acquire())
+          ->exec("INSERT INTO feed_peers VALUES ('dead', '127.0.0.1:1', ?)", {unixMillis()}),
+      IsOk());
   REQUIRE(eventually([&] { return a->hints->stats().peers == 1; }));
   REQUIRE(eventually([&] { return a->hints->stats().peers == 0; }, 5s));
 }
@@ -139,7 +157,7 @@ TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not s
 TEST_CASE_METHOD(PeerHintsTest, "a burst of hints wakes the tailer once or twice, after the last",
                  "[feed][hints]") {
   auto a = start("replica-a");
-  auto b = start("replica-b", {.min_gap = 500ms});
+  auto b = start("replica-b", minGap(500ms));
   REQUIRE(eventually([&] { return b->hints->stats().peers == 1; }));
   REQUIRE(eventually(
       [&] {
@@ -169,16 +187,19 @@ TEST_CASE_METHOD(PeerHintsTest, "a burst of hints wakes the tailer once or twice
 
 TEST_CASE_METHOD(PeerHintsTest, "bad listen addresses are refused naming the address",
                  "[feed][hints]") {
-  auto hints = [&](PeerHintOptions options) {
+  auto hints = [&](const std::string& listen, const std::string& advertise = "") {
+    PeerHintOptions options;
+    options.listen = listen;
+    options.advertise = advertise;
     return std::make_unique<PeerHints>(pool_, "x", options, [] {});
   };
   SECTION("not host:port") {
-    auto status = hints({.listen = "localhost"})->start();
+    auto status = hints("localhost")->start();
     CHECK_THAT(status, IsError(absl::StatusCode::kInvalidArgument));
     CHECK_THAT(std::string(status.message()), Catch::Contains("\"localhost\""));
   }
   SECTION("every interface and no advertised address") {
-    auto status = hints({.listen = "0.0.0.0:0"})->start();
+    auto status = hints("0.0.0.0:0")->start();
     CHECK_THAT(status, IsError(absl::StatusCode::kInvalidArgument));
     CHECK_THAT(std::string(status.message()), Catch::Contains("advertise"));
   }
@@ -192,14 +213,14 @@ TEST_CASE_METHOD(PeerHintsTest, "bad listen addresses are refused naming the add
     socklen_t len = sizeof(addr);
     ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
     const std::string taken = strCat("127.0.0.1:", ntohs(addr.sin_port));
-    auto status = hints({.listen = taken})->start();
+    auto status = hints(taken)->start();
     ::close(fd);
     CHECK_THAT(status, IsError(absl::StatusCode::kUnavailable));
     CHECK_THAT(std::string(status.message()), Catch::Contains(strCat("cannot listen on ", taken)));
     CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers") == 0);
   }
   SECTION("the advertised address is what the others read") {
-    auto h = hints({.listen = "127.0.0.1:0", .advertise = "10.1.2.3:7444"});
+    auto h = hints("127.0.0.1:0", "10.1.2.3:7444");
     REQUIRE_THAT(h->start(), IsOk());
     CHECK(h->advertised() == "10.1.2.3:7444");
     CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers WHERE endpoint = '10.1.2.3:7444'") == 1);
