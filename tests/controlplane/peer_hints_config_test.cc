@@ -16,8 +16,8 @@ namespace {
 // The config of `hints` (the lines under feed.peer_hints), finished as `serve` does, with the
 // environment variable set to `env` (unset when empty).
 absl::StatusOr<CtrlConfig> withHints(const std::string& hints, const std::string& env = "") {
-  auto config = parseCtrlConfig(
-      "database:\n  dsn: mysql://u@h/d\nfeed:\n  peer_hints:\n" + hints, "ctrl.yaml");
+  auto config = parseCtrlConfig("database:\n  dsn: mysql://u@h/d\nfeed:\n  peer_hints:\n" + hints,
+                                "ctrl.yaml");
   if (!config.ok()) return config.status();
   if (env.empty()) {
     unsetenv("KRANE_PEER_HINTS_ADVERTISE");

@@ -13,6 +13,9 @@
 #include <catch2/catch.hpp>
 
 #include "controlplane/db/dsn.h"
+#include "controlplane/db/migrate.h"
+#include "controlplane/db/pool.h"
+#include "tests/support/matchers.h"
 #include "tests/support/process.h"
 
 namespace krane::testing {
@@ -63,6 +66,18 @@ class MariaDbTest {
  protected:
   MariaDbTest() { dsn_ = ScratchMariaDb::instance().freshDatabase(); }
   db::Dsn dsn_;
+};
+
+// The same with Krane's schema applied, and `pool_` (of `max_connections`) on the database.
+class MigratedDbTest : public MariaDbTest {
+ protected:
+  explicit MigratedDbTest(size_t max_connections) {
+    auto pool = db::Pool::create(dsn_, {.max_connections = max_connections});
+    REQUIRE_THAT(pool, IsOk());
+    pool_ = *pool;
+    REQUIRE_THAT(db::Migrator(pool_, *db::builtinMigrations()).migrate(), IsOk());
+  }
+  std::shared_ptr<db::Pool> pool_;
 };
 
 }  // namespace krane::testing

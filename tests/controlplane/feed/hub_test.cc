@@ -51,13 +51,9 @@ class Recorder : public Subscriber {
   bool expired_ = false;
 };
 
-class HubTest : public krane::testing::MariaDbTest {
+class HubTest : public krane::testing::MigratedDbTest {
  protected:
-  HubTest() {
-    auto pool = db::Pool::create(dsn_, {.max_connections = 8});
-    REQUIRE_THAT(pool, IsOk());
-    pool_ = *pool;
-    REQUIRE_THAT(db::Migrator(pool_, *db::builtinMigrations()).migrate(), IsOk());
+  HubTest() : MigratedDbTest(8) {
     REQUIRE_THAT(
         (*pool_->acquire())
             ->exec("INSERT INTO regions (id, display_name, created_at) VALUES ('eu-1', 'eu-1', 1)"),
@@ -75,7 +71,6 @@ class HubTest : public krane::testing::MariaDbTest {
     return r;
   }
 
-  std::shared_ptr<db::Pool> pool_;
   std::shared_ptr<const ResourceTables> tables_ = std::make_shared<ResourceTables>();
   std::shared_ptr<Writer> writer_;
 };

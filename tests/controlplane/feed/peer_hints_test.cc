@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <memory>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -38,6 +39,23 @@ struct Replica {
   std::unique_ptr<PeerHints> hints;
 };
 
+// Hints from `from` until each of `to` woke more often than it had: a connection just made may
+// miss the first hints (ZeroMQ's subscriptions travel after the connect), so hint again, as
+// commits would keep doing.
+bool hintUntilWoken(Replica& from, std::vector<Replica*> to) {
+  std::vector<int> before;
+  for (Replica* r : to) before.push_back(r->wakeups);
+  return eventually(
+      [&] {
+        from.hints->publish();
+        for (size_t i = 0; i < to.size(); ++i) {
+          if (to[i]->wakeups <= before[i]) return false;
+        }
+        return true;
+      },
+      10s);
+}
+
 PeerHintOptions staleAfter(std::chrono::milliseconds d) {
   PeerHintOptions o;
   o.stale_after = d;
@@ -50,14 +68,9 @@ PeerHintOptions minGap(std::chrono::milliseconds d) {
   return o;
 }
 
-class PeerHintsTest : public krane::testing::MariaDbTest {
+class PeerHintsTest : public krane::testing::MigratedDbTest {
  protected:
-  PeerHintsTest() {
-    auto pool = db::Pool::create(dsn_, {.max_connections = 8});
-    REQUIRE_THAT(pool, IsOk());
-    pool_ = *pool;
-    REQUIRE_THAT(db::Migrator(pool_, *db::builtinMigrations()).migrate(), IsOk());
-  }
+  PeerHintsTest() : MigratedDbTest(8) {}
 
   std::unique_ptr<Replica> start(const std::string& id, PeerHintOptions options = {}) {
     auto r = std::make_unique<Replica>();
@@ -76,8 +89,6 @@ class PeerHintsTest : public krane::testing::MariaDbTest {
     REQUIRE_THAT(rows, IsOk());
     return rows->rows[0].i64(0);
   }
-
-  std::shared_ptr<db::Pool> pool_;
 };
 
 TEST_CASE_METHOD(PeerHintsTest, "a commit hint reaches every other replica, not its sender",
@@ -91,14 +102,7 @@ TEST_CASE_METHOD(PeerHintsTest, "a commit hint reaches every other replica, not 
            c->hints->stats().peers == 2;
   }));
   CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers") == 3);
-  // A connection just made may miss a first hint (ZeroMQ's subscriptions travel after the
-  // connect): hint until both have heard, as commits would keep doing.
-  REQUIRE(eventually(
-      [&] {
-        a->hints->publish();
-        return b->wakeups > 0 && c->wakeups > 0;
-      },
-      10s));
+  REQUIRE(hintUntilWoken(*a, {b.get(), c.get()}));
   std::this_thread::sleep_for(100ms);
   CHECK(a->wakeups == 0);
   CHECK(a->hints->stats().received == 0);
@@ -114,13 +118,7 @@ TEST_CASE_METHOD(PeerHintsTest, "a commit hint reaches every other replica, not 
     const uint64_t sent = b->hints->stats().sent;
     b->hints->publish();
     CHECK(b->hints->stats().sent == sent);
-    const int before = c->wakeups;
-    REQUIRE(eventually(
-        [&] {
-          a->hints->publish();
-          return c->wakeups > before;
-        },
-        10s));
+    REQUIRE(hintUntilWoken(*a, {c.get()}));
   }
 }
 
@@ -145,12 +143,7 @@ TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not s
   auto a = start("replica-a");
   auto b = start("replica-b");
   REQUIRE(eventually([&] { return a->hints->stats().peers == 1; }));
-  REQUIRE(eventually(
-      [&] {
-        b->hints->publish();
-        return a->wakeups > 0;
-      },
-      10s));
+  REQUIRE(hintUntilWoken(*b, {a.get()}));
   CHECK(a->hints->stats().refresh_errors == 0);
 }
 
@@ -159,12 +152,7 @@ TEST_CASE_METHOD(PeerHintsTest, "a burst of hints wakes the tailer once or twice
   auto a = start("replica-a");
   auto b = start("replica-b", minGap(500ms));
   REQUIRE(eventually([&] { return b->hints->stats().peers == 1; }));
-  REQUIRE(eventually(
-      [&] {
-        a->hints->publish();
-        return b->wakeups > 0;
-      },
-      10s));
+  REQUIRE(hintUntilWoken(*a, {b.get()}));
   std::this_thread::sleep_for(700ms);  // the gap after that first wake-up is over
   const int before = b->wakeups;
   const uint64_t received_before = b->hints->stats().received;

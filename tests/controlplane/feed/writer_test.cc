@@ -28,13 +28,9 @@ Resource generic(const std::string& id, const std::string& region, const std::st
   return r;
 }
 
-class WriterTest : public krane::testing::MariaDbTest {
+class WriterTest : public krane::testing::MigratedDbTest {
  protected:
-  WriterTest() {
-    auto pool = db::Pool::create(dsn_, {.max_connections = 24});
-    REQUIRE_THAT(pool, IsOk());
-    pool_ = *pool;
-    REQUIRE_THAT(db::Migrator(pool_, *db::builtinMigrations()).migrate(), IsOk());
+  WriterTest() : MigratedDbTest(24) {
     for (const char* region : {"eu-1", "us-1"}) {
       REQUIRE_THAT((*pool_->acquire())
                        ->exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)",
@@ -54,7 +50,6 @@ class WriterTest : public krane::testing::MariaDbTest {
     return out;
   }
 
-  std::shared_ptr<db::Pool> pool_;
   std::shared_ptr<Writer> writer_;
 };
 

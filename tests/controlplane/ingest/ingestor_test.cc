@@ -90,14 +90,9 @@ struct StoredInstance {
   int64_t updated_at = 0;
 };
 
-class IngestorTest : public krane::testing::MariaDbTest {
+class IngestorTest : public krane::testing::MigratedDbTest {
  protected:
-  IngestorTest() {
-    auto pool = db::Pool::create(dsn_, {.max_connections = 12});
-    REQUIRE_THAT(pool, IsOk());
-    pool_ = *pool;
-    auto migrated = db::Migrator(pool_, *db::builtinMigrations()).migrate();
-    REQUIRE_THAT(migrated, IsOk());
+  IngestorTest() : MigratedDbTest(12) {
     for (const char* region : {"eu-1", "us-1"}) {
       exec("INSERT INTO regions (id, display_name, created_at) VALUES (?, ?, 1)", {region, region});
     }
@@ -178,7 +173,6 @@ class IngestorTest : public krane::testing::MariaDbTest {
     return query("SELECT deploy_status FROM sentinels WHERE id = ?", {id}).rows.at(0).str(0);
   }
 
-  std::shared_ptr<db::Pool> pool_;
   std::shared_ptr<feed::Writer> writer_;
   std::shared_ptr<Ingestor> ingestor_;
   std::shared_ptr<CountingHooks> hooks_;

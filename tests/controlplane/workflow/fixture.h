@@ -55,15 +55,9 @@ inline ServiceDefinition waitService(Handout& handout) {
       });
 }
 
-class WorkflowTest : public krane::testing::MariaDbTest {
+class WorkflowTest : public krane::testing::MigratedDbTest {
  protected:
-  WorkflowTest() {
-    auto pool = db::Pool::create(dsn_, {.max_connections = 40});
-    REQUIRE_THAT(pool, IsOk());
-    pool_ = *pool;
-    auto migrated = db::Migrator(pool_, *db::builtinMigrations()).migrate();
-    REQUIRE_THAT(migrated, IsOk());
-  }
+  WorkflowTest() : MigratedDbTest(40) {}
   ~WorkflowTest() {
     for (auto& e : engines_) e->stop();
     engines_.clear();
@@ -139,7 +133,6 @@ class WorkflowTest : public krane::testing::MariaDbTest {
     return rows->rows[0].i64(0);
   }
 
-  std::shared_ptr<db::Pool> pool_;
   std::vector<std::unique_ptr<Engine>> engines_;
 };
 
