@@ -1139,11 +1139,12 @@ int run(int argc, char** argv) {
   if (o.runs("replicas"))
     ordered.notes.push_back(fmt::format(
         "Krane, {} replicas, {} streams ({} per client connection, half on each replica; the "
-        "puts go to the first replica, the second sees them by polling every 50 ms): {}; {}; "
+        "puts go to the first replica, the second sees them {}): {}; {}; "
         "statements/s idle with the replicas and no stream {:.1f}, with the streams {:.1f}{}",
-        o.replicas, o.replica_streams, o.per_connection, replicated.cpu.describe(),
-        cpuPerEventText(replicated), replicas_idle_no_streams, replicated.idle_qps,
-        replicated.note.empty() ? "" : strCat("; ", replicated.note)));
+        o.replicas, o.replica_streams, o.per_connection,
+        o.peer_hints ? "through its peer hints" : "by polling every 50 ms",
+        replicated.cpu.describe(), cpuPerEventText(replicated), replicas_idle_no_streams,
+        replicated.idle_qps, replicated.note.empty() ? "" : strCat("; ", replicated.note)));
   for (size_t n : o.runs("baseline") ? o.stream_counts : std::vector<size_t>{}) {
     ordered.notes.push_back(
         fmt::format("baseline, {} poller(s): {}", n, baseline[n].cpu.describe()));
