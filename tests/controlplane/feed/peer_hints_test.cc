@@ -122,6 +122,23 @@ TEST_CASE_METHOD(PeerHintsTest, "a commit hint reaches every other replica, not 
   }
 }
 
+TEST_CASE_METHOD(PeerHintsTest, "replicas on IPv6 addresses hint each other", "[feed][hints]") {
+  PeerHintOptions v6;
+  v6.listen = "[::1]:0";
+  v6.refresh = 50ms;
+  auto probe = std::make_unique<PeerHints>(pool_, "probe", v6, [] {});
+  if (!probe->start().ok()) {
+    WARN("no IPv6 loopback on this machine: not tested");
+    return;
+  }
+  probe->stop();
+  auto a = start("replica-a", v6);
+  auto b = start("replica-b", v6);
+  CHECK(a->hints->advertised().rfind("[::1]:", 0) == 0);
+  REQUIRE(eventually([&] { return b->hints->stats().peers == 1; }));
+  REQUIRE(hintUntilWoken(*a, {b.get()}));
+}
+
 TEST_CASE_METHOD(PeerHintsTest, "a replica that died is dropped once its row is stale",
                  "[feed][hints]") {
   auto a = start("replica-a", staleAfter(300ms));
