@@ -41,14 +41,18 @@ bool ipLiteral(const std::string& host) {
   return inet_pton(AF_INET, host.c_str(), &v4) == 1;
 }
 
-// An address that binds every interface, which no other replica can dial.
+// An address that binds every interface, which no other replica can dial. IPv6 with or without
+// brackets ("[::]", "::"; $(POD_IP):7072 gives the bare form in IPv6 clusters).
 bool anyAddress(const std::string& host) {
   if (host == "*" || host == "0.0.0.0") return true;
+  const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
+  const std::string bare = bracketed ? host.substr(1, host.size() - 2) : host;
   in6_addr v6;
-  return host.size() > 2 && host.front() == '[' &&
-         inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1 &&
-         IN6_IS_ADDR_UNSPECIFIED(&v6);
+  return inet_pton(AF_INET6, bare.c_str(), &v6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&v6);
 }
+
+// The port of a host:port that passed validHostPort: "00" is 0 too.
+long portOf(const std::string& address) { return std::stol(hostAndPort(address).second); }
 
 // Where the other replicas dial this one: a host:port with a real port and a host that is not
 // every interface (and not a Kubernetes variable left unexpanded).
@@ -57,11 +61,15 @@ absl::Status checkAdvertised(const std::string& address) {
     return absl::InvalidArgumentError(
         strCat("\"", address, "\" has an unexpanded variable (define it before this one)"));
   }
+  if (address.find("://") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        strCat("\"", address, "\": host:port only, without a scheme"));
+  }
   if (!config::validHostPort(address)) {
     return absl::InvalidArgumentError(strCat("\"", address, "\" is not host:port"));
   }
-  const auto [host, port] = hostAndPort(address);
-  if (std::stol(port) == 0) {
+  const std::string host = hostAndPort(address).first;
+  if (portOf(address) == 0) {
     return absl::InvalidArgumentError(strCat("\"", address, "\": port 0 cannot be dialled"));
   }
   if (anyAddress(host)) {
@@ -218,8 +226,8 @@ absl::Status finishCtrlConfig(CtrlConfig& c) {
     }
   }
   if (!hints.listen.empty()) {
-    const auto [host, port] = hostAndPort(hints.listen);
-    if (!hints.advertise.empty() && port == "0") {
+    const std::string host = hostAndPort(hints.listen).first;
+    if (!hints.advertise.empty() && portOf(hints.listen) == 0) {
       return absl::InvalidArgumentError(
           strCat("feed.peer_hints.listen: \"", hints.listen,
                  "\" picks a free port, which the advertised address (\"", hints.advertise,

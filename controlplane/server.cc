@@ -374,8 +374,13 @@ std::string Server::metricsText() const {
     f.push_back(family("krane_feed_peer_hints_wakeups_total",
                        "Tailer wake-ups caused by hints (coalesced)", MetricType::Counter,
                        h.delivered));
-    f.push_back(family("krane_feed_peers", "Other replicas this one takes hints from",
+    f.push_back(family("krane_feed_peers",
+                       "Other replicas' hint addresses this one dials (not live connections)",
                        MetricType::Gauge, static_cast<double>(h.peers)));
+    f.push_back(family("krane_feed_peer_hints_errors_total",
+                       "Failed refreshes of feed_peers and failed receives on the hint socket",
+                       MetricType::Counter,
+                       static_cast<double>(h.refresh_errors + h.socket_errors)));
   }
   const auto t = tailer_->stats();
   f.push_back(

@@ -65,7 +65,8 @@ absl::Status PeerHints::start() {
     // What a PUB socket receives are its subscribers' subscriptions, kept in a table at about a
     // node per byte: a peer sending a huge one could exhaust memory. Ours is empty ("").
     pub_.set(zmq::sockopt::maxmsgsize, int64_t{64});
-    pub_.bind(strCat("tcp://", host, ":", port == "0" ? "*" : port));
+    pub_.bind(
+        strCat("tcp://", host, ":", port.find_first_not_of('0') == std::string::npos ? "*" : port));
     sub_ = zmq::socket_t(context_, zmq::socket_type::sub);
     sub_.set(zmq::sockopt::linger, 0);
     sub_.set(zmq::sockopt::rcvhwm, kQueuedHints);

@@ -52,6 +52,10 @@ TEST_CASE("the advertised address: the file's, else the environment's, else list
 
   auto v6 = withHints("    listen: \"[::1]:0\"\n");
   CHECK_THAT(v6, IsOk());
+  INFO("an IPv6 pod address, as $(POD_IP):7072 gives it: without brackets");
+  auto bare_v6 = withHints("    listen: \"*:7072\"\n", "fd00::7:7072");
+  REQUIRE_THAT(bare_v6, IsOk());
+  CHECK(bare_v6->feed.peer_hints.advertise == "fd00::7:7072");
   auto off = withHints("", "10.0.0.8:7072");
   REQUIRE_THAT(off, IsOk());
   CHECK(off->feed.peer_hints.advertise.empty());  // no listen: hints are off, the variable unused
@@ -75,6 +79,20 @@ TEST_CASE("peer hint addresses that cannot work are refused naming the key", "[c
   CHECK_THAT(errorOf(withHints("    listen: \"*:7072\"\n", "$(POD_IP):7072")),
              Catch::Contains("feed.peer_hints.advertise (from $KRANE_PEER_HINTS_ADVERTISE):"
                              " \"$(POD_IP):7072\" has an unexpanded variable"));
+  CHECK_THAT(errorOf(withHints("    advertise: 10.0.0.7:7072\n")),
+             Catch::Contains("feed.peer_hints.advertise: needs feed.peer_hints.listen"));
+  CHECK_THAT(errorOf(withHints("    listen: \"::1:7072\"\n")),
+             Catch::Contains("feed.peer_hints.listen: \"::1:7072\": the host must be an IP"));
+  CHECK_THAT(errorOf(withHints("    listen: \"[0::0]:7072\"\n")),
+             Catch::Contains("feed.peer_hints.advertise: required"));
+  CHECK_THAT(errorOf(withHints("    listen: 10.0.0.7:00\n    advertise: 10.0.0.7:7072\n")),
+             Catch::Contains("feed.peer_hints.listen: \"10.0.0.7:00\" picks a free port"));
+  CHECK_THAT(errorOf(withHints("    listen: 10.0.0.7:0\n", "10.0.0.7:7072")),
+             Catch::Contains("feed.peer_hints.listen: \"10.0.0.7:0\" picks a free port"));
+  CHECK_THAT(errorOf(withHints("    listen: \"*:7072\"\n    advertise: tcp://10.0.0.8:7072\n")),
+             Catch::Contains("feed.peer_hints.advertise: \"tcp://10.0.0.8:7072\": host:port only"));
+  CHECK_THAT(errorOf(withHints("    listen: \"*:7072\"\n", ":::7072")),
+             Catch::Contains("\":::7072\": every interface cannot be dialled"));
   CHECK_THAT(errorOf(withHints("    listen: \"*:7072\"\n", "pod-ip")),
              Catch::Contains("feed.peer_hints.advertise (from $KRANE_PEER_HINTS_ADVERTISE):"
                              " \"pod-ip\" is not host:port"));
