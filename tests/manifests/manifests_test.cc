@@ -651,6 +651,22 @@ TEST_CASE("the ctrl config is accepted and matches its deployment", "[manifests]
   CHECK(env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP");
   REQUIRE(env.count("KRANE_PEER_HINTS_ADVERTISE"));
   CHECK(env["KRANE_PEER_HINTS_ADVERTISE"]["value"] == "$(POD_IP):7072");
+  INFO("only krane-ctrl pods reach the hint port; gRPC and HTTP stay open");
+  const json& policy = docs.at("NetworkPolicy krane-system/krane-ctrl")["spec"];
+  CHECK(policy["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "krane-ctrl");
+  std::map<int, json> from_by_port;  // port -> the rule's `from` (null: from anywhere)
+  for (const auto& rule : policy["ingress"]) {
+    for (const auto& p : rule["ports"]) {
+      from_by_port[p["port"].get<int>()] = rule.contains("from") ? rule["from"] : json();
+    }
+  }
+  CHECK(from_by_port.count(7070));
+  CHECK(from_by_port[7070].is_null());
+  CHECK(from_by_port[7071].is_null());
+  REQUIRE(from_by_port.count(7072));
+  REQUIRE(from_by_port[7072].size() == 1u);
+  CHECK(from_by_port[7072][0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] ==
+        "krane-ctrl");
   INFO("POD_IP comes first: Kubernetes expands $(VAR) only from variables defined before");
   std::vector<std::string> order;
   for (const auto& e : ctrl["env"]) order.push_back(e["name"]);
