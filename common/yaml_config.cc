@@ -69,12 +69,4 @@ Handler oneOf(std::string& out, const std::string& source, std::vector<std::stri
   };
 }
 
-bool validHostPort(const std::string& address) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == address.size()) return false;
-  const std::string port = address.substr(colon + 1);
-  if (port.size() > 5 || port.find_first_not_of("0123456789") != std::string::npos) return false;
-  return std::stol(port) <= 65535;
-}
-
 }  // namespace krane::config

@@ -12,6 +12,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "absl/status/statusor.h"
+#include "common/host_port.h"
 #include "common/strings.h"
 
 namespace krane::config {
@@ -51,7 +52,7 @@ Handler number(T& out, const std::string& source, int64_t min, int64_t max) {
   };
 }
 
-// host:port with a numeric port.
-bool validHostPort(const std::string& address);
+// host:port checks live in common/host_port.h; config readers call them as config::.
+using ::krane::validHostPort;
 
 }  // namespace krane::config

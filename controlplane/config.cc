@@ -1,8 +1,5 @@
 #include "controlplane/config.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -10,6 +7,7 @@
 #include <sstream>
 
 #include "common/files.h"
+#include "common/host_port.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/yaml_config.h"
@@ -25,35 +23,6 @@ using config::walk;
 
 namespace {
 
-// "host:port" split at the last colon; an IPv6 host keeps its brackets.
-std::pair<std::string, std::string> hostAndPort(const std::string& address) {
-  const auto colon = address.rfind(':');
-  return {address.substr(0, colon), address.substr(colon + 1)};
-}
-
-// 10.0.0.7, or [fd00::7].
-bool ipLiteral(const std::string& host) {
-  in6_addr v6;
-  in_addr v4;
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
-    return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1;
-  }
-  return inet_pton(AF_INET, host.c_str(), &v4) == 1;
-}
-
-// An address that binds every interface, which no other replica can dial. IPv6 with or without
-// brackets ("[::]", "::"; $(POD_IP):7072 gives the bare form in IPv6 clusters).
-bool anyAddress(const std::string& host) {
-  if (host == "*" || host == "0.0.0.0") return true;
-  const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
-  const std::string bare = bracketed ? host.substr(1, host.size() - 2) : host;
-  in6_addr v6;
-  return inet_pton(AF_INET6, bare.c_str(), &v6) == 1 && IN6_IS_ADDR_UNSPECIFIED(&v6);
-}
-
-// The port of a host:port that passed validHostPort: "00" is 0 too.
-long portOf(const std::string& address) { return std::stol(hostAndPort(address).second); }
-
 // Where the other replicas dial this one: a host:port with a real port and a host that is not
 // every interface (and not a Kubernetes variable left unexpanded).
 absl::Status checkAdvertised(const std::string& address) {
@@ -68,11 +37,11 @@ absl::Status checkAdvertised(const std::string& address) {
   if (!config::validHostPort(address)) {
     return absl::InvalidArgumentError(strCat("\"", address, "\" is not host:port"));
   }
-  const std::string host = hostAndPort(address).first;
+  const std::string host = splitHostPort(address).first;
   if (portOf(address) == 0) {
     return absl::InvalidArgumentError(strCat("\"", address, "\": port 0 cannot be dialled"));
   }
-  if (anyAddress(host)) {
+  if (isAnyAddress(host)) {
     return absl::InvalidArgumentError(strCat(
         "\"", address, "\": every interface cannot be dialled; give this replica's address"));
   }
@@ -176,7 +145,8 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
     if (!validHostPort(hints.listen)) {
       return bad(s, "feed.peer_hints.listen", strCat("\"", hints.listen, "\" is not host:port"));
     }
-    if (const std::string host = hostAndPort(hints.listen).first; host != "*" && !ipLiteral(host)) {
+    if (const std::string host = splitHostPort(hints.listen).first;
+        host != "*" && !isIpLiteral(host)) {
       return bad(s, "feed.peer_hints.listen",
                  strCat("\"", hints.listen,
                         "\": the host must be an IP address ([...] for IPv6) or * (every"
@@ -226,14 +196,14 @@ absl::Status finishCtrlConfig(CtrlConfig& c) {
     }
   }
   if (!hints.listen.empty()) {
-    const std::string host = hostAndPort(hints.listen).first;
+    const std::string host = splitHostPort(hints.listen).first;
     if (!hints.advertise.empty() && portOf(hints.listen) == 0) {
       return absl::InvalidArgumentError(
           strCat("feed.peer_hints.listen: \"", hints.listen,
                  "\" picks a free port, which the advertised address (\"", hints.advertise,
                  "\") cannot know; give the port"));
     }
-    if (hints.advertise.empty() && anyAddress(host)) {
+    if (hints.advertise.empty() && isAnyAddress(host)) {
       return absl::InvalidArgumentError(strCat(
           "feed.peer_hints.advertise: required when feed.peer_hints.listen (\"", hints.listen,
           "\") binds every interface: the host:port the other replicas reach this one on"

@@ -11,6 +11,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "common/files.h"
+#include "common/host_port.h"
 #include "common/random_id.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -295,9 +296,8 @@ absl::Status Server::startHttp() {
   http_->Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metricsText(), "text/plain; version=0.0.4");
   });
-  const auto colon = config_.http_listen.rfind(':');
-  const std::string host = config_.http_listen.substr(0, colon);
-  const int port = std::stoi(config_.http_listen.substr(colon + 1));
+  const std::string host = splitHostPort(config_.http_listen).first;
+  const int port = portOf(config_.http_listen);
   http_port_ =
       port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (http_port_ <= 0)

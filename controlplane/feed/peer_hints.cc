@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "common/host_port.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
@@ -18,18 +19,6 @@ constexpr int kQueuedHints = 16;
 constexpr int64_t kMaxHintBytes = 256;
 // Rows of replicas not seen for this long are deleted.
 constexpr int64_t kForgetAfterMs = 3600 * 1000;
-
-// "host:port" split at the last colon (the host may be a bracketed IPv6 address).
-std::pair<std::string, std::string> splitHostPort(const std::string& address) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) return {address, ""};
-  return {address.substr(0, colon), address.substr(colon + 1)};
-}
-
-// The config refuses every other form of it (controlplane/config.cc, anyAddress()).
-bool everyInterface(const std::string& host) {
-  return host.empty() || host == "*" || host == "0.0.0.0" || host == "[::]" || host == "[::0]";
-}
 
 // Milliseconds since the epoch on the database's clock: every replica judges staleness by the
 // same clock, whatever the skew between their hosts.
@@ -47,12 +36,12 @@ PeerHints::PeerHints(std::shared_ptr<db::Pool> pool, std::string replica_id,
 PeerHints::~PeerHints() { stop(); }
 
 absl::Status PeerHints::start() {
-  auto [host, port] = splitHostPort(options_.listen);
-  if (host.empty() || port.empty()) {
+  if (!validHostPort(options_.listen)) {
     return absl::InvalidArgumentError(
         strCat("listen address \"", options_.listen, "\" is not host:port"));
   }
-  if (options_.advertise.empty() && everyInterface(host)) {
+  const auto [host, port] = splitHostPort(options_.listen);
+  if (options_.advertise.empty() && isAnyAddress(host)) {
     return absl::InvalidArgumentError(
         strCat("listen address \"", options_.listen,
                "\" binds every interface; say how the other replicas reach this one (advertise)"));
@@ -65,8 +54,7 @@ absl::Status PeerHints::start() {
     // What a PUB socket receives are its subscribers' subscriptions, kept in a table at about a
     // node per byte: a peer sending a huge one could exhaust memory. Ours is empty ("").
     pub_.set(zmq::sockopt::maxmsgsize, int64_t{64});
-    pub_.bind(
-        strCat("tcp://", host, ":", port.find_first_not_of('0') == std::string::npos ? "*" : port));
+    pub_.bind(strCat("tcp://", host, ":", portOf(options_.listen) == 0 ? std::string("*") : port));
     sub_ = zmq::socket_t(context_, zmq::socket_type::sub);
     sub_.set(zmq::sockopt::linger, 0);
     sub_.set(zmq::sockopt::rcvhwm, kQueuedHints);
