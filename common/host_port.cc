@@ -31,7 +31,8 @@ int portOf(const std::string& address) { return std::stoi(splitHostPort(address)
 bool isIpLiteral(const std::string& host) {
   in6_addr v6;
   in_addr v4;
-  if (bracketed(host)) return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1;
+  if (bracketed(host))
+    return inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(), &v6) == 1;
   return inet_pton(AF_INET, host.c_str(), &v4) == 1;
 }
 

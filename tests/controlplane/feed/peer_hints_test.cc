@@ -151,6 +151,34 @@ TEST_CASE_METHOD(PeerHintsTest, "a replica that died is dropped once its row is 
   REQUIRE(eventually([&] { return a->hints->stats().peers == 0; }, 5s));
 }
 
+TEST_CASE_METHOD(PeerHintsTest, "through a database outage hints still flow, and refreshes resume",
+                 "[feed][hints]") {
+  auto a = start("replica-a");
+  auto b = start("replica-b");
+  REQUIRE(eventually([&] { return b->hints->stats().peers == 1; }));
+  REQUIRE(hintUntilWoken(*a, {b.get()}));
+
+  auto& server = krane::testing::ScratchMariaDb::instance();
+  server.stop();
+  // Refreshes fail and are counted; the replicas already connected stay connected.
+  REQUIRE(eventually([&] { return b->hints->stats().refresh_errors > 0; }, 10s));
+  CHECK(b->hints->stats().peers == 1);
+  REQUIRE(hintUntilWoken(*a, {b.get()}));
+  // A replica starting now cannot record itself: its start fails, and it holds no socket.
+  PeerHintOptions loopback;
+  loopback.listen = "127.0.0.1:0";
+  auto c = std::make_unique<PeerHints>(pool_, "replica-c", loopback, [] {});
+  CHECK_FALSE(c->start().ok());
+  c->publish();
+  CHECK(c->stats().sent == 0);
+
+  server.start();
+  // Refreshes work again: a replica started after the outage is found.
+  auto d = start("replica-d");
+  REQUIRE(eventually([&] { return b->hints->stats().peers == 2; }, 10s));
+  REQUIRE(hintUntilWoken(*d, {a.get(), b.get()}));
+}
+
 TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not stop the others",
                  "[feed][hints]") {
   REQUIRE_THAT((*pool_->acquire())
