@@ -374,9 +374,11 @@ std::string Server::metricsText() const {
     f.push_back(family("krane_feed_peer_hints_wakeups_total",
                        "Tailer wake-ups caused by hints (coalesced)", MetricType::Counter,
                        h.delivered));
-    f.push_back(family("krane_feed_peers",
-                       "Other replicas' hint addresses this one dials (not live connections)",
+    f.push_back(family("krane_feed_peers", "Other replicas whose hint addresses this one dials",
                        MetricType::Gauge, static_cast<double>(h.peers)));
+    f.push_back(family("krane_feed_peers_connected",
+                       "Of those, the ones with a live hint connection", MetricType::Gauge,
+                       static_cast<double>(h.connected)));
     f.push_back(family("krane_feed_peer_hints_errors_total",
                        "Failed refreshes of feed_peers and failed receives on the hint socket",
                        MetricType::Counter,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 #include "common/host_port.h"
 #include "common/status.h"
@@ -61,8 +62,19 @@ absl::Status PeerHints::start() {
     sub_.set(zmq::sockopt::maxmsgsize, kMaxHintBytes);
     sub_.set(zmq::sockopt::ipv6, 1);
     sub_.set(zmq::sockopt::subscribe, "");
+    // The SUB socket's connections coming up and going down, for the count of live ones. The
+    // context is this object's own, so the name is unique in it.
+    constexpr const char* kMonitor = "inproc://peer-hints-monitor";
+    if (zmq_socket_monitor(sub_.handle(), kMonitor, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) !=
+        0) {
+      throw zmq::error_t();
+    }
+    monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
+    monitor_.set(zmq::sockopt::linger, 0);
+    monitor_.connect(kMonitor);
   } catch (const zmq::error_t& e) {
     pub_.close();
+    monitor_.close();
     sub_.close();
     return absl::UnavailableError(strCat("cannot listen on ", options_.listen, ": ", e.what()));
   }
@@ -76,20 +88,31 @@ absl::Status PeerHints::start() {
     std::lock_guard lock(pub_mutex_);
     pub_open_ = true;
   }
-  // The first refresh before the thread starts: a broken table fails the start-up, and peers
-  // already running are connected before this replica serves anything.
-  if (absl::Status status = refresh(); !status.ok()) {
+  // The first refresh before the threads start: a broken table fails the start-up, and peers
+  // already running are dialled before this replica serves anything.
+  absl::StatusOr<std::set<std::string>> peers = refresh();
+  if (!peers.ok()) {
     stop();
-    return status;
+    return peers.status();
   }
+  connectTo(*peers);
   spdlog::info("feed: peer hints on {} (advertised as {}), {} other replica(s)", bound, advertised_,
                connected_.size());
   thread_ = std::thread([this] { run(); });
+  refresher_ = std::thread([this] { refreshLoop(); });
   return absl::OkStatus();
 }
 
 void PeerHints::stop() {
   if (stopping_.exchange(true)) return;
+  {
+    // Taken after the flag is set: the refresher is either before its check (and sees it) or
+    // waiting (and is woken).
+    std::lock_guard lock(stop_mutex_);
+  }
+  stop_cv_.notify_all();
+  // A refresh under way ends first: a database that hangs holds up stop() as long as it hangs.
+  if (refresher_.joinable()) refresher_.join();
   if (thread_.joinable()) thread_.join();
   {
     std::lock_guard lock(pub_mutex_);
@@ -97,6 +120,7 @@ void PeerHints::stop() {
     pub_.close();
   }
   sub_.close();
+  monitor_.close();
   context_.close();
   if (!advertised_.empty()) {
     auto conn = pool_->acquire();
@@ -127,19 +151,26 @@ void PeerHints::publish() {
 
 PeerHintStats PeerHints::stats() const {
   return PeerHintStats{sent_.load(),           received_.load(),      delivered_.load(),
-                       refresh_errors_.load(), socket_errors_.load(), peers_.load()};
+                       refresh_errors_.load(), socket_errors_.load(), peers_.load(),
+                       connected_peers_.load()};
 }
 
 void PeerHints::run() {
   using Clock = std::chrono::steady_clock;
-  std::array<zmq::pollitem_t, 1> items{{{sub_.handle(), 0, ZMQ_POLLIN, 0}}};
-  auto next_refresh = Clock::now() + options_.refresh;
+  std::array<zmq::pollitem_t, 2> items{
+      {{sub_.handle(), 0, ZMQ_POLLIN, 0}, {monitor_.handle(), 0, ZMQ_POLLIN, 0}}};
   auto last_delivery = Clock::time_point{};
   bool pending = false;
-  bool refresh_failing = false;
   while (!stopping_) {
+    std::optional<std::set<std::string>> wanted;
+    {
+      std::lock_guard lock(wanted_mutex_);
+      wanted.swap(wanted_);
+    }
+    if (wanted) connectTo(*wanted);
     const auto now = Clock::now();
-    auto until = std::min(next_refresh, now + kMaxWait);
+    // The refresher's next list is applied within kMaxWait.
+    auto until = now + kMaxWait;
     if (pending) until = std::min(until, last_delivery + options_.min_gap);
     // Rounded up: rounded down, the last fraction of a millisecond of a gap would be a busy loop
     // of zero-timeout polls.
@@ -154,10 +185,11 @@ void PeerHints::run() {
           pending = true;
         }
       }
+      if (items[1].revents & ZMQ_POLLIN) takeMonitorEvent();
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
-      // Not expected on a socket only this thread uses. Hints are an optimization: keep going
-      // (and refreshing this replica's row) rather than fall silent.
+      // Not expected on sockets only this thread uses. Hints are an optimization: keep going
+      // (the refresher keeps this replica's row) rather than fall silent.
       socket_errors_.fetch_add(1, std::memory_order_relaxed);
       spdlog::warn("feed: peer hints: receiving failed: {}", e.what());
       std::this_thread::sleep_for(kMaxWait);
@@ -168,27 +200,35 @@ void PeerHints::run() {
       delivered_.fetch_add(1, std::memory_order_relaxed);
       on_hint_();
     }
-    if (Clock::now() >= next_refresh) {
-      absl::Status status = refresh();
-      // From the end of this one: a slow database never makes refreshes run back to back.
-      next_refresh = Clock::now() + options_.refresh;
-      if (!status.ok()) {
-        refresh_errors_.fetch_add(1, std::memory_order_relaxed);
-        // The database is down or the table unreadable: the peers connected stay connected, and
-        // polling covers the rest. Said once, not every refresh.
-        if (!refresh_failing) {
-          spdlog::warn("feed: peer hints cannot refresh the list of replicas: {}",
-                       status.message());
-        }
-      } else if (refresh_failing) {
-        spdlog::info("feed: peer hints refresh the list of replicas again");
-      }
-      refresh_failing = !status.ok();
-    }
   }
 }
 
-absl::Status PeerHints::refresh() {
+void PeerHints::refreshLoop() {
+  bool failing = false;
+  std::unique_lock lock(stop_mutex_);
+  // From the end of the last refresh: a slow database never makes them run back to back.
+  while (!stop_cv_.wait_for(lock, options_.refresh, [this] { return stopping_.load(); })) {
+    lock.unlock();
+    absl::StatusOr<std::set<std::string>> peers = refresh();
+    if (peers.ok()) {
+      std::lock_guard wanted_lock(wanted_mutex_);
+      wanted_ = std::move(*peers);
+    } else {
+      refresh_errors_.fetch_add(1, std::memory_order_relaxed);
+      // The database is down or the table unreadable: the peers dialled stay dialled, and
+      // polling covers the rest. Said once, not every refresh.
+      if (!failing) {
+        spdlog::warn("feed: peer hints cannot refresh the list of replicas: {}",
+                     peers.status().message());
+      }
+    }
+    if (peers.ok() && failing) spdlog::info("feed: peer hints refresh the list of replicas again");
+    failing = !peers.ok();
+    lock.lock();
+  }
+}
+
+absl::StatusOr<std::set<std::string>> PeerHints::refresh() {
   KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
   KRANE_RETURN_IF_ERROR(
       conn->exec(strCat("INSERT INTO feed_peers (replica_id, endpoint, seen_at) VALUES (?, ?, ",
@@ -215,8 +255,7 @@ absl::Status PeerHints::refresh() {
     // hints through this one's own socket: never connect to ourselves.
     if (r.str("endpoint") != advertised_) endpoints.insert(r.str("endpoint"));
   }
-  connectTo(endpoints);
-  return absl::OkStatus();
+  return endpoints;
 }
 
 void PeerHints::connectTo(const std::set<std::string>& endpoints) {
@@ -231,6 +270,7 @@ void PeerHints::connectTo(const std::set<std::string>& endpoints) {
       spdlog::debug("feed: peer hints: disconnecting {}: {}", *it, e.what());
     }
     spdlog::info("feed: peer hints: replica at {} is gone", *it);
+    live_.erase(strCat("tcp://", *it));
     it = connected_.erase(it);
   }
   for (const std::string& endpoint : endpoints) {
@@ -247,6 +287,27 @@ void PeerHints::connectTo(const std::set<std::string>& endpoints) {
     connected_.insert(endpoint);
   }
   peers_.store(connected_.size());
+  connected_peers_.store(std::min(live_.size(), connected_.size()));
+}
+
+void PeerHints::takeMonitorEvent() {
+  // Two frames: the event (a 16-bit number, then a 32-bit value) and the peer's address, as
+  // tcp://host:port with the host resolved.
+  zmq::message_t event;
+  zmq::message_t address;
+  if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return;
+  if (!event.more() || !monitor_.recv(address, zmq::recv_flags::dontwait)) return;
+  uint16_t id = 0;
+  if (event.size() < sizeof(id)) return;
+  std::memcpy(&id, event.data(), sizeof(id));
+  if (id == ZMQ_EVENT_CONNECTED) {
+    live_.insert(address.to_string());
+  } else if (id == ZMQ_EVENT_DISCONNECTED) {
+    live_.erase(address.to_string());
+  }
+  // A replica dialled by name is reported by its address: the count is of connections, capped
+  // at the replicas dialled.
+  connected_peers_.store(std::min(live_.size(), connected_.size()));
 }
 
 }  // namespace krane::feed

@@ -13,13 +13,19 @@
 // (`advertise`) in the table feed_peers, every `refresh`. Its SUB socket connects to the PUB of
 // every other replica that did the same within `stale_after`, and disconnects from those that
 // stopped (a stopping replica deletes its row; one that died ages out).
+//
+// Two threads: one receives hints and wakes the tailer, and only it touches the sockets; the
+// other refreshes feed_peers and hands it the list of replicas. A database that hangs therefore
+// delays finding new replicas, never the hints of the ones already connected.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -28,6 +34,7 @@
 #include <zmq.hpp>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "controlplane/db/pool.h"
 
 namespace krane::feed {
@@ -53,9 +60,10 @@ struct PeerHintStats {
   uint64_t delivered = 0;  // wake-ups of the tailer they caused
   uint64_t refresh_errors = 0;
   uint64_t socket_errors = 0;
-  // Replicas whose hint sockets this one dials. ZeroMQ connects in the background, so this
-  // counts addresses, not live connections: `received` going up is what shows hints arrive.
+  // Replicas whose hint sockets this one dials (ZeroMQ connects in the background and retries).
   size_t peers = 0;
+  // Of those, the ones with a live connection now.
+  size_t connected = 0;
 };
 
 class PeerHints {
@@ -84,10 +92,16 @@ class PeerHints {
   PeerHintStats stats() const;
 
  private:
+  // The hints' thread: receives hints, wakes the tailer, applies the refresher's lists.
   void run();
-  // On the thread: records this replica, reads the others, connects and disconnects.
-  absl::Status refresh();
+  // The refresher's thread: refresh() every `refresh`, its list handed to run().
+  void refreshLoop();
+  // Records this replica and returns where the others are. Touches no socket.
+  absl::StatusOr<std::set<std::string>> refresh();
+  // On the hints' thread (or in start(), before it runs): dials and hangs up.
   void connectTo(const std::set<std::string>& endpoints);
+  // On the hints' thread: one event of the SUB socket's monitor (connected, disconnected).
+  void takeMonitorEvent();
 
   std::shared_ptr<db::Pool> pool_;
   const std::string replica_id_;
@@ -100,19 +114,28 @@ class PeerHints {
   std::mutex pub_mutex_;  // publish() comes from any thread; a socket is not thread-safe
   zmq::socket_t pub_;
   bool pub_open_ = false;
-  zmq::socket_t sub_;  // the thread's only
-  std::set<std::string> connected_;
-  std::set<std::string> refused_;  // endpoints ZeroMQ refused, warned about once
-  uint64_t refreshes_ = 0;
+  zmq::socket_t sub_;                // the hints' thread's only
+  zmq::socket_t monitor_;            // sub_'s connection events; the hints' thread's only
+  std::set<std::string> connected_;  // dialled, as host:port
+  std::set<std::string> live_;       // of those, connected now, as tcp://host:port
+  std::set<std::string> refused_;    // endpoints ZeroMQ refused, warned about once
+  uint64_t refreshes_ = 0;           // the refresher's only
+
+  std::mutex wanted_mutex_;
+  std::optional<std::set<std::string>> wanted_;  // the refresher's latest list, not yet applied
 
   std::atomic<bool> stopping_{false};
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;  // wakes the refresher at stop()
   std::thread thread_;
+  std::thread refresher_;
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> received_{0};
   std::atomic<uint64_t> delivered_{0};
   std::atomic<uint64_t> refresh_errors_{0};
   std::atomic<uint64_t> socket_errors_{0};
   std::atomic<size_t> peers_{0};
+  std::atomic<size_t> connected_peers_{0};
 };
 
 }  // namespace krane::feed

@@ -582,7 +582,9 @@ TEST_CASE("with peer hints, a replica reads another's commits at once, not at it
     INFO("change " << version);
     REQUIRE(on_b.waitFor(hasChange(version), std::chrono::seconds(5)));
   }
-  CHECK(cp.replica(1).metricsText().find("krane_feed_peers 1") != std::string::npos);
+  const std::string metrics = cp.replica(1).metricsText();
+  CHECK(metrics.find("krane_feed_peers 1") != std::string::npos);
+  CHECK(metrics.find("krane_feed_peers_connected 1") != std::string::npos);
 }
 
 TEST_CASE("an agent resumes after the control plane restarts and misses nothing", "[feed]") {

@@ -42,7 +42,8 @@ struct Replica {
 // Hints from `from` until each of `to` woke more often than it had: a connection just made may
 // miss the first hints (ZeroMQ's subscriptions travel after the connect), so hint again, as
 // commits would keep doing.
-bool hintUntilWoken(Replica& from, std::vector<Replica*> to) {
+bool hintUntilWoken(Replica& from, std::vector<Replica*> to,
+                    std::chrono::milliseconds timeout = 10s) {
   std::vector<int> before;
   for (Replica* r : to) before.push_back(r->wakeups);
   return eventually(
@@ -53,7 +54,7 @@ bool hintUntilWoken(Replica& from, std::vector<Replica*> to) {
         }
         return true;
       },
-      10s);
+      timeout);
 }
 
 PeerHintOptions staleAfter(std::chrono::milliseconds d) {
@@ -75,7 +76,7 @@ class PeerHintsTest : public krane::testing::MigratedDbTest {
   std::unique_ptr<Replica> start(const std::string& id, PeerHintOptions options = {}) {
     auto r = std::make_unique<Replica>();
     if (options.listen.empty()) options.listen = "127.0.0.1:0";
-    options.refresh = 50ms;
+    if (options.refresh == PeerHintOptions{}.refresh) options.refresh = 50ms;
     r->hints = std::make_unique<PeerHints>(pool_, id, options, [r = r.get()] {
       r->received_at_wakeup = r->hints->stats().received;
       ++r->wakeups;
@@ -177,6 +178,54 @@ TEST_CASE_METHOD(PeerHintsTest, "through a database outage hints still flow, and
   auto d = start("replica-d");
   REQUIRE(eventually([&] { return b->hints->stats().peers == 2; }, 10s));
   REQUIRE(hintUntilWoken(*d, {a.get(), b.get()}));
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "a refresh that hangs on the database delays no hint",
+                 "[feed][hints]") {
+  auto a = start("replica-a");
+  auto b = start("replica-b");
+  REQUIRE(eventually([&] { return b->hints->stats().peers == 1; }));
+  REQUIRE(hintUntilWoken(*a, {b.get()}));
+
+  // Another session locks B's row: B's next refresh waits on it (for up to the server's lock
+  // wait timeout, 50 s by default), as it would on a database that hangs.
+  auto holder = pool_->acquire();
+  REQUIRE_THAT(holder, IsOk());
+  REQUIRE_THAT((*holder)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*holder)->query("SELECT * FROM feed_peers WHERE replica_id = 'replica-b'"
+                                " FOR UPDATE"),
+               IsOk());
+  REQUIRE(eventually([&] {
+    // The server refreshes INNODB_TRX only when it was not read in the last 100 ms.
+    std::this_thread::sleep_for(150ms);
+    return rowsOf(
+               "SELECT COUNT(*) FROM information_schema.innodb_trx"
+               " WHERE trx_state = 'LOCK WAIT'") > 0;
+  }));
+  // B's hints go on meanwhile: A's commits still wake B's tailer at once.
+  CHECK(hintUntilWoken(*a, {b.get()}, 3s));
+  CHECK(hintUntilWoken(*a, {b.get()}, 3s));
+  REQUIRE_THAT((*holder)->execText("ROLLBACK"), IsOk());
+  // Once the lock is gone, B refreshes again and finds a new replica.
+  auto c = start("replica-c");
+  REQUIRE(eventually([&] { return b->hints->stats().peers == 2; }));
+  CHECK(b->hints->stats().refresh_errors == 0);
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "live connections are counted apart from the replicas dialled",
+                 "[feed][hints]") {
+  auto b = start("replica-b");
+  // A refreshes only at its start: what it learns later comes from its connection alone.
+  PeerHintOptions slow;
+  slow.refresh = 60s;
+  auto a = start("replica-a", slow);
+  CHECK(a->hints->stats().peers == 1);
+  REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }));
+  REQUIRE(hintUntilWoken(*b, {a.get()}));
+  // B stops: its connection goes at once, though A still dials its address until a refresh.
+  b->hints->stop();
+  REQUIRE(eventually([&] { return a->hints->stats().connected == 0; }));
+  CHECK(a->hints->stats().peers == 1);
 }
 
 TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not stop the others",
