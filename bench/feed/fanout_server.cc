@@ -14,14 +14,30 @@
 //                    thread per core, each with a completion queue of its own and the streams
 //                    accepted on it; a change reaches a thread with one alarm, and the thread
 //                    starts its streams' writes and handles their completions itself.
+//   --mode nghttp2   no gRPC at all: gRPC's wire protocol (length-prefixed messages on HTTP/2)
+//                    served with nghttp2 from one epoll loop per core, each owning the
+//                    connections it was handed. What a Watch server of Krane's own could spend.
+//
+// `--rate 0` sends no change: the streams stay idle after their bookmark (for memory).
 //
 // Prints "listening on PORT" once it serves; runs until killed.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +48,7 @@
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/byte_buffer.h>
+#include <nghttp2/nghttp2.h>
 
 #include "bench/feed/measure.h"
 #include "krane/cluster/v1/cluster.pb.h"
@@ -60,8 +77,12 @@ grpc::Slice changeAt(uint64_t version) {
   return serialized(event);
 }
 
-// Calls `tick(version)` `rate` times a second, on a fixed schedule, from its own thread.
+// Calls `tick(version)` `rate` times a second, on a fixed schedule, from its own thread; with
+// rate 0, never.
 void runTicker(double rate, const std::function<void(grpc::Slice)>& tick) {
+  if (rate <= 0) {
+    for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+  }
   const auto period = std::chrono::duration_cast<std::chrono::nanoseconds>(
       std::chrono::duration<double>(1.0 / rate));
   const auto start = std::chrono::steady_clock::now();
@@ -326,6 +347,279 @@ int serveAsync(const std::string& address, double rate, size_t threads) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------------------------
+// nghttp2: gRPC's wire protocol without gRPC.
+
+// A message as gRPC frames it: not compressed, its length (4 bytes, big-endian), the bytes.
+std::string grpcFrame(const grpc::Slice& message) {
+  std::string out(5 + message.size(), '\0');
+  const auto n = static_cast<uint32_t>(message.size());
+  for (int b = 0; b < 4; ++b)
+    out[static_cast<size_t>(1 + b)] = static_cast<char>(n >> (24 - 8 * b));
+  std::memcpy(out.data() + 5, message.begin(), message.size());
+  return out;
+}
+
+struct H2Stream {
+  int32_t id = 0;
+  std::string pending;  // framed messages not yet taken by nghttp2
+  size_t offset = 0;
+  bool deferred = false;  // nghttp2 waits for resume_data
+};
+
+struct H2Connection {
+  int fd = -1;
+  int epoll_fd = -1;
+  bool want_out = false;
+  nghttp2_session* session = nullptr;
+  std::vector<std::unique_ptr<H2Stream>> streams;
+};
+
+ssize_t h2Send(nghttp2_session*, const uint8_t* data, size_t length, int, void* user) {
+  auto* c = static_cast<H2Connection*>(user);
+  const ssize_t n = ::send(c->fd, data, length, MSG_NOSIGNAL);
+  if (n < 0)
+    return errno == EAGAIN || errno == EWOULDBLOCK ? NGHTTP2_ERR_WOULDBLOCK
+                                                   : NGHTTP2_ERR_CALLBACK_FAILURE;
+  return n;
+}
+
+ssize_t h2Read(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t*,
+               nghttp2_data_source* source, void*) {
+  auto* s = static_cast<H2Stream*>(source->ptr);
+  const size_t left = s->pending.size() - s->offset;
+  if (left == 0) {
+    s->deferred = true;
+    return NGHTTP2_ERR_DEFERRED;
+  }
+  const size_t n = std::min(left, length);
+  std::memcpy(buf, s->pending.data() + s->offset, n);
+  s->offset += n;
+  if (s->offset == s->pending.size()) {
+    std::string().swap(s->pending);  // idle streams hold no buffer
+    s->offset = 0;
+  }
+  return static_cast<ssize_t>(n);
+}
+
+// A request's headers are in: answer with the response headers and a body that never ends,
+// starting with a bookmark.
+int h2FrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
+  if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
+  auto* c = static_cast<H2Connection*>(user);
+  auto s = std::make_unique<H2Stream>();
+  s->id = frame->hd.stream_id;
+  s->pending = grpcFrame(bookmark());
+  const char status[] = ":status";
+  const char ok[] = "200";
+  const char type[] = "content-type";
+  const char grpc_type[] = "application/grpc";
+  nghttp2_nv headers[] = {
+      {(uint8_t*)status, (uint8_t*)ok, sizeof(status) - 1, sizeof(ok) - 1, NGHTTP2_NV_FLAG_NONE},
+      {(uint8_t*)type, (uint8_t*)grpc_type, sizeof(type) - 1, sizeof(grpc_type) - 1,
+       NGHTTP2_NV_FLAG_NONE}};
+  nghttp2_data_provider provider{};
+  provider.source.ptr = s.get();
+  provider.read_callback = h2Read;
+  if (nghttp2_submit_response(session, s->id, headers, 2, &provider) != 0) return 0;
+  c->streams.push_back(std::move(s));
+  return 0;
+}
+
+int h2StreamClose(nghttp2_session*, int32_t id, uint32_t, void* user) {
+  auto* c = static_cast<H2Connection*>(user);
+  auto& v = c->streams;
+  v.erase(std::remove_if(v.begin(), v.end(), [id](const auto& s) { return s->id == id; }), v.end());
+  return 0;
+}
+
+class H2Loop {
+ public:
+  H2Loop() {
+    epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;
+    epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
+    nghttp2_session_callbacks_new(&callbacks_);
+    nghttp2_session_callbacks_set_send_callback(callbacks_, h2Send);
+    nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks_, h2FrameRecv);
+    nghttp2_session_callbacks_set_on_stream_close_callback(callbacks_, h2StreamClose);
+    // As lenient as gRPC's server: no check of the request's HTTP semantics (the floor's client
+    // sends an empty bearer token, a value RFC 9113 does not allow to end in a space).
+    nghttp2_option_new(&options_);
+    nghttp2_option_set_no_http_messaging(options_, 1);
+  }
+
+  // From the acceptor or the ticker.
+  void addConnection(int fd) {
+    {
+      std::lock_guard lock(mutex_);
+      new_fds_.push_back(fd);
+    }
+    wake();
+  }
+  void post(std::shared_ptr<const std::string> framed) {
+    {
+      std::lock_guard lock(mutex_);
+      inbox_.push_back(std::move(framed));
+    }
+    wake();
+  }
+
+  void run() {
+    std::vector<epoll_event> events(256);
+    std::vector<uint8_t> buffer(64 << 10);
+    for (;;) {
+      const int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), -1);
+      for (int i = 0; i < n; ++i) {
+        auto* c = static_cast<H2Connection*>(events[static_cast<size_t>(i)].data.ptr);
+        if (c == nullptr) {
+          takeInbox();
+          continue;
+        }
+        const uint32_t what = events[static_cast<size_t>(i)].events;
+        bool alive = true;
+        if (what & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+          for (;;) {
+            const ssize_t got = ::recv(c->fd, buffer.data(), buffer.size(), 0);
+            if (got > 0) {
+              if (nghttp2_session_mem_recv(c->session, buffer.data(), static_cast<size_t>(got)) <
+                  0) {
+                alive = false;
+                break;
+              }
+              continue;
+            }
+            if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            alive = false;  // closed or failed
+            break;
+          }
+        }
+        if (alive) alive = flush(*c);
+        if (!alive) close(c);
+      }
+    }
+  }
+
+ private:
+  void wake() {
+    const uint64_t one = 1;
+    (void)!::write(wake_fd_, &one, sizeof(one));
+  }
+
+  void takeInbox() {
+    uint64_t count = 0;
+    (void)!::read(wake_fd_, &count, sizeof(count));
+    std::vector<int> fds;
+    std::deque<std::shared_ptr<const std::string>> messages;
+    {
+      std::lock_guard lock(mutex_);
+      fds.swap(new_fds_);
+      messages.swap(inbox_);
+    }
+    for (int fd : fds) {
+      auto c = std::make_unique<H2Connection>();
+      c->fd = fd;
+      c->epoll_fd = epoll_fd_;
+      nghttp2_session_server_new2(&c->session, callbacks_, c.get(), options_);
+      const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1000}};
+      nghttp2_submit_settings(c->session, NGHTTP2_FLAG_NONE, settings, 1);
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.ptr = c.get();
+      epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+      H2Connection* raw = c.get();
+      connections_.push_back(std::move(c));
+      if (!flush(*raw)) close(raw);
+    }
+    if (messages.empty()) return;
+    for (auto& c : connections_) {
+      for (auto& s : c->streams) {
+        for (const auto& m : messages) s->pending += *m;
+        if (s->deferred) {
+          s->deferred = false;
+          nghttp2_session_resume_data(c->session, s->id);
+        }
+      }
+    }
+    std::vector<H2Connection*> failed;
+    for (auto& c : connections_) {
+      if (!flush(*c)) failed.push_back(c.get());
+    }
+    for (H2Connection* c : failed) close(c);
+  }
+
+  // Sends what nghttp2 has; watches for writability while the socket is full.
+  bool flush(H2Connection& c) {
+    if (nghttp2_session_send(c.session) != 0) return false;
+    const bool want_out = nghttp2_session_want_write(c.session) != 0;
+    if (want_out != c.want_out) {
+      c.want_out = want_out;
+      epoll_event ev{};
+      ev.events = EPOLLIN | (want_out ? EPOLLOUT : 0u);
+      ev.data.ptr = &c;
+      epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c.fd, &ev);
+    }
+    return nghttp2_session_want_read(c.session) != 0 || want_out;
+  }
+
+  void close(H2Connection* c) {
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
+    ::close(c->fd);
+    nghttp2_session_del(c->session);
+    connections_.erase(std::remove_if(connections_.begin(), connections_.end(),
+                                      [c](const auto& p) { return p.get() == c; }),
+                       connections_.end());
+  }
+
+  int epoll_fd_ = -1;
+  int wake_fd_ = -1;
+  nghttp2_session_callbacks* callbacks_ = nullptr;
+  nghttp2_option* options_ = nullptr;
+  std::mutex mutex_;
+  std::vector<int> new_fds_;
+  std::deque<std::shared_ptr<const std::string>> inbox_;
+  std::vector<std::unique_ptr<H2Connection>> connections_;  // the loop thread's only
+};
+
+int serveNghttp2(const std::string& address, double rate, size_t threads) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  if (inet_pton(AF_INET, address.substr(0, colon).c_str(), &addr.sin_addr) != 1) return 1;
+  const int listener = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int yes = 1;
+  setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listener, 4096) != 0) {
+    return 1;
+  }
+  socklen_t len = sizeof(addr);
+  getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::vector<std::unique_ptr<H2Loop>> loops;
+  std::vector<std::thread> workers;
+  for (size_t t = 0; t < threads; ++t) loops.push_back(std::make_unique<H2Loop>());
+  for (auto& loop : loops) workers.emplace_back([&loop] { loop->run(); });
+  std::thread acceptor([&] {
+    for (size_t k = 0;; ++k) {
+      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &yes, sizeof(yes));
+      loops[k % loops.size()]->addConnection(fd);
+    }
+  });
+  std::printf("listening on %d\n", ntohs(addr.sin_port));
+  std::fflush(stdout);
+  runTicker(rate, [&](const grpc::Slice& message) {
+    auto framed = std::make_shared<const std::string>(grpcFrame(message));
+    for (auto& loop : loops) loop->post(framed);
+  });
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::string mode = "async";
   std::string address = "127.0.0.1:0";
@@ -348,7 +642,9 @@ int run(int argc, char** argv) {
   }
   if (mode == "callback") return serveCallback(address, rate, threads);
   if (mode == "async") return serveAsync(address, rate, threads);
-  std::fprintf(stderr, "fanout_server: --mode is callback or async, not %s\n", mode.c_str());
+  if (mode == "nghttp2") return serveNghttp2(address, rate, threads);
+  std::fprintf(stderr, "fanout_server: --mode is callback, async or nghttp2, not %s\n",
+               mode.c_str());
   return 2;
 }
 

@@ -648,26 +648,51 @@ struct GrpcFloorResult {
   size_t missing = 0;
 };
 
+// fanout_server in `mode`, making `rate` changes a second (0: none), and the port it serves on.
+struct FanoutServer {
+  std::unique_ptr<testing::ChildProcess> process;
+  int port = 0;
+};
+
+FanoutServer startFanoutServer(Bench& b, const std::string& mode, double rate,
+                               const std::string& log) {
+  FanoutServer server;
+  server.process = std::make_unique<testing::ChildProcess>(
+      std::vector<std::string>{b.fanout_binary, "--mode", mode, "--rate", fmt::format("{}", rate)},
+      log);
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (server.port == 0) {
+    const std::string out = testing::slurp(log);
+    if (out.rfind("listening on ", 0) == 0) server.port = std::atoi(out.c_str() + 13);
+    if (server.port == 0 &&
+        (!server.process->running() || std::chrono::steady_clock::now() > deadline)) {
+      throw std::runtime_error(strCat("fanout_server --mode ", mode, " did not start: ", out));
+    }
+    if (server.port == 0) std::this_thread::sleep_for(20ms);
+  }
+  return server;
+}
+
+// What the figures of a floor server are called: gRPC's two APIs, or nghttp2.
+std::string floorPrefix(const std::string& mode) {
+  return mode == "nghttp2" ? std::string("nghttp2_floor_") : strCat("grpc_floor_", mode, "_");
+}
+
+std::string floorTitle(const std::string& mode) {
+  return mode == "nghttp2" ? std::string("nghttp2 floor") : strCat("gRPC floor (", mode, " API)");
+}
+
 GrpcFloorResult measureGrpcFloor(Bench& b, const std::string& mode, size_t n) {
   const Options& o = b.options;
-  const std::string log = strCat(b.work_dir, "/fanout-", mode, "-", n, ".log");
-  testing::ChildProcess server(
-      {b.fanout_binary, "--mode", mode, "--rate", fmt::format("{}", o.puts_per_s)}, log);
-  int port = 0;
-  const auto deadline = std::chrono::steady_clock::now() + 30s;
-  while (port == 0) {
-    const std::string out = testing::slurp(log);
-    if (out.rfind("listening on ", 0) == 0) port = std::atoi(out.c_str() + 13);
-    if (port == 0 && (!server.running() || std::chrono::steady_clock::now() > deadline)) {
-      throw std::runtime_error(strCat("fanout_server did not start: ", out));
-    }
-    if (port == 0) std::this_thread::sleep_for(20ms);
-  }
+  FanoutServer fanout = startFanoutServer(b, mode, o.puts_per_s,
+                                          strCat(b.work_dir, "/fanout-", mode, "-", n, ".log"));
+  testing::ChildProcess& server = *fanout.process;
   GrpcFloorResult r;
-  H2WatchStreams streams(strCat("127.0.0.1:", port), "", kRegion, 0, n);
+  H2WatchStreams streams(strCat("127.0.0.1:", fanout.port), "", kRegion, 0, n);
   if (!streams.waitLive(120s)) {
-    throw std::runtime_error(fmt::format("gRPC floor ({}): only {} of {} streams went live; {}",
-                                         mode, streams.live(), n, streams.firstError()));
+    throw std::runtime_error(fmt::format("{}: only {} of {} streams went live; {}",
+                                         floorTitle(mode), streams.live(), n,
+                                         streams.firstError()));
   }
   std::this_thread::sleep_for(o.warmup);
   streams.setRecording(true);
@@ -697,9 +722,9 @@ GrpcFloorResult measureGrpcFloor(Bench& b, const std::string& mode, size_t n) {
   if (r.delivered > 0 && cpu_before >= 0) {
     r.cpu_us_per_event = cpu * 1e6 / static_cast<double>(r.delivered);
   }
-  say("gRPC floor ({} API), {} streams: latency p50 {:.2f} ms, p99 {:.2f} ms over {} deliveries "
+  say("{}, {} streams: latency p50 {:.2f} ms, p99 {:.2f} ms over {} deliveries "
       "of {} changes{}; server CPU per delivered event {:.2f} us",
-      mode, n, r.p50_ms, r.p99_ms, r.delivered, changes.size(),
+      floorTitle(mode), n, r.p50_ms, r.p99_ms, r.delivered, changes.size(),
       r.missing > 0 ? fmt::format(" ({} missing)", r.missing) : std::string(), r.cpu_us_per_event);
   return r;
 }
@@ -708,11 +733,11 @@ void addGrpcFloorFigures(Report& report,
                          std::map<std::string, std::map<size_t, GrpcFloorResult>>& floors) {
   for (auto& [mode, by_streams] : floors) {
     for (auto& [n, f] : by_streams) {
-      report.add(strCat("grpc_floor_", mode, "_latency_p99_ms_streams_", n), f.p99_ms, "ms");
+      report.add(strCat(floorPrefix(mode), "latency_p99_ms_streams_", n), f.p99_ms, "ms");
     }
     if (by_streams.empty()) continue;
     auto& [at, f] = *by_streams.rbegin();
-    report.add(strCat("grpc_floor_", mode, "_cpu_us_per_delivered_event_streams_", at),
+    report.add(strCat(floorPrefix(mode), "cpu_us_per_delivered_event_streams_", at),
                f.cpu_us_per_event, "us");
   }
 }
@@ -776,6 +801,35 @@ void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string&
       name, before.rss_kib, after.rss_kib, n,
       per_connection <= 1 ? std::string("each on its own connection")
                           : fmt::format("{} per connection", per_connection)));
+}
+
+// A floor server's resident memory per idle stream, each on its own connection: what gRPC alone
+// (the completion-queue API, as krane-ctrl uses it) and an nghttp2 server spend on one agent.
+void measureFloorMemory(Bench& b, const std::string& mode, size_t n) {
+  FanoutServer fanout =
+      startFanoutServer(b, mode, 0, strCat(b.work_dir, "/fanout-memory-", mode, ".log"));
+  std::this_thread::sleep_for(1s);
+  const ProcessMemory before = readProcessMemory(fanout.process->pid());
+  ProcessMemory after;
+  {
+    GrpcWatchStreams streams(strCat("127.0.0.1:", fanout.port), b.agent_token, kRegion, 0, n, 1);
+    if (!streams.waitLive(300s)) {
+      throw std::runtime_error(fmt::format("{}: only {} of {} idle streams went live; {}",
+                                           floorTitle(mode), streams.live(), n,
+                                           streams.firstError()));
+    }
+    std::this_thread::sleep_for(2s);
+    after = readProcessMemory(fanout.process->pid());
+    streams.close();
+  }
+  fanout.process->signal(SIGKILL);
+  fanout.process->wait();
+  const double per_stream =
+      (static_cast<double>(after.rss_kib) - static_cast<double>(before.rss_kib)) /
+      static_cast<double>(n);
+  say("memory: {}: VmRSS {} KiB with no stream, {} KiB with {} idle streams: {:.1f} KiB each",
+      floorTitle(mode), before.rss_kib, after.rss_kib, n, per_stream);
+  b.report.add(strCat(floorPrefix(mode), "memory_per_idle_stream_kib"), per_stream, "KiB");
 }
 
 void insertSyncData(Bench& b) {
@@ -969,6 +1023,8 @@ int run(int argc, char** argv) {
   std::map<size_t, PhaseResult> baseline;
   PhaseResult replicated;
   double replicas_idle_no_streams = 0;
+  // The floors measure the same stream counts, whether krane-ctrl's phase runs or not.
+  const std::vector<size_t> floor_counts = o.stream_counts;
   {
     auto ctrl = b.startCtrl();
     if (!o.runs("streams")) {
@@ -994,10 +1050,10 @@ int run(int argc, char** argv) {
   std::map<size_t, SocketFloorResult> floor;
   std::map<std::string, std::map<size_t, GrpcFloorResult>> grpc_floors;
   if (o.runs("floor")) {
-    for (size_t n : o.stream_counts) {
+    for (size_t n : floor_counts) {
       if (n < 100) continue;
       floor[n] = measureSocketFloor(b, n);
-      for (const char* mode : {"callback", "async"})
+      for (const char* mode : {"callback", "async", "nghttp2"})
         grpc_floors[mode][n] = measureGrpcFloor(b, mode, n);
     }
   }
@@ -1006,6 +1062,7 @@ int run(int argc, char** argv) {
   }
   if (o.runs("memory")) {
     measureMemory(b, o.memory_streams, 1, "memory_per_idle_stream_kib");
+    for (const char* mode : {"async", "nghttp2"}) measureFloorMemory(b, mode, o.memory_streams);
     measureMemory(b, o.replica_streams / o.replicas, o.per_connection,
                   "memory_per_idle_stream_kib_shared_connections");
   }

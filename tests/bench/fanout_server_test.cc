@@ -1,6 +1,7 @@
-// The feed benchmark's gRPC floor server, in both of its shapes: Watch streams read by the lean
-// client go live at its bookmark and then get every change its ticker makes, in order, each
-// with the send time the latency is measured from.
+// The feed benchmark's floor server, in its three shapes (gRPC's two APIs and nghttp2): Watch
+// streams read by the lean client go live at its bookmark and then get every change its ticker
+// makes, in order, each with the send time the latency is measured from; gRPC's own client is
+// served too, and with no ticker the streams stay idle.
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "bench/feed/h2_watch_streams.h"
 #include "bench/feed/measure.h"
+#include "bench/feed/watch_clients.h"
 #include "tests/support/process.h"
 #include "tests/support/wait.h"
 
@@ -26,11 +28,12 @@ struct Server {
   int port = 0;  // 0 when it printed nothing within 10 s
 };
 
-Server startServer(const std::string& mode, const std::string& log) {
+Server startServer(const std::string& mode, const std::string& log,
+                   const std::string& rate = "200") {
   Server server;
   server.process = std::make_unique<testing::ChildProcess>(
       std::vector<std::string>{testing::runfile("bench/feed/fanout_server"), "--mode", mode,
-                               "--rate", "200"},
+                               "--rate", rate},
       log);
   testing::eventually(
       [&] {
@@ -42,14 +45,18 @@ Server startServer(const std::string& mode, const std::string& log) {
   return server;
 }
 
-TEST_CASE("the gRPC floor server sends every stream a bookmark, then every change in order") {
-  const std::string mode = GENERATE("callback", "async");
-  CAPTURE(mode);
-  const std::string log = std::string(std::getenv("TEST_TMPDIR")) + "/fanout-" + mode + ".log";
+TEST_CASE("the floor server sends every stream a bookmark, then every change in order") {
+  const std::string mode = GENERATE("callback", "async", "nghttp2");
+  // One connection per stream, as agents have, and several streams on one connection.
+  const size_t per_connection = GENERATE(1, 3);
+  CAPTURE(mode, per_connection);
+  const std::string log = std::string(std::getenv("TEST_TMPDIR")) + "/fanout-" + mode + "-" +
+                          std::to_string(per_connection) + ".log";
   Server server = startServer(mode, log);
   REQUIRE(server.port > 0);
 
-  H2WatchStreams streams("127.0.0.1:" + std::to_string(server.port), "", "r1", 0, 6);
+  H2WatchStreams streams("127.0.0.1:" + std::to_string(server.port), "", "r1", 0, 6,
+                         per_connection);
   REQUIRE(streams.waitLive(10s));
   streams.setRecording(true);
   const int64_t from = nowNs();
@@ -73,11 +80,29 @@ TEST_CASE("the gRPC floor server sends every stream a bookmark, then every chang
   }
 }
 
-TEST_CASE("the gRPC floor server refuses an unknown mode") {
+TEST_CASE("with no ticker the floor server's streams go live and stay idle, for gRPC's client") {
+  const std::string mode = GENERATE("async", "nghttp2");
+  CAPTURE(mode);
+  const std::string log = std::string(std::getenv("TEST_TMPDIR")) + "/idle-" + mode + ".log";
+  Server server = startServer(mode, log, "0");
+  REQUIRE(server.port > 0);
+  GrpcWatchStreams streams("127.0.0.1:" + std::to_string(server.port), "", "r1", 0, 4);
+  REQUIRE(streams.waitLive(10s));
+  streams.setRecording(true);
+  std::this_thread::sleep_for(300ms);
+  streams.setRecording(false);
+  for (const auto& stream : streams.takeSamples()) CHECK(stream.empty());
+  CHECK(streams.ended() == 0);
+  streams.close();
+  server.process->signal(SIGKILL);
+  server.process->wait();
+}
+
+TEST_CASE("the floor server refuses an unknown mode") {
   const auto result =
       testing::runCommand({testing::runfile("bench/feed/fanout_server"), "--mode", "threads"});
   CHECK(result.exit_code == 2);
-  CHECK(result.err.find("--mode is callback or async") != std::string::npos);
+  CHECK(result.err.find("--mode is callback, async or nghttp2") != std::string::npos);
 }
 
 }  // namespace
