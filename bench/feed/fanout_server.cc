@@ -102,7 +102,9 @@ class CallbackStream final : public grpc::ServerGenericBidiReactor {
   // Queues one message; starts writing when the stream is idle (any thread).
   void push(grpc::Slice message) {
     std::lock_guard lock(mutex_);
-    if (done_) return;
+    // Nothing more once the client went away or the stream is finishing: a write started after
+    // Finish() aborts the process.
+    if (done_ || cancelled_ || finished_) return;
     pending_.push_back(std::move(message));
     if (!writing_) startLocked();
   }
@@ -115,7 +117,7 @@ class CallbackStream final : public grpc::ServerGenericBidiReactor {
   void OnWriteDone(bool ok) override {
     std::lock_guard lock(mutex_);
     writing_ = false;
-    if (!ok) {
+    if (!ok || cancelled_) {
       pending_.clear();
       finishLocked();
       return;
@@ -124,6 +126,7 @@ class CallbackStream final : public grpc::ServerGenericBidiReactor {
   }
   void OnCancel() override {
     std::lock_guard lock(mutex_);
+    cancelled_ = true;
     pending_.clear();
     if (!writing_) finishLocked();
   }
@@ -149,6 +152,7 @@ class CallbackStream final : public grpc::ServerGenericBidiReactor {
   std::deque<grpc::Slice> pending_;
   grpc::ByteBuffer in_flight_;
   bool writing_ = false;
+  bool cancelled_ = false;
   bool finished_ = false;
   bool done_ = false;
 };
@@ -360,17 +364,22 @@ std::string grpcFrame(const grpc::Slice& message) {
   return out;
 }
 
+using Framed = std::shared_ptr<const std::string>;
+
 struct H2Stream {
   int32_t id = 0;
-  std::string pending;  // framed messages not yet taken by nghttp2
+  // Framed messages not yet taken by nghttp2, shared by every stream (as gRPC's slices are);
+  // [head, size) are due, and the first of them from `offset`. Empty (no storage) when idle.
+  std::vector<Framed> pending;
+  size_t head = 0;
   size_t offset = 0;
   bool deferred = false;  // nghttp2 waits for resume_data
 };
 
 struct H2Connection {
   int fd = -1;
-  int epoll_fd = -1;
   bool want_out = false;
+  bool closed = false;  // closed in this turn of the loop; freed at its end
   nghttp2_session* session = nullptr;
   std::vector<std::unique_ptr<H2Stream>> streams;
 };
@@ -384,20 +393,24 @@ ssize_t h2Send(nghttp2_session*, const uint8_t* data, size_t length, int, void* 
   return n;
 }
 
+// At most one message per DATA frame, as gRPC frames each message it is given.
 ssize_t h2Read(nghttp2_session*, int32_t, uint8_t* buf, size_t length, uint32_t*,
                nghttp2_data_source* source, void*) {
   auto* s = static_cast<H2Stream*>(source->ptr);
-  const size_t left = s->pending.size() - s->offset;
-  if (left == 0) {
+  if (s->head == s->pending.size()) {
     s->deferred = true;
     return NGHTTP2_ERR_DEFERRED;
   }
-  const size_t n = std::min(left, length);
-  std::memcpy(buf, s->pending.data() + s->offset, n);
+  const std::string& message = *s->pending[s->head];
+  const size_t n = std::min(message.size() - s->offset, length);
+  std::memcpy(buf, message.data() + s->offset, n);
   s->offset += n;
-  if (s->offset == s->pending.size()) {
-    std::string().swap(s->pending);  // idle streams hold no buffer
+  if (s->offset == message.size()) {
     s->offset = 0;
+    if (++s->head == s->pending.size()) {
+      std::vector<Framed>().swap(s->pending);  // idle streams hold no storage
+      s->head = 0;
+    }
   }
   return static_cast<ssize_t>(n);
 }
@@ -409,7 +422,8 @@ int h2FrameRecv(nghttp2_session* session, const nghttp2_frame* frame, void* user
   auto* c = static_cast<H2Connection*>(user);
   auto s = std::make_unique<H2Stream>();
   s->id = frame->hd.stream_id;
-  s->pending = grpcFrame(bookmark());
+  static const Framed kBookmark = std::make_shared<const std::string>(grpcFrame(bookmark()));
+  s->pending.push_back(kBookmark);
   const char status[] = ":status";
   const char ok[] = "200";
   const char type[] = "content-type";
@@ -463,7 +477,7 @@ class H2Loop {
     }
     wake();
   }
-  void post(std::shared_ptr<const std::string> framed) {
+  void post(Framed framed) {
     {
       std::lock_guard lock(mutex_);
       inbox_.push_back(std::move(framed));
@@ -482,6 +496,7 @@ class H2Loop {
           takeInbox();
           continue;
         }
+        if (c->closed) continue;  // closed earlier in this batch
         const uint32_t what = events[static_cast<size_t>(i)].events;
         bool alive = true;
         if (what & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
@@ -503,6 +518,7 @@ class H2Loop {
         if (alive) alive = flush(*c);
         if (!alive) close(c);
       }
+      closed_.clear();  // no event of this batch refers to them any more
     }
   }
 
@@ -516,7 +532,7 @@ class H2Loop {
     uint64_t count = 0;
     (void)!::read(wake_fd_, &count, sizeof(count));
     std::vector<int> fds;
-    std::deque<std::shared_ptr<const std::string>> messages;
+    std::vector<Framed> messages;
     {
       std::lock_guard lock(mutex_);
       fds.swap(new_fds_);
@@ -525,7 +541,6 @@ class H2Loop {
     for (int fd : fds) {
       auto c = std::make_unique<H2Connection>();
       c->fd = fd;
-      c->epoll_fd = epoll_fd_;
       nghttp2_session_server_new2(&c->session, callbacks_, c.get(), options_);
       const nghttp2_settings_entry settings[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, 1000},
                                                  {NGHTTP2_SETTINGS_HEADER_TABLE_SIZE, 0}};
@@ -541,7 +556,7 @@ class H2Loop {
     if (messages.empty()) return;
     for (auto& c : connections_) {
       for (auto& s : c->streams) {
-        for (const auto& m : messages) s->pending += *m;
+        s->pending.insert(s->pending.end(), messages.begin(), messages.end());
         if (s->deferred) {
           s->deferred = false;
           nghttp2_session_resume_data(c->session, s->id);
@@ -569,13 +584,19 @@ class H2Loop {
     return nghttp2_session_want_read(c.session) != 0 || want_out;
   }
 
+  // Closes `c` now and frees it at the end of the loop's turn: a later event of the same batch
+  // may still name it.
   void close(H2Connection* c) {
+    if (c->closed) return;
+    c->closed = true;
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
     ::close(c->fd);
     nghttp2_session_del(c->session);
-    connections_.erase(std::remove_if(connections_.begin(), connections_.end(),
-                                      [c](const auto& p) { return p.get() == c; }),
-                       connections_.end());
+    c->session = nullptr;
+    auto it = std::find_if(connections_.begin(), connections_.end(),
+                           [c](const auto& p) { return p.get() == c; });
+    closed_.push_back(std::move(*it));
+    connections_.erase(it);
   }
 
   int epoll_fd_ = -1;
@@ -584,8 +605,9 @@ class H2Loop {
   nghttp2_option* options_ = nullptr;
   std::mutex mutex_;
   std::vector<int> new_fds_;
-  std::deque<std::shared_ptr<const std::string>> inbox_;
+  std::vector<Framed> inbox_;
   std::vector<std::unique_ptr<H2Connection>> connections_;  // the loop thread's only
+  std::vector<std::unique_ptr<H2Connection>> closed_;       // closed in this turn
 };
 
 int serveNghttp2(const std::string& address, double rate, size_t threads) {
@@ -618,7 +640,7 @@ int serveNghttp2(const std::string& address, double rate, size_t threads) {
   std::printf("listening on %d\n", ntohs(addr.sin_port));
   std::fflush(stdout);
   runTicker(rate, [&](const grpc::Slice& message) {
-    auto framed = std::make_shared<const std::string>(grpcFrame(message));
+    Framed framed = std::make_shared<const std::string>(grpcFrame(message));
     for (auto& loop : loops) loop->post(framed);
   });
   return 0;

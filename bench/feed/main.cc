@@ -1023,13 +1023,14 @@ int run(int argc, char** argv) {
   std::map<size_t, PhaseResult> baseline;
   PhaseResult replicated;
   double replicas_idle_no_streams = 0;
-  // The floors measure the same stream counts, whether krane-ctrl's phase runs or not.
-  const std::vector<size_t> floor_counts = o.stream_counts;
-  {
+  // The floors and the baseline measure the same stream counts, whether krane-ctrl's phase runs
+  // or not.
+  const std::vector<size_t> all_counts = o.stream_counts;
+  if (!o.runs("streams")) {
+    o.stream_counts = o.runs("replicas") ? std::vector<size_t>{1} : std::vector<size_t>{};
+  }
+  if (!o.stream_counts.empty()) {
     auto ctrl = b.startCtrl();
-    if (!o.runs("streams")) {
-      o.stream_counts = o.runs("replicas") ? std::vector<size_t>{1} : std::vector<size_t>{};
-    }
     for (size_t n : o.stream_counts) krane[n] = measureKrane(b, {ctrl.get()}, n);
     if (o.runs("replicas")) {
       std::vector<std::unique_ptr<CtrlProcess>> others;
@@ -1050,7 +1051,7 @@ int run(int argc, char** argv) {
   std::map<size_t, SocketFloorResult> floor;
   std::map<std::string, std::map<size_t, GrpcFloorResult>> grpc_floors;
   if (o.runs("floor")) {
-    for (size_t n : floor_counts) {
+    for (size_t n : all_counts) {
       if (n < 100) continue;
       floor[n] = measureSocketFloor(b, n);
       for (const char* mode : {"callback", "async", "nghttp2"})
@@ -1058,7 +1059,7 @@ int run(int argc, char** argv) {
     }
   }
   if (o.runs("baseline")) {
-    for (size_t n : o.stream_counts) baseline[n] = measureBaseline(b, n);
+    for (size_t n : all_counts) baseline[n] = measureBaseline(b, n);
   }
   if (o.runs("memory")) {
     measureMemory(b, o.memory_streams, 1, "memory_per_idle_stream_kib");
@@ -1202,7 +1203,7 @@ int run(int argc, char** argv) {
         o.peer_hints ? "through its peer hints" : "by polling every 50 ms",
         replicated.cpu.describe(), cpuPerEventText(replicated), replicas_idle_no_streams,
         replicated.idle_qps, replicated.note.empty() ? "" : strCat("; ", replicated.note)));
-  for (size_t n : o.runs("baseline") ? o.stream_counts : std::vector<size_t>{}) {
+  for (size_t n : o.runs("baseline") ? all_counts : std::vector<size_t>{}) {
     ordered.notes.push_back(
         fmt::format("baseline, {} poller(s): {}", n, baseline[n].cpu.describe()));
   }

@@ -1,7 +1,6 @@
 #include "controlplane/feed/peer_hints.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #include "common/host_port.h"
@@ -56,26 +55,8 @@ absl::Status PeerHints::start() {
     // node per byte: a peer sending a huge one could exhaust memory. Ours is empty ("").
     pub_.set(zmq::sockopt::maxmsgsize, int64_t{64});
     pub_.bind(strCat("tcp://", host, ":", portOf(options_.listen) == 0 ? std::string("*") : port));
-    sub_ = zmq::socket_t(context_, zmq::socket_type::sub);
-    sub_.set(zmq::sockopt::linger, 0);
-    sub_.set(zmq::sockopt::rcvhwm, kQueuedHints);
-    sub_.set(zmq::sockopt::maxmsgsize, kMaxHintBytes);
-    sub_.set(zmq::sockopt::ipv6, 1);
-    sub_.set(zmq::sockopt::subscribe, "");
-    // The SUB socket's connections coming up and going down, for the count of live ones. The
-    // context is this object's own, so the name is unique in it.
-    constexpr const char* kMonitor = "inproc://peer-hints-monitor";
-    if (zmq_socket_monitor(sub_.handle(), kMonitor, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED) !=
-        0) {
-      throw zmq::error_t();
-    }
-    monitor_ = zmq::socket_t(context_, zmq::socket_type::pair);
-    monitor_.set(zmq::sockopt::linger, 0);
-    monitor_.connect(kMonitor);
   } catch (const zmq::error_t& e) {
     pub_.close();
-    monitor_.close();
-    sub_.close();
     return absl::UnavailableError(strCat("cannot listen on ", options_.listen, ": ", e.what()));
   }
   const std::string bound = pub_.get(zmq::sockopt::last_endpoint);  // tcp://host:port
@@ -97,7 +78,7 @@ absl::Status PeerHints::start() {
   }
   connectTo(*peers);
   spdlog::info("feed: peer hints on {} (advertised as {}), {} other replica(s)", bound, advertised_,
-               connected_.size());
+               peers_by_endpoint_.size());
   thread_ = std::thread([this] { run(); });
   refresher_ = std::thread([this] { refreshLoop(); });
   return absl::OkStatus();
@@ -119,8 +100,7 @@ void PeerHints::stop() {
     pub_open_ = false;
     pub_.close();
   }
-  sub_.close();
-  monitor_.close();
+  peers_by_endpoint_.clear();  // closes their sockets
   context_.close();
   if (!advertised_.empty()) {
     auto conn = pool_->acquire();
@@ -157,8 +137,9 @@ PeerHintStats PeerHints::stats() const {
 
 void PeerHints::run() {
   using Clock = std::chrono::steady_clock;
-  std::array<zmq::pollitem_t, 2> items{
-      {{sub_.handle(), 0, ZMQ_POLLIN, 0}, {monitor_.handle(), 0, ZMQ_POLLIN, 0}}};
+  // Two items per peer, its SUB socket then its monitor; rebuilt when the peers change.
+  std::vector<zmq::pollitem_t> items;
+  std::vector<Peer*> polled;
   auto last_delivery = Clock::time_point{};
   bool pending = false;
   while (!stopping_) {
@@ -168,6 +149,15 @@ void PeerHints::run() {
       wanted.swap(wanted_);
     }
     if (wanted) connectTo(*wanted);
+    if (wanted || polled.size() != peers_by_endpoint_.size()) {
+      items.clear();
+      polled.clear();
+      for (auto& [endpoint, peer] : peers_by_endpoint_) {
+        items.push_back({peer->sub.handle(), 0, ZMQ_POLLIN, 0});
+        items.push_back({peer->monitor.handle(), 0, ZMQ_POLLIN, 0});
+        polled.push_back(peer.get());
+      }
+    }
     const auto now = Clock::now();
     // The refresher's next list is applied within kMaxWait.
     auto until = now + kMaxWait;
@@ -177,15 +167,21 @@ void PeerHints::run() {
     const auto wait = std::max(std::chrono::milliseconds(0),
                                std::chrono::ceil<std::chrono::milliseconds>(until - now));
     try {
-      zmq::poll(items.data(), items.size(), wait);
-      if (items[0].revents & ZMQ_POLLIN) {
-        zmq::message_t hint;
-        while (sub_.recv(hint, zmq::recv_flags::dontwait)) {
-          received_.fetch_add(1, std::memory_order_relaxed);
-          pending = true;
-        }
+      if (items.empty()) {
+        std::this_thread::sleep_for(wait);
+      } else {
+        zmq::poll(items.data(), items.size(), wait);
       }
-      if (items[1].revents & ZMQ_POLLIN) takeMonitorEvent();
+      for (size_t i = 0; i < polled.size(); ++i) {
+        if (items[2 * i].revents & ZMQ_POLLIN) {
+          zmq::message_t hint;
+          while (polled[i]->sub.recv(hint, zmq::recv_flags::dontwait)) {
+            received_.fetch_add(1, std::memory_order_relaxed);
+            pending = true;
+          }
+        }
+        if (items[2 * i + 1].revents & ZMQ_POLLIN) takeMonitorEvent(*polled[i]);
+      }
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
       // Not expected on sockets only this thread uses. Hints are an optimization: keep going
@@ -259,55 +255,76 @@ absl::StatusOr<std::set<std::string>> PeerHints::refresh() {
 }
 
 void PeerHints::connectTo(const std::set<std::string>& endpoints) {
-  for (auto it = connected_.begin(); it != connected_.end();) {
-    if (endpoints.count(*it) != 0) {
+  for (auto it = peers_by_endpoint_.begin(); it != peers_by_endpoint_.end();) {
+    if (endpoints.count(it->first) != 0) {
       ++it;
       continue;
     }
-    try {
-      sub_.disconnect(strCat("tcp://", *it));
-    } catch (const zmq::error_t& e) {
-      spdlog::debug("feed: peer hints: disconnecting {}: {}", *it, e.what());
-    }
-    spdlog::info("feed: peer hints: replica at {} is gone", *it);
-    live_.erase(strCat("tcp://", *it));
-    it = connected_.erase(it);
+    spdlog::info("feed: peer hints: replica at {} is gone", it->first);
+    it = peers_by_endpoint_.erase(it);  // closes its sockets
   }
   for (const std::string& endpoint : endpoints) {
-    if (connected_.count(endpoint) != 0 || refused_.count(endpoint) != 0) continue;
-    try {
-      sub_.connect(strCat("tcp://", endpoint));
-    } catch (const zmq::error_t& e) {
-      spdlog::warn("feed: peer hints: cannot connect to a replica at \"{}\" (from feed_peers): {}",
-                   endpoint, e.what());
+    if (peers_by_endpoint_.count(endpoint) != 0 || refused_.count(endpoint) != 0) continue;
+    if (auto peer = dial(endpoint)) {
+      spdlog::info("feed: peer hints: dialling the replica at {}", endpoint);
+      peers_by_endpoint_.emplace(endpoint, std::move(peer));
+    } else {
       refused_.insert(endpoint);
-      continue;
     }
-    spdlog::info("feed: peer hints: connected to the replica at {}", endpoint);
-    connected_.insert(endpoint);
   }
-  peers_.store(connected_.size());
-  connected_peers_.store(std::min(live_.size(), connected_.size()));
+  countPeers();
 }
 
-void PeerHints::takeMonitorEvent() {
-  // Two frames: the event (a 16-bit number, then a 32-bit value) and the peer's address, as
-  // tcp://host:port with the host resolved.
+std::unique_ptr<PeerHints::Peer> PeerHints::dial(const std::string& endpoint) {
+  auto peer = std::make_unique<Peer>();
+  try {
+    peer->sub = zmq::socket_t(context_, zmq::socket_type::sub);
+    peer->sub.set(zmq::sockopt::linger, 0);
+    peer->sub.set(zmq::sockopt::rcvhwm, kQueuedHints);
+    peer->sub.set(zmq::sockopt::maxmsgsize, kMaxHintBytes);
+    peer->sub.set(zmq::sockopt::ipv6, 1);
+    peer->sub.set(zmq::sockopt::subscribe, "");
+    // Up once the ZeroMQ handshake is done (a port where something else listens accepts the
+    // TCP connection but never completes it); down when the connection drops or the handshake
+    // fails. The context is this object's own, so the name is unique in it.
+    const std::string monitor = strCat("inproc://peer-hints-monitor-", ++monitors_);
+    if (zmq_socket_monitor(peer->sub.handle(), monitor.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0) {
+      throw zmq::error_t();
+    }
+    peer->monitor = zmq::socket_t(context_, zmq::socket_type::pair);
+    peer->monitor.set(zmq::sockopt::linger, 0);
+    peer->monitor.connect(monitor);
+    peer->sub.connect(strCat("tcp://", endpoint));
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("feed: peer hints: cannot connect to a replica at \"{}\" (from feed_peers): {}",
+                 endpoint, e.what());
+    return nullptr;
+  }
+  return peer;
+}
+
+void PeerHints::takeMonitorEvent(Peer& peer) {
+  // Two frames: the event (a 16-bit number, then a 32-bit value) and the peer's address.
   zmq::message_t event;
   zmq::message_t address;
-  if (!monitor_.recv(event, zmq::recv_flags::dontwait)) return;
-  if (!event.more() || !monitor_.recv(address, zmq::recv_flags::dontwait)) return;
+  if (!peer.monitor.recv(event, zmq::recv_flags::dontwait)) return;
+  if (event.more()) (void)peer.monitor.recv(address, zmq::recv_flags::dontwait);
   uint16_t id = 0;
   if (event.size() < sizeof(id)) return;
   std::memcpy(&id, event.data(), sizeof(id));
-  if (id == ZMQ_EVENT_CONNECTED) {
-    live_.insert(address.to_string());
-  } else if (id == ZMQ_EVENT_DISCONNECTED) {
-    live_.erase(address.to_string());
-  }
-  // A replica dialled by name is reported by its address: the count is of connections, capped
-  // at the replicas dialled.
-  connected_peers_.store(std::min(live_.size(), connected_.size()));
+  peer.live = id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+  countPeers();
+}
+
+void PeerHints::countPeers() {
+  size_t live = 0;
+  for (const auto& [endpoint, peer] : peers_by_endpoint_) live += peer->live ? 1 : 0;
+  peers_.store(peers_by_endpoint_.size());
+  connected_peers_.store(live);
 }
 
 }  // namespace krane::feed

@@ -10,9 +10,9 @@
 // tailer per `min_gap`, and a hint received during the gap is delivered at its end, never lost.
 //
 // Each replica binds a ZeroMQ PUB socket on `listen` and records where the others reach it
-// (`advertise`) in the table feed_peers, every `refresh`. Its SUB socket connects to the PUB of
-// every other replica that did the same within `stale_after`, and disconnects from those that
-// stopped (a stopping replica deletes its row; one that died ages out).
+// (`advertise`) in the table feed_peers, every `refresh`. It subscribes to the PUB of every
+// other replica that did the same within `stale_after`, with a SUB socket per replica, and drops
+// those that stopped (a stopping replica deletes its row; one that died ages out).
 //
 // Two threads: one receives hints and wakes the tailer, and only it touches the sockets; the
 // other refreshes feed_peers and hands it the list of replicas. A database that hangs therefore
@@ -23,6 +23,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -62,7 +63,7 @@ struct PeerHintStats {
   uint64_t socket_errors = 0;
   // Replicas whose hint sockets this one dials (ZeroMQ connects in the background and retries).
   size_t peers = 0;
-  // Of those, the ones with a live connection now.
+  // Of those, the ones with a live connection now (its ZeroMQ handshake done).
   size_t connected = 0;
 };
 
@@ -98,10 +99,24 @@ class PeerHints {
   void refreshLoop();
   // Records this replica and returns where the others are. Touches no socket.
   absl::StatusOr<std::set<std::string>> refresh();
-  // On the hints' thread (or in start(), before it runs): dials and hangs up.
+  // A replica this one subscribes to: its own SUB socket, and that socket's monitor (a PAIR
+  // receiving its connection events), so that whether it is connected needs no matching of
+  // addresses (ZeroMQ reports a connection by the address it resolved, not the one dialled).
+  struct Peer {
+    ~Peer() {
+      if (sub) zmq_socket_monitor(sub.handle(), nullptr, 0);  // then the monitor, then sub close
+    }
+    zmq::socket_t sub;
+    zmq::socket_t monitor;
+    bool live = false;
+  };
+  // On the hints' thread (or in start(), before it runs): subscribes and unsubscribes.
   void connectTo(const std::set<std::string>& endpoints);
-  // On the hints' thread: one event of the SUB socket's monitor (connected, disconnected).
-  void takeMonitorEvent();
+  // Null when ZeroMQ refuses the endpoint.
+  std::unique_ptr<Peer> dial(const std::string& endpoint);
+  // On the hints' thread: one event of `peer`'s monitor.
+  void takeMonitorEvent(Peer& peer);
+  void countPeers();
 
   std::shared_ptr<db::Pool> pool_;
   const std::string replica_id_;
@@ -114,12 +129,10 @@ class PeerHints {
   std::mutex pub_mutex_;  // publish() comes from any thread; a socket is not thread-safe
   zmq::socket_t pub_;
   bool pub_open_ = false;
-  zmq::socket_t sub_;                // the hints' thread's only
-  zmq::socket_t monitor_;            // sub_'s connection events; the hints' thread's only
-  std::set<std::string> connected_;  // dialled, as host:port
-  std::set<std::string> live_;       // of those, connected now, as tcp://host:port
-  std::set<std::string> refused_;    // endpoints ZeroMQ refused, warned about once
-  uint64_t refreshes_ = 0;           // the refresher's only
+  std::map<std::string, std::unique_ptr<Peer>> peers_by_endpoint_;  // the hints' thread's only
+  std::set<std::string> refused_;  // endpoints ZeroMQ refused, warned about once
+  uint64_t monitors_ = 0;          // names each peer's monitor endpoint
+  uint64_t refreshes_ = 0;         // the refresher's only
 
   std::mutex wanted_mutex_;
   std::optional<std::set<std::string>> wanted_;  // the refresher's latest list, not yet applied

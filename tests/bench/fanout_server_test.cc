@@ -80,6 +80,39 @@ TEST_CASE("the floor server sends every stream a bookmark, then every change in 
   }
 }
 
+TEST_CASE("the floor server keeps serving its streams while others go away") {
+  const std::string mode = GENERATE("callback", "async", "nghttp2");
+  CAPTURE(mode);
+  const std::string log = std::string(std::getenv("TEST_TMPDIR")) + "/leaving-" + mode + ".log";
+  Server server = startServer(mode, log);
+  REQUIRE(server.port > 0);
+  const std::string target = "127.0.0.1:" + std::to_string(server.port);
+  H2WatchStreams staying(target, "", "r1", 0, 4);
+  REQUIRE(staying.waitLive(10s));
+  // Connections closing while changes are written to them, a few times over.
+  for (int round = 0; round < 5; ++round) {
+    H2WatchStreams leaving(target, "", "r1", 0, 20, 1 + round % 2);
+    REQUIRE(leaving.waitLive(10s));
+    std::this_thread::sleep_for(20ms);
+    leaving.close();
+  }
+  staying.setRecording(true);
+  std::this_thread::sleep_for(300ms);
+  staying.setRecording(false);
+  const auto samples = staying.takeSamples();
+  CHECK(staying.ended() == 0);
+  staying.close();
+  CHECK(server.process->running());
+  server.process->signal(SIGKILL);
+  server.process->wait();
+  REQUIRE(samples.size() == 4);
+  for (const auto& stream : samples) {
+    CHECK(stream.size() >= 40);
+    for (size_t i = 1; i < stream.size(); ++i)
+      CHECK(stream[i].version == stream[i - 1].version + 1);
+  }
+}
+
 TEST_CASE("with no ticker the floor server's streams go live and stay idle, for gRPC's client") {
   const std::string mode = GENERATE("async", "nghttp2");
   CAPTURE(mode);

@@ -200,7 +200,7 @@ TEST_CASE_METHOD(PeerHintsTest, "a refresh that hangs on the database delays no 
     std::this_thread::sleep_for(150ms);
     return rowsOf(
                "SELECT COUNT(*) FROM information_schema.innodb_trx"
-               " WHERE trx_state = 'LOCK WAIT'") > 0;
+               " WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE 'INSERT INTO feed_peers%'") > 0;
   }));
   // B's hints go on meanwhile: A's commits still wake B's tailer at once.
   CHECK(hintUntilWoken(*a, {b.get()}, 3s));
@@ -223,9 +223,46 @@ TEST_CASE_METHOD(PeerHintsTest, "live connections are counted apart from the rep
   REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }));
   REQUIRE(hintUntilWoken(*b, {a.get()}));
   // B stops: its connection goes at once, though A still dials its address until a refresh.
+  const std::string address = b->hints->advertised();
   b->hints->stop();
   REQUIRE(eventually([&] { return a->hints->stats().connected == 0; }));
   CHECK(a->hints->stats().peers == 1);
+
+  SECTION("a replica back on the same address is connected again, and counted once") {
+    PeerHintOptions same;
+    same.listen = address;
+    auto again = start("replica-b", same);
+    REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }));
+    REQUIRE(hintUntilWoken(*again, {a.get()}));
+    again->hints->stop();
+    REQUIRE(eventually([&] { return a->hints->stats().connected == 0; }));
+    CHECK(a->hints->stats().peers == 1);
+  }
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "an address where no replica answers is dialled, never connected",
+                 "[feed][hints]") {
+  // Something else listens there (a wrong `advertise`): TCP connects, ZeroMQ's handshake never
+  // completes.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  REQUIRE_THAT((*pool_->acquire())
+                   ->exec("INSERT INTO feed_peers VALUES ('impostor', ?, ?)",
+                          {strCat("127.0.0.1:", ntohs(addr.sin_port)), unixMillis() + 3600 * 1000}),
+               IsOk());
+  auto a = start("replica-a");
+  auto b = start("replica-b");
+  REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }));
+  std::this_thread::sleep_for(500ms);
+  CHECK(a->hints->stats().peers == 2);
+  CHECK(a->hints->stats().connected == 1);
+  ::close(fd);
 }
 
 TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not stop the others",
