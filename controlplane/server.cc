@@ -379,6 +379,10 @@ std::string Server::metricsText() const {
     f.push_back(family("krane_feed_peers_connected",
                        "Of those, the ones with a live hint connection", MetricType::Gauge,
                        static_cast<double>(h.connected)));
+    f.push_back(family("krane_feed_peer_hints_refused_total",
+                       "Subscribers to the hint socket turned away: no replica in feed_peers has"
+                       " their key",
+                       MetricType::Counter, static_cast<double>(h.refused)));
     f.push_back(family("krane_feed_peer_hints_errors_total",
                        "Failed refreshes of feed_peers and failed receives on the hint socket",
                        MetricType::Counter,

@@ -17,8 +17,14 @@ constexpr std::chrono::milliseconds kMaxWait{100};
 constexpr int kQueuedHints = 16;
 // A hint is the sender's replica id; anything larger is not a hint, and its sender is dropped.
 constexpr int64_t kMaxHintBytes = 256;
+// A subscription the publisher refused (it did not know this replica's key yet; it learns it
+// at its next refresh) is tried again after this long.
+constexpr std::chrono::milliseconds kRedialAfter{250};
 // Rows of replicas not seen for this long are deleted.
 constexpr int64_t kForgetAfterMs = 3600 * 1000;
+
+// Where ZeroMQ sends the authentication requests of a context's sockets (RFC 27, ZAP).
+constexpr const char* kZapEndpoint = "inproc://zeromq.zap.01";
 
 // Milliseconds since the epoch on the database's clock: every replica judges staleness by the
 // same clock, whatever the skew between their hosts.
@@ -46,17 +52,35 @@ absl::Status PeerHints::start() {
         strCat("listen address \"", options_.listen,
                "\" binds every interface; say how the other replicas reach this one (advertise)"));
   }
+  char public_key[41] = {};
+  char secret_key[41] = {};
+  if (zmq_curve_keypair(public_key, secret_key) != 0) {
+    return absl::FailedPreconditionError(
+        strCat("cannot make a CURVE key pair (this libzmq has no CURVE): ", zmq_strerror(errno)));
+  }
+  public_key_ = public_key;
+  secret_key_ = secret_key;
   try {
+    // The ZAP handler first: a subscriber's handshake asks it, and one finding none would be let
+    // in unchecked.
+    zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
+    zap_.set(zmq::sockopt::linger, 0);
+    zap_.bind(kZapEndpoint);
     pub_ = zmq::socket_t(context_, zmq::socket_type::pub);
     pub_.set(zmq::sockopt::linger, 0);
     pub_.set(zmq::sockopt::sndhwm, kQueuedHints);
     pub_.set(zmq::sockopt::ipv6, 1);
     // What a PUB socket receives are its subscribers' subscriptions, kept in a table at about a
-    // node per byte: a peer sending a huge one could exhaust memory. Ours is empty ("").
-    pub_.set(zmq::sockopt::maxmsgsize, int64_t{64});
+    // node per byte: a peer sending a huge one could exhaust memory. Ours is empty (""); the
+    // largest message is CURVE's handshake (about 300 bytes).
+    pub_.set(zmq::sockopt::maxmsgsize, int64_t{512});
+    pub_.set(zmq::sockopt::curve_server, true);
+    pub_.set(zmq::sockopt::curve_secretkey, secret_key_);
+    pub_.set(zmq::sockopt::zap_domain, "krane-feed-hints");
     pub_.bind(strCat("tcp://", host, ":", portOf(options_.listen) == 0 ? std::string("*") : port));
   } catch (const zmq::error_t& e) {
     pub_.close();
+    zap_.close();
     return absl::UnavailableError(strCat("cannot listen on ", options_.listen, ": ", e.what()));
   }
   const std::string bound = pub_.get(zmq::sockopt::last_endpoint);  // tcp://host:port
@@ -71,7 +95,7 @@ absl::Status PeerHints::start() {
   }
   // The first refresh before the threads start: a broken table fails the start-up, and peers
   // already running are dialled before this replica serves anything.
-  absl::StatusOr<std::set<std::string>> peers = refresh();
+  absl::StatusOr<Replicas> peers = refresh();
   if (!peers.ok()) {
     stop();
     return peers.status();
@@ -101,6 +125,7 @@ void PeerHints::stop() {
     pub_.close();
   }
   peers_by_endpoint_.clear();  // closes their sockets
+  zap_.close();
   context_.close();
   if (!advertised_.empty()) {
     auto conn = pool_->acquire();
@@ -130,28 +155,37 @@ void PeerHints::publish() {
 }
 
 PeerHintStats PeerHints::stats() const {
-  return PeerHintStats{sent_.load(),           received_.load(),      delivered_.load(),
-                       refresh_errors_.load(), socket_errors_.load(), peers_.load(),
-                       connected_peers_.load()};
+  PeerHintStats stats;
+  stats.sent = sent_.load();
+  stats.received = received_.load();
+  stats.delivered = delivered_.load();
+  stats.refresh_errors = refresh_errors_.load();
+  stats.socket_errors = socket_errors_.load();
+  stats.refused = refused_subscribers_.load();
+  stats.peers = peers_.load();
+  stats.connected = connected_peers_.load();
+  return stats;
 }
 
 void PeerHints::run() {
   using Clock = std::chrono::steady_clock;
-  // Two items per peer, its SUB socket then its monitor; rebuilt when the peers change.
+  // The ZAP handler, then two items per peer, its SUB socket then its monitor; rebuilt when the
+  // peers change.
   std::vector<zmq::pollitem_t> items;
   std::vector<Peer*> polled;
   auto last_delivery = Clock::time_point{};
   bool pending = false;
   while (!stopping_) {
-    std::optional<std::set<std::string>> wanted;
+    std::optional<Replicas> wanted;
     {
       std::lock_guard lock(wanted_mutex_);
       wanted.swap(wanted_);
     }
     if (wanted) connectTo(*wanted);
-    if (wanted || polled.size() != peers_by_endpoint_.size()) {
+    if (items.empty() || wanted || polled.size() != peers_by_endpoint_.size()) {
       items.clear();
       polled.clear();
+      items.push_back({zap_.handle(), 0, ZMQ_POLLIN, 0});
       for (auto& [endpoint, peer] : peers_by_endpoint_) {
         items.push_back({peer->sub.handle(), 0, ZMQ_POLLIN, 0});
         items.push_back({peer->monitor.handle(), 0, ZMQ_POLLIN, 0});
@@ -167,20 +201,28 @@ void PeerHints::run() {
     const auto wait = std::max(std::chrono::milliseconds(0),
                                std::chrono::ceil<std::chrono::milliseconds>(until - now));
     try {
-      if (items.empty()) {
-        std::this_thread::sleep_for(wait);
-      } else {
-        zmq::poll(items.data(), items.size(), wait);
-      }
+      zmq::poll(items.data(), items.size(), wait);
+      if (items[0].revents & ZMQ_POLLIN) answerZap();
       for (size_t i = 0; i < polled.size(); ++i) {
-        if (items[2 * i].revents & ZMQ_POLLIN) {
+        if (items[1 + 2 * i].revents & ZMQ_POLLIN) {
           zmq::message_t hint;
           while (polled[i]->sub.recv(hint, zmq::recv_flags::dontwait)) {
             received_.fetch_add(1, std::memory_order_relaxed);
             pending = true;
           }
         }
-        if (items[2 * i + 1].revents & ZMQ_POLLIN) takeMonitorEvent(*polled[i]);
+        if (items[2 + 2 * i].revents & ZMQ_POLLIN) takeMonitorEvent(*polled[i]);
+      }
+      // Peers whose handshake failed are dialled again, on a socket of their own.
+      for (auto& [endpoint, peer] : peers_by_endpoint_) {
+        if (!peer->failed || std::chrono::steady_clock::now() < peer->redial_at) continue;
+        if (auto again = dial(endpoint, peer->key)) {
+          peer = std::move(again);
+        } else {
+          peer->redial_at = std::chrono::steady_clock::now() + options_.refresh;
+        }
+        items.clear();  // its pointers are stale: rebuilt at the top of the loop
+        polled.clear();
       }
     } catch (const zmq::error_t& e) {
       if (e.num() == EINTR) continue;
@@ -205,7 +247,7 @@ void PeerHints::refreshLoop() {
   // From the end of the last refresh: a slow database never makes them run back to back.
   while (!stop_cv_.wait_for(lock, options_.refresh, [this] { return stopping_.load(); })) {
     lock.unlock();
-    absl::StatusOr<std::set<std::string>> peers = refresh();
+    absl::StatusOr<Replicas> peers = refresh();
     if (peers.ok()) {
       std::lock_guard wanted_lock(wanted_mutex_);
       wanted_ = std::move(*peers);
@@ -224,19 +266,22 @@ void PeerHints::refreshLoop() {
   }
 }
 
-absl::StatusOr<std::set<std::string>> PeerHints::refresh() {
+absl::StatusOr<PeerHints::Replicas> PeerHints::refresh() {
   KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
   KRANE_RETURN_IF_ERROR(
-      conn->exec(strCat("INSERT INTO feed_peers (replica_id, endpoint, seen_at) VALUES (?, ?, ",
+      conn->exec(strCat("INSERT INTO feed_peers (replica_id, endpoint, public_key, seen_at)"
+                        " VALUES (?, ?, ?, ",
                         kDbNowMs,
                         ") ON DUPLICATE KEY UPDATE endpoint = VALUES(endpoint),"
-                        " seen_at = VALUES(seen_at)"),
-                 {replica_id_, advertised_})
+                        " public_key = VALUES(public_key), seen_at = VALUES(seen_at)"),
+                 {replica_id_, advertised_, public_key_})
           .status());
   KRANE_ASSIGN_OR_RETURN(
-      auto rows, conn->query(strCat("SELECT replica_id, endpoint FROM feed_peers WHERE seen_at >= ",
-                                    kDbNowMs, " - ? AND replica_id <> ?"),
-                             {static_cast<int64_t>(options_.stale_after.count()), replica_id_}));
+      auto rows,
+      conn->query(strCat("SELECT replica_id, endpoint, public_key FROM feed_peers"
+                         " WHERE seen_at >= ",
+                         kDbNowMs, " - ? AND replica_id <> ? AND public_key IS NOT NULL"),
+                  {static_cast<int64_t>(options_.stale_after.count()), replica_id_}));
   // Rows of replicas that died rather than stopped: one statement a minute or so removes those
   // older than an hour.
   if (refreshes_++ % 30 == 0) {
@@ -245,38 +290,47 @@ absl::StatusOr<std::set<std::string>> PeerHints::refresh() {
                    {kForgetAfterMs})
             .status());
   }
-  std::set<std::string> endpoints;
+  // Rows without a key are replicas of an earlier version, which speak no CURVE: neither side
+  // can hint the other, and both poll.
+  Replicas replicas;
   for (const db::Row& r : rows.rows) {
     // Two replicas advertising one address (a configuration mistake) would get each other's
     // hints through this one's own socket: never connect to ourselves.
-    if (r.str("endpoint") != advertised_) endpoints.insert(r.str("endpoint"));
+    if (r.str("endpoint") != advertised_) replicas[r.str("endpoint")] = r.str("public_key");
   }
-  return endpoints;
+  return replicas;
 }
 
-void PeerHints::connectTo(const std::set<std::string>& endpoints) {
+void PeerHints::connectTo(const Replicas& replicas) {
+  admitted_.clear();
+  for (const auto& [endpoint, key] : replicas) admitted_.insert(key);
   for (auto it = peers_by_endpoint_.begin(); it != peers_by_endpoint_.end();) {
-    if (endpoints.count(it->first) != 0) {
+    const auto wanted = replicas.find(it->first);
+    // Gone, or restarted on the same address with a new key.
+    if (wanted != replicas.end() && wanted->second == it->second->key) {
       ++it;
       continue;
     }
     spdlog::info("feed: peer hints: replica at {} is gone", it->first);
     it = peers_by_endpoint_.erase(it);  // closes its sockets
   }
-  for (const std::string& endpoint : endpoints) {
-    if (peers_by_endpoint_.count(endpoint) != 0 || refused_.count(endpoint) != 0) continue;
-    if (auto peer = dial(endpoint)) {
+  for (const auto& [endpoint, key] : replicas) {
+    const std::string id = strCat(endpoint, " ", key);
+    if (peers_by_endpoint_.count(endpoint) != 0 || refused_.count(id) != 0) continue;
+    if (auto peer = dial(endpoint, key)) {
       spdlog::info("feed: peer hints: dialling the replica at {}", endpoint);
       peers_by_endpoint_.emplace(endpoint, std::move(peer));
     } else {
-      refused_.insert(endpoint);
+      refused_.insert(id);
     }
   }
   countPeers();
 }
 
-std::unique_ptr<PeerHints::Peer> PeerHints::dial(const std::string& endpoint) {
+std::unique_ptr<PeerHints::Peer> PeerHints::dial(const std::string& endpoint,
+                                                 const std::string& key) {
   auto peer = std::make_unique<Peer>();
+  peer->key = key;
   try {
     peer->sub = zmq::socket_t(context_, zmq::socket_type::sub);
     peer->sub.set(zmq::sockopt::linger, 0);
@@ -284,6 +338,9 @@ std::unique_ptr<PeerHints::Peer> PeerHints::dial(const std::string& endpoint) {
     peer->sub.set(zmq::sockopt::maxmsgsize, kMaxHintBytes);
     peer->sub.set(zmq::sockopt::ipv6, 1);
     peer->sub.set(zmq::sockopt::subscribe, "");
+    peer->sub.set(zmq::sockopt::curve_serverkey, key);
+    peer->sub.set(zmq::sockopt::curve_publickey, public_key_);
+    peer->sub.set(zmq::sockopt::curve_secretkey, secret_key_);
     // Up once the ZeroMQ handshake is done (a port where something else listens accepts the
     // TCP connection but never completes it); down when the connection drops or the handshake
     // fails. The context is this object's own, so the name is unique in it.
@@ -317,7 +374,44 @@ void PeerHints::takeMonitorEvent(Peer& peer) {
   if (event.size() < sizeof(id)) return;
   std::memcpy(&id, event.data(), sizeof(id));
   peer.live = id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
+  // A failed handshake is followed by a disconnect, which must not clear it.
+  if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+      id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+    peer.failed = true;
+    peer.redial_at = std::chrono::steady_clock::now() + kRedialAfter;
+  }
   countPeers();
+}
+
+void PeerHints::answerZap() {
+  // RFC 27: version, request id, domain, address, routing id, mechanism, then the credentials
+  // (for CURVE, the client's 32-byte public key).
+  std::vector<zmq::message_t> request;
+  do {
+    request.emplace_back();
+    if (!zap_.recv(request.back(), zmq::recv_flags::dontwait)) return;
+  } while (request.back().more());
+  const bool well_formed = request.size() >= 7 && request[0].to_string() == "1.0" &&
+                           request[5].to_string() == "CURVE" && request[6].size() == 32;
+  bool admitted = false;
+  if (well_formed) {
+    char z85[41] = {};
+    zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32);
+    admitted = admitted_.count(z85) != 0;
+  }
+  if (!admitted) {
+    refused_subscribers_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::debug("feed: peer hints: a subscriber from {} is not a replica in feed_peers",
+                  request.size() > 3 ? request[3].to_string() : std::string("?"));
+  }
+  const std::string request_id = request.size() > 1 ? request[1].to_string() : std::string();
+  zap_.send(zmq::buffer(std::string_view("1.0")), zmq::send_flags::sndmore);
+  zap_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+  zap_.send(zmq::buffer(std::string_view(admitted ? "200" : "400")), zmq::send_flags::sndmore);
+  zap_.send(zmq::buffer(std::string_view(admitted ? "OK" : "not a replica")),
+            zmq::send_flags::sndmore);
+  zap_.send(zmq::buffer(std::string_view("")), zmq::send_flags::sndmore);  // user id
+  zap_.send(zmq::buffer(std::string_view("")), zmq::send_flags::none);     // metadata
 }
 
 void PeerHints::countPeers() {

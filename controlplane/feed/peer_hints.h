@@ -14,6 +14,11 @@
 // other replica that did the same within `stale_after`, with a SUB socket per replica, and drops
 // those that stopped (a stopping replica deletes its row; one that died ages out).
 //
+// The hint sockets use ZeroMQ's CURVE: each replica makes a key pair at start and records its
+// public key with its address. Subscriptions are encrypted to the publisher's key, and a
+// publisher admits only subscribers whose keys are in fresh rows of feed_peers (its ZAP handler):
+// whoever cannot write that table can neither read a replica's hints nor learn it exists.
+//
 // Two threads: one receives hints and wakes the tailer, and only it touches the sockets; the
 // other refreshes feed_peers and hands it the list of replicas. A database that hangs therefore
 // delays finding new replicas, never the hints of the ones already connected.
@@ -61,6 +66,8 @@ struct PeerHintStats {
   uint64_t delivered = 0;  // wake-ups of the tailer they caused
   uint64_t refresh_errors = 0;
   uint64_t socket_errors = 0;
+  // Subscribers turned away: their key is in no fresh row of feed_peers.
+  uint64_t refused = 0;
   // Replicas whose hint sockets this one dials (ZeroMQ connects in the background and retries).
   size_t peers = 0;
   // Of those, the ones with a live connection now (its ZeroMQ handshake done).
@@ -89,6 +96,8 @@ class PeerHints {
 
   // host:port the other replicas connect to (known after start()).
   const std::string& advertised() const { return advertised_; }
+  // This replica's CURVE public key, Z85 (known after start()).
+  const std::string& publicKey() const { return public_key_; }
   const std::string& replicaId() const { return replica_id_; }
   PeerHintStats stats() const;
 
@@ -97,8 +106,10 @@ class PeerHints {
   void run();
   // The refresher's thread: refresh() every `refresh`, its list handed to run().
   void refreshLoop();
+  // The other replicas: endpoint -> public key.
+  using Replicas = std::map<std::string, std::string>;
   // Records this replica and returns where the others are. Touches no socket.
-  absl::StatusOr<std::set<std::string>> refresh();
+  absl::StatusOr<Replicas> refresh();
   // A replica this one subscribes to: its own SUB socket, and that socket's monitor (a PAIR
   // receiving its connection events), so that whether it is connected needs no matching of
   // addresses (ZeroMQ reports a connection by the address it resolved, not the one dialled).
@@ -106,14 +117,22 @@ class PeerHints {
     ~Peer() {
       if (sub) zmq_socket_monitor(sub.handle(), nullptr, 0);  // then the monitor, then sub close
     }
+    std::string key;  // the publisher's
     zmq::socket_t sub;
     zmq::socket_t monitor;
     bool live = false;
+    // Its handshake failed (the publisher did not know this replica's key yet): ZeroMQ does not
+    // retry those, so it is dialled again from `redial_at`.
+    bool failed = false;
+    std::chrono::steady_clock::time_point redial_at;
   };
-  // On the hints' thread (or in start(), before it runs): subscribes and unsubscribes.
-  void connectTo(const std::set<std::string>& endpoints);
-  // Null when ZeroMQ refuses the endpoint.
-  std::unique_ptr<Peer> dial(const std::string& endpoint);
+  // On the hints' thread (or in start(), before it runs): subscribes and unsubscribes, and
+  // admits the replicas' keys.
+  void connectTo(const Replicas& replicas);
+  // Null when ZeroMQ refuses the endpoint or the key.
+  std::unique_ptr<Peer> dial(const std::string& endpoint, const std::string& key);
+  // On the hints' thread: answers one ZAP request (may this key subscribe?).
+  void answerZap();
   // On the hints' thread: one event of `peer`'s monitor.
   void takeMonitorEvent(Peer& peer);
   void countPeers();
@@ -123,19 +142,23 @@ class PeerHints {
   const PeerHintOptions options_;
   std::function<void()> on_hint_;
   std::string advertised_;
+  std::string public_key_;  // Z85
+  std::string secret_key_;  // Z85
 
   // Declared before the sockets: the context outlives them.
   zmq::context_t context_;
   std::mutex pub_mutex_;  // publish() comes from any thread; a socket is not thread-safe
   zmq::socket_t pub_;
   bool pub_open_ = false;
+  zmq::socket_t zap_;               // the ZAP handler's REP socket; the hints' thread's only
+  std::set<std::string> admitted_;  // the other replicas' public keys (Z85); the hints' thread's
   std::map<std::string, std::unique_ptr<Peer>> peers_by_endpoint_;  // the hints' thread's only
   std::set<std::string> refused_;  // endpoints ZeroMQ refused, warned about once
   uint64_t monitors_ = 0;          // names each peer's monitor endpoint
   uint64_t refreshes_ = 0;         // the refresher's only
 
   std::mutex wanted_mutex_;
-  std::optional<std::set<std::string>> wanted_;  // the refresher's latest list, not yet applied
+  std::optional<Replicas> wanted_;  // the refresher's latest list, not yet applied
 
   std::atomic<bool> stopping_{false};
   std::mutex stop_mutex_;
@@ -147,6 +170,7 @@ class PeerHints {
   std::atomic<uint64_t> delivered_{0};
   std::atomic<uint64_t> refresh_errors_{0};
   std::atomic<uint64_t> socket_errors_{0};
+  std::atomic<uint64_t> refused_subscribers_{0};
   std::atomic<size_t> peers_{0};
   std::atomic<size_t> connected_peers_{0};
 };

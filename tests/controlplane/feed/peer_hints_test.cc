@@ -57,6 +57,14 @@ bool hintUntilWoken(Replica& from, std::vector<Replica*> to,
       timeout);
 }
 
+// A CURVE public key, Z85, as a replica records it.
+std::string someKey() {
+  char public_key[41] = {};
+  char secret_key[41] = {};
+  REQUIRE(zmq_curve_keypair(public_key, secret_key) == 0);
+  return public_key;
+}
+
 PeerHintOptions staleAfter(std::chrono::milliseconds d) {
   PeerHintOptions o;
   o.stale_after = d;
@@ -144,10 +152,11 @@ TEST_CASE_METHOD(PeerHintsTest, "a replica that died is dropped once its row is 
                  "[feed][hints]") {
   auto a = start("replica-a", staleAfter(300ms));
   // A row as a replica leaves it when it is killed: nobody deletes it, nobody refreshes it.
-  REQUIRE_THAT(
-      (*pool_->acquire())
-          ->exec("INSERT INTO feed_peers VALUES ('dead', '127.0.0.1:1', ?)", {unixMillis()}),
-      IsOk());
+  REQUIRE_THAT((*pool_->acquire())
+                   ->exec("INSERT INTO feed_peers (replica_id, endpoint, public_key, seen_at)"
+                          " VALUES ('dead', '127.0.0.1:1', ?, ?)",
+                          {someKey(), unixMillis()}),
+               IsOk());
   REQUIRE(eventually([&] { return a->hints->stats().peers == 1; }));
   REQUIRE(eventually([&] { return a->hints->stats().peers == 0; }, 5s));
 }
@@ -223,21 +232,30 @@ TEST_CASE_METHOD(PeerHintsTest, "live connections are counted apart from the rep
   REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }));
   REQUIRE(hintUntilWoken(*b, {a.get()}));
   // B stops: its connection goes at once, though A still dials its address until a refresh.
-  const std::string address = b->hints->advertised();
   b->hints->stop();
   REQUIRE(eventually([&] { return a->hints->stats().connected == 0; }));
   CHECK(a->hints->stats().peers == 1);
+}
 
-  SECTION("a replica back on the same address is connected again, and counted once") {
-    PeerHintOptions same;
-    same.listen = address;
-    auto again = start("replica-b", same);
-    REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }));
-    REQUIRE(hintUntilWoken(*again, {a.get()}));
-    again->hints->stop();
-    REQUIRE(eventually([&] { return a->hints->stats().connected == 0; }));
-    CHECK(a->hints->stats().peers == 1);
-  }
+TEST_CASE_METHOD(PeerHintsTest, "a replica back on its address is connected again, counted once",
+                 "[feed][hints]") {
+  auto b = start("replica-b");
+  PeerHintOptions slower;
+  slower.refresh = 300ms;
+  auto a = start("replica-a", slower);
+  REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }));
+  const std::string address = b->hints->advertised();
+  b->hints->stop();
+  REQUIRE(eventually([&] { return a->hints->stats().connected == 0; }));
+  // Back on the same address with a new key: A connects again once its refresh reads the key.
+  PeerHintOptions same;
+  same.listen = address;
+  auto again = start("replica-b", same);
+  REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }));
+  REQUIRE(hintUntilWoken(*again, {a.get()}));
+  CHECK(a->hints->stats().peers == 1);
+  again->hints->stop();
+  REQUIRE(eventually([&] { return a->hints->stats().connected == 0; }));
 }
 
 TEST_CASE_METHOD(PeerHintsTest, "an address where no replica answers is dialled, never connected",
@@ -253,8 +271,10 @@ TEST_CASE_METHOD(PeerHintsTest, "an address where no replica answers is dialled,
   socklen_t len = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   REQUIRE_THAT((*pool_->acquire())
-                   ->exec("INSERT INTO feed_peers VALUES ('impostor', ?, ?)",
-                          {strCat("127.0.0.1:", ntohs(addr.sin_port)), unixMillis() + 3600 * 1000}),
+                   ->exec("INSERT INTO feed_peers (replica_id, endpoint, public_key, seen_at)"
+                          " VALUES ('impostor', ?, ?, ?)",
+                          {strCat("127.0.0.1:", ntohs(addr.sin_port)), someKey(),
+                           unixMillis() + 3600 * 1000}),
                IsOk());
   auto a = start("replica-a");
   auto b = start("replica-b");
@@ -265,11 +285,69 @@ TEST_CASE_METHOD(PeerHintsTest, "an address where no replica answers is dialled,
   ::close(fd);
 }
 
+TEST_CASE_METHOD(PeerHintsTest, "only replicas recorded in feed_peers may subscribe to hints",
+                 "[feed][hints]") {
+  auto a = start("replica-a");
+  CHECK(a->hints->publicKey().size() == 40);
+  CHECK(rowsOf("SELECT COUNT(*) FROM feed_peers WHERE replica_id = 'replica-a' AND public_key = ?",
+               {a->hints->publicKey()}) == 1);
+  zmq::context_t context;
+  auto subscriber = [&] {
+    zmq::socket_t s(context, zmq::socket_type::sub);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::subscribe, "");
+    return s;
+  };
+  // One without CURVE, and one with a key no replica recorded.
+  zmq::socket_t plain = subscriber();
+  plain.connect("tcp://" + a->hints->advertised());
+  char public_key[41] = {};
+  char secret_key[41] = {};
+  REQUIRE(zmq_curve_keypair(public_key, secret_key) == 0);
+  zmq::socket_t stranger = subscriber();
+  stranger.set(zmq::sockopt::curve_serverkey, a->hints->publicKey());
+  stranger.set(zmq::sockopt::curve_publickey, std::string(public_key));
+  stranger.set(zmq::sockopt::curve_secretkey, std::string(secret_key));
+  stranger.connect("tcp://" + a->hints->advertised());
+  auto got = [](zmq::socket_t& s) {
+    zmq::message_t m;
+    return s.recv(m, zmq::recv_flags::dontwait).has_value();
+  };
+  for (int i = 0; i < 20; ++i) {
+    a->hints->publish();
+    std::this_thread::sleep_for(50ms);
+    CHECK_FALSE(got(plain));
+    CHECK_FALSE(got(stranger));
+  }
+  CHECK(a->hints->stats().refused > 0);
+
+  // Once its key is in feed_peers, A admits it from its next refresh on.
+  REQUIRE_THAT((*pool_->acquire())
+                   ->exec("INSERT INTO feed_peers (replica_id, endpoint, public_key, seen_at)"
+                          " VALUES ('newcomer', '127.0.0.1:1', ?, ?)",
+                          {std::string(public_key), unixMillis() + 3600 * 1000}),
+               IsOk());
+  REQUIRE(eventually([&] { return a->hints->stats().peers == 1; }));
+  zmq::socket_t newcomer = subscriber();
+  newcomer.set(zmq::sockopt::curve_serverkey, a->hints->publicKey());
+  newcomer.set(zmq::sockopt::curve_publickey, std::string(public_key));
+  newcomer.set(zmq::sockopt::curve_secretkey, std::string(secret_key));
+  newcomer.connect("tcp://" + a->hints->advertised());
+  CHECK(eventually(
+      [&] {
+        a->hints->publish();
+        return got(newcomer);
+      },
+      10s));
+  CHECK_FALSE(got(plain));
+}
+
 TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not stop the others",
                  "[feed][hints]") {
   REQUIRE_THAT((*pool_->acquire())
-                   ->exec("INSERT INTO feed_peers VALUES ('broken', 'no port here', ?)",
-                          {unixMillis() + 3600 * 1000}),
+                   ->exec("INSERT INTO feed_peers (replica_id, endpoint, public_key, seen_at)"
+                          " VALUES ('broken', 'no port here', ?, ?)",
+                          {someKey(), unixMillis() + 3600 * 1000}),
                IsOk());
   auto a = start("replica-a");
   auto b = start("replica-b");
