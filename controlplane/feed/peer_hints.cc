@@ -15,7 +15,8 @@ namespace {
 constexpr std::chrono::milliseconds kMaxWait{100};
 // Hints a slow peer has not taken yet; more are dropped (one is as good as many).
 constexpr int kQueuedHints = 16;
-// A hint is the sender's replica id; anything larger is not a hint, and its sender is dropped.
+// A hint is the sender's replica id (at most 128 bytes, and CURVE adds about 33); anything
+// larger is not a hint, and its sender is dropped.
 constexpr int64_t kMaxHintBytes = 256;
 // A subscription the publisher refused (it did not know this replica's key yet; it learns it
 // at its next refresh) is tried again after this long.
@@ -202,7 +203,10 @@ void PeerHints::run() {
                                std::chrono::ceil<std::chrono::milliseconds>(until - now));
     try {
       zmq::poll(items.data(), items.size(), wait);
-      if (items[0].revents & ZMQ_POLLIN) answerZap();
+      if (items[0].revents & ZMQ_POLLIN) {
+        answerZap();
+        if (items[0].socket != zap_.handle()) items.clear();  // a new ZAP socket: rebuilt
+      }
       for (size_t i = 0; i < polled.size(); ++i) {
         if (items[1 + 2 * i].revents & ZMQ_POLLIN) {
           zmq::message_t hint;
@@ -213,9 +217,9 @@ void PeerHints::run() {
         }
         if (items[2 + 2 * i].revents & ZMQ_POLLIN) takeMonitorEvent(*polled[i]);
       }
-      // Peers whose handshake failed are dialled again, on a socket of their own.
+      // Peers that refused this replica are dialled again, on a socket of their own.
       for (auto& [endpoint, peer] : peers_by_endpoint_) {
-        if (!peer->failed || std::chrono::steady_clock::now() < peer->redial_at) continue;
+        if (!peer->refused || std::chrono::steady_clock::now() < peer->redial_at) continue;
         if (auto again = dial(endpoint, peer->key)) {
           peer = std::move(again);
         } else {
@@ -276,12 +280,15 @@ absl::StatusOr<PeerHints::Replicas> PeerHints::refresh() {
                         " public_key = VALUES(public_key), seen_at = VALUES(seen_at)"),
                  {replica_id_, advertised_, public_key_})
           .status());
+  // Oldest first: where two rows share an address (a replica restarted on it while its old row
+  // is still fresh), the newer key is the one dialled.
   KRANE_ASSIGN_OR_RETURN(
-      auto rows,
-      conn->query(strCat("SELECT replica_id, endpoint, public_key FROM feed_peers"
-                         " WHERE seen_at >= ",
-                         kDbNowMs, " - ? AND replica_id <> ? AND public_key IS NOT NULL"),
-                  {static_cast<int64_t>(options_.stale_after.count()), replica_id_}));
+      auto rows, conn->query(strCat("SELECT replica_id, endpoint, public_key FROM feed_peers"
+                                    " WHERE seen_at >= ",
+                                    kDbNowMs,
+                                    " - ? AND replica_id <> ? AND public_key IS NOT NULL"
+                                    " ORDER BY seen_at, replica_id"),
+                             {static_cast<int64_t>(options_.stale_after.count()), replica_id_}));
   // Rows of replicas that died rather than stopped: one statement a minute or so removes those
   // older than an hour.
   if (refreshes_++ % 30 == 0) {
@@ -294,27 +301,27 @@ absl::StatusOr<PeerHints::Replicas> PeerHints::refresh() {
   // can hint the other, and both poll.
   Replicas replicas;
   for (const db::Row& r : rows.rows) {
+    replicas.keys.insert(r.str("public_key"));
     // Two replicas advertising one address (a configuration mistake) would get each other's
     // hints through this one's own socket: never connect to ourselves.
-    if (r.str("endpoint") != advertised_) replicas[r.str("endpoint")] = r.str("public_key");
+    if (r.str("endpoint") != advertised_) replicas.dial[r.str("endpoint")] = r.str("public_key");
   }
   return replicas;
 }
 
 void PeerHints::connectTo(const Replicas& replicas) {
-  admitted_.clear();
-  for (const auto& [endpoint, key] : replicas) admitted_.insert(key);
+  admitted_ = replicas.keys;
   for (auto it = peers_by_endpoint_.begin(); it != peers_by_endpoint_.end();) {
-    const auto wanted = replicas.find(it->first);
+    const auto wanted = replicas.dial.find(it->first);
     // Gone, or restarted on the same address with a new key.
-    if (wanted != replicas.end() && wanted->second == it->second->key) {
+    if (wanted != replicas.dial.end() && wanted->second == it->second->key) {
       ++it;
       continue;
     }
     spdlog::info("feed: peer hints: replica at {} is gone", it->first);
     it = peers_by_endpoint_.erase(it);  // closes its sockets
   }
-  for (const auto& [endpoint, key] : replicas) {
+  for (const auto& [endpoint, key] : replicas.dial) {
     const std::string id = strCat(endpoint, " ", key);
     if (peers_by_endpoint_.count(endpoint) != 0 || refused_.count(id) != 0) continue;
     if (auto peer = dial(endpoint, key)) {
@@ -337,6 +344,9 @@ std::unique_ptr<PeerHints::Peer> PeerHints::dial(const std::string& endpoint,
     peer->sub.set(zmq::sockopt::rcvhwm, kQueuedHints);
     peer->sub.set(zmq::sockopt::maxmsgsize, kMaxHintBytes);
     peer->sub.set(zmq::sockopt::ipv6, 1);
+    // ZeroMQ retries a dropped connection or a failed handshake (a wrong key in feed_peers)
+    // itself: from every 100 ms, backing off to every 2 s.
+    peer->sub.set(zmq::sockopt::reconnect_ivl_max, 2000);
     peer->sub.set(zmq::sockopt::subscribe, "");
     peer->sub.set(zmq::sockopt::curve_serverkey, key);
     peer->sub.set(zmq::sockopt::curve_publickey, public_key_);
@@ -374,11 +384,21 @@ void PeerHints::takeMonitorEvent(Peer& peer) {
   if (event.size() < sizeof(id)) return;
   std::memcpy(&id, event.data(), sizeof(id));
   peer.live = id == ZMQ_EVENT_HANDSHAKE_SUCCEEDED;
-  // A failed handshake is followed by a disconnect, which must not clear it.
-  if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
-      id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
-    peer.failed = true;
+  if (peer.live) peer.refused = false;
+  // Refused by the publisher's ZAP handler (or a protocol error): ZeroMQ stops there. The
+  // disconnect that follows must not clear it.
+  if (id == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH || id == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL) {
+    peer.refused = true;
     peer.redial_at = std::chrono::steady_clock::now() + kRedialAfter;
+  }
+  // A refusal right after this replica starts is expected (the others learn its key at their
+  // next refresh); a handshake that fails otherwise is worth one line.
+  if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && !peer.warned) {
+    peer.warned = true;
+    spdlog::warn(
+        "feed: peer hints: the handshake with the replica at {} failed (a wrong key in"
+        " feed_peers, or not a replica there); ZeroMQ keeps trying",
+        address.to_string());
   }
   countPeers();
 }
@@ -405,13 +425,24 @@ void PeerHints::answerZap() {
                   request.size() > 3 ? request[3].to_string() : std::string("?"));
   }
   const std::string request_id = request.size() > 1 ? request[1].to_string() : std::string();
-  zap_.send(zmq::buffer(std::string_view("1.0")), zmq::send_flags::sndmore);
-  zap_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
-  zap_.send(zmq::buffer(std::string_view(admitted ? "200" : "400")), zmq::send_flags::sndmore);
-  zap_.send(zmq::buffer(std::string_view(admitted ? "OK" : "not a replica")),
-            zmq::send_flags::sndmore);
-  zap_.send(zmq::buffer(std::string_view("")), zmq::send_flags::sndmore);  // user id
-  zap_.send(zmq::buffer(std::string_view("")), zmq::send_flags::none);     // metadata
+  try {
+    zap_.send(zmq::buffer(std::string_view("1.0")), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(request_id), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(std::string_view(admitted ? "200" : "400")), zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(std::string_view(admitted ? "OK" : "not a replica")),
+              zmq::send_flags::sndmore);
+    zap_.send(zmq::buffer(std::string_view("")), zmq::send_flags::sndmore);  // user id
+    zap_.send(zmq::buffer(std::string_view("")), zmq::send_flags::none);     // metadata
+  } catch (const zmq::error_t& e) {
+    // A reply cut short would leave the REP socket unable to take the next request: start a
+    // new one (the subscriber whose answer was lost times out and retries).
+    socket_errors_.fetch_add(1, std::memory_order_relaxed);
+    spdlog::warn("feed: peer hints: answering a subscriber failed: {}", e.what());
+    zap_.close();
+    zap_ = zmq::socket_t(context_, zmq::socket_type::rep);
+    zap_.set(zmq::sockopt::linger, 0);
+    zap_.bind(kZapEndpoint);
+  }
 }
 
 void PeerHints::countPeers() {

@@ -16,8 +16,9 @@
 //
 // The hint sockets use ZeroMQ's CURVE: each replica makes a key pair at start and records its
 // public key with its address. Subscriptions are encrypted to the publisher's key, and a
-// publisher admits only subscribers whose keys are in fresh rows of feed_peers (its ZAP handler):
-// whoever cannot write that table can neither read a replica's hints nor learn it exists.
+// publisher admits only subscribers whose keys are in fresh rows of feed_peers when they connect
+// (its ZAP handler): whoever cannot write that table cannot read a replica's hints. A key whose
+// row goes away keeps the connection it has until that connection drops.
 //
 // Two threads: one receives hints and wakes the tailer, and only it touches the sockets; the
 // other refreshes feed_peers and hands it the list of replicas. A database that hangs therefore
@@ -66,7 +67,9 @@ struct PeerHintStats {
   uint64_t delivered = 0;  // wake-ups of the tailer they caused
   uint64_t refresh_errors = 0;
   uint64_t socket_errors = 0;
-  // Subscribers turned away: their key is in no fresh row of feed_peers.
+  // Subscribers turned away by the ZAP handler: their key is in no fresh row of feed_peers. A
+  // replica that just started is among them until this one's next refresh. (Subscribers
+  // without CURVE or with the wrong server key fail before that and are not counted.)
   uint64_t refused = 0;
   // Replicas whose hint sockets this one dials (ZeroMQ connects in the background and retries).
   size_t peers = 0;
@@ -106,8 +109,11 @@ class PeerHints {
   void run();
   // The refresher's thread: refresh() every `refresh`, its list handed to run().
   void refreshLoop();
-  // The other replicas: endpoint -> public key.
-  using Replicas = std::map<std::string, std::string>;
+  // The other replicas, from the fresh rows of feed_peers.
+  struct Replicas {
+    std::map<std::string, std::string> dial;  // endpoint -> the key of its freshest row
+    std::set<std::string> keys;               // every row's key, admitted as subscribers
+  };
   // Records this replica and returns where the others are. Touches no socket.
   absl::StatusOr<Replicas> refresh();
   // A replica this one subscribes to: its own SUB socket, and that socket's monitor (a PAIR
@@ -121,10 +127,11 @@ class PeerHints {
     zmq::socket_t sub;
     zmq::socket_t monitor;
     bool live = false;
-    // Its handshake failed (the publisher did not know this replica's key yet): ZeroMQ does not
-    // retry those, so it is dialled again from `redial_at`.
-    bool failed = false;
+    // The publisher refused it (it did not know this replica's key yet): ZeroMQ does not retry
+    // that, so it is dialled again from `redial_at`. Other failures ZeroMQ retries by itself.
+    bool refused = false;
     std::chrono::steady_clock::time_point redial_at;
+    bool warned = false;  // about a failing handshake, once
   };
   // On the hints' thread (or in start(), before it runs): subscribes and unsubscribes, and
   // admits the replicas' keys.

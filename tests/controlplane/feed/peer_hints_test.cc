@@ -340,6 +340,56 @@ TEST_CASE_METHOD(PeerHintsTest, "only replicas recorded in feed_peers may subscr
       },
       10s));
   CHECK_FALSE(got(plain));
+
+  // Its row gone, the key is not admitted any more: A's list replaces the one before.
+  REQUIRE_THAT((*pool_->acquire())->exec("DELETE FROM feed_peers WHERE replica_id = 'newcomer'"),
+               IsOk());
+  REQUIRE(eventually([&] { return a->hints->stats().peers == 0; }));
+  const uint64_t refused = a->hints->stats().refused;
+  zmq::socket_t again = subscriber();
+  again.set(zmq::sockopt::curve_serverkey, a->hints->publicKey());
+  again.set(zmq::sockopt::curve_publickey, std::string(public_key));
+  again.set(zmq::sockopt::curve_secretkey, std::string(secret_key));
+  again.connect("tcp://" + a->hints->advertised());
+  REQUIRE(eventually([&] { return a->hints->stats().refused > refused; }));
+  for (int i = 0; i < 10; ++i) {
+    a->hints->publish();
+    std::this_thread::sleep_for(20ms);
+    CHECK_FALSE(got(again));
+  }
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "a replica that starts after another hears it once admitted",
+                 "[feed][hints]") {
+  // A learns of B only at its next refresh, half a second away: B's first subscription to A is
+  // refused, and B dials again until A admits it.
+  PeerHintOptions slow;
+  slow.refresh = 500ms;
+  auto a = start("replica-a", slow);
+  auto b = start("replica-b");
+  REQUIRE(eventually([&] { return a->hints->stats().refused > 0; }));
+  REQUIRE(hintUntilWoken(*a, {b.get()}));
+  CHECK(b->hints->stats().connected == 1);
+}
+
+TEST_CASE_METHOD(PeerHintsTest, "rows without a key, or two on one address, mislead no replica",
+                 "[feed][hints]") {
+  auto b = start("replica-b");
+  // A replica of an earlier version (no key) and B's own previous run on the same address,
+  // still fresh: the first is not dialled, and the address is dialled with B's newer key.
+  REQUIRE_THAT((*pool_->acquire())
+                   ->exec("INSERT INTO feed_peers (replica_id, endpoint, public_key, seen_at)"
+                          " VALUES ('older-version', '127.0.0.1:1', NULL, ?),"
+                          " ('replica-b-before', ?, ?, ?)",
+                          {unixMillis() + 3600 * 1000, b->hints->advertised(), someKey(),
+                           unixMillis() - 1000}),
+               IsOk());
+  auto a = start("replica-a");
+  CHECK(a->hints->stats().peers == 1);
+  // Well before the old row ages out (9 s): dialled with the old key, A would connect only then.
+  REQUIRE(eventually([&] { return a->hints->stats().connected == 1; }, 3s));
+  REQUIRE(hintUntilWoken(*b, {a.get()}, 3s));
+  REQUIRE(hintUntilWoken(*a, {b.get()}, 3s));
 }
 
 TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not stop the others",
