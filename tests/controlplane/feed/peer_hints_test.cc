@@ -298,17 +298,22 @@ TEST_CASE_METHOD(PeerHintsTest, "only replicas recorded in feed_peers may subscr
     s.set(zmq::sockopt::subscribe, "");
     return s;
   };
-  // One without CURVE, and one with a key no replica recorded.
-  zmq::socket_t plain = subscriber();
-  plain.connect("tcp://" + a->hints->advertised());
   char public_key[41] = {};
   char secret_key[41] = {};
   REQUIRE(zmq_curve_keypair(public_key, secret_key) == 0);
-  zmq::socket_t stranger = subscriber();
-  stranger.set(zmq::sockopt::curve_serverkey, a->hints->publicKey());
-  stranger.set(zmq::sockopt::curve_publickey, std::string(public_key));
-  stranger.set(zmq::sockopt::curve_secretkey, std::string(secret_key));
-  stranger.connect("tcp://" + a->hints->advertised());
+  // A subscriber with that key pair, connected to A.
+  auto withKey = [&] {
+    zmq::socket_t s = subscriber();
+    s.set(zmq::sockopt::curve_serverkey, a->hints->publicKey());
+    s.set(zmq::sockopt::curve_publickey, std::string(public_key));
+    s.set(zmq::sockopt::curve_secretkey, std::string(secret_key));
+    s.connect("tcp://" + a->hints->advertised());
+    return s;
+  };
+  // One without CURVE, and one with a key no replica recorded.
+  zmq::socket_t plain = subscriber();
+  plain.connect("tcp://" + a->hints->advertised());
+  zmq::socket_t stranger = withKey();
   auto got = [](zmq::socket_t& s) {
     zmq::message_t m;
     return s.recv(m, zmq::recv_flags::dontwait).has_value();
@@ -328,11 +333,7 @@ TEST_CASE_METHOD(PeerHintsTest, "only replicas recorded in feed_peers may subscr
                           {std::string(public_key), unixMillis() + 3600 * 1000}),
                IsOk());
   REQUIRE(eventually([&] { return a->hints->stats().peers == 1; }));
-  zmq::socket_t newcomer = subscriber();
-  newcomer.set(zmq::sockopt::curve_serverkey, a->hints->publicKey());
-  newcomer.set(zmq::sockopt::curve_publickey, std::string(public_key));
-  newcomer.set(zmq::sockopt::curve_secretkey, std::string(secret_key));
-  newcomer.connect("tcp://" + a->hints->advertised());
+  zmq::socket_t newcomer = withKey();
   CHECK(eventually(
       [&] {
         a->hints->publish();
@@ -346,11 +347,7 @@ TEST_CASE_METHOD(PeerHintsTest, "only replicas recorded in feed_peers may subscr
                IsOk());
   REQUIRE(eventually([&] { return a->hints->stats().peers == 0; }));
   const uint64_t refused = a->hints->stats().refused;
-  zmq::socket_t again = subscriber();
-  again.set(zmq::sockopt::curve_serverkey, a->hints->publicKey());
-  again.set(zmq::sockopt::curve_publickey, std::string(public_key));
-  again.set(zmq::sockopt::curve_secretkey, std::string(secret_key));
-  again.connect("tcp://" + a->hints->advertised());
+  zmq::socket_t again = withKey();
   REQUIRE(eventually([&] { return a->hints->stats().refused > refused; }));
   for (int i = 0; i < 10; ++i) {
     a->hints->publish();
