@@ -383,10 +383,12 @@ std::string Server::metricsText() const {
                        "Subscribers to the hint socket turned away: no replica in feed_peers has"
                        " their key",
                        MetricType::Counter, static_cast<double>(h.refused)));
-    f.push_back(family("krane_feed_peer_hints_errors_total",
-                       "Failed refreshes of feed_peers and failed receives on the hint socket",
-                       MetricType::Counter,
-                       static_cast<double>(h.refresh_errors + h.socket_errors)));
+    f.push_back(
+        family("krane_feed_peer_hints_errors_total",
+               "Failed refreshes of feed_peers, failed receives on the hint sockets, and"
+               " failed handshakes with other replicas (a wrong key in feed_peers)",
+               MetricType::Counter,
+               static_cast<double>(h.refresh_errors + h.socket_errors + h.handshake_failures)));
   }
   const auto t = tailer_->stats();
   f.push_back(

@@ -163,6 +163,7 @@ PeerHintStats PeerHints::stats() const {
   stats.refresh_errors = refresh_errors_.load();
   stats.socket_errors = socket_errors_.load();
   stats.refused = refused_subscribers_.load();
+  stats.handshake_failures = handshake_failures_.load();
   stats.peers = peers_.load();
   stats.connected = connected_peers_.load();
   return stats;
@@ -393,6 +394,9 @@ void PeerHints::takeMonitorEvent(Peer& peer) {
   }
   // A refusal right after this replica starts is expected (the others learn its key at their
   // next refresh); a handshake that fails otherwise is worth one line.
+  if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+    handshake_failures_.fetch_add(1, std::memory_order_relaxed);
+  }
   if (id == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && !peer.warned) {
     peer.warned = true;
     spdlog::warn(

@@ -67,6 +67,9 @@ struct PeerHintStats {
   uint64_t delivered = 0;  // wake-ups of the tailer they caused
   uint64_t refresh_errors = 0;
   uint64_t socket_errors = 0;
+  // This replica's subscriptions whose handshake failed other than by a refusal: a wrong key in
+  // feed_peers, or something else listening there. (ZeroMQ keeps retrying them.)
+  uint64_t handshake_failures = 0;
   // Subscribers turned away by the ZAP handler: their key is in no fresh row of feed_peers. A
   // replica that just started is among them until this one's next refresh. (Subscribers
   // without CURVE or with the wrong server key fail before that and are not counted.)
@@ -178,6 +181,7 @@ class PeerHints {
   std::atomic<uint64_t> refresh_errors_{0};
   std::atomic<uint64_t> socket_errors_{0};
   std::atomic<uint64_t> refused_subscribers_{0};
+  std::atomic<uint64_t> handshake_failures_{0};
   std::atomic<size_t> peers_{0};
   std::atomic<size_t> connected_peers_{0};
 };

@@ -389,6 +389,24 @@ TEST_CASE_METHOD(PeerHintsTest, "rows without a key, or two on one address, misl
   REQUIRE(hintUntilWoken(*a, {b.get()}, 3s));
 }
 
+TEST_CASE_METHOD(PeerHintsTest, "a row with a wrong key is dialled, fails, and is counted",
+                 "[feed][hints]") {
+  auto b = start("replica-b");
+  // A row fresher than B's own, on B's address, with a key that is not B's.
+  REQUIRE_THAT((*pool_->acquire())
+                   ->exec("INSERT INTO feed_peers (replica_id, endpoint, public_key, seen_at)"
+                          " VALUES ('liar', ?, ?, ?)",
+                          {b->hints->advertised(), someKey(), unixMillis() + 3600 * 1000}),
+               IsOk());
+  auto a = start("replica-a");
+  CHECK(a->hints->stats().peers == 1);
+  REQUIRE(eventually([&] { return a->hints->stats().handshake_failures > 0; }));
+  CHECK(a->hints->stats().connected == 0);
+  CHECK(a->hints->stats().refused == 0);
+  // The other way round nothing is wrong: B hears A.
+  REQUIRE(hintUntilWoken(*a, {b.get()}));
+}
+
 TEST_CASE_METHOD(PeerHintsTest, "a row with an address ZeroMQ refuses does not stop the others",
                  "[feed][hints]") {
   REQUIRE_THAT((*pool_->acquire())
