@@ -235,6 +235,9 @@ absl::Status Agent::connect() {
     credentials = grpc::SslCredentials(tls);
   }
   channel_ = grpc::CreateChannel(cp.address, credentials);
+  watch_channel_ = cp.watch_address.empty()
+                       ? channel_
+                       : grpc::CreateChannel(cp.watch_address, grpc::InsecureChannelCredentials());
   return absl::OkStatus();
 }
 
@@ -380,7 +383,7 @@ void Agent::onLeadership(bool leader) {
       store_->setFeedEpoch(epoch);
     };
     options.reconnect = {config_.reconnect_min, 2.0, config_.reconnect_max, 0.8};
-    watcher_ = std::make_unique<Watcher>(channel_, options, *dispatcher,
+    watcher_ = std::make_unique<Watcher>(watch_channel_, options, *dispatcher,
                                          [this] { return tracker_->watermark(); });
     watcher_->start();
     spdlog::info("agent: {} applies region {} from version={}", config_.agent_id, config_.region,

@@ -74,6 +74,7 @@ class Agent {
   std::vector<std::shared_ptr<PluginEndpoint>> plugins_;
   std::vector<std::shared_ptr<HostEndpoint>> hosts_;
   std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<grpc::Channel> watch_channel_;  // control_plane.watch_address, or channel_
   std::unique_ptr<Reporter> reporter_;
   // One per term of leadership: made when the agent becomes leader, stopped and dropped when it
   // stops being leader (what was queued is delivered again from the watermark next term).

@@ -69,6 +69,7 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
            [&](const YAML::Node& n, const std::string& p) {
              return walk(n, s, p,
                          {{"address", text(c.control_plane.address, s)},
+                          {"watch_address", text(c.control_plane.watch_address, s)},
                           {"token_file", text(c.control_plane.token_file, s)},
                           {"ca_file", text(c.control_plane.ca_file, s)},
                           {"cert_file", text(c.control_plane.cert_file, s)},
@@ -128,6 +129,11 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
     return bad(s, "control_plane.address",
                strCat("\"", c.control_plane.address, "\" is not host:port"));
   }
+  if (!c.control_plane.watch_address.empty() &&
+      !config::validHostPort(c.control_plane.watch_address)) {
+    return bad(s, "control_plane.watch_address",
+               strCat("\"", c.control_plane.watch_address, "\" is not host:port"));
+  }
   if (c.reconnect_min > c.reconnect_max)
     return bad(s, "reconnect_min_ms", "must not exceed reconnect_max_ms");
   std::set<std::string> names;
@@ -169,6 +175,11 @@ absl::Status finishAgentConfig(AgentConfig& c) {
   }
   if (!cp.cert_file.empty() && cp.ca_file.empty()) {
     return absl::InvalidArgumentError("control_plane.cert_file: needs control_plane.ca_file (TLS)");
+  }
+  if (!cp.watch_address.empty() && !cp.ca_file.empty()) {
+    return absl::InvalidArgumentError(
+        "control_plane.watch_address: the watch listener is plaintext, and control_plane.ca_file "
+        "asks for TLS; leave watch_address empty to watch over TLS on control_plane.address");
   }
   if (c.agent_id.empty()) {
     char host[256] = {0};

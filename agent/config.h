@@ -27,6 +27,9 @@ struct AgentConfig {
 
   struct ControlPlane {
     std::string address = "127.0.0.1:7070";
+    // Where the Watch stream goes when the control plane serves it on its own listener
+    // (krane-ctrl's feed.watch_listen; plaintext only); empty: `address`.
+    std::string watch_address;
     std::string token_file;  // or $KRANE_AGENT_TOKEN
     std::string token;       // filled from the file or the environment
     std::string ca_file;     // PEM: use TLS, trusting this CA

@@ -96,6 +96,7 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                   {"change_ttl_s", number(c.feed.change_ttl, s, 60, 365LL * 24 * 3600)},
                   {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
                   {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)},
+                  {"watch_listen", text(c.feed.watch_listen, s)},
                   {"peer_hints", [&](const YAML::Node& h, const std::string& hp) {
                      return walk(h, s, hp,
                                  {{"listen", text(c.feed.peer_hints.listen, s)},
@@ -140,6 +141,9 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
     return bad(s, "listen", strCat("\"", c.listen, "\" is not host:port"));
   if (!validHostPort(c.http_listen))
     return bad(s, "http_listen", strCat("\"", c.http_listen, "\" is not host:port"));
+  if (!c.feed.watch_listen.empty() && !validHostPort(c.feed.watch_listen)) {
+    return bad(s, "feed.watch_listen", strCat("\"", c.feed.watch_listen, "\" is not host:port"));
+  }
   const auto& hints = c.feed.peer_hints;
   if (!hints.listen.empty()) {
     if (!validHostPort(hints.listen)) {
@@ -215,6 +219,11 @@ absl::Status finishCtrlConfig(CtrlConfig& c) {
   }
   if (!c.tls.client_ca_file.empty() && c.tls.cert_file.empty()) {
     return absl::InvalidArgumentError("tls.client_ca_file: needs tls.cert_file and tls.key_file");
+  }
+  if (!c.feed.watch_listen.empty() && !c.tls.cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "feed.watch_listen: serves plaintext HTTP/2 only, and tls.cert_file is set: agents' "
+        "Watch calls would go unencrypted; leave feed.watch_listen empty with TLS");
   }
   return absl::OkStatus();
 }

@@ -278,7 +278,28 @@ absl::Status Server::startGrpc() {
       [cluster](grpc::ServerContext* context, grpc::ByteBuffer* request,
                 grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer, grpc::ServerCompletionQueue* cq,
                 void* tag) { cluster->requestWatch(context, request, writer, cq, tag); },
-      [cluster](feed::WatchCall* call) { cluster->openWatch(call); });
+      [cluster](feed::GrpcWatchCall* call) { cluster->openWatch(call); });
+  if (!config_.feed.watch_listen.empty()) {
+    feed::H2WatchOptions options;
+    options.listen = config_.feed.watch_listen;
+    options.threads = config_.feed.write_threads != 0
+                          ? config_.feed.write_threads
+                          : std::max(1U, std::thread::hardware_concurrency());
+    auto h2 = feed::H2WatchServer::start(
+        options, [cluster](feed::WatchCall* call, std::string_view request,
+                           std::string authorization, std::string peer) {
+          cluster->openWatch(call, request, authorization, std::move(peer));
+        });
+    if (!h2.ok()) {
+      grpc_->Shutdown();
+      watch_loops_->stop();
+      watch_loops_.reset();
+      grpc_.reset();
+      return h2.status();
+    }
+    h2_watch_ = std::move(*h2);
+    spdlog::info("feed: watch listener on port {}", h2_watch_->port());
+  }
   return absl::OkStatus();
 }
 
@@ -310,9 +331,11 @@ void Server::stop() {
   if (stopping_.exchange(true)) return;
   if (http_) http_->stop();
   if (http_thread_.joinable()) http_thread_.join();
+  if (h2_watch_) h2_watch_->shutdown();
   if (grpc_) grpc_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   // The Watch calls were cancelled: their streams finish on the loops (and on set-up steps).
   if (watch_loops_) watch_loops_->stop();
+  if (h2_watch_) h2_watch_->stop();
   if (ticker_.joinable()) ticker_.join();
   if (maintenance_) maintenance_->stop();
   if (engine_) engine_->stop();
@@ -363,6 +386,14 @@ std::string Server::metricsText() const {
                      MetricType::Gauge, w.full_syncs_waiting.load()));
   f.push_back(family("krane_feed_resyncs_total", "Streams told to resync", MetricType::Counter,
                      w.resyncs_requested.load()));
+  if (h2_watch_) {
+    f.push_back(family("krane_feed_watch_listener_connections",
+                       "Connections to the watch listener (feed.watch_listen)", MetricType::Gauge,
+                       static_cast<double>(h2_watch_->connections())));
+    f.push_back(family("krane_feed_watch_listener_calls",
+                       "Watch calls open on the watch listener (feed.watch_listen)",
+                       MetricType::Gauge, static_cast<double>(h2_watch_->calls())));
+  }
   if (peer_hints_) {
     const auto h = peer_hints_->stats();
     f.push_back(family("krane_feed_peer_hints_sent_total",

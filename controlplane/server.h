@@ -17,6 +17,7 @@
 #include "controlplane/api/workflows.h"
 #include "controlplane/config.h"
 #include "controlplane/feed/cleanup.h"
+#include "controlplane/feed/h2_watch_server.h"
 #include "controlplane/feed/peer_hints.h"
 #include "controlplane/feed/tailer.h"
 #include "controlplane/feed/watch_loops.h"
@@ -43,6 +44,8 @@ class Server {
   void stop();
 
   int grpcPort() const { return grpc_port_; }
+  // The port of feed.watch_listen; 0 when it is off.
+  int watchPort() const { return h2_watch_ ? h2_watch_->port() : 0; }
   int httpPort() const { return http_port_; }
   // For tests and the metrics page.
   feed::Writer& writer() { return *writer_; }
@@ -88,6 +91,8 @@ class Server {
   std::unique_ptr<grpc::Server> grpc_;
   // The Watch calls' threads; stopped after grpc_'s shutdown, before grpc_ is destroyed.
   std::unique_ptr<feed::WatchLoops> watch_loops_;
+  // feed.watch_listen: Watch calls on the feed's own HTTP/2 listener.
+  std::unique_ptr<feed::H2WatchServer> h2_watch_;
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   std::thread ticker_;

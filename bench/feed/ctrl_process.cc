@@ -29,8 +29,9 @@ std::string readAll(const std::string& path) {
   return all.str();
 }
 
-// Parses "krane-ctrl serving: grpc 127.0.0.1:P, http 127.0.0.1:Q" out of the log.
-bool parseServingLine(const std::string& log, int* grpc_port, int* http_port) {
+// Parses "krane-ctrl serving: grpc 127.0.0.1:P, http 127.0.0.1:Q[, watch 127.0.0.1:R]" out of
+// the log.
+bool parseServingLine(const std::string& log, int* grpc_port, int* http_port, int* watch_port) {
   const std::string marker = "krane-ctrl serving: grpc ";
   const auto at = log.find(marker);
   if (at == std::string::npos) return false;
@@ -44,6 +45,10 @@ bool parseServingLine(const std::string& log, int* grpc_port, int* http_port) {
   if (http_colon == std::string::npos) return false;
   *grpc_port = std::atoi(line.c_str() + grpc_colon + 1);
   *http_port = std::atoi(line.c_str() + http_colon + 1);
+  if (const auto watch_at = line.find(", watch "); watch_at != std::string::npos) {
+    const auto watch_colon = line.find(':', watch_at + 8);
+    if (watch_colon != std::string::npos) *watch_port = std::atoi(line.c_str() + watch_colon + 1);
+  }
   return *grpc_port > 0 && *http_port > 0;
 }
 
@@ -104,6 +109,7 @@ CtrlProcess::CtrlProcess(CtrlOptions options) : options_(std::move(options)) {
            << "feed:\n"
            << "  poll_interval_ms: " << options_.poll_interval_ms << "\n";
     if (options_.peer_hints) config << "  peer_hints:\n    listen: 127.0.0.1:0\n";
+    if (options_.watch_listener) config << "  watch_listen: 127.0.0.1:0\n";
     if (!config) throw std::runtime_error(strCat("cannot write ", config_path_));
   }
   std::filesystem::remove(log_path_);
@@ -112,7 +118,13 @@ CtrlProcess::CtrlProcess(CtrlOptions options) : options_(std::move(options)) {
       std::map<std::string, std::string>{{"KRANE_OPERATOR_TOKEN", options_.operator_token}});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (;;) {
-    if (parseServingLine(readAll(log_path_), &grpc_port_, &http_port_)) return;
+    if (parseServingLine(readAll(log_path_), &grpc_port_, &http_port_, &watch_port_)) {
+      if (options_.watch_listener && watch_port_ == 0) {
+        stop(std::chrono::seconds(2));
+        throw std::runtime_error(strCat("krane-ctrl serves no watch listener:\n", logTail()));
+      }
+      return;
+    }
     if (!child_->running()) {
       exit_code_ = child_->wait();
       throw std::runtime_error(
@@ -131,6 +143,10 @@ CtrlProcess::~CtrlProcess() {
 }
 
 std::string CtrlProcess::grpcTarget() const { return strCat("127.0.0.1:", grpc_port_); }
+
+std::string CtrlProcess::watchTarget() const {
+  return strCat("127.0.0.1:", watch_port_ != 0 ? watch_port_ : grpc_port_);
+}
 
 std::optional<double> CtrlProcess::metric(std::string_view name) const {
   httplib::Client client("127.0.0.1", http_port_);

@@ -37,6 +37,8 @@ struct CtrlOptions {
   int poll_interval_ms = 50;
   // feed.peer_hints on a free port of 127.0.0.1: replicas hint each other of their commits.
   bool peer_hints = true;
+  // feed.watch_listen on a free port of 127.0.0.1: the feed's own HTTP/2 listener for Watch.
+  bool watch_listener = false;
 };
 
 // `krane-ctrl serve --config <yaml>` on free ports of 127.0.0.1. The constructor returns once
@@ -52,6 +54,8 @@ class CtrlProcess {
   int grpcPort() const { return grpc_port_; }
   int httpPort() const { return http_port_; }
   std::string grpcTarget() const;
+  // Where agents' Watch calls go: the watch listener when it is on, the gRPC port otherwise.
+  std::string watchTarget() const;
   const std::string& logPath() const { return log_path_; }
 
   ProcessMemory memory() const { return readProcessMemory(child_->pid()); }
@@ -71,6 +75,7 @@ class CtrlProcess {
   std::unique_ptr<testing::ChildProcess> child_;
   int grpc_port_ = 0;
   int http_port_ = 0;
+  int watch_port_ = 0;
   std::optional<int> exit_code_;
 };
 

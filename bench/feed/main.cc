@@ -56,7 +56,8 @@ a client of the design it replaced (every agent polls the change table once a se
 Measures, for 1, 100 and 1000 streams: commit-to-receive latency (p50, p99) under 50 puts/s, and
 database statements per second idle and under that load; the same for 10,000 streams served by
 two krane-ctrl replicas on the same database (5,000 each, 50 streams per client connection);
-krane-ctrl's CPU per delivered event; the socket floor at 100 and 1000 streams (the same
+krane-ctrl's CPU per delivered event; the same at 100 and 1000 streams, and the memory per idle
+stream, on krane-ctrl's own HTTP/2 listener for Watch (feed.watch_listen); the socket floor at 100 and 1000 streams (the same
 fan-out as one write per stream and change on plain loopback TCP connections, with no HTTP/2,
 gRPC or database: what the kernel alone costs on this machine); then the time of a full sync of
 100,000 resources, krane-ctrl's peak memory during it, and krane-ctrl's memory per idle stream.
@@ -69,8 +70,10 @@ gRPC or database: what the kernel alone costs on this machine); then the time of
   --only PHASES         run only these phases (comma-separated; for investigation):
                        streams (1, 100 and 1000 streams on one replica), replicas (the
                        replicated phase, with 1 stream on one replica as its reference),
-                       floor (the socket floor at 100 and 1000 streams), baseline, memory,
-                       sync
+                       listener (100 and 1000 streams, with replicas the replicated phase,
+                       and the memory per idle stream, on the watch listener,
+                       feed.watch_listen), floor (the socket floor at
+                       100 and 1000 streams), baseline, memory, sync
   --no-batches         streams that do not accept batches (one event per message, as agents
                        before WatchRequest.accept_batches had)
   --grpc-clients       read the measured streams with gRPC's own client instead of the lean
@@ -83,7 +86,7 @@ gRPC or database: what the kernel alone costs on this machine); then the time of
 krane-ctrl's configuration and log go to a directory under /tmp, removed after a successful run
 (kept when KRANE_BENCH_KEEP is set, or when the run fails).
 
-Run it with `./dev bench feed [--json] [--quick]` (an optimised build). Takes about 4 minutes.
+Run it with `./dev bench feed [--json] [--quick]` (an optimised build). Takes about 6 minutes.
 )";
 
 constexpr const char* kRegion = "bench-1";     // the write load and the streams
@@ -272,8 +275,9 @@ struct Bench {
   int ctrl_count = 0;
   int db_pid = -1;
 
-  std::unique_ptr<CtrlProcess> startCtrl() {
+  std::unique_ptr<CtrlProcess> startCtrl(bool watch_listener = false) {
     CtrlOptions o;
+    o.watch_listener = watch_listener;
     o.binary = ctrl_binary;
     o.work_dir = work_dir;
     o.name = strCat("krane-ctrl-", ++ctrl_count);
@@ -281,8 +285,8 @@ struct Bench {
     o.operator_token = operator_token;
     o.peer_hints = options.peer_hints;
     auto ctrl = std::make_unique<CtrlProcess>(o);
-    say("krane-ctrl started: pid {}, grpc {}, log {}", ctrl->pid(), ctrl->grpcTarget(),
-        ctrl->logPath());
+    say("krane-ctrl started: pid {}, grpc {}{}, log {}", ctrl->pid(), ctrl->grpcTarget(),
+        watch_listener ? strCat(", watch listener ", ctrl->watchTarget()) : "", ctrl->logPath());
     return ctrl;
   }
 
@@ -417,10 +421,10 @@ PhaseResult measureKrane(Bench& b, const std::vector<CtrlProcess*>& ctrls, size_
     const size_t count = n / ctrls.size() + (i < n % ctrls.size() ? 1 : 0);
     if (o.grpc_clients) {
       groups.push_back(std::make_unique<GrpcWatchStreams>(
-          ctrls[i]->grpcTarget(), b.agent_token, kRegion, head, count, per_connection, o.batches));
+          ctrls[i]->watchTarget(), b.agent_token, kRegion, head, count, per_connection, o.batches));
     } else {
       groups.push_back(std::make_unique<H2WatchStreams>(
-          ctrls[i]->grpcTarget(), b.agent_token, kRegion, head, count, per_connection, o.batches));
+          ctrls[i]->watchTarget(), b.agent_token, kRegion, head, count, per_connection, o.batches));
     }
   }
   for (auto& streams : groups) {
@@ -768,15 +772,16 @@ void addFloorFigures(Report& report, std::map<size_t, SocketFloorResult>& floor,
 
 // krane-ctrl's resident memory per idle stream, on a fresh process; `per_connection` streams
 // share a client connection.
-void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string& name) {
-  auto ctrl = b.startCtrl();
+void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string& name,
+                   bool watch_listener = false) {
+  auto ctrl = b.startCtrl(watch_listener);
   std::this_thread::sleep_for(1s);
   const ProcessMemory before = ctrl->memory();
   const uint64_t head = regionHead(*b.pool, kRegion);
   say("memory: krane-ctrl VmRSS {} KiB with no stream; opening {} idle streams", before.rss_kib, n);
   ProcessMemory after;
   {
-    GrpcWatchStreams streams(ctrl->grpcTarget(), b.agent_token, kRegion, head, n, per_connection);
+    GrpcWatchStreams streams(ctrl->watchTarget(), b.agent_token, kRegion, head, n, per_connection);
     if (!streams.waitLive(300s)) {
       throw std::runtime_error(fmt::format("only {} of {} Watch streams went live ({} ended; {})",
                                            streams.live(), n, streams.ended(),
@@ -796,9 +801,9 @@ void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string&
   f.target = "<= 16 KiB";
   f.passed = per_stream <= 16;
   b.report.notes.push_back(fmt::format(
-      "{}: fresh krane-ctrl, VmRSS {} KiB with no stream, {} KiB with {} idle streams ({}) after "
+      "{}: fresh krane-ctrl, VmRSS {} KiB with no stream, {} KiB with {} idle streams ({}{}) after "
       "their first bookmark",
-      name, before.rss_kib, after.rss_kib, n,
+      name, before.rss_kib, after.rss_kib, n, watch_listener ? "on the watch listener, " : "",
       per_connection <= 1 ? std::string("each on its own connection")
                           : fmt::format("{} per connection", per_connection)));
 }
@@ -984,7 +989,7 @@ int run(int argc, char** argv) {
       o.replica_streams = std::stoul(argv[++i]);
     } else if (arg == "--only" && i + 1 < argc) {
       for (const auto& phase : absl::StrSplit(argv[++i], ',')) {
-        static const std::set<std::string> kPhases = {"streams",  "replicas", "floor",
+        static const std::set<std::string> kPhases = {"streams",  "replicas", "listener", "floor",
                                                       "baseline", "memory",   "sync"};
         if (kPhases.count(std::string(phase)) == 0) {
           fmt::print(stderr, "feed: --only: unknown phase \"{}\"\n\n{}", phase, kUsage);
@@ -1047,6 +1052,32 @@ int run(int argc, char** argv) {
       for (auto& other : others) b.stopCtrl(other);
     }
     b.stopCtrl(ctrl);
+  }
+  // The watch listener: the same streams on feed.watch_listen instead of the gRPC port.
+  std::map<size_t, PhaseResult> listener;
+  PhaseResult listener_replicated;
+  if (o.runs("listener")) {
+    auto ctrl = b.startCtrl(/*watch_listener=*/true);
+    for (size_t n : all_counts) {
+      if (n >= 100) listener[n] = measureKrane(b, {ctrl.get()}, n);
+    }
+    if (o.runs("replicas")) {
+      std::vector<std::unique_ptr<CtrlProcess>> others;
+      std::vector<CtrlProcess*> all{ctrl.get()};
+      for (size_t i = 1; i < o.replicas; ++i) {
+        others.push_back(b.startCtrl(/*watch_listener=*/true));
+        all.push_back(others.back().get());
+      }
+      std::this_thread::sleep_for(1s);
+      listener_replicated = measureKrane(b, all, o.replica_streams, o.per_connection);
+      for (auto& other : others) b.stopCtrl(other);
+    }
+    b.stopCtrl(ctrl);
+    measureMemory(b, o.memory_streams, 1, "watch_listener_memory_per_idle_stream_kib",
+                  /*watch_listener=*/true);
+    measureMemory(b, o.replica_streams / o.replicas, o.per_connection,
+                  "watch_listener_memory_per_idle_stream_kib_shared_connections",
+                  /*watch_listener=*/true);
   }
   std::map<size_t, SocketFloorResult> floor;
   std::map<std::string, std::map<size_t, GrpcFloorResult>> grpc_floors;
@@ -1123,6 +1154,36 @@ int run(int argc, char** argv) {
     cpu_r.passed = cpu_r.value >= 0 && cpu_r.value <= 5;
     ordered.add(strCat("events_per_message_streams_", n), replicated.events_per_message, "");
   }
+  if (!listener.empty()) {
+    for (const auto& [n, p] : listener) {
+      ordered.add(strCat("watch_listener_latency_p50_ms_streams_", n), p.latency.p50_ms, "ms");
+      auto& p99 =
+          ordered.add(strCat("watch_listener_latency_p99_ms_streams_", n), p.latency.p99_ms, "ms");
+      if (n == 1000 && listener.count(100) > 0) {
+        const double limit = 4 * listener[100].latency.p99_ms;
+        p99.target = fmt::format("<= {:.1f} ms (4x its p99 at 100 streams)", limit);
+        p99.passed = p99.value <= limit;
+      }
+    }
+    const size_t at = listener.count(1000) > 0 ? 1000 : listener.rbegin()->first;
+    auto& cpu =
+        ordered.add("watch_listener_cpu_us_per_delivered_event", cpuUsPerEvent(listener[at]), "us");
+    cpu.target = fmt::format("<= 5 us (at {} streams)", at);
+    cpu.passed = cpu.value >= 0 && cpu.value <= 5;
+    if (o.runs("replicas")) {
+      const size_t n = o.replica_streams;
+      ordered.add(strCat("watch_listener_latency_p50_ms_streams_", n),
+                  listener_replicated.latency.p50_ms, "ms");
+      auto& p99 = ordered.add(strCat("watch_listener_latency_p99_ms_streams_", n),
+                              listener_replicated.latency.p99_ms, "ms");
+      p99.target = "<= 250 ms";
+      p99.passed = p99.value <= 250;
+      auto& cpu_r = ordered.add(strCat("watch_listener_cpu_us_per_delivered_event_streams_", n),
+                                cpuUsPerEvent(listener_replicated), "us");
+      cpu_r.target = "<= 5 us";
+      cpu_r.passed = cpu_r.value >= 0 && cpu_r.value <= 5;
+    }
+  }
   addFloorFigures(ordered, floor, krane);
   addGrpcFloorFigures(ordered, grpc_floors);
   flatTarget(ordered, "db_queries_per_s_idle_streams_", o.stream_counts, krane, o.puts_per_s,
@@ -1193,6 +1254,17 @@ int run(int argc, char** argv) {
   }
   for (size_t n : o.stream_counts) {
     ordered.notes.push_back(fmt::format("Krane, {} stream(s): {}", n, cpuPerEventText(krane[n])));
+  }
+  for (const auto& [n, p] : listener) {
+    ordered.notes.push_back(fmt::format("Krane on the watch listener, {} streams: {}; {}", n,
+                                        p.cpu.describe(), cpuPerEventText(p)));
+  }
+  if (!listener.empty() && o.runs("replicas")) {
+    ordered.notes.push_back(fmt::format(
+        "Krane on the watch listener, {} replicas, {} streams ({} per client connection): {}; {}{}",
+        o.replicas, o.replica_streams, o.per_connection, listener_replicated.cpu.describe(),
+        cpuPerEventText(listener_replicated),
+        listener_replicated.note.empty() ? "" : strCat("; ", listener_replicated.note)));
   }
   if (o.runs("replicas"))
     ordered.notes.push_back(fmt::format(

@@ -54,7 +54,10 @@ std::string bearerToken(const grpc::ServerContextBase& context) {
   const auto& metadata = context.client_metadata();
   auto it = metadata.find("authorization");
   if (it == metadata.end()) return "";
-  std::string_view value(it->second.data(), it->second.size());
+  return bearerOf(std::string_view(it->second.data(), it->second.size()));
+}
+
+std::string bearerOf(std::string_view value) {
   constexpr std::string_view kBearer = "Bearer ";
   if (value.substr(0, kBearer.size()) != kBearer) return "";
   return std::string(value.substr(kBearer.size()));

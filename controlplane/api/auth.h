@@ -78,6 +78,8 @@ class OperatorTokens {
 
 // The token of `authorization: Bearer <token>`, or empty.
 std::string bearerToken(const grpc::ServerContextBase& context);
+// The token of an `authorization` header's value `Bearer <token>`, or empty.
+std::string bearerOf(std::string_view value);
 // SHA-256, raw 32 bytes.
 std::string sha256(std::string_view data);
 // A new random secret with the given prefix: prefix + 43 characters of base64url (256 bits).

@@ -105,10 +105,14 @@ absl::Status parseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message
   for (const auto& slice : slices) {
     wire.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
   }
+  return parseRequest(std::string_view(wire), message);
+}
+
+absl::Status parseRequest(std::string_view wire, google::protobuf::Message& message) {
   if (auto field = firstInvalidUtf8Field(*message.GetDescriptor(), wire)) {
     return absl::InvalidArgumentError(strCat(*field, ": not valid UTF-8"));
   }
-  if (!message.ParseFromString(wire)) {
+  if (!message.ParseFromArray(wire.data(), static_cast<int>(wire.size()))) {
     return absl::InvalidArgumentError(
         strCat("request: not a valid ", message.GetDescriptor()->full_name()));
   }

@@ -33,6 +33,8 @@ std::optional<std::string> firstInvalidUtf8Field(const google::protobuf::Descrip
 // Parses `raw` into `message`: INVALID_ARGUMENT "<field>: not valid UTF-8" for such a string,
 // INVALID_ARGUMENT "request: not a valid <type>" for anything else that does not parse.
 absl::Status parseRequest(const grpc::ByteBuffer& raw, google::protobuf::Message& message);
+// The same from the message's bytes.
+absl::Status parseRequest(std::string_view wire, google::protobuf::Message& message);
 
 // The index of `method` in the service `full_service_name` (its declaration order, which is the
 // order of the generated service's methods). Aborts for a method that does not exist: a typo

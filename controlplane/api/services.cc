@@ -68,7 +68,7 @@ ClusterServiceImpl::ClusterServiceImpl(std::shared_ptr<feed::WatchContext> watch
   checkUnary("Heartbeat", this, &ClusterServiceImpl::Heartbeat);
 }
 
-void ClusterServiceImpl::openWatch(feed::WatchCall* call) {
+void ClusterServiceImpl::openWatch(feed::GrpcWatchCall* call) {
   cluster::v1::WatchRequest request;
   const absl::Status parsed = parseRequest(call->request(), request);
   // The request's bytes share the connection's read buffer, which they would pin for the
@@ -80,6 +80,16 @@ void ClusterServiceImpl::openWatch(feed::WatchCall* call) {
   }
   feed::WatchStream::start(watch_, request, bearerToken(call->context()), call->context().peer(),
                            call);
+}
+
+void ClusterServiceImpl::openWatch(feed::WatchCall* call, std::string_view request_bytes,
+                                   std::string_view authorization, std::string peer) {
+  cluster::v1::WatchRequest request;
+  if (const absl::Status parsed = parseRequest(request_bytes, request); !parsed.ok()) {
+    call->refuse(toGrpc(parsed));
+    return;
+  }
+  feed::WatchStream::start(watch_, request, bearerOf(authorization), std::move(peer), call);
 }
 
 grpc::Status ClusterServiceImpl::ReportDeploymentStatus(

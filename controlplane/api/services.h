@@ -6,6 +6,7 @@
 
 #include "controlplane/api/auth.h"
 #include "controlplane/api/checked_requests.h"
+#include "controlplane/feed/watch_loops.h"
 #include "controlplane/feed/watch_stream.h"
 #include "controlplane/feed/writer.h"
 #include "controlplane/ingest/ingestor.h"
@@ -16,7 +17,8 @@
 namespace krane::api {
 
 // Watch runs on gRPC's completion-queue API, on the feed's WatchLoops (a stream holds no
-// thread); the unary reports are sync.
+// thread), and on the feed's own HTTP/2 listener when it is configured (h2_watch_server.h);
+// the unary reports are sync.
 class ClusterServiceImpl final
     : public CheckedRequests<
           cluster::v1::ClusterService::WithRawMethod_Watch<cluster::v1::ClusterService::Service>> {
@@ -32,7 +34,11 @@ class ClusterServiceImpl final
   }
   // An accepted Watch: its request checked as every request is (parseRequest), then a stream
   // answering with WatchEvent messages encoded once for every stream (encoded_event.h).
-  void openWatch(feed::WatchCall* call);
+  void openWatch(feed::GrpcWatchCall* call);
+  // The same for a call of the feed's HTTP/2 listener (h2_watch_server.h), with the request's
+  // bytes, its `authorization` header and the client's address.
+  void openWatch(feed::WatchCall* call, std::string_view request, std::string_view authorization,
+                 std::string peer);
   grpc::Status ReportDeploymentStatus(
       grpc::ServerContext* context, const cluster::v1::ReportDeploymentStatusRequest* request,
       cluster::v1::ReportDeploymentStatusResponse* response) override;

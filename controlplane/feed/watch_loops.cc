@@ -5,17 +5,19 @@
 namespace krane::feed {
 
 // ---------------------------------------------------------------------------------------------
-// WatchCall
+// GrpcWatchCall
 
-void WatchCall::write(const grpc::ByteBuffer* message, grpc::WriteOptions options) {
+WatchScheduler& GrpcWatchCall::loop() { return *loop_; }
+
+void GrpcWatchCall::write(const grpc::ByteBuffer* message, grpc::WriteOptions options) {
   loop_->startOp([&] { writer_.Write(*message, options, &written_); });
 }
 
-void WatchCall::finish(const grpc::Status& status) {
+void GrpcWatchCall::finish(const grpc::Status& status) {
   loop_->startOp([&] { writer_.Finish(status, &finished_); });
 }
 
-void WatchCall::handle(Kind kind, bool ok) {
+void GrpcWatchCall::handle(Kind kind, bool ok) {
   switch (kind) {
     case Kind::kAccepted:
       // Handled by the loop (it opens the call).
@@ -36,7 +38,7 @@ void WatchCall::handle(Kind kind, bool ok) {
   releaseIfOver();
 }
 
-void WatchCall::releaseIfOver() {
+void GrpcWatchCall::releaseIfOver() {
   if (!done_seen_ || !finish_completed_) return;
   if (handler_ != nullptr) handler_->OnDone();
   loop_->count_(-1);
@@ -61,7 +63,7 @@ void WatchLoop::schedule(std::shared_ptr<Writable> target) {
 }
 
 void WatchLoop::accept() {
-  auto* call = new WatchCall(this);
+  auto* call = new GrpcWatchCall(this);
   // Before the request: the done event is how a cancelled call is seen.
   call->context_.AsyncNotifyWhenDone(&call->done_);
   bool requested = false;
@@ -88,9 +90,9 @@ void WatchLoop::run() {
       ready.clear();
       continue;
     }
-    auto* t = static_cast<WatchCall::Tag*>(tag);
-    WatchCall* call = t->call;
-    if (t->kind != WatchCall::Kind::kAccepted) {
+    auto* t = static_cast<GrpcWatchCall::Tag*>(tag);
+    GrpcWatchCall* call = t->call;
+    if (t->kind != GrpcWatchCall::Kind::kAccepted) {
       call->handle(t->kind, ok);
       continue;
     }

@@ -28,56 +28,33 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/support/async_stream.h>
 
-namespace krane::feed {
+#include "controlplane/feed/watch_call.h"
 
-// Something a loop starts writes for (a stream a published batch made ready).
-class Writable {
- public:
-  virtual ~Writable() = default;
-  // Starts what the stream has to write (or its finish); called on its loop's thread.
-  virtual void startWrites() = 0;
-};
+namespace krane::feed {
 
 class WatchLoop;
 
-// What serves an accepted call. Its events come on the call's loop thread, never at once.
-class WatchCallHandler {
- public:
-  virtual ~WatchCallHandler() = default;
-  virtual void OnWriteDone(bool ok) = 0;
-  // The client went away (or the server is shutting down): the handler must still finish().
-  virtual void OnCancel() = 0;
-  // The call is over (finished, and gRPC is done with it); the last event. The call is gone
-  // when it returns.
-  virtual void OnDone() = 0;
-};
-
-class WatchCall {
+// A Watch call on gRPC: its server context, the request's bytes, and the writer.
+class GrpcWatchCall final : public WatchCall {
  public:
   grpc::ServerContext& context() { return context_; }
   // The request's bytes; the opener parses and clears them (they pin the connection's buffer).
   grpc::ByteBuffer& request() { return request_; }
-  WatchLoop& loop() { return *loop_; }
 
-  // Serves the call with `handler` (from the opener, once).
-  void serve(WatchCallHandler* handler) { handler_ = handler; }
-  // Ends the call at once with `status`, unserved (from the opener).
-  void refuse(const grpc::Status& status) { finish(status); }
-
-  // One write at a time: `message` must stay valid until OnWriteDone. Any thread.
-  void write(const grpc::ByteBuffer* message, grpc::WriteOptions options);
-  // Once, with no write in flight. Any thread.
-  void finish(const grpc::Status& status);
+  WatchScheduler& loop() override;
+  void serve(WatchCallHandler* handler) override { handler_ = handler; }
+  void write(const grpc::ByteBuffer* message, grpc::WriteOptions options) override;
+  void finish(const grpc::Status& status) override;
 
  private:
   friend class WatchLoop;
   enum class Kind { kAccepted, kWritten, kFinished, kDone };
   struct Tag {
-    WatchCall* call;
+    GrpcWatchCall* call;
     Kind kind;
   };
 
-  explicit WatchCall(WatchLoop* loop) : loop_(loop) {}
+  explicit GrpcWatchCall(WatchLoop* loop) : loop_(loop) {}
   // One event from the queue; deletes the call after its last.
   void handle(Kind kind, bool ok);
   void releaseIfOver();
@@ -100,17 +77,15 @@ using RequestWatchFn = std::function<void(grpc::ServerContext*, grpc::ByteBuffer
                                           grpc::ServerAsyncWriter<grpc::ByteBuffer>*,
                                           grpc::ServerCompletionQueue*, void* tag)>;
 // Takes an accepted call: serve() it, or refuse() it.
-using OpenWatchFn = std::function<void(WatchCall*)>;
+using OpenWatchFn = std::function<void(GrpcWatchCall*)>;
 
-class WatchLoop {
+class WatchLoop final : public WatchScheduler {
  public:
-  // Runs target->startWrites() on this loop's thread, in the order scheduled. After stop()
-  // began, nothing runs.
-  void schedule(std::shared_ptr<Writable> target);
+  void schedule(std::shared_ptr<Writable> target) override;
 
  private:
   friend class WatchLoops;
-  friend class WatchCall;
+  friend class GrpcWatchCall;
   static constexpr size_t kAcceptsInFlight = 4;
 
   WatchLoop(std::unique_ptr<grpc::ServerCompletionQueue> cq, const RequestWatchFn& request,

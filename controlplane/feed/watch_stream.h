@@ -1,6 +1,6 @@
 // One agent's Watch stream: full sync or catch-up from the database, then live changes from
-// the hub, written through gRPC's completion-queue API on the loop that accepted the call
-// (watch_loops.h; no thread is held by a stream).
+// the hub, written on the loop of the transport that accepted the call (watch_call.h: gRPC's
+// completion queues or the feed's HTTP/2 listener; no thread is held by a stream).
 //
 // Life of a stream:
 //   1. set-up, in steps on the set-up pool: authorize, check the cursor, subscribe to the hub
@@ -38,7 +38,7 @@
 #include "controlplane/db/pool.h"
 #include "controlplane/feed/hub.h"
 #include "controlplane/feed/resource_table.h"
-#include "controlplane/feed/watch_loops.h"
+#include "controlplane/feed/watch_call.h"
 #include "krane/cluster/v1/cluster.pb.h"
 
 namespace krane::feed {
@@ -177,7 +177,7 @@ class WatchStream final : public WatchCallHandler,
   WatchCall* const call_;  // until OnDone; only for operations decided under mutex_
   // The call's loop, which outlives every stream: scheduleKick() uses it outside the lock, when
   // the call may already be gone.
-  WatchLoop* const loop_;
+  WatchScheduler* const loop_;
   const cluster::v1::WatchRequest request_;
   const std::string bearer_;
   const std::string peer_;

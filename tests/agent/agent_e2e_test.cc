@@ -48,7 +48,9 @@ struct AgentSetup {
   std::map<std::string, std::string> env;
 };
 
-AgentSetup setUp(TestControlPlane& cp) {
+// An agent of eu-1 with the recording plugin; its Watch goes to `watch_port` when given (the
+// control plane's watch listener).
+AgentSetup setUp(TestControlPlane& cp, int watch_port = 0) {
   char pattern[] = "/tmp/krane-agent-XXXXXX";
   AgentSetup s;
   s.dir = ::mkdtemp(pattern);
@@ -60,8 +62,8 @@ AgentSetup setUp(TestControlPlane& cp) {
       "/state\n"
       "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
       "control_plane:\n  address: 127.0.0.1:",
-      cp.replica(0).grpcPort(),
-      "\n"
+      cp.replica(0).grpcPort(), "\n",
+      watch_port != 0 ? strCat("  watch_address: 127.0.0.1:", watch_port, "\n") : "",
       "reporter:\n  heartbeat_interval_ms: 200\n"
       "plugins:\n"
       "  - name: recording\n"
@@ -141,6 +143,36 @@ TEST_CASE("applies and resumes from the watermark after kill9", "[agent][slow]")
                   .ok();
     return ok && response.agents_size() >= 1 && response.agents(0).lag() == 0 &&
            response.agents(0).is_leader();
+  }));
+  agent.signal(SIGTERM);
+  CHECK(agent.wait() == 0);
+}
+
+TEST_CASE("an agent watching on the watch listener applies and reports on the grpc port",
+          "[agent][slow]") {
+  TestControlPlane cp;
+  auto& server =
+      cp.startReplica([](ctrl::CtrlConfig& config) { config.feed.watch_listen = "127.0.0.1:0"; });
+  REQUIRE(server.watchPort() > 0);
+  const AgentSetup s = setUp(cp, server.watchPort());
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 10; }));
+  for (int i = 10; i < 20; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  REQUIRE(eventually([&] { return watermark(s) == 20; }));
+  // The stream is the listener's; the heartbeats went to the gRPC port.
+  CHECK_THAT(server.metricsText(), Catch::Contains("krane_feed_watch_listener_calls 1"));
+  auto agents = cp.agents();
+  REQUIRE(eventually([&] {
+    krane::api::v1::ListAgentsResponse response;
+    auto ok = agents
+                  ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(),
+                               {}, &response)
+                  .ok();
+    return ok && response.agents_size() == 1 && response.agents(0).lag() == 0;
   }));
   agent.signal(SIGTERM);
   CHECK(agent.wait() == 0);

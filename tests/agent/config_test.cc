@@ -64,6 +64,8 @@ TEST_CASE("refuses bad input naming the key", "[agent-config]") {
              Catch::Contains("plugins[1].name: \"a\" is configured twice"));
   CHECK_THAT(errorOf("region: eu-1\ncontrol_plane:\n  address: nowhere\n"),
              Catch::Contains("control_plane.address"));
+  CHECK_THAT(errorOf("region: eu-1\ncontrol_plane:\n  watch_address: nowhere\n"),
+             Catch::Contains("control_plane.watch_address: \"nowhere\" is not host:port"));
   CHECK_THAT(errorOf("region: eu-1\nleader:\n  mode: vote\n"), Catch::Contains("leader.mode"));
   CHECK_THAT(errorOf("region: [\n"), Catch::Contains("not valid YAML"));
   CHECK_THAT(errorOf("region: eu-1\ndispatch:\n  batch: 0\n"),
@@ -81,6 +83,22 @@ TEST_CASE("needs a token", "[agent-config]") {
   CHECK_THAT(finishAgentConfig(*c), IsOk());
   CHECK(c->control_plane.token == "krane_agent_x");
   CHECK_FALSE(c->agent_id.empty());
+}
+
+TEST_CASE("the watch address is plaintext: not with TLS to the control plane", "[agent-config]") {
+  setenv("KRANE_AGENT_TOKEN", "krane_agent_x", 1);
+  auto plain = parseAgentConfig(
+      "region: eu-1\ncontrol_plane:\n  address: ctrl:7070\n  watch_address: ctrl:7073\n",
+      "agent.yaml");
+  REQUIRE_THAT(plain, IsOk());
+  CHECK(plain->control_plane.watch_address == "ctrl:7073");
+  CHECK_THAT(finishAgentConfig(*plain), IsOk());
+  auto tls = parseAgentConfig(
+      "region: eu-1\ncontrol_plane:\n  watch_address: ctrl:7073\n  ca_file: /etc/ca.pem\n",
+      "agent.yaml");
+  REQUIRE_THAT(tls, IsOk());
+  CHECK_THAT(std::string(toStd(finishAgentConfig(*tls).message())),
+             Catch::Contains("control_plane.watch_address: the watch listener is plaintext"));
 }
 
 }  // namespace

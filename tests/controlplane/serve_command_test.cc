@@ -100,6 +100,31 @@ TEST_CASE("an address in use fails the start and the process exits", "[serve-com
   CHECK_THAT(r.err, Catch::Contains(strCat("cannot listen on ", listen)));
 }
 
+TEST_CASE("a watch listener address in use fails the start, and nothing stays behind",
+          "[serve-command]") {
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(holder >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(holder, 1) == 0);
+  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  const std::string in_use = strCat("127.0.0.1:", ntohs(addr.sin_port));
+  const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
+  REQUIRE(ctrl({"migrate", "--dsn", dsn}).exit_code == 0);
+  const std::string config =
+      writeFile("watch-in-use.yaml",
+                strCat("listen: 127.0.0.1:0\nhttp_listen: 127.0.0.1:0\ndatabase:\n  dsn: ", dsn,
+                       "\nfeed:\n  watch_listen: ", in_use, "\n"));
+  auto r = ctrl({"serve", "--config", config});
+  ::close(holder);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.err, Catch::Contains("start-up step \"grpc\" failed"));
+  CHECK_THAT(r.err, Catch::Contains(strCat("cannot listen on ", in_use)));
+}
+
 TEST_CASE("config errors name the key", "[serve-command]") {
   auto unknown = ctrl({"serve", "--config", writeFile("a.yaml", "feed:\n  pol_interval_ms: 5\n")});
   CHECK(unknown.exit_code == 1);
@@ -140,6 +165,15 @@ TEST_CASE("config errors name the key", "[serve-command]") {
   auto alone = ctrl({"serve", "--config",
                      writeFile("n.yaml", "feed:\n  peer_hints:\n    advertise: 10.0.0.1:7072\n")});
   CHECK_THAT(alone.err, Catch::Contains("feed.peer_hints.advertise: needs feed.peer_hints.listen"));
+  auto watch = ctrl({"serve", "--config", writeFile("o.yaml", "feed:\n  watch_listen: here\n")});
+  CHECK_THAT(watch.err, Catch::Contains("feed.watch_listen: \"here\" is not host:port"));
+  auto watch_tls =
+      ctrl({"serve", "--dsn", "mysql://u@h/d", "--config",
+            writeFile("p.yaml",
+                      "tls:\n  cert_file: c.pem\n  key_file: k.pem\nfeed:\n  watch_listen: "
+                      "127.0.0.1:7073\n")});
+  CHECK_THAT(watch_tls.err,
+             Catch::Contains("feed.watch_listen: serves plaintext HTTP/2 only, and tls.cert_file"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
   CHECK_THAT(missing.err, Catch::Contains("cannot read config file /nonexistent/ctrl.yaml"));
 }

@@ -40,6 +40,7 @@ ctrl::Server& TestControlPlane::startReplica(std::function<void(ctrl::CtrlConfig
   config.auth.operator_tokens = {kOperatorToken};
   config.auth.agent_token_cache = std::chrono::milliseconds(0);
   config.feed.bookmark_interval = std::chrono::milliseconds(500);
+  if (watchListener()) config.feed.watch_listen = "127.0.0.1:0";
   if (adjust) adjust(config);
   auto server = std::make_unique<ctrl::Server>(config);
   auto st = server->start();
@@ -80,6 +81,24 @@ std::shared_ptr<grpc::Channel> TestControlPlane::channel(size_t replica) {
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection, as a real agent has
   return grpc::CreateCustomChannel(strCat("127.0.0.1:", replicas_.at(replica)->grpcPort()),
                                    grpc::InsecureChannelCredentials(), args);
+}
+
+bool TestControlPlane::watchListener() {
+  const char* env = std::getenv("KRANE_TEST_WATCH_LISTENER");
+  return env != nullptr && std::string(env) == "1";
+}
+
+std::shared_ptr<grpc::Channel> TestControlPlane::watchChannel(size_t replica) {
+  const int port = replicas_.at(replica)->watchPort();
+  if (!watchListener() || port == 0) return channel(replica);
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return grpc::CreateCustomChannel(strCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
+                                   args);
+}
+
+std::unique_ptr<cluster::v1::ClusterService::Stub> TestControlPlane::watchStub(size_t replica) {
+  return cluster::v1::ClusterService::NewStub(watchChannel(replica));
 }
 
 std::unique_ptr<krane::api::v1::ResourceService::Stub> TestControlPlane::resources(size_t replica) {

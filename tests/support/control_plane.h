@@ -46,6 +46,11 @@ class TestControlPlane {
   void seedApp();
 
   std::shared_ptr<grpc::Channel> channel(size_t replica = 0);
+  // Where agents' Watch calls go: with $KRANE_TEST_WATCH_LISTENER=1 every replica also serves
+  // feed.watch_listen (the feed's HTTP/2 listener) and this dials it; otherwise channel().
+  std::shared_ptr<grpc::Channel> watchChannel(size_t replica = 0);
+  std::unique_ptr<cluster::v1::ClusterService::Stub> watchStub(size_t replica = 0);
+  static bool watchListener();
   std::unique_ptr<krane::api::v1::ResourceService::Stub> resources(size_t replica = 0);
   std::unique_ptr<krane::api::v1::AgentService::Stub> agents(size_t replica = 0);
   std::unique_ptr<cluster::v1::ClusterService::Stub> cluster(size_t replica = 0);

@@ -101,8 +101,8 @@ TEST_CASE("every committed change is delivered in order without resync", "[feed]
   const std::string token = cp.agentToken("eu-1");
   // Both watchers finish their (empty) full sync first, so that every version reaches them as a
   // live change; a sync during writes is covered by AFullSyncDuringWritesConvergesToTheDatabase.
-  WatchRecorder live(cp.channel(), token, "eu-1", 0);
-  WatchRecorder filtered(cp.channel(), token, "eu-1", 0, {kType});
+  WatchRecorder live(cp.watchChannel(), token, "eu-1", 0);
+  WatchRecorder filtered(cp.watchChannel(), token, "eu-1", 0, {kType});
   for (WatchRecorder* watcher : {&live, &filtered}) {
     REQUIRE(watcher->waitFor([](const auto& ev) {
       return std::any_of(ev.begin(), ev.end(),
@@ -200,7 +200,7 @@ TEST_CASE("a full sync during writes converges to the database", "[feed]") {
     }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder agent(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   stop = true;
   writer.join();
@@ -227,7 +227,7 @@ TEST_CASE("a resuming agent gets exactly what it missed", "[feed]") {
   auto& server = cp.startReplica();
   for (int i = 0; i < 10; ++i)
     REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
-  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 4);
+  WatchRecorder agent(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 4);
   REQUIRE(agent.waitForVersion(10));
   std::vector<uint64_t> versions;
   for (const auto& e : agent.events()) {
@@ -248,17 +248,17 @@ TEST_CASE("cursor older than the pruned range expires", "[feed]") {
   auto result = cleanup.runOnce(std::chrono::system_clock::now() + std::chrono::hours(1));
   REQUIRE_THAT(result, IsOk());
   CHECK(result->changes_deleted == 25u);  // in batches of 10
-  WatchRecorder stale(cp.channel(), cp.agentToken("eu-1"), "eu-1", 3);
+  WatchRecorder stale(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 3);
   REQUIRE(stale.waitFor([](const auto& ev) { return !ev.empty(); }));
   REQUIRE(stale.events()[0].has_cursor_expired());
   CHECK(stale.events()[0].cursor_expired().reason() == cluster::v1::CURSOR_EXPIRED_REASON_PRUNED);
   REQUIRE(stale.waitFinished(std::chrono::seconds(5)));
   // A full sync still works and has all current state.
-  WatchRecorder fresh(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder fresh(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   REQUIRE(fresh.waitForVersion(25));
   CHECK(materialize(fresh.events()) == databaseView(cp, "eu-1"));
   // New changes after the pruned range still stream to an agent that is current.
-  WatchRecorder current(cp.channel(), cp.agentToken("eu-1"), "eu-1", 25);
+  WatchRecorder current(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 25);
   REQUIRE_THAT(server.writer().put(bucket("new", "eu-1", "n")), IsOk());
   REQUIRE(current.waitForVersion(26));
 }
@@ -397,7 +397,7 @@ TEST_CASE("cursors of another epoch of the feed are told to resync", "[feed]") {
   auto& server = cp.startReplica();
   for (int i = 0; i < 10; ++i)
     REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
-  auto cluster = cp.cluster();
+  auto cluster = cp.watchStub();
   // The first event of a stream opened at (version, epoch).
   auto open = [&](uint64_t version, uint64_t epoch, bool until_sync_end = false) {
     grpc::ClientContext context;
@@ -458,7 +458,7 @@ TEST_CASE("cursors of another epoch of the feed are told to resync", "[feed]") {
 TEST_CASE("a future cursor is refused explicitly", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
-  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 99);
+  WatchRecorder agent(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 99);
   REQUIRE(agent.waitFor([](const auto& ev) { return !ev.empty(); }));
   CHECK(agent.events()[0].cursor_expired().reason() ==
         cluster::v1::CURSOR_EXPIRED_REASON_FUTURE_VERSION);
@@ -470,7 +470,7 @@ TEST_CASE("a batch that does not start at the stream's position ends it with a r
   TestControlPlane cp;
   auto& server = cp.startReplica();
   REQUIRE_THAT(server.writer().put(bucket("b1", "eu-1", "one")), IsOk());
-  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder agent(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   REQUIRE(agent.waitForVersion(1));
   REQUIRE(agent.waitFor([](const auto& ev) {
     return std::any_of(ev.begin(), ev.end(), [](const WatchEvent& e) { return e.has_sync_end(); });
@@ -501,9 +501,9 @@ TEST_CASE("revoking an agent token ends its open streams", "[feed]") {
   auto created = api::AgentTokens(cp.pool()).create("eu-1", "another agent");
   REQUIRE_THAT(created, IsOk());
   const std::string other = created->secret;
-  WatchRecorder first(cp.channel(0), token, "eu-1", 0);
-  WatchRecorder second(cp.channel(1), token, "eu-1", 0);
-  WatchRecorder unaffected(cp.channel(0), other, "eu-1", 0);
+  WatchRecorder first(cp.watchChannel(0), token, "eu-1", 0);
+  WatchRecorder second(cp.watchChannel(1), token, "eu-1", 0);
+  WatchRecorder unaffected(cp.watchChannel(0), other, "eu-1", 0);
   for (WatchRecorder* w : {&first, &second, &unaffected}) {
     REQUIRE(w->waitFor([](const auto& ev) {
       return std::any_of(ev.begin(), ev.end(),
@@ -524,7 +524,7 @@ TEST_CASE("revoking an agent token ends its open streams", "[feed]") {
     CHECK_THAT(w->status().error_message(), Catch::Contains("revoked"));
   }
   CHECK_FALSE(unaffected.finished());
-  WatchRecorder again(cp.channel(1), token, "eu-1", 0);
+  WatchRecorder again(cp.watchChannel(1), token, "eu-1", 0);
   REQUIRE(again.waitFinished(std::chrono::seconds(10)));
   CHECK(again.status().error_code() == grpc::StatusCode::UNAUTHENTICATED);
 }
@@ -533,8 +533,8 @@ TEST_CASE("two replicas each deliver every change", "[feed]") {
   TestControlPlane cp;
   auto& a = cp.startReplica();
   auto& b = cp.startReplica();
-  WatchRecorder on_a(cp.channel(0), cp.agentToken("eu-1"), "eu-1", 0);
-  WatchRecorder on_b(cp.channel(1), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder on_a(cp.watchChannel(0), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder on_b(cp.watchChannel(1), cp.agentToken("eu-1"), "eu-1", 0);
   REQUIRE(on_b.waitFor([](const auto& ev) { return !ev.empty(); }));
   for (int i = 0; i < 50; ++i) {
     REQUIRE_THAT(((i % 2) ? a : b).writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
@@ -555,7 +555,7 @@ TEST_CASE("with peer hints, a replica reads another's commits at once, not at it
   };
   auto& a = cp.startReplica(hinted);
   cp.startReplica(hinted);
-  WatchRecorder on_b(cp.channel(1), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder on_b(cp.watchChannel(1), cp.agentToken("eu-1"), "eu-1", 0);
   REQUIRE(on_b.waitFor([](const auto& ev) { return !ev.empty(); }));
   auto hasChange = [&](uint64_t version) {
     return [version](const std::vector<cluster::v1::WatchEvent>& events) {
@@ -595,7 +595,7 @@ TEST_CASE("an agent resumes after the control plane restarts and misses nothing"
   uint64_t resume_from = 0;
   std::vector<WatchEvent> seen;
   {
-    WatchRecorder agent(cp.channel(0), cp.agentToken("eu-1"), "eu-1", 0);
+    WatchRecorder agent(cp.watchChannel(0), cp.agentToken("eu-1"), "eu-1", 0);
     REQUIRE(agent.waitForVersion(20));
     cp.stopReplica(0);
     REQUIRE(agent.waitFinished(std::chrono::seconds(10)));
@@ -606,7 +606,7 @@ TEST_CASE("an agent resumes after the control plane restarts and misses nothing"
   // Changes while the agent was away, and after.
   for (int i = 0; i < 20; ++i)
     REQUIRE_THAT(second.writer().put(bucket(strCat("r", i), "eu-1", "2")), IsOk());
-  WatchRecorder agent(cp.channel(1), cp.agentToken("eu-1"), "eu-1", resume_from);
+  WatchRecorder agent(cp.watchChannel(1), cp.agentToken("eu-1"), "eu-1", resume_from);
   for (int i = 20; i < 30; ++i)
     REQUIRE_THAT(second.writer().put(bucket(strCat("r", i), "eu-1", "3")), IsOk());
   REQUIRE(agent.waitForVersion(50));
@@ -625,7 +625,7 @@ TEST_CASE("an agent resumes after the control plane restarts and misses nothing"
 TEST_CASE("filtered and idle streams advance on bookmarks", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  WatchRecorder other_type(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {"sentinel"});
+  WatchRecorder other_type(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0, {"sentinel"});
   for (int i = 0; i < 5; ++i)
     REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
   // It gets none of the buckets, but learns that version 5 is behind it.
@@ -641,13 +641,13 @@ TEST_CASE("a slow agent is told to resync and others are unaffected", "[feed]") 
   TestControlPlane cp;
   auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.stream_max_queued = 200; });
   // A client that opens a stream and never reads: the transport window fills, the queue grows.
-  auto stub = cp.cluster();
+  auto stub = cp.watchStub();
   auto stuck_context =
       TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
   cluster::v1::WatchRequest request;
   request.set_region("eu-1");
   auto stuck = stub->Watch(stuck_context.get(), request);
-  WatchRecorder healthy(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder healthy(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   const std::string big(32 * 1024, 'x');
   for (int i = 0; i < 400; ++i)
     REQUIRE_THAT(server.writer().put(bucket(strCat("r", i % 50), "eu-1", big)), IsOk());
@@ -674,7 +674,7 @@ TEST_CASE("slow streams among fast ones are told to resync and queues stay bound
   auto& server =
       cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.stream_max_queued = kMaxQueued; });
   const std::string token = cp.agentToken("eu-1");
-  auto stub = cp.cluster();
+  auto stub = cp.watchStub();
   std::vector<std::unique_ptr<grpc::ClientContext>> stuck_contexts;
   std::vector<std::unique_ptr<grpc::ClientReader<WatchEvent>>> stuck;
   for (int i = 0; i < 3; ++i) {
@@ -685,7 +685,7 @@ TEST_CASE("slow streams among fast ones are told to resync and queues stay bound
   }
   std::vector<std::unique_ptr<WatchRecorder>> fast;
   for (int i = 0; i < 3; ++i) {
-    fast.push_back(std::make_unique<WatchRecorder>(cp.channel(), token, "eu-1", 0));
+    fast.push_back(std::make_unique<WatchRecorder>(cp.watchChannel(), token, "eu-1", 0));
   }
   const auto& counters = server.watch().counters;
   std::atomic<bool> stop{false};
@@ -734,7 +734,7 @@ TEST_CASE("changes queued together reach a stream in order in one flush", "[feed
   CAPTURE(batches);
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  WatchRecorder watcher(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {}, batches);
+  WatchRecorder watcher(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0, {}, batches);
   REQUIRE(watcher.waitFor([](const auto& ev) {
     return std::any_of(ev.begin(), ev.end(), [](const WatchEvent& e) { return e.has_sync_end(); });
   }));
@@ -785,7 +785,7 @@ TEST_CASE("a backlog larger than a batch is split, and a change above the limit 
   TestControlPlane cp;
   auto& server = cp.startReplica();
   const uint64_t head = headVersion(cp, "eu-1");
-  WatchRecorder watcher(cp.channel(), cp.agentToken("eu-1"), "eu-1", head);
+  WatchRecorder watcher(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", head);
   REQUIRE(watcher.waitForVersion(head));
   // Queued together: 2.5 MiB, one change of them the largest spec a resource may have.
   auto written = server.writer().transact("test", [&](feed::WriteTx& tx) -> absl::Status {
@@ -824,7 +824,7 @@ TEST_CASE("every write round reaches the agent without waiting for a later write
   for (int i = 0; i < 20; ++i)
     REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", "x")), IsOk());
   const uint64_t head = headVersion(cp, "eu-1");
-  WatchRecorder watcher(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {}, batches);
+  WatchRecorder watcher(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0, {}, batches);
   REQUIRE(watcher.waitForVersion(head, std::chrono::seconds(20)));
 
   uint64_t last = 0;
@@ -862,7 +862,7 @@ TEST_CASE("full syncs waiting for slow agents hold no set-up thread", "[feed]") 
 
   // Three agents ask for a full sync and read nothing: the transport window fills after a few
   // events, and each sync pauses at the high-water mark.
-  auto stub = cp.cluster();
+  auto stub = cp.watchStub();
   struct Stuck {
     std::unique_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::ClientReader<WatchEvent>> reader;
@@ -884,7 +884,7 @@ TEST_CASE("full syncs waiting for slow agents hold no set-up thread", "[feed]") 
       std::chrono::seconds(30)));
 
   // The single set-up thread is free: an agent resuming at the head is set up and goes live.
-  WatchRecorder resuming(cp.channel(), cp.agentToken("eu-1"), "eu-1", head);
+  WatchRecorder resuming(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", head);
   REQUIRE_THAT(server.writer().put(bucket("late", "eu-1", "v")), IsOk());
   REQUIRE(resuming.waitForVersion(head + 1, std::chrono::seconds(30)));
 
@@ -929,7 +929,7 @@ TEST_CASE("authentication and authorization", "[feed]") {
   cp.startReplica();
   auto expectRefused = [&](const std::string& token, const std::string& region,
                            grpc::StatusCode code, const std::string& message) {
-    WatchRecorder w(cp.channel(), token, region, 0);
+    WatchRecorder w(cp.watchChannel(), token, region, 0);
     REQUIRE(w.waitFinished(std::chrono::seconds(10)));
     INFO(w.status().error_message());
     CHECK(w.status().error_code() == code);
@@ -1148,7 +1148,7 @@ TEST_CASE("agents that are gone can be removed", "[feed]") {
 TEST_CASE("core resource types travel whole through the api and the stream", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
-  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder agent(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   auto api = cp.resources();
   std::vector<cluster::v1::Resource> sent(3);
   auto& topology = sent[0];
@@ -1230,7 +1230,8 @@ TEST_CASE("core resource types travel whole through the api and the stream", "[f
 TEST_CASE("watch requests are validated", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
-  WatchRecorder bad_type(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0, {"no spaces allowed"});
+  WatchRecorder bad_type(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0,
+                         {"no spaces allowed"});
   REQUIRE(bad_type.waitFinished(std::chrono::seconds(10)));
   CHECK(bad_type.status().error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK_THAT(bad_type.status().error_message(), Catch::Contains("resource_types[0]"));
@@ -1239,7 +1240,7 @@ TEST_CASE("watch requests are validated", "[feed]") {
 TEST_CASE("a database outage fails writes clearly and the feed recovers", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder agent(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   REQUIRE_THAT(server.writer().put(bucket("before", "eu-1", "1")), IsOk());
   REQUIRE(agent.waitForVersion(1));
 
@@ -1271,7 +1272,7 @@ TEST_CASE("a database outage fails writes clearly and the feed recovers", "[feed
 TEST_CASE("metrics and health endpoints", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
-  WatchRecorder agent(cp.channel(), cp.agentToken("eu-1"), "eu-1", 0);
+  WatchRecorder agent(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   REQUIRE_THAT(server.writer().put(bucket("m", "eu-1", "x")), IsOk());
   REQUIRE(agent.waitForVersion(1));
   httplib::Client http("127.0.0.1", server.httpPort());
@@ -1287,6 +1288,13 @@ TEST_CASE("metrics and health endpoints", "[feed]") {
   CHECK_THAT(metrics->body, Catch::Contains("krane_feed_events_sent_total"));
   CHECK_THAT(metrics->body, Catch::Contains("krane_feed_batches_total"));
   CHECK_THAT(metrics->body, Catch::Contains("krane_feed_full_syncs_total 1"));
+  if (TestControlPlane::watchListener()) {
+    // The stream is on the watch listener, not on the gRPC port.
+    CHECK_THAT(metrics->body, Catch::Contains("krane_feed_watch_listener_connections 1"));
+    CHECK_THAT(metrics->body, Catch::Contains("krane_feed_watch_listener_calls 1"));
+  } else {
+    CHECK_THAT(metrics->body, !Catch::Contains("krane_feed_watch_listener"));
+  }
 }
 
 }  // namespace

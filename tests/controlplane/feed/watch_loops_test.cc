@@ -1,7 +1,9 @@
-// WatchLoops: every write of a call completes once, writes started on other threads race a
-// client going away without losing a call, schedule() runs work on the loop's thread in order;
-// a client that goes away is reported before the call ends, a refused call carries its status,
-// and stopping after the server's shutdown neither hangs nor loses a call that finishes.
+// The transports of Watch calls (watch_call.h), gRPC's completion queues (WatchLoops) and the
+// feed's HTTP/2 listener (H2WatchServer), each read by gRPC's client: every write of a call
+// completes once, writes started on other threads race a client going away without losing a
+// call, schedule() runs work on the loop's thread in order; a client that goes away is reported
+// before the call ends, a refused call carries its status, and stopping after the server's
+// shutdown neither hangs nor loses a call that finishes.
 #include "controlplane/feed/watch_loops.h"
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 #include <catch2/catch.hpp>
 #include <grpcpp/grpcpp.h>
 
+#include "controlplane/feed/h2_watch_server.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/wait.h"
 
@@ -103,21 +106,34 @@ class Bookmarks final : public WatchCallHandler {
   std::vector<std::thread::id> write_threads_;
 };
 
-// A server whose Watch calls are served by two loops; `open` decides what a call becomes.
+enum class Transport { kGrpc, kH2 };
+
+// A server whose Watch calls are served by two loops of `transport`; `open` decides what a call
+// becomes.
 class Harness {
  public:
-  explicit Harness(std::function<void(WatchCall*)> open) {
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
-    builder.RegisterService(&service_);
-    loops = std::make_unique<WatchLoops>(builder, 2);
-    server_ = builder.BuildAndStart();
-    REQUIRE(server_ != nullptr);
-    loops->start(
-        [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
-               grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer, grpc::ServerCompletionQueue* cq,
-               void* tag) { service_.request(context, request, writer, cq, tag); },
-        std::move(open));
+  Harness(Transport transport, std::function<void(WatchCall*)> open) : transport_(transport) {
+    if (transport == Transport::kH2) {
+      H2WatchOptions options;
+      options.threads = 2;
+      auto server = H2WatchServer::start(options, [open](WatchCall* call, std::string_view,
+                                                         std::string, std::string) { open(call); });
+      REQUIRE(server.ok());
+      h2_ = std::move(*server);
+      port_ = h2_->port();
+    } else {
+      grpc::ServerBuilder builder;
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port_);
+      builder.RegisterService(&service_);
+      loops_ = std::make_unique<WatchLoops>(builder, 2);
+      server_ = builder.BuildAndStart();
+      REQUIRE(server_ != nullptr);
+      loops_->start(
+          [this](grpc::ServerContext* context, grpc::ByteBuffer* request,
+                 grpc::ServerAsyncWriter<grpc::ByteBuffer>* writer, grpc::ServerCompletionQueue* cq,
+                 void* tag) { service_.request(context, request, writer, cq, tag); },
+          [open](GrpcWatchCall* call) { open(call); });
+    }
     stub_ = ClusterService::NewStub(grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
                                                         grpc::InsecureChannelCredentials()));
   }
@@ -125,26 +141,38 @@ class Harness {
 
   // The server's shutdown (cancelling what is open), then the loops'.
   void shutdown(std::chrono::milliseconds grace = 5s) {
+    if (h2_) {
+      h2_->stop(grace);
+      return;
+    }
     if (!server_) return;
     server_->Shutdown(std::chrono::system_clock::now() + 100ms);
-    loops->stop(grace);
+    loops_->stop(grace);
     server_.reset();
   }
 
+  // Calls accepted and not over.
+  size_t calls() const { return h2_ ? h2_->calls() : loops_->calls(); }
   ClusterService::Stub& stub() { return *stub_; }
-  std::unique_ptr<WatchLoops> loops;
+  int port() const { return port_; }
+  Transport transport() const { return transport_; }
 
  private:
+  const Transport transport_;
   RawWatch service_;
   int port_ = 0;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<WatchLoops> loops_;
+  std::unique_ptr<H2WatchServer> h2_;
   std::unique_ptr<ClusterService::Stub> stub_;
 };
+
+Transport anyTransport() { return GENERATE(Transport::kGrpc, Transport::kH2); }
 
 TEST_CASE("every write of a Watch call completes once and in order, then the call ends") {
   std::mutex mutex;
   std::vector<std::shared_ptr<Bookmarks>> handlers;
-  Harness h([&](WatchCall* call) {
+  Harness h(anyTransport(), [&](WatchCall* call) {
     auto handler = std::make_shared<Bookmarks>(call, 5);
     call->serve(handler.get());
     {
@@ -162,7 +190,7 @@ TEST_CASE("every write of a Watch call completes once and in order, then the cal
     CHECK(versions == std::vector<uint64_t>{1, 2, 3, 4, 5});
     CHECK(reader->Finish().ok());
   }
-  REQUIRE(eventually([&] { return h.loops->calls() == 0; }, 5s));
+  REQUIRE(eventually([&] { return h.calls() == 0; }, 5s));
   std::lock_guard lock(mutex);
   REQUIRE(handlers.size() == 4);
   for (auto& handler : handlers) {
@@ -232,7 +260,7 @@ class Flood final : public WatchCallHandler {
 TEST_CASE("writes started on another thread race a client going away: every call ends once") {
   std::mutex mutex;
   std::vector<std::unique_ptr<Flood>> handlers;
-  Harness h([&](WatchCall* call) {
+  Harness h(anyTransport(), [&](WatchCall* call) {
     auto handler = std::make_unique<Flood>(call);
     call->serve(handler.get());
     std::lock_guard lock(mutex);
@@ -247,7 +275,7 @@ TEST_CASE("writes started on another thread race a client going away: every call
     context.TryCancel();
     CHECK(reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
   }
-  REQUIRE(eventually([&] { return h.loops->calls() == 0; }, 10s));
+  REQUIRE(eventually([&] { return h.calls() == 0; }, 10s));
   std::lock_guard lock(mutex);
   REQUIRE(handlers.size() == 20);
   for (auto& handler : handlers) {
@@ -283,12 +311,12 @@ class OneCall {
 
   std::shared_ptr<Bookmarks> handler;
   std::atomic<bool> opened{false};
-  Harness h{[this](WatchCall* call) {
-    handler = std::make_shared<Bookmarks>(call, 0);
-    call->serve(handler.get());
-    handler->begin();
-    opened = true;
-  }};
+  Harness h{anyTransport(), [this](WatchCall* call) {
+              handler = std::make_shared<Bookmarks>(call, 0);
+              call->serve(handler.get());
+              handler->begin();
+              opened = true;
+            }};
   grpc::ClientContext context;
   std::unique_ptr<grpc::ClientReader<WatchEvent>> reader;
 };
@@ -333,16 +361,16 @@ TEST_CASE("a client that goes away is reported, and the call ends after the hand
   OneCall one;
   auto& handler = one.handler;
   auto& h = one.h;
-  CHECK(h.loops->calls() == 1);
+  CHECK(h.calls() == 1);
   one.context.TryCancel();
   CHECK(one.reader->Finish().error_code() == grpc::StatusCode::CANCELLED);
-  REQUIRE(eventually([&] { return h.loops->calls() == 0; }, 5s));
+  REQUIRE(eventually([&] { return h.calls() == 0; }, 5s));
   CHECK(handler->cancels == 1);
   CHECK(handler->dones == 1);
 }
 
 TEST_CASE("a refused Watch call ends with the refusal's status") {
-  Harness h([](WatchCall* call) {
+  Harness h(anyTransport(), [](WatchCall* call) {
     call->refuse(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "region: required"));
   });
   grpc::ClientContext context;
@@ -352,7 +380,7 @@ TEST_CASE("a refused Watch call ends with the refusal's status") {
   const grpc::Status status = reader->Finish();
   CHECK(status.error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   CHECK(status.error_message() == "region: required");
-  CHECK(eventually([&] { return h.loops->calls() == 0; }, 5s));
+  CHECK(eventually([&] { return h.calls() == 0; }, 5s));
 }
 
 TEST_CASE("stopping after the server's shutdown ends the open calls, or gives up on them") {
@@ -360,7 +388,7 @@ TEST_CASE("stopping after the server's shutdown ends the open calls, or gives up
   CAPTURE(finishes);
   std::mutex mutex;
   std::vector<std::shared_ptr<Bookmarks>> handlers;
-  Harness h([&](WatchCall* call) {
+  Harness h(anyTransport(), [&](WatchCall* call) {
     auto handler = std::make_shared<Bookmarks>(call, 0, /*ignore_cancel=*/!finishes);
     call->serve(handler.get());
     handler->begin();
@@ -373,18 +401,18 @@ TEST_CASE("stopping after the server's shutdown ends the open calls, or gives up
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     readers.push_back(h.stub().Watch(contexts.back().get(), cluster::v1::WatchRequest()));
   }
-  REQUIRE(eventually([&] { return h.loops->calls() == 3; }, 5s));
+  REQUIRE(eventually([&] { return h.calls() == 3; }, 5s));
   const auto start = std::chrono::steady_clock::now();
   h.shutdown(/*grace=*/500ms);
   const auto took = std::chrono::steady_clock::now() - start;
   std::lock_guard lock(mutex);
   for (auto& handler : handlers) CHECK(handler->cancels == 1);
   if (finishes) {
-    CHECK(h.loops->calls() == 0);
+    CHECK(h.calls() == 0);
     for (auto& handler : handlers) CHECK(handler->dones == 1);
   } else {
     // Abandoned after the grace period: the stop returns, nothing more is delivered.
-    CHECK(h.loops->calls() == 3);
+    CHECK(h.calls() == 3);
     CHECK(took >= 500ms);
     for (auto& handler : handlers) CHECK(handler->dones == 0);
   }

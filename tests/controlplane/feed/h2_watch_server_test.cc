@@ -1,0 +1,367 @@
+// The feed's HTTP/2 listener as gRPC's client sees it, past what every transport must do
+// (watch_loops_test.cc): the opener gets the request, its authorization header and the peer;
+// other methods, oversized and compressed requests are refused with a status that says why;
+// messages larger than a frame arrive whole; an agent that stops reading stops completing
+// writes (so its stream's queue grows and it is told to resync); many calls share a
+// connection; a connection that never asks, or that speaks something else, is closed.
+#include "controlplane/feed/h2_watch_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <grpcpp/grpcpp.h>
+
+#include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/support/wait.h"
+
+namespace krane::feed {
+namespace {
+
+using namespace std::chrono_literals;
+using cluster::v1::ClusterService;
+using cluster::v1::WatchEvent;
+using cluster::v1::WatchRequest;
+using krane::testing::eventually;
+
+// A WatchEvent whose cursor_expired message is `filler` bytes long, and its bookmark `version`.
+grpc::ByteBuffer eventOf(uint64_t version, size_t filler = 0) {
+  WatchEvent event;
+  if (filler > 0) {
+    event.mutable_cursor_expired()->set_message(std::string(filler, 'x'));
+    event.mutable_cursor_expired()->set_requested_version(version);
+  } else {
+    event.mutable_bookmark()->set_version(version);
+  }
+  const std::string bytes = event.SerializeAsString();
+  // In two slices, as the feed's batches are (framing around shared bytes).
+  grpc::Slice slices[] = {grpc::Slice(bytes.substr(0, bytes.size() / 2)),
+                          grpc::Slice(bytes.substr(bytes.size() / 2))};
+  return grpc::ByteBuffer(slices, 2);
+}
+
+// Writes `count` events (each `filler` bytes), one after the other, then finishes OK; counts
+// completions; finishes CANCELLED when told the client went away.
+class Writer final : public WatchCallHandler {
+ public:
+  Writer(WatchCall* call, size_t count, size_t filler)
+      : call_(call), count_(count), filler_(filler) {}
+  void begin() {
+    std::lock_guard lock(mutex_);
+    next();
+  }
+  void OnWriteDone(bool ok) override {
+    std::lock_guard lock(mutex_);
+    if (!ok) {
+      ++failed;
+      return;
+    }
+    ++completed;
+    next();
+  }
+  void OnCancel() override {
+    ++cancels;
+    call_->finish(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
+  }
+  void OnDone() override { ++dones; }
+
+  std::atomic<size_t> completed{0};
+  std::atomic<int> failed{0};
+  std::atomic<int> cancels{0};
+  std::atomic<int> dones{0};
+
+ private:
+  void next() {
+    if (sent_ == count_) {
+      call_->finish(grpc::Status::OK);
+      return;
+    }
+    ++sent_;
+    message_ = eventOf(sent_, filler_);
+    call_->write(&message_, grpc::WriteOptions());
+  }
+
+  WatchCall* const call_;
+  const size_t count_;
+  const size_t filler_;
+  std::mutex mutex_;
+  grpc::ByteBuffer message_;
+  size_t sent_ = 0;
+};
+
+struct Opened {
+  std::string request;
+  std::string authorization;
+  std::string peer;
+};
+
+// A listener whose calls get a Writer of `count` events of `filler` bytes.
+class Listener {
+ public:
+  explicit Listener(size_t count = 3, size_t filler = 0, H2WatchOptions options = {}) {
+    auto server = H2WatchServer::start(
+        options, [this, count, filler](WatchCall* call, std::string_view request,
+                                       std::string authorization, std::string peer) {
+          auto writer = std::make_shared<Writer>(call, count, filler);
+          call->serve(writer.get());
+          {
+            std::lock_guard lock(mutex);
+            opened.push_back({std::string(request), authorization, peer});
+            writers.push_back(writer);
+          }
+          writer->begin();
+        });
+    REQUIRE(server.ok());
+    server_ = std::move(*server);
+  }
+  std::string address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
+  std::shared_ptr<grpc::Channel> channel(grpc::ChannelArguments args = {}) {
+    return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+  }
+  H2WatchServer& server() { return *server_; }
+  size_t openedCount() {
+    std::lock_guard lock(mutex);
+    return opened.size();
+  }
+
+  std::mutex mutex;
+  std::vector<Opened> opened;
+  std::vector<std::shared_ptr<Writer>> writers;
+
+ private:
+  std::unique_ptr<H2WatchServer> server_;
+};
+
+// A TCP connection to `port` on 127.0.0.1.
+int dial(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  return fd;
+}
+
+// Reads until the server closes the connection: true if it did within the socket's timeout.
+bool closedByServer(int fd) {
+  char buffer[4096];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n == 0) return true;
+    if (n < 0) return errno == ECONNRESET;
+  }
+}
+
+TEST_CASE("the opener gets the request message, the authorization header and the peer") {
+  Listener listener;
+  auto stub = ClusterService::NewStub(listener.channel());
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer token-123");
+  WatchRequest request;
+  request.set_region("eu-1");
+  request.set_version(42);
+  request.add_resource_types("krane.sentinel");
+  auto reader = stub->Watch(&context, request);
+  WatchEvent event;
+  std::vector<uint64_t> versions;
+  while (reader->Read(&event)) versions.push_back(event.bookmark().version());
+  CHECK(reader->Finish().ok());
+  CHECK(versions == std::vector<uint64_t>{1, 2, 3});
+
+  std::lock_guard lock(listener.mutex);
+  REQUIRE(listener.opened.size() == 1);
+  WatchRequest got;
+  REQUIRE(got.ParseFromString(listener.opened[0].request));
+  CHECK(got.region() == "eu-1");
+  CHECK(got.version() == 42);
+  CHECK(got.resource_types_size() == 1);
+  CHECK(listener.opened[0].authorization == "Bearer token-123");
+  CHECK_THAT(listener.opened[0].peer, Catch::StartsWith("ipv4:127.0.0.1:"));
+}
+
+TEST_CASE("other methods, oversized and compressed requests are refused with a reason") {
+  H2WatchOptions options;
+  options.max_request_bytes = 1024;
+  Listener listener(3, 0, options);
+
+  SECTION("another method of the service") {
+    auto stub = ClusterService::NewStub(listener.channel());
+    grpc::ClientContext context;
+    cluster::v1::HeartbeatRequest beat;
+    cluster::v1::HeartbeatResponse answer;
+    const grpc::Status status = stub->Heartbeat(&context, beat, &answer);
+    CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    CHECK_THAT(status.error_message(),
+               Catch::Contains("/krane.cluster.v1.ClusterService/Heartbeat"));
+  }
+  SECTION("a request above max_request_bytes") {
+    auto stub = ClusterService::NewStub(listener.channel());
+    grpc::ClientContext context;
+    WatchRequest request;
+    request.set_region(std::string(2000, 'r'));
+    auto reader = stub->Watch(&context, request);
+    WatchEvent event;
+    CHECK_FALSE(reader->Read(&event));
+    const grpc::Status status = reader->Finish();
+    CHECK(status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED);
+    CHECK_THAT(status.error_message(), Catch::Contains("more than the 1024"));
+  }
+  SECTION("a compressed request") {
+    grpc::ChannelArguments args;
+    args.SetCompressionAlgorithm(GRPC_COMPRESS_GZIP);
+    auto stub = ClusterService::NewStub(listener.channel(args));
+    grpc::ClientContext context;
+    WatchRequest request;
+    request.set_region(std::string(500, 'r'));
+    auto reader = stub->Watch(&context, request);
+    WatchEvent event;
+    CHECK_FALSE(reader->Read(&event));
+    const grpc::Status status = reader->Finish();
+    CHECK(status.error_code() == grpc::StatusCode::UNIMPLEMENTED);
+    CHECK_THAT(status.error_message(), Catch::Contains("compressed"));
+  }
+  CHECK(listener.openedCount() == 0);
+  CHECK(eventually([&] { return listener.server().calls() == 0; }, 5s));
+}
+
+TEST_CASE("messages larger than a frame arrive whole and in order") {
+  const size_t filler = GENERATE(size_t{20000}, size_t{1} << 20);
+  CAPTURE(filler);
+  Listener listener(6, filler);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(4 << 20);
+  auto stub = ClusterService::NewStub(listener.channel(args));
+  grpc::ClientContext context;
+  auto reader = stub->Watch(&context, WatchRequest());
+  WatchEvent event;
+  std::vector<uint64_t> versions;
+  while (reader->Read(&event)) {
+    CHECK(event.cursor_expired().message() == std::string(filler, 'x'));
+    versions.push_back(event.cursor_expired().requested_version());
+  }
+  CHECK(reader->Finish().ok());
+  CHECK(versions == std::vector<uint64_t>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("an agent that stops reading stops completing writes; leaving fails the last one") {
+  // 1 MiB events without end: a client that reads none takes what the windows and socket
+  // buffers hold, then nothing more.
+  Listener listener(1000000, 1 << 20);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(4 << 20);
+  auto stub = ClusterService::NewStub(listener.channel(args));
+  grpc::ClientContext context;
+  auto reader = stub->Watch(&context, WatchRequest());
+  REQUIRE(eventually([&] { return listener.openedCount() == 1; }, 5s));
+  std::shared_ptr<Writer> writer;
+  {
+    std::lock_guard lock(listener.mutex);
+    writer = listener.writers[0];
+  }
+  // Completions stop.
+  size_t before = 0;
+  REQUIRE(eventually(
+      [&] {
+        const size_t now = writer->completed;
+        const bool settled = now == before;
+        before = now;
+        if (!settled) std::this_thread::sleep_for(200ms);
+        return settled;
+      },
+      20s));
+  std::this_thread::sleep_for(300ms);
+  CHECK(writer->completed == before);
+  CHECK(writer->completed < 64);  // well under 64 MiB held for one agent
+  // The client goes: the write in flight fails, the handler hears it, and the call ends.
+  context.TryCancel();
+  reader->Finish();
+  REQUIRE(eventually([&] { return writer->dones == 1; }, 5s));
+  CHECK(writer->failed == 1);
+  CHECK(writer->cancels == 1);
+  CHECK(listener.server().calls() == 0);
+}
+
+TEST_CASE("many calls share one connection") {
+  Listener listener(5);
+  auto stub = ClusterService::NewStub(listener.channel());
+  constexpr int kCalls = 50;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<std::unique_ptr<grpc::ClientReader<WatchEvent>>> readers;
+  for (int i = 0; i < kCalls; ++i) {
+    contexts.push_back(std::make_unique<grpc::ClientContext>());
+    readers.push_back(stub->Watch(contexts.back().get(), WatchRequest()));
+  }
+  for (auto& reader : readers) {
+    WatchEvent event;
+    std::vector<uint64_t> versions;
+    while (reader->Read(&event)) versions.push_back(event.bookmark().version());
+    CHECK(reader->Finish().ok());
+    CHECK(versions == std::vector<uint64_t>{1, 2, 3, 4, 5});
+  }
+  CHECK(listener.openedCount() == kCalls);
+  CHECK(listener.server().connections() == 1);
+}
+
+TEST_CASE("a connection that never asks, or speaks something else, is closed") {
+  H2WatchOptions options;
+  options.idle_timeout = 300ms;
+  Listener listener(3, 0, options);
+
+  SECTION("silent") {
+    const int fd = dial(listener.server().port());
+    REQUIRE(eventually([&] { return listener.server().connections() == 1; }, 5s));
+    const auto start = std::chrono::steady_clock::now();
+    CHECK(closedByServer(fd));
+    CHECK(std::chrono::steady_clock::now() - start >= 250ms);
+    ::close(fd);
+  }
+  SECTION("not HTTP/2") {
+    const int fd = dial(listener.server().port());
+    const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+    REQUIRE(::send(fd, junk.data(), junk.size(), 0) == static_cast<ssize_t>(junk.size()));
+    CHECK(closedByServer(fd));
+    ::close(fd);
+  }
+  CHECK(eventually([&] { return listener.server().connections() == 0; }, 5s));
+  // And it still serves.
+  auto stub = ClusterService::NewStub(listener.channel());
+  grpc::ClientContext context;
+  auto reader = stub->Watch(&context, WatchRequest());
+  WatchEvent event;
+  int read = 0;
+  while (reader->Read(&event)) ++read;
+  CHECK(read == 3);
+  CHECK(reader->Finish().ok());
+}
+
+TEST_CASE("an address that cannot be bound is an error that names it") {
+  Listener first;
+  H2WatchOptions options;
+  options.listen = first.address();
+  auto second = H2WatchServer::start(options, [](WatchCall*, std::string_view, std::string,
+                                                 std::string) {});
+  REQUIRE_FALSE(second.ok());
+  CHECK_THAT(std::string(second.status().message()), Catch::Contains(first.address()));
+  options.listen = "nonsense";
+  auto bad = H2WatchServer::start(options, [](WatchCall*, std::string_view, std::string,
+                                              std::string) {});
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(std::string(bad.status().message()), Catch::Contains("not host:port"));
+}
+
+}  // namespace
+}  // namespace krane::feed
