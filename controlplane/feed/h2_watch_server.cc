@@ -495,10 +495,9 @@ void H2Loop::apply(Op& op) {
     call->status_message_ = percentEncoded(op.status.error_message());
     if (!call->headers_sent_) {
       call->headers_sent_ = true;
-      const nghttp2_nv headers[] = {header(":status", "200"),
-                                    header("content-type", "application/grpc"),
-                                    header("grpc-status", call->status_code_),
-                                    header("grpc-message", call->status_message_)};
+      const nghttp2_nv headers[] = {
+          header(":status", "200"), header("content-type", "application/grpc"),
+          header("grpc-status", call->status_code_), header("grpc-message", call->status_message_)};
       nghttp2_submit_response(call->connection_->session, call->stream_id_, headers,
                               call->status_message_.empty() ? 3 : 4, nullptr);
     } else {
@@ -690,7 +689,8 @@ void H2Loop::checkRequest(H2Call* call, bool end_of_stream) {
       return;
     }
     uint32_t length = 0;
-    for (int b = 1; b <= 4; ++b) length = (length << 8) | static_cast<uint8_t>(r[static_cast<size_t>(b)]);
+    for (int b = 1; b <= 4; ++b)
+      length = (length << 8) | static_cast<uint8_t>(r[static_cast<size_t>(b)]);
     if (length > server_->options_.max_request_bytes) {
       reject(call, grpc::StatusCode::RESOURCE_EXHAUSTED,
              strCat("request: ", length, " bytes, more than the ",
@@ -725,10 +725,9 @@ void H2Loop::reject(H2Call* call, grpc::StatusCode code, std::string_view messag
   call->finish_taken_ = true;
   const std::string code_text = std::to_string(static_cast<int>(code));
   const std::string message_text = percentEncoded(message);
-  const nghttp2_nv headers[] = {header(":status", http_status),
-                                header("content-type", "application/grpc"),
-                                header("grpc-status", code_text),
-                                header("grpc-message", message_text)};
+  const nghttp2_nv headers[] = {
+      header(":status", http_status), header("content-type", "application/grpc"),
+      header("grpc-status", code_text), header("grpc-message", message_text)};
   nghttp2_submit_response(call->connection_->session, call->stream_id_, headers, 4, nullptr);
 }
 
@@ -769,9 +768,8 @@ int H2Loop::onHeader(nghttp2_session* session, const nghttp2_frame* frame, const
     if (!call->path_ok_) call->path_.assign(v.substr(0, 200));
   } else if (n == "content-type") {
     // application/grpc, or application/grpc+proto (and other suffixes gRPC allows).
-    call->grpc_content_ =
-        v == "application/grpc" || v.substr(0, 17) == "application/grpc+" ||
-        v.substr(0, 17) == "application/grpc;";
+    call->grpc_content_ = v == "application/grpc" || v.substr(0, 17) == "application/grpc+" ||
+                          v.substr(0, 17) == "application/grpc;";
   } else if (n == "grpc-encoding") {
     call->compressed_ = v != "identity";
   } else if (n == "authorization") {
@@ -794,8 +792,8 @@ int H2Loop::onFrameRecv(nghttp2_session* session, const nghttp2_frame* frame, vo
   return 0;
 }
 
-int H2Loop::onDataChunk(nghttp2_session* session, uint8_t, int32_t stream_id,
-                        const uint8_t* data, size_t len, void* user) {
+int H2Loop::onDataChunk(nghttp2_session* session, uint8_t, int32_t stream_id, const uint8_t* data,
+                        size_t len, void* user) {
   auto* call = static_cast<H2Call*>(nghttp2_session_get_stream_user_data(session, stream_id));
   if (call == nullptr || call->opened_ || call->headers_sent_) return 0;  // after the request
   auto* c = static_cast<H2Connection*>(user);
@@ -886,8 +884,8 @@ absl::StatusOr<std::unique_ptr<H2WatchServer>> H2WatchServer::start(H2WatchOptio
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  if (const int rc = getaddrinfo(any || host == "*" ? nullptr : host.c_str(), port.c_str(), &hints,
-                                 &found);
+  if (const int rc =
+          getaddrinfo(any || host == "*" ? nullptr : host.c_str(), port.c_str(), &hints, &found);
       rc != 0) {
     return absl::UnavailableError(
         strCat("cannot listen on ", options.listen, ": ", gai_strerror(rc)));
@@ -915,9 +913,9 @@ absl::StatusOr<std::unique_ptr<H2WatchServer>> H2WatchServer::start(H2WatchOptio
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   getsockname(server->listener_, reinterpret_cast<sockaddr*>(&bound), &len);
-  server->port_ = ntohs(bound.ss_family == AF_INET6
-                            ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
-                            : reinterpret_cast<sockaddr_in&>(bound).sin_port);
+  server->port_ =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6&>(bound).sin6_port
+                                        : reinterpret_cast<sockaddr_in&>(bound).sin_port);
   server->wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   for (size_t i = 0; i < std::max<size_t>(1, server->options_.threads); ++i) {
     server->loops_.push_back(std::make_unique<H2Loop>(server.get()));
@@ -985,9 +983,10 @@ void H2WatchServer::stop(std::chrono::milliseconds grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   if (calls_ > 0) {
-    spdlog::warn("feed: {} Watch calls of the watch listener still open {} ms after its shutdown; "
-                 "abandoned",
-                 calls_.load(), grace.count());
+    spdlog::warn(
+        "feed: {} Watch calls of the watch listener still open {} ms after its shutdown; "
+        "abandoned",
+        calls_.load(), grace.count());
   }
   for (auto& loop : loops_) loop->close();
   for (auto& t : threads_) t.join();

@@ -68,7 +68,7 @@ class H2WatchServer {
  public:
   // Binds options.listen and starts accepting; UNAVAILABLE when the address cannot be bound.
   static absl::StatusOr<std::unique_ptr<H2WatchServer>> start(H2WatchOptions options,
-                                                             OpenH2WatchFn open);
+                                                              OpenH2WatchFn open);
   ~H2WatchServer();  // stop()
   H2WatchServer(const H2WatchServer&) = delete;
   H2WatchServer& operator=(const H2WatchServer&) = delete;

@@ -96,6 +96,18 @@ uint64_t watermark(const AgentSetup& s) {
   return std::stoull(m[1]);
 }
 
+// The control plane lists an agent, the first of which has no lag (and leads, if `leader`).
+bool firstAgentCurrent(TestControlPlane& cp, bool leader) {
+  krane::api::v1::ListAgentsResponse response;
+  const bool ok =
+      cp.agents()
+          ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(), {},
+                       &response)
+          .ok();
+  return ok && response.agents_size() >= 1 && response.agents(0).lag() == 0 &&
+         (!leader || response.agents(0).is_leader());
+}
+
 TEST_CASE("applies and resumes from the watermark after kill9", "[agent][slow]") {
   TestControlPlane cp;
   auto& server = cp.startReplica();
@@ -134,16 +146,7 @@ TEST_CASE("applies and resumes from the watermark after kill9", "[agent][slow]")
   INFO("resumed without a full sync");
   CHECK_THAT(log, !Catch::Contains("full sync"));
   // The control plane sees the agent current.
-  auto agents = cp.agents();
-  REQUIRE(eventually([&] {
-    krane::api::v1::ListAgentsResponse response;
-    auto ok = agents
-                  ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(),
-                               {}, &response)
-                  .ok();
-    return ok && response.agents_size() >= 1 && response.agents(0).lag() == 0 &&
-           response.agents(0).is_leader();
-  }));
+  REQUIRE(eventually([&] { return firstAgentCurrent(cp, /*leader=*/true); }));
   agent.signal(SIGTERM);
   CHECK(agent.wait() == 0);
 }
@@ -165,15 +168,7 @@ TEST_CASE("an agent watching on the watch listener applies and reports on the gr
   REQUIRE(eventually([&] { return watermark(s) == 20; }));
   // The stream is the listener's; the heartbeats went to the gRPC port.
   CHECK_THAT(server.metricsText(), Catch::Contains("krane_feed_watch_listener_calls 1"));
-  auto agents = cp.agents();
-  REQUIRE(eventually([&] {
-    krane::api::v1::ListAgentsResponse response;
-    auto ok = agents
-                  ->ListAgents(TestControlPlane::withToken(krane::testing::kOperatorToken).get(),
-                               {}, &response)
-                  .ok();
-    return ok && response.agents_size() == 1 && response.agents(0).lag() == 0;
-  }));
+  REQUIRE(eventually([&] { return firstAgentCurrent(cp, /*leader=*/false); }));
   agent.signal(SIGTERM);
   CHECK(agent.wait() == 0);
 }

@@ -78,19 +78,26 @@ TEST_CASE("refuses an unmigrated database", "[serve-command]") {
   CHECK_THAT(r.err, Catch::Contains("run `krane-ctrl migrate`"));
 }
 
-TEST_CASE("an address in use fails the start and the process exits", "[serve-command]") {
-  // Something else holds the gRPC port (without SO_REUSEPORT, so gRPC cannot share it). The
-  // Watch loops were set up for the server: they must be torn down again, not wait for it.
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(holder >= 0);
+// A port of 127.0.0.1 held by a listening socket of this process (without SO_REUSEPORT, so
+// nobody can share it): its address; `*fd` is the socket.
+std::string holdPort(int* fd) {
+  *fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(*fd >= 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   socklen_t len = sizeof(addr);
-  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(::listen(holder, 1) == 0);
-  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  const std::string listen = strCat("127.0.0.1:", ntohs(addr.sin_port));
+  REQUIRE(::bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(*fd, 1) == 0);
+  REQUIRE(::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
+  return strCat("127.0.0.1:", ntohs(addr.sin_port));
+}
+
+TEST_CASE("an address in use fails the start and the process exits", "[serve-command]") {
+  // Something else holds the gRPC port (without SO_REUSEPORT, so gRPC cannot share it). The
+  // Watch loops were set up for the server: they must be torn down again, not wait for it.
+  int holder = -1;
+  const std::string listen = holdPort(&holder);
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
   REQUIRE(ctrl({"migrate", "--dsn", dsn}).exit_code == 0);
   auto r = ctrl({"serve", "--dsn", dsn, "--listen", listen, "--http-listen", "127.0.0.1:0"});
@@ -102,16 +109,8 @@ TEST_CASE("an address in use fails the start and the process exits", "[serve-com
 
 TEST_CASE("a watch listener address in use fails the start, and nothing stays behind",
           "[serve-command]") {
-  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
-  REQUIRE(holder >= 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(::listen(holder, 1) == 0);
-  REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&addr), &len) == 0);
-  const std::string in_use = strCat("127.0.0.1:", ntohs(addr.sin_port));
+  int holder = -1;
+  const std::string in_use = holdPort(&holder);
   const auto dsn = dsnText(ScratchMariaDb::instance().freshDatabase());
   REQUIRE(ctrl({"migrate", "--dsn", dsn}).exit_code == 0);
   const std::string config =

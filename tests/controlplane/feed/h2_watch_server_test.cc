@@ -352,13 +352,13 @@ TEST_CASE("an address that cannot be bound is an error that names it") {
   Listener first;
   H2WatchOptions options;
   options.listen = first.address();
-  auto second = H2WatchServer::start(options, [](WatchCall*, std::string_view, std::string,
-                                                 std::string) {});
+  auto second =
+      H2WatchServer::start(options, [](WatchCall*, std::string_view, std::string, std::string) {});
   REQUIRE_FALSE(second.ok());
   CHECK_THAT(std::string(second.status().message()), Catch::Contains(first.address()));
   options.listen = "nonsense";
-  auto bad = H2WatchServer::start(options, [](WatchCall*, std::string_view, std::string,
-                                              std::string) {});
+  auto bad =
+      H2WatchServer::start(options, [](WatchCall*, std::string_view, std::string, std::string) {});
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(std::string(bad.status().message()), Catch::Contains("not host:port"));
 }
