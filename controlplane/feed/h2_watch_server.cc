@@ -28,6 +28,8 @@ constexpr size_t kReadBufferBytes = 64 << 10;
 // Bytes read from one connection before the loop turns to the others.
 constexpr size_t kReadBudgetBytes = 256 << 10;
 constexpr uint32_t kMaxHeaderListBytes = 16 << 10;
+// grpc-message is cut here: it must fit in a HEADERS frame nghttp2 agrees to send.
+constexpr size_t kMaxStatusMessage = 1024;
 
 // grpc-message is percent-encoded: bytes outside printable ASCII, and '%' itself.
 std::string percentEncoded(std::string_view message) {
@@ -93,7 +95,7 @@ class H2Call final : public WatchCall {
   bool path_ok_ = false;
   std::string path_;
   bool grpc_content_ = false;
-  bool compressed_ = false;  // grpc-encoding other than identity
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string authorization_;
   std::string request_;
   bool opened_ = false;  // handed to the opener (counted in calls())
@@ -107,7 +109,8 @@ class H2Call final : public WatchCall {
   size_t out_slice_ = 0;
   size_t out_offset_ = 0;  // within the prefix, then within out_[out_slice_]
   bool prefix_done_ = false;
-  bool finishing_ = false;     // finish() taken; trailers go once the data is out
+  bool finishing_ = false;  // finish() taken; trailers go once the data is out
+  std::chrono::steady_clock::time_point finishing_since_;
   bool finish_taken_ = false;  // the finish op was processed
   std::string status_code_;
   std::string status_message_;
@@ -125,7 +128,7 @@ class H2Connection {
   bool dirty = false;   // something to send
   bool closed = false;  // freed at the end of the loop's turn
   std::vector<H2Call*> calls;
-  size_t opened_calls = 0;
+  // Since when `calls` is empty.
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
 };
 
@@ -165,6 +168,7 @@ class H2Loop final : public WatchScheduler {
   static int onDataChunk(nghttp2_session* session, uint8_t, int32_t stream_id, const uint8_t* data,
                          size_t len, void* user);
   static int onStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t, void* user);
+  static int onFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void*);
   static ssize_t onRead(nghttp2_session* session, int32_t stream_id, uint8_t* buf, size_t length,
                         uint32_t* flags, nghttp2_data_source* source, void*);
 
@@ -177,7 +181,8 @@ class H2Loop final : public WatchScheduler {
   void deliver(const Event& event);
   // A request is complete, or its headers already settle it.
   void checkRequest(H2Call* call, bool end_of_stream);
-  void open(H2Call* call, std::string_view message);
+  // The request (its message: `length` bytes after the 5-byte prefix) is complete.
+  void open(H2Call* call, uint32_t length);
   // Answers a stream that never becomes a call: trailers only (or an HTTP status alone).
   void reject(H2Call* call, grpc::StatusCode code, std::string_view message,
               const char* http_status = "200");
@@ -243,6 +248,7 @@ H2Loop::H2Loop(H2WatchServer* server) : server_(server), buffer_(kReadBufferByte
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks_, onFrameRecv);
   nghttp2_session_callbacks_set_on_data_chunk_recv_callback(callbacks_, onDataChunk);
   nghttp2_session_callbacks_set_on_stream_close_callback(callbacks_, onStreamClose);
+  nghttp2_session_callbacks_set_on_frame_send_callback(callbacks_, onFrameSend);
   nghttp2_option_new(&options_);
   // As lenient as gRPC's server about the request's HTTP semantics (an empty bearer token
   // makes a header value that ends in a space, which RFC 9113 does not allow): the method,
@@ -397,6 +403,9 @@ void H2Loop::run() {
     --server_->connections_;
   }
   connections_.clear();
+  std::lock_guard lock(mutex_);
+  for (auto& pending : new_connections_) ::close(pending.first);
+  new_connections_.clear();
 }
 
 void H2Loop::takeInbox() {
@@ -492,7 +501,7 @@ void H2Loop::apply(Op& op) {
       return;
     }
     call->status_code_ = std::to_string(static_cast<int>(op.status.error_code()));
-    call->status_message_ = percentEncoded(op.status.error_message());
+    call->status_message_ = percentEncoded(op.status.error_message().substr(0, kMaxStatusMessage));
     if (!call->headers_sent_) {
       call->headers_sent_ = true;
       const nghttp2_nv headers[] = {
@@ -502,6 +511,7 @@ void H2Loop::apply(Op& op) {
                               call->status_message_.empty() ? 3 : 4, nullptr);
     } else {
       call->finishing_ = true;
+      call->finishing_since_ = std::chrono::steady_clock::now();
       if (call->deferred_) {
         call->deferred_ = false;
         nghttp2_session_resume_data(call->connection_->session, call->stream_id_);
@@ -617,9 +627,7 @@ void H2Loop::streamGone(H2Call* call) {
     auto& v = c->calls;
     v.erase(std::remove(v.begin(), v.end(), call), v.end());
   }
-  if (c != nullptr && call->opened_ && --c->opened_calls == 0) {
-    c->idle_since = std::chrono::steady_clock::now();
-  }
+  if (c != nullptr && c->calls.empty()) c->idle_since = std::chrono::steady_clock::now();
   if (!call->opened_) {
     delete call;  // never a call: nobody else knows it
     return;
@@ -645,10 +653,23 @@ void H2Loop::streamGone(H2Call* call) {
 
 void H2Loop::sweepIdle() {
   const auto now = std::chrono::steady_clock::now();
+  const auto stall = server_->options_.stall_timeout;
   std::vector<H2Connection*> idle;
   for (auto& c : connections_) {
-    if (c->opened_calls == 0 && now - c->idle_since >= server_->options_.idle_timeout) {
+    if (c->calls.empty() && now - c->idle_since >= server_->options_.idle_timeout) {
       idle.push_back(c.get());
+      continue;
+    }
+    for (H2Call* call : c->calls) {
+      if (!call->opened_ && !call->headers_sent_ && now - call->started_ >= stall) {
+        reject(call, grpc::StatusCode::DEADLINE_EXCEEDED, "request: not complete in time");
+        markDirty(c.get());
+      } else if (call->finishing_ && now - call->finishing_since_ >= stall) {
+        // The trailers wait for a window the client does not open: the call ends here.
+        call->finishing_ = false;
+        nghttp2_submit_rst_stream(c->session, NGHTTP2_FLAG_NONE, call->stream_id_, NGHTTP2_CANCEL);
+        markDirty(c.get());
+      }
     }
   }
   for (H2Connection* c : idle) {
@@ -678,10 +699,6 @@ void H2Loop::checkRequest(H2Call* call, bool end_of_stream) {
            strCat("this listener serves ", kWatchPath, " only, not ", call->path_));
     return;
   }
-  if (call->compressed_) {
-    reject(call, grpc::StatusCode::UNIMPLEMENTED, "compressed requests are not served");
-    return;
-  }
   const std::string& r = call->request_;
   if (r.size() >= 5) {
     if (r[0] != 0) {
@@ -698,7 +715,7 @@ void H2Loop::checkRequest(H2Call* call, bool end_of_stream) {
       return;
     }
     if (r.size() >= 5 + static_cast<size_t>(length)) {
-      open(call, std::string_view(r).substr(5, length));
+      open(call, length);
       return;
     }
   }
@@ -707,16 +724,16 @@ void H2Loop::checkRequest(H2Call* call, bool end_of_stream) {
   }
 }
 
-void H2Loop::open(H2Call* call, std::string_view message) {
+void H2Loop::open(H2Call* call, uint32_t length) {
   call->opened_ = true;
   ++server_->calls_;
   H2Connection* c = call->connection_;
-  ++c->opened_calls;
   std::string authorization = std::move(call->authorization_);
   // What the request held is not needed any more: an idle call keeps no bytes of it.
-  std::string request = std::move(call->request_);
+  const std::string request = std::move(call->request_);
   std::string().swap(call->path_);
-  server_->open_(call, message, std::move(authorization), c->peer);
+  server_->open_(call, std::string_view(request).substr(5, length), std::move(authorization),
+                 c->peer);
 }
 
 void H2Loop::reject(H2Call* call, grpc::StatusCode code, std::string_view message,
@@ -724,7 +741,7 @@ void H2Loop::reject(H2Call* call, grpc::StatusCode code, std::string_view messag
   call->headers_sent_ = true;
   call->finish_taken_ = true;
   const std::string code_text = std::to_string(static_cast<int>(code));
-  const std::string message_text = percentEncoded(message);
+  const std::string message_text = percentEncoded(message.substr(0, kMaxStatusMessage));
   const nghttp2_nv headers[] = {
       header(":status", http_status), header("content-type", "application/grpc"),
       header("grpc-status", code_text), header("grpc-message", message_text)};
@@ -770,10 +787,9 @@ int H2Loop::onHeader(nghttp2_session* session, const nghttp2_frame* frame, const
     // application/grpc, or application/grpc+proto (and other suffixes gRPC allows).
     call->grpc_content_ = v == "application/grpc" || v.substr(0, 17) == "application/grpc+" ||
                           v.substr(0, 17) == "application/grpc;";
-  } else if (n == "grpc-encoding") {
-    call->compressed_ = v != "identity";
   } else if (n == "authorization") {
-    call->authorization_.assign(v.substr(0, 4096));
+    // A longer one is no token of Krane's: refused as missing.
+    if (v.size() <= 4096) call->authorization_.assign(v);
   }
   return 0;
 }
@@ -805,6 +821,17 @@ int H2Loop::onDataChunk(nghttp2_session* session, uint8_t, int32_t stream_id, co
   return 0;
 }
 
+// The response ended (trailers, or a trailers-only answer) while the client keeps its side of
+// the stream open: reset it, as gRPC's server does, so that the stream (and the call) ends.
+int H2Loop::onFrameSend(nghttp2_session* session, const nghttp2_frame* frame, void*) {
+  if ((frame->hd.type == NGHTTP2_HEADERS || frame->hd.type == NGHTTP2_DATA) &&
+      (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0 &&
+      nghttp2_session_get_stream_remote_close(session, frame->hd.stream_id) == 0) {
+    nghttp2_submit_rst_stream(session, NGHTTP2_FLAG_NONE, frame->hd.stream_id, NGHTTP2_NO_ERROR);
+  }
+  return 0;
+}
+
 int H2Loop::onStreamClose(nghttp2_session* session, int32_t stream_id, uint32_t, void* user) {
   auto* call = static_cast<H2Call*>(nghttp2_session_get_stream_user_data(session, stream_id));
   if (call == nullptr) return 0;
@@ -820,6 +847,7 @@ ssize_t H2Loop::onRead(nghttp2_session* session, int32_t stream_id, uint8_t* buf
   auto* call = static_cast<H2Call*>(source->ptr);
   if (!call->writing_) {
     if (call->finishing_) {
+      call->finishing_ = false;  // the trailers are on their way: nothing left to wait for
       *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
       const nghttp2_nv trailers[] = {header("grpc-status", call->status_code_),
                                      header("grpc-message", call->status_message_)};

@@ -20,8 +20,13 @@
 // an agent that stops reading stops completing writes, and its stream's queue grows until the
 // stream is told to resync (watch_stream.h).
 //
-// Not served: TLS (krane-ctrl refuses feed.watch_listen together with tls.*), compression,
-// grpc-timeout (Watch calls of agents have no deadline).
+// Not served: TLS (krane-ctrl refuses feed.watch_listen together with tls.*), compressed
+// messages, grpc-timeout (Watch calls of agents have no deadline).
+//
+// Bounds against clients that misbehave: max_streams_per_connection calls per connection, a
+// request of at most max_request_bytes that must arrive within stall_timeout, an authorization
+// header of at most 4 KiB; a stream whose response ended is reset if the client keeps its own
+// side open (as gRPC's server does), so it cannot pin the call.
 //
 // Threads: one acceptor, `threads` loops. A call's events come on its connection's loop; its
 // writes and finish may start on any thread. Thread-safe.
@@ -46,13 +51,17 @@ namespace krane::feed {
 struct H2WatchOptions {
   std::string listen = "127.0.0.1:0";  // host:port; port 0: any free one
   size_t threads = 1;                  // loops
-  // Calls open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
-  uint32_t max_streams_per_connection = 1000;
+  // Calls open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS). An agent opens one.
+  uint32_t max_streams_per_connection = 100;
   // The largest request message read (WatchRequest is a few hundred bytes).
   size_t max_request_bytes = 64 << 10;
-  // A connection with no call open for this long is closed (a client that connects and never
+  // A connection with no stream open for this long is closed (a client that connects and never
   // asks, or one that stopped watching).
   std::chrono::milliseconds idle_timeout{60000};
+  // A request not complete this long after its headers is refused (DEADLINE_EXCEEDED), and a
+  // finished call whose trailers could not go out in this time (a client that stopped reading,
+  // its window full) is reset: neither holds its stream for longer.
+  std::chrono::milliseconds stall_timeout{10000};
 };
 
 // Takes a call whose request arrived: serve() it, or refuse() it. `request` is the request

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -21,7 +22,9 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
+#include <nghttp2/nghttp2.h>
 
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/wait.h"
@@ -277,7 +280,7 @@ TEST_CASE("an agent that stops reading stops completing writes; leaving fails th
   REQUIRE(eventually(
       [&] {
         const size_t now = writer->completed;
-        const bool settled = now == before;
+        const bool settled = now > 0 && now == before;
         before = now;
         if (!settled) std::this_thread::sleep_for(200ms);
         return settled;
@@ -346,6 +349,168 @@ TEST_CASE("a connection that never asks, or speaks something else, is closed") {
   while (reader->Read(&event)) ++read;
   CHECK(read == 3);
   CHECK(reader->Finish().ok());
+}
+
+// A Watch call whose client never half-closes its side (gRPC's generic stub, as a bidi stream):
+// what a misbehaving client can do.
+class OpenSidedCall {
+ public:
+  explicit OpenSidedCall(const std::shared_ptr<grpc::Channel>& channel) : stub_(channel) {
+    context_.set_deadline(std::chrono::system_clock::now() + 20s);
+    call_ = stub_.PrepareCall(&context_, "/krane.cluster.v1.ClusterService/Watch", &cq_);
+    call_->StartCall(tag(1));
+    wait(1);
+  }
+  ~OpenSidedCall() {
+    context_.TryCancel();
+    cq_.Shutdown();
+    void* got = nullptr;
+    bool ok = false;
+    while (cq_.Next(&got, &ok)) {
+    }
+  }
+  void write(const WatchRequest& request) {
+    const std::string bytes = request.SerializeAsString();
+    grpc::Slice slice(bytes);
+    grpc::ByteBuffer buffer(&slice, 1);
+    call_->Write(buffer, tag(2));
+    wait(2);
+  }
+  grpc::Status finish() {
+    grpc::Status status;
+    call_->Finish(&status, tag(3));
+    wait(3);
+    return status;
+  }
+
+ private:
+  static void* tag(intptr_t n) { return reinterpret_cast<void*>(n); }
+  void wait(intptr_t n) {
+    void* got = nullptr;
+    bool ok = false;
+    REQUIRE(cq_.Next(&got, &ok));
+    REQUIRE(got == tag(n));
+  }
+
+  grpc::GenericStub stub_;
+  grpc::ClientContext context_;
+  grpc::CompletionQueue cq_;
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call_;
+};
+
+// A bare HTTP/2 client (nghttp2) that sends one Watch request and never ends its side of the
+// stream, which gRPC's own client does not allow.
+class BareClient {
+ public:
+  explicit BareClient(int port) : fd_(dial(port)) {
+    nghttp2_session_callbacks* callbacks = nullptr;
+    nghttp2_session_callbacks_new(&callbacks);
+    nghttp2_session_callbacks_set_send_callback(
+        callbacks, [](nghttp2_session*, const uint8_t* data, size_t length, int, void* user) {
+          return static_cast<ssize_t>(
+              ::send(static_cast<BareClient*>(user)->fd_, data, length, MSG_NOSIGNAL));
+        });
+    nghttp2_session_callbacks_set_on_frame_recv_callback(
+        callbacks, [](nghttp2_session*, const nghttp2_frame* frame, void* user) {
+          auto* self = static_cast<BareClient*>(user);
+          if (frame->hd.type == NGHTTP2_HEADERS && frame->headers.cat == NGHTTP2_HCAT_HEADERS &&
+              (frame->hd.flags & NGHTTP2_FLAG_END_STREAM) != 0) {
+            self->trailers = true;
+          }
+          if (frame->hd.type == NGHTTP2_RST_STREAM) {
+            self->reset = true;
+            self->reset_code = frame->rst_stream.error_code;
+          }
+          return 0;
+        });
+    nghttp2_session_client_new(&session_, callbacks, this);
+    nghttp2_session_callbacks_del(callbacks);
+    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
+    const std::string message = WatchRequest().SerializeAsString();
+    body_ = std::string(5, '\0');
+    body_[4] = static_cast<char>(message.size());
+    body_ += message;
+    auto nv = [](const char* name, const char* value) {
+      return nghttp2_nv{reinterpret_cast<uint8_t*>(const_cast<char*>(name)),
+                        reinterpret_cast<uint8_t*>(const_cast<char*>(value)), std::strlen(name),
+                        std::strlen(value), NGHTTP2_NV_FLAG_NONE};
+    };
+    const nghttp2_nv headers[] = {nv(":method", "POST"),
+                                  nv(":scheme", "http"),
+                                  nv(":path", "/krane.cluster.v1.ClusterService/Watch"),
+                                  nv(":authority", "127.0.0.1"),
+                                  nv("content-type", "application/grpc"),
+                                  nv("te", "trailers")};
+    nghttp2_data_provider provider{};
+    provider.source.ptr = this;
+    provider.read_callback = [](nghttp2_session*, int32_t, uint8_t* buf, size_t length,
+                                uint32_t* flags, nghttp2_data_source* source, void*) {
+      auto* self = static_cast<BareClient*>(source->ptr);
+      const size_t n = std::min(length, self->body_.size());
+      std::memcpy(buf, self->body_.data(), n);
+      self->body_.erase(0, n);
+      // The request's bytes, then nothing more, without ending the stream.
+      if (self->body_.empty()) *flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+      return static_cast<ssize_t>(n);
+    };
+    nghttp2_submit_request(session_, nullptr, headers, 6, &provider, nullptr);
+    nghttp2_session_send(session_);
+  }
+  ~BareClient() {
+    nghttp2_session_del(session_);
+    ::close(fd_);
+  }
+
+  // Reads and answers until `done` holds (false after 5 s or when the server closes).
+  template <typename Pred>
+  bool runUntil(Pred done) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    uint8_t buffer[16384];
+    timeval tick{0, 100000};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      const ssize_t n = ::recv(fd_, buffer, sizeof(buffer), 0);
+      if (n == 0) return done();
+      if (n > 0 && nghttp2_session_mem_recv(session_, buffer, static_cast<size_t>(n)) < 0) {
+        return false;
+      }
+      nghttp2_session_send(session_);
+    }
+    return done();
+  }
+
+  bool trailers = false;
+  bool reset = false;
+  uint32_t reset_code = 0;
+
+ private:
+  int fd_;
+  nghttp2_session* session_ = nullptr;
+  std::string body_;
+};
+
+TEST_CASE("a client that keeps its side open cannot pin a stream") {
+  H2WatchOptions options;
+  options.stall_timeout = 300ms;
+  SECTION("a request that never comes is refused after stall_timeout") {
+    Listener listener(3, 0, options);
+    OpenSidedCall call(listener.channel());
+    const grpc::Status status = call.finish();
+    CHECK(status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED);
+    CHECK_THAT(status.error_message(), Catch::Contains("not complete in time"));
+    CHECK(listener.openedCount() == 0);
+  }
+  SECTION("a call that ended while the client still sends ends on the server too") {
+    Listener listener(2, 0, options);  // two bookmarks, then OK
+    BareClient client(listener.server().port());
+    REQUIRE(eventually([&] { return listener.openedCount() == 1; }, 5s));
+    REQUIRE(client.runUntil([&] { return client.reset; }));
+    CHECK(client.trailers);
+    CHECK(client.reset_code == NGHTTP2_NO_ERROR);
+    CHECK(eventually([&] { return listener.server().calls() == 0; }, 5s));
+    std::lock_guard lock(listener.mutex);
+    CHECK(listener.writers[0]->dones == 1);
+  }
 }
 
 TEST_CASE("an address that cannot be bound is an error that names it") {
