@@ -235,9 +235,9 @@ absl::Status Agent::connect() {
     credentials = grpc::SslCredentials(tls);
   }
   channel_ = grpc::CreateChannel(cp.address, credentials);
-  watch_channel_ = cp.watch_address.empty()
-                       ? channel_
-                       : grpc::CreateChannel(cp.watch_address, grpc::InsecureChannelCredentials());
+  // The watch listener speaks TLS when the gRPC port does: the same credentials.
+  watch_channel_ =
+      cp.watch_address.empty() ? channel_ : grpc::CreateChannel(cp.watch_address, credentials);
   return absl::OkStatus();
 }
 

@@ -176,11 +176,7 @@ absl::Status finishAgentConfig(AgentConfig& c) {
   if (!cp.cert_file.empty() && cp.ca_file.empty()) {
     return absl::InvalidArgumentError("control_plane.cert_file: needs control_plane.ca_file (TLS)");
   }
-  if (!cp.watch_address.empty() && !cp.ca_file.empty()) {
-    return absl::InvalidArgumentError(
-        "control_plane.watch_address: the watch listener is plaintext, and control_plane.ca_file "
-        "asks for TLS; leave watch_address empty to watch over TLS on control_plane.address");
-  }
+
   if (c.agent_id.empty()) {
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);

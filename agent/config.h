@@ -28,7 +28,7 @@ struct AgentConfig {
   struct ControlPlane {
     std::string address = "127.0.0.1:7070";
     // Where the Watch stream goes when the control plane serves it on its own listener
-    // (krane-ctrl's feed.watch_listen; plaintext only); empty: `address`.
+    // (krane-ctrl's feed.watch_listen; TLS as for `address`); empty: `address`.
     std::string watch_address;
     std::string token_file;  // or $KRANE_AGENT_TOKEN
     std::string token;       // filled from the file or the environment

@@ -220,11 +220,6 @@ absl::Status finishCtrlConfig(CtrlConfig& c) {
   if (!c.tls.client_ca_file.empty() && c.tls.cert_file.empty()) {
     return absl::InvalidArgumentError("tls.client_ca_file: needs tls.cert_file and tls.key_file");
   }
-  if (!c.feed.watch_listen.empty() && !c.tls.cert_file.empty()) {
-    return absl::InvalidArgumentError(
-        "feed.watch_listen: serves plaintext HTTP/2 only, and tls.cert_file is set: agents' "
-        "Watch calls would go unencrypted; leave feed.watch_listen empty with TLS");
-  }
   return absl::OkStatus();
 }
 

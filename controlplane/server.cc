@@ -282,6 +282,9 @@ absl::Status Server::startGrpc() {
   if (!config_.feed.watch_listen.empty()) {
     feed::H2WatchOptions options;
     options.listen = config_.feed.watch_listen;
+    options.tls.cert_file = config_.tls.cert_file;
+    options.tls.key_file = config_.tls.key_file;
+    options.tls.client_ca_file = config_.tls.client_ca_file;
     options.threads = config_.feed.write_threads != 0
                           ? config_.feed.write_threads
                           : std::max(1U, std::thread::hardware_concurrency());

@@ -110,6 +110,10 @@ CtrlProcess::CtrlProcess(CtrlOptions options) : options_(std::move(options)) {
            << "  poll_interval_ms: " << options_.poll_interval_ms << "\n";
     if (options_.peer_hints) config << "  peer_hints:\n    listen: 127.0.0.1:0\n";
     if (options_.watch_listener) config << "  watch_listen: 127.0.0.1:0\n";
+    if (!options_.tls_cert_file.empty()) {
+      config << "tls:\n  cert_file: " << options_.tls_cert_file
+             << "\n  key_file: " << options_.tls_key_file << "\n";
+    }
     if (!config) throw std::runtime_error(strCat("cannot write ", config_path_));
   }
   std::filesystem::remove(log_path_);

@@ -39,6 +39,9 @@ struct CtrlOptions {
   bool peer_hints = true;
   // feed.watch_listen on a free port of 127.0.0.1: the feed's own HTTP/2 listener for Watch.
   bool watch_listener = false;
+  // tls.cert_file and tls.key_file (both ports speak TLS); empty: plaintext.
+  std::string tls_cert_file;
+  std::string tls_key_file;
 };
 
 // `krane-ctrl serve --config <yaml>` on free ports of 127.0.0.1. The constructor returns once

@@ -14,9 +14,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -40,6 +42,7 @@
 #include "krane/api/v1/resources.grpc.pb.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/mariadb.h"
+#include "tests/support/process.h"
 
 namespace krane::bench {
 namespace {
@@ -72,7 +75,8 @@ gRPC or database: what the kernel alone costs on this machine); then the time of
                        replicated phase, with 1 stream on one replica as its reference),
                        listener (100 and 1000 streams, with replicas the replicated phase,
                        and the memory per idle stream, on the watch listener,
-                       feed.watch_listen), floor (the socket floor at
+                       feed.watch_listen; then the memory per idle stream with TLS on the
+                       listener and on the gRPC port), floor (the socket floor at
                        100 and 1000 streams), baseline, memory, sync
   --no-batches         streams that do not accept batches (one event per message, as agents
                        before WatchRequest.accept_batches had)
@@ -275,9 +279,15 @@ struct Bench {
   int ctrl_count = 0;
   int db_pid = -1;
 
-  std::unique_ptr<CtrlProcess> startCtrl(bool watch_listener = false) {
+  std::string tls_dir;  // a CA and a server certificate for 127.0.0.1, once made
+
+  std::unique_ptr<CtrlProcess> startCtrl(bool watch_listener = false, bool tls = false) {
     CtrlOptions o;
     o.watch_listener = watch_listener;
+    if (tls) {
+      o.tls_cert_file = tls_dir + "/server.crt";
+      o.tls_key_file = tls_dir + "/server.key";
+    }
     o.binary = ctrl_binary;
     o.work_dir = work_dir;
     o.name = strCat("krane-ctrl-", ++ctrl_count);
@@ -772,16 +782,51 @@ void addFloorFigures(Report& report, std::map<size_t, SocketFloorResult>& floor,
 
 // krane-ctrl's resident memory per idle stream, on a fresh process; `per_connection` streams
 // share a client connection.
+// A CA and a certificate for 127.0.0.1 signed by it, made with openssl in the work directory;
+// false (and a note) when openssl is missing.
+bool makeCertificates(Bench& b) {
+  if (!b.tls_dir.empty()) return true;
+  const std::string d = b.work_dir;
+  auto openssl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), "/usr/bin/openssl");
+    const auto r = testing::runCommand(args);
+    if (r.exit_code != 0) say("openssl failed ({}): {}", r.exit_code, r.err);
+    return r.exit_code == 0;
+  };
+  std::ofstream(d + "/server.ext") << "subjectAltName=IP:127.0.0.1\n";
+  const bool ok = openssl({"req", "-x509", "-newkey", "ec", "-pkeyopt",
+                           "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                           "/CN=bench-ca", "-keyout", d + "/ca.key", "-out", d + "/ca.crt"}) &&
+                  openssl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                           "-nodes", "-subj", "/CN=bench-ctrl", "-keyout", d + "/server.key",
+                           "-out", d + "/server.csr"}) &&
+                  openssl({"x509", "-req", "-in", d + "/server.csr", "-CA", d + "/ca.crt", "-CAkey",
+                           d + "/ca.key", "-CAcreateserial", "-days", "1", "-extfile",
+                           d + "/server.ext", "-out", d + "/server.crt"});
+  if (ok) b.tls_dir = d;
+  return ok;
+}
+
+std::shared_ptr<grpc::ChannelCredentials> trustingBenchCa(const Bench& b) {
+  std::ifstream in(b.tls_dir + "/ca.crt");
+  std::stringstream pem;
+  pem << in.rdbuf();
+  grpc::SslCredentialsOptions options;
+  options.pem_root_certs = pem.str();
+  return grpc::SslCredentials(options);
+}
+
 void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string& name,
-                   bool watch_listener = false) {
-  auto ctrl = b.startCtrl(watch_listener);
+                   bool watch_listener = false, bool tls = false) {
+  auto ctrl = b.startCtrl(watch_listener, tls);
   std::this_thread::sleep_for(1s);
   const ProcessMemory before = ctrl->memory();
   const uint64_t head = regionHead(*b.pool, kRegion);
   say("memory: krane-ctrl VmRSS {} KiB with no stream; opening {} idle streams", before.rss_kib, n);
   ProcessMemory after;
   {
-    GrpcWatchStreams streams(ctrl->watchTarget(), b.agent_token, kRegion, head, n, per_connection);
+    GrpcWatchStreams streams(ctrl->watchTarget(), b.agent_token, kRegion, head, n, per_connection,
+                             /*accept_batches=*/true, tls ? trustingBenchCa(b) : nullptr);
     if (!streams.waitLive(300s)) {
       throw std::runtime_error(fmt::format("only {} of {} Watch streams went live ({} ended; {})",
                                            streams.live(), n, streams.ended(),
@@ -801,9 +846,10 @@ void measureMemory(Bench& b, size_t n, size_t per_connection, const std::string&
   f.target = "<= 16 KiB";
   f.passed = per_stream <= 16;
   b.report.notes.push_back(fmt::format(
-      "{}: fresh krane-ctrl, VmRSS {} KiB with no stream, {} KiB with {} idle streams ({}{}) after "
-      "their first bookmark",
+      "{}: fresh krane-ctrl, VmRSS {} KiB with no stream, {} KiB with {} idle streams ({}{}{}) "
+      "after their first bookmark",
       name, before.rss_kib, after.rss_kib, n, watch_listener ? "on the watch listener, " : "",
+      tls ? "TLS, " : "",
       per_connection <= 1 ? std::string("each on its own connection")
                           : fmt::format("{} per connection", per_connection)));
 }
@@ -1078,6 +1124,13 @@ int run(int argc, char** argv) {
     measureMemory(b, o.replica_streams / o.replicas, o.per_connection,
                   "watch_listener_memory_per_idle_stream_kib_shared_connections",
                   /*watch_listener=*/true);
+    // With TLS (an agent's connection across regions): the listener, and the gRPC port.
+    if (makeCertificates(b)) {
+      measureMemory(b, o.memory_streams, 1, "watch_listener_tls_memory_per_idle_stream_kib",
+                    /*watch_listener=*/true, /*tls=*/true);
+      measureMemory(b, o.memory_streams, 1, "tls_memory_per_idle_stream_kib",
+                    /*watch_listener=*/false, /*tls=*/true);
+    }
   }
   std::map<size_t, SocketFloorResult> floor;
   std::map<std::string, std::map<size_t, GrpcFloorResult>> grpc_floors;

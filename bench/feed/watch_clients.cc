@@ -8,11 +8,13 @@ namespace krane::bench {
 
 using cluster::v1::WatchEvent;
 
-std::shared_ptr<grpc::Channel> ownChannel(const std::string& target) {
+std::shared_ptr<grpc::Channel> ownChannel(const std::string& target,
+                                          std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetMaxReceiveMessageSize(16 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return grpc::CreateCustomChannel(
+      target, credentials ? credentials : grpc::InsecureChannelCredentials(), args);
 }
 
 cluster::v1::WatchRequest watchRequest(const std::string& region, uint64_t version, size_t index,
@@ -144,12 +146,13 @@ class GrpcWatchStreams::Stream final : public grpc::ClientReadReactor<WatchEvent
 
 GrpcWatchStreams::GrpcWatchStreams(const std::string& target, const std::string& token,
                                    const std::string& region, uint64_t version, size_t count,
-                                   size_t per_connection, bool accept_batches)
+                                   size_t per_connection, bool accept_batches,
+                                   std::shared_ptr<grpc::ChannelCredentials> credentials)
     : WatchStreams(count) {
   streams_.reserve(count);
   std::shared_ptr<grpc::Channel> channel;
   for (size_t i = 0; i < count; ++i) {
-    if (i % std::max<size_t>(per_connection, 1) == 0) channel = ownChannel(target);
+    if (i % std::max<size_t>(per_connection, 1) == 0) channel = ownChannel(target, credentials);
     streams_.push_back(std::make_unique<Stream>(tally_, channel, token,
                                                 watchRequest(region, version, i, accept_batches)));
   }

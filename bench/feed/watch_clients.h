@@ -27,7 +27,9 @@
 namespace krane::bench {
 
 // A channel with a connection of its own (a local subchannel pool), as a separate agent has.
-std::shared_ptr<grpc::Channel> ownChannel(const std::string& target);
+// A channel with a connection of its own; plaintext unless `credentials` are given.
+std::shared_ptr<grpc::Channel> ownChannel(
+    const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 // The Watch request stream `index` of a group sends.
 cluster::v1::WatchRequest watchRequest(const std::string& region, uint64_t version, size_t index,
@@ -111,7 +113,8 @@ class GrpcWatchStreams final : public WatchStreams {
  public:
   GrpcWatchStreams(const std::string& target, const std::string& token, const std::string& region,
                    uint64_t version, size_t count, size_t per_connection = 1,
-                   bool accept_batches = true);
+                   bool accept_batches = true,
+                   std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
   ~GrpcWatchStreams() override;
 
   std::vector<std::vector<Sample>> takeSamples() override;

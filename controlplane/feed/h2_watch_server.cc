@@ -15,6 +15,8 @@
 #include <mutex>
 
 #include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 
 #include "common/host_port.h"
 #include "common/strings.h"
@@ -123,6 +125,9 @@ class H2Connection {
   H2Loop* loop = nullptr;
   int fd = -1;
   std::string peer;
+  SSL* ssl = nullptr;          // with TLS
+  bool handshaking = false;    // the TLS handshake is not done
+  bool tls_wants_out = false;  // OpenSSL waits for room in the socket
   nghttp2_session* session = nullptr;
   bool want_out = false;
   bool dirty = false;   // something to send
@@ -194,6 +199,10 @@ class H2Loop final : public WatchScheduler {
   void closeConnection(H2Connection* c);
   void sweepIdle();
   void setupConnection(int fd, std::string peer);
+  static constexpr ssize_t kWouldBlock = -1;
+  static constexpr ssize_t kFailed = -2;
+  ssize_t readSome(H2Connection* c);
+  bool handshake(H2Connection* c);
 
   H2WatchServer* const server_;
   int epoll_fd_ = -1;
@@ -262,6 +271,7 @@ H2Loop::H2Loop(H2WatchServer* server) : server_(server), buffer_(kReadBufferByte
 H2Loop::~H2Loop() {
   for (auto& c : connections_) {
     if (c->session != nullptr) nghttp2_session_del(c->session);
+    if (c->ssl != nullptr) SSL_free(c->ssl);
     if (c->fd >= 0) ::close(c->fd);
   }
   nghttp2_option_del(options_);
@@ -354,9 +364,11 @@ void H2Loop::run() {
       if (c->closed) continue;  // closed earlier in this batch
       const uint32_t what = events[static_cast<size_t>(i)].events;
       bool alive = true;
-      if (what & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+      c->tls_wants_out = false;  // set again if OpenSSL still waits for room
+      if (c->handshaking) alive = handshake(c);
+      if (alive && !c->handshaking && (what & (EPOLLIN | EPOLLHUP | EPOLLERR | EPOLLOUT))) {
         for (size_t read = 0; read < kReadBudgetBytes;) {
-          const ssize_t got = ::recv(c->fd, buffer_.data(), buffer_.size(), 0);
+          const ssize_t got = readSome(c);
           if (got > 0) {
             read += static_cast<size_t>(got);
             if (nghttp2_session_mem_recv(c->session, buffer_.data(), static_cast<size_t>(got)) <
@@ -366,8 +378,7 @@ void H2Loop::run() {
             }
             continue;
           }
-          if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-          if (got < 0 && errno == EINTR) continue;
+          if (got == kWouldBlock) break;
           alive = false;  // closed or failed
           break;
         }
@@ -398,6 +409,8 @@ void H2Loop::run() {
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
     ::close(c->fd);
     c->fd = -1;
+    if (c->ssl != nullptr) SSL_free(c->ssl);
+    c->ssl = nullptr;
     nghttp2_session_del(c->session);
     c->session = nullptr;
     --server_->connections_;
@@ -431,11 +444,75 @@ void H2Loop::takeInbox() {
   }
 }
 
+// Bytes from the connection into buffer_: their count, 0 when the client closed, kWouldBlock,
+// or kFailed.
+ssize_t H2Loop::readSome(H2Connection* c) {
+  if (c->ssl == nullptr) {
+    for (;;) {
+      const ssize_t got = ::recv(c->fd, buffer_.data(), buffer_.size(), 0);
+      if (got >= 0) return got;
+      if (errno == EINTR) continue;
+      return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
+    }
+  }
+  ERR_clear_error();
+  const int got = SSL_read(c->ssl, buffer_.data(), static_cast<int>(buffer_.size()));
+  if (got > 0) return got;
+  switch (SSL_get_error(c->ssl, got)) {
+    case SSL_ERROR_WANT_READ:
+      return kWouldBlock;
+    case SSL_ERROR_WANT_WRITE:
+      c->tls_wants_out = true;
+      return kWouldBlock;
+    case SSL_ERROR_ZERO_RETURN:
+      return 0;
+    default:
+      return kFailed;
+  }
+}
+
+// Advances the TLS handshake; false when it failed (the connection is to be closed).
+bool H2Loop::handshake(H2Connection* c) {
+  ERR_clear_error();
+  const int rc = SSL_do_handshake(c->ssl);
+  c->tls_wants_out = false;
+  if (rc == 1) {
+    c->handshaking = false;
+    markDirty(c);  // the server's SETTINGS wait
+    return true;
+  }
+  switch (SSL_get_error(c->ssl, rc)) {
+    case SSL_ERROR_WANT_READ:
+      return true;
+    case SSL_ERROR_WANT_WRITE:
+      c->tls_wants_out = true;
+      markDirty(c);
+      return true;
+    default: {
+      char reason[256] = {};
+      ERR_error_string_n(ERR_peek_last_error(), reason, sizeof(reason));
+      spdlog::info("feed: TLS handshake with {} on the watch listener failed: {}", c->peer,
+                   reason[0] != '\0' ? reason : "connection closed");
+      return false;
+    }
+  }
+}
+
 void H2Loop::setupConnection(int fd, std::string peer) {
   auto c = std::make_unique<H2Connection>();
   c->loop = this;
   c->fd = fd;
   c->peer = std::move(peer);
+  if (server_->tls_ != nullptr) {
+    c->ssl = SSL_new(server_->tls_);
+    if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
+      if (c->ssl != nullptr) SSL_free(c->ssl);
+      ::close(fd);
+      return;
+    }
+    SSL_set_accept_state(c->ssl);
+    c->handshaking = true;
+  }
   if (nghttp2_session_server_new2(&c->session, callbacks_, c.get(), options_) != 0) {
     ::close(fd);
     return;
@@ -587,8 +664,9 @@ void H2Loop::markDirty(H2Connection* c) {
 
 // Sends what nghttp2 has; watches for writability while the socket is full.
 bool H2Loop::flush(H2Connection* c) {
-  if (nghttp2_session_send(c->session) != 0) return false;
-  const bool want_out = nghttp2_session_want_write(c->session) != 0;
+  if (!c->handshaking && nghttp2_session_send(c->session) != 0) return false;
+  const bool want_out =
+      c->tls_wants_out || (!c->handshaking && nghttp2_session_want_write(c->session) != 0);
   if (want_out != c->want_out) {
     c->want_out = want_out;
     epoll_event ev{};
@@ -596,7 +674,7 @@ bool H2Loop::flush(H2Connection* c) {
     ev.data.ptr = c;
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
   }
-  return nghttp2_session_want_read(c->session) != 0 || want_out;
+  return c->handshaking || nghttp2_session_want_read(c->session) != 0 || want_out;
 }
 
 void H2Loop::closeConnection(H2Connection* c) {
@@ -605,6 +683,8 @@ void H2Loop::closeConnection(H2Connection* c) {
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c->fd, nullptr);
   ::close(c->fd);
   c->fd = -1;
+  if (c->ssl != nullptr) SSL_free(c->ssl);
+  c->ssl = nullptr;
   // nghttp2 reports no stream closes when the session goes: every call is told here.
   std::vector<H2Call*> calls;
   calls.swap(c->calls);
@@ -752,6 +832,20 @@ void H2Loop::reject(H2Call* call, grpc::StatusCode code, std::string_view messag
 
 ssize_t H2Loop::onSend(nghttp2_session*, const uint8_t* data, size_t length, int, void* user) {
   auto* c = static_cast<H2Connection*>(user);
+  if (c->ssl != nullptr) {
+    if (c->handshaking) return NGHTTP2_ERR_WOULDBLOCK;
+    ERR_clear_error();
+    const int n = SSL_write(c->ssl, data, static_cast<int>(std::min<size_t>(length, 1 << 20)));
+    if (n > 0) return n;
+    switch (SSL_get_error(c->ssl, n)) {
+      case SSL_ERROR_WANT_WRITE:
+        return NGHTTP2_ERR_WOULDBLOCK;
+      case SSL_ERROR_WANT_READ:  // a renegotiation waits for the client: EPOLLIN resumes it
+        return NGHTTP2_ERR_WOULDBLOCK;
+      default:
+        return NGHTTP2_ERR_CALLBACK_FAILURE;
+    }
+  }
   for (;;) {
     const ssize_t n = ::send(c->fd, data, length, MSG_NOSIGNAL);
     if (n >= 0) return n;
@@ -896,6 +990,59 @@ ssize_t H2Loop::onRead(nghttp2_session* session, int32_t stream_id, uint8_t* buf
 H2WatchServer::H2WatchServer(H2WatchOptions options, OpenH2WatchFn open)
     : options_(std::move(options)), open_(std::move(open)) {}
 
+namespace {
+
+std::string opensslError() {
+  char reason[256] = {};
+  ERR_error_string_n(ERR_get_error(), reason, sizeof(reason));
+  return reason;
+}
+
+// Chooses h2, the only protocol served; a client that does not offer it gets no ALPN answer.
+int selectH2(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+             unsigned int inlen, void*) {
+  static const unsigned char kH2[] = {2, 'h', '2'};
+  unsigned char* chosen = nullptr;
+  if (SSL_select_next_proto(&chosen, outlen, kH2, sizeof(kH2), in, inlen) !=
+      OPENSSL_NPN_NEGOTIATED) {
+    return SSL_TLSEXT_ERR_NOACK;
+  }
+  *out = chosen;
+  return SSL_TLSEXT_ERR_OK;
+}
+
+}  // namespace
+
+absl::Status H2WatchServer::setUpTls() {
+  const auto& t = options_.tls;
+  tls_ = SSL_CTX_new(TLS_server_method());
+  if (tls_ == nullptr) return absl::InternalError(strCat("TLS: ", opensslError()));
+  SSL_CTX_set_min_proto_version(tls_, TLS1_2_VERSION);
+  // Idle agents hold no record buffers; writes may be partial and retried from another address
+  // (nghttp2 keeps the rest of a frame).
+  SSL_CTX_set_mode(tls_, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
+                             SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  SSL_CTX_set_num_tickets(tls_, 0);  // no session tickets to keep or send
+  if (SSL_CTX_use_certificate_chain_file(tls_, t.cert_file.c_str()) != 1) {
+    return absl::InvalidArgumentError(
+        strCat("tls.cert_file: cannot use ", t.cert_file, ": ", opensslError()));
+  }
+  if (SSL_CTX_use_PrivateKey_file(tls_, t.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(tls_) != 1) {
+    return absl::InvalidArgumentError(
+        strCat("tls.key_file: cannot use ", t.key_file, ": ", opensslError()));
+  }
+  if (!t.client_ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(tls_, t.client_ca_file.c_str(), nullptr) != 1) {
+      return absl::InvalidArgumentError(
+          strCat("tls.client_ca_file: cannot use ", t.client_ca_file, ": ", opensslError()));
+    }
+    SSL_CTX_set_verify(tls_, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  SSL_CTX_set_alpn_select_cb(tls_, selectH2, nullptr);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<H2WatchServer>> H2WatchServer::start(H2WatchOptions options,
                                                                     OpenH2WatchFn open) {
   auto [host, port] = splitHostPort(options.listen);
@@ -919,6 +1066,12 @@ absl::StatusOr<std::unique_ptr<H2WatchServer>> H2WatchServer::start(H2WatchOptio
         strCat("cannot listen on ", options.listen, ": ", gai_strerror(rc)));
   }
   std::unique_ptr<H2WatchServer> server(new H2WatchServer(std::move(options), std::move(open)));
+  if (!server->options_.tls.cert_file.empty()) {
+    if (absl::Status st = server->setUpTls(); !st.ok()) {
+      freeaddrinfo(found);
+      return st;
+    }
+  }
   std::string last_error = "no address";
   for (addrinfo* a = found; a != nullptr && server->listener_ < 0; a = a->ai_next) {
     const int fd =
@@ -955,7 +1108,11 @@ absl::StatusOr<std::unique_ptr<H2WatchServer>> H2WatchServer::start(H2WatchOptio
   return server;
 }
 
-H2WatchServer::~H2WatchServer() { stop(); }
+H2WatchServer::~H2WatchServer() {
+  stop();
+  loops_.clear();
+  if (tls_ != nullptr) SSL_CTX_free(tls_);
+}
 
 void H2WatchServer::acceptLoop() {
   epoll_event events[2];

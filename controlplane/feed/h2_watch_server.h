@@ -20,8 +20,10 @@
 // an agent that stops reading stops completing writes, and its stream's queue grows until the
 // stream is told to resync (watch_stream.h).
 //
-// Not served: TLS (krane-ctrl refuses feed.watch_listen together with tls.*), compressed
-// messages, grpc-timeout (Watch calls of agents have no deadline).
+// TLS is krane-ctrl's (tls.*, with client certificates when tls.client_ca_file is set): OpenSSL
+// on the loop's nonblocking sockets, releasing a connection's record buffers while it is idle
+// (SSL_MODE_RELEASE_BUFFERS). Not served: compressed messages, grpc-timeout (Watch calls of agents
+// have no deadline).
 //
 // Bounds against clients that misbehave: max_streams_per_connection calls per connection, a
 // request of at most max_request_bytes that must arrive within stall_timeout, an authorization
@@ -43,8 +45,11 @@
 #include <thread>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "controlplane/feed/watch_call.h"
+
+struct ssl_ctx_st;  // OpenSSL's SSL_CTX
 
 namespace krane::feed {
 
@@ -62,6 +67,13 @@ struct H2WatchOptions {
   // finished call whose trailers could not go out in this time (a client that stopped reading,
   // its window full) is reset: neither holds its stream for longer.
   std::chrono::milliseconds stall_timeout{10000};
+  // TLS (PEM files, as krane-ctrl's tls.*): with cert_file and key_file the listener speaks TLS
+  // (1.2 or later, ALPN h2); with client_ca_file too, clients must show a certificate it signed.
+  struct Tls {
+    std::string cert_file;
+    std::string key_file;
+    std::string client_ca_file;
+  } tls;
 };
 
 // Takes a call whose request arrived: serve() it, or refuse() it. `request` is the request
@@ -100,13 +112,15 @@ class H2WatchServer {
  private:
   friend class H2Loop;
   H2WatchServer(H2WatchOptions options, OpenH2WatchFn open);
+  absl::Status setUpTls();
   void acceptLoop();
 
   const H2WatchOptions options_;
   const OpenH2WatchFn open_;
   int listener_ = -1;
   int port_ = 0;
-  int wake_fd_ = -1;  // wakes the acceptor to stop
+  int wake_fd_ = -1;             // wakes the acceptor to stop
+  ::ssl_ctx_st* tls_ = nullptr;  // OpenSSL's SSL_CTX when options_.tls is set
   std::atomic<size_t> calls_{0};
   std::atomic<size_t> connections_{0};
   std::atomic<bool> shut_down_{false};

@@ -166,13 +166,6 @@ TEST_CASE("config errors name the key", "[serve-command]") {
   CHECK_THAT(alone.err, Catch::Contains("feed.peer_hints.advertise: needs feed.peer_hints.listen"));
   auto watch = ctrl({"serve", "--config", writeFile("o.yaml", "feed:\n  watch_listen: here\n")});
   CHECK_THAT(watch.err, Catch::Contains("feed.watch_listen: \"here\" is not host:port"));
-  auto watch_tls =
-      ctrl({"serve", "--dsn", "mysql://u@h/d", "--config",
-            writeFile("p.yaml",
-                      "tls:\n  cert_file: c.pem\n  key_file: k.pem\nfeed:\n  watch_listen: "
-                      "127.0.0.1:7073\n")});
-  CHECK_THAT(watch_tls.err,
-             Catch::Contains("feed.watch_listen: serves plaintext HTTP/2 only, and tls.cert_file"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
   CHECK_THAT(missing.err, Catch::Contains("cannot read config file /nonexistent/ctrl.yaml"));
 }

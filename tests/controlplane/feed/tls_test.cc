@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/strings.h"
+#include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
@@ -99,6 +100,55 @@ TEST_CASE("server certificate and mutual tls", "[tls]") {
   // Mutual TLS: a client certificate signed by the CA is required.
   CHECK_THAT(listWith(grpc::SslCredentials(trust_with_cert), mtls.grpcPort()), IsOk());
   CHECK_FALSE(listWith(grpc::SslCredentials(trust), mtls.grpcPort()).ok());
+}
+
+// The first event of a Watch on the watch listener of `port` (false when the call fails).
+bool watchesWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int port,
+                 const std::string& token) {
+  auto stub = cluster::v1::ClusterService::NewStub(
+      grpc::CreateChannel(strCat("127.0.0.1:", port), credentials));
+  auto context = TestControlPlane::withToken(token, std::chrono::seconds(5));
+  cluster::v1::WatchRequest request;
+  request.set_region("eu-1");
+  auto reader = stub->Watch(context.get(), request);
+  cluster::v1::WatchEvent event;
+  const bool read = reader->Read(&event);
+  context->TryCancel();
+  reader->Finish();
+  return read;
+}
+
+TEST_CASE("the watch listener speaks TLS and mutual TLS as the grpc port does", "[tls]") {
+  makeCertificates();
+  const std::string d = dir();
+  TestControlPlane cp;
+  auto& tls = cp.startReplica([&](ctrl::CtrlConfig& c) {
+    c.tls.cert_file = d + "/server.crt";
+    c.tls.key_file = d + "/server.key";
+    c.feed.watch_listen = "127.0.0.1:0";
+  });
+  auto& mtls = cp.startReplica([&](ctrl::CtrlConfig& c) {
+    c.tls.cert_file = d + "/server.crt";
+    c.tls.key_file = d + "/server.key";
+    c.tls.client_ca_file = d + "/ca.crt";
+    c.feed.watch_listen = "127.0.0.1:0";
+  });
+  const std::string token = cp.agentToken("eu-1");
+  grpc::SslCredentialsOptions trust;
+  trust.pem_root_certs = read(d + "/ca.crt");
+  grpc::SslCredentialsOptions trust_with_cert = trust;
+  trust_with_cert.pem_cert_chain = read(d + "/client.crt");
+  trust_with_cert.pem_private_key = read(d + "/client.key");
+  grpc::SslCredentialsOptions wrong_ca;
+  wrong_ca.pem_root_certs = read(d + "/client.crt");
+
+  CHECK(watchesWith(grpc::SslCredentials(trust), tls.watchPort(), token));
+  CHECK_FALSE(watchesWith(grpc::InsecureChannelCredentials(), tls.watchPort(), token));
+  CHECK_FALSE(watchesWith(grpc::SslCredentials(wrong_ca), tls.watchPort(), token));
+  CHECK(watchesWith(grpc::SslCredentials(trust_with_cert), mtls.watchPort(), token));
+  CHECK_FALSE(watchesWith(grpc::SslCredentials(trust), mtls.watchPort(), token));
+  // Still served after the failed handshakes.
+  CHECK(watchesWith(grpc::SslCredentials(trust), tls.watchPort(), token));
 }
 
 TEST_CASE("missing certificate files stop start up naming them", "[tls]") {
