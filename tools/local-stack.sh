@@ -12,7 +12,7 @@
 #
 # Called by `./dev up` and `./dev demo` after the binaries are built (BIN: Bazel's bin folder).
 # The environment can move it: KRANE_LOCAL_DIR, KRANE_DB_PORT, KRANE_GRPC_PORT, KRANE_HTTP_PORT,
-# KRANE_INSTANCE_PORT (first port of the instances' ranges), and the supervisor's KRANE_UP_*
+# KRANE_WATCH_PORT (krane-ctrl's watch listener, where local-2's agent watches), KRANE_INSTANCE_PORT (first port of the instances' ranges), and the supervisor's KRANE_UP_*
 # settings (tools/supervise.sh).
 set -euo pipefail
 
@@ -22,6 +22,7 @@ LOCAL="${KRANE_LOCAL_DIR:-$ROOT/.krane-local}"
 DB_PORT="${KRANE_DB_PORT:-17306}"
 GRPC_PORT="${KRANE_GRPC_PORT:-17070}"
 HTTP_PORT="${KRANE_HTTP_PORT:-17071}"
+WATCH_PORT="${KRANE_WATCH_PORT:-17073}"
 INSTANCE_PORT="${KRANE_INSTANCE_PORT:-18000}"
 REGIONS=(local-1 local-2)
 
@@ -164,6 +165,8 @@ auth:
   operator_tokens_file: $LOCAL/operator.token
 deploy:
   build_log_dir: $LOCAL/builds
+feed:
+  watch_listen: 127.0.0.1:$WATCH_PORT
 YAML
 say "starting krane-ctrl on 127.0.0.1:$GRPC_PORT (metrics on :$HTTP_PORT)"
 start krane-ctrl "$LOCAL/logs/krane-ctrl.log" "$CTRL" serve --config "$LOCAL/ctrl.yaml"
@@ -183,6 +186,7 @@ state_dir: $state
 control_plane:
   address: 127.0.0.1:$GRPC_PORT
   token_file: $LOCAL/$region.token
+$([ "$region" != local-2 ] || printf '  watch_address: 127.0.0.1:%s  # the watch listener\n' "$WATCH_PORT")
 reporter:
   heartbeat_interval_ms: 2000
 plugins:
@@ -243,7 +247,8 @@ mv "$LOCAL/env.tmp" "$LOCAL/env"
 cat >&2 <<INFO
 
 Krane is running.
-  krane-ctrl     grpc 127.0.0.1:$GRPC_PORT, metrics http://127.0.0.1:$HTTP_PORT/metrics
+  krane-ctrl     grpc 127.0.0.1:$GRPC_PORT, metrics http://127.0.0.1:$HTTP_PORT/metrics,
+                 watch listener 127.0.0.1:$WATCH_PORT (local-2's agent watches there)
   MariaDB        $KRANE_DSN
   agents         ${REGIONS[*]} (process runtime), state under $LOCAL/agents
   logs           $LOCAL/logs

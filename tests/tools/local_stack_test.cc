@@ -90,6 +90,7 @@ class LocalStack {
             {"KRANE_DB_PORT", std::to_string(freePort())},
             {"KRANE_GRPC_PORT", std::to_string(grpc_port_)},
             {"KRANE_HTTP_PORT", std::to_string(http_port_)},
+            {"KRANE_WATCH_PORT", std::to_string(freePort())},
             {"KRANE_INSTANCE_PORT", std::to_string(instance_port)},
             {"PATH", strCat(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin",
                             ":/usr/sbin:/sbin")}});
