@@ -1,4 +1,5 @@
-// TLS and mutual TLS on krane-ctrl's gRPC port, with certificates made by openssl for the test.
+// TLS and mutual TLS on krane-ctrl's gRPC port and its watch listener, with certificates made by
+// openssl for the test.
 #include <fstream>
 #include <sstream>
 
@@ -69,39 +70,6 @@ grpc::Status listWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int
                     request, &response);
 }
 
-TEST_CASE("server certificate and mutual tls", "[tls]") {
-  makeCertificates();
-  const std::string d = dir();
-  TestControlPlane cp;
-  auto& tls = cp.startReplica([&](ctrl::CtrlConfig& c) {
-    c.tls.cert_file = d + "/server.crt";
-    c.tls.key_file = d + "/server.key";
-  });
-  auto& mtls = cp.startReplica([&](ctrl::CtrlConfig& c) {
-    c.tls.cert_file = d + "/server.crt";
-    c.tls.key_file = d + "/server.key";
-    c.tls.client_ca_file = d + "/ca.crt";
-  });
-
-  grpc::SslCredentialsOptions trust;
-  trust.pem_root_certs = read(d + "/ca.crt");
-  grpc::SslCredentialsOptions trust_with_cert = trust;
-  trust_with_cert.pem_cert_chain = read(d + "/client.crt");
-  trust_with_cert.pem_private_key = read(d + "/client.key");
-
-  // TLS: a client trusting the CA gets through; a plaintext client does not.
-  CHECK_THAT(listWith(grpc::SslCredentials(trust), tls.grpcPort()), IsOk());
-  CHECK_FALSE(listWith(grpc::InsecureChannelCredentials(), tls.grpcPort()).ok());
-  // A client that does not trust the server's CA refuses it.
-  grpc::SslCredentialsOptions wrong_ca;
-  wrong_ca.pem_root_certs = read(d + "/client.crt");
-  CHECK_FALSE(listWith(grpc::SslCredentials(wrong_ca), tls.grpcPort()).ok());
-
-  // Mutual TLS: a client certificate signed by the CA is required.
-  CHECK_THAT(listWith(grpc::SslCredentials(trust_with_cert), mtls.grpcPort()), IsOk());
-  CHECK_FALSE(listWith(grpc::SslCredentials(trust), mtls.grpcPort()).ok());
-}
-
 // The first event of a Watch on the watch listener of `port` (false when the call fails).
 bool watchesWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int port,
                  const std::string& token) {
@@ -118,7 +86,7 @@ bool watchesWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int port
   return read;
 }
 
-TEST_CASE("the watch listener speaks TLS and mutual TLS as the grpc port does", "[tls]") {
+TEST_CASE("server certificate and mutual tls, on the grpc port and the watch listener", "[tls]") {
   makeCertificates();
   const std::string d = dir();
   TestControlPlane cp;
@@ -134,6 +102,7 @@ TEST_CASE("the watch listener speaks TLS and mutual TLS as the grpc port does", 
     c.feed.watch_listen = "127.0.0.1:0";
   });
   const std::string token = cp.agentToken("eu-1");
+
   grpc::SslCredentialsOptions trust;
   trust.pem_root_certs = read(d + "/ca.crt");
   grpc::SslCredentialsOptions trust_with_cert = trust;
@@ -142,12 +111,21 @@ TEST_CASE("the watch listener speaks TLS and mutual TLS as the grpc port does", 
   grpc::SslCredentialsOptions wrong_ca;
   wrong_ca.pem_root_certs = read(d + "/client.crt");
 
+  // TLS: a client trusting the CA gets through; a plaintext client does not.
+  CHECK_THAT(listWith(grpc::SslCredentials(trust), tls.grpcPort()), IsOk());
+  CHECK_FALSE(listWith(grpc::InsecureChannelCredentials(), tls.grpcPort()).ok());
   CHECK(watchesWith(grpc::SslCredentials(trust), tls.watchPort(), token));
   CHECK_FALSE(watchesWith(grpc::InsecureChannelCredentials(), tls.watchPort(), token));
+  // A client that does not trust the server's CA refuses it.
+  CHECK_FALSE(listWith(grpc::SslCredentials(wrong_ca), tls.grpcPort()).ok());
   CHECK_FALSE(watchesWith(grpc::SslCredentials(wrong_ca), tls.watchPort(), token));
+
+  // Mutual TLS: a client certificate signed by the CA is required.
+  CHECK_THAT(listWith(grpc::SslCredentials(trust_with_cert), mtls.grpcPort()), IsOk());
+  CHECK_FALSE(listWith(grpc::SslCredentials(trust), mtls.grpcPort()).ok());
   CHECK(watchesWith(grpc::SslCredentials(trust_with_cert), mtls.watchPort(), token));
   CHECK_FALSE(watchesWith(grpc::SslCredentials(trust), mtls.watchPort(), token));
-  // Still served after the failed handshakes.
+  // The listener still serves after the failed handshakes.
   CHECK(watchesWith(grpc::SslCredentials(trust), tls.watchPort(), token));
 }
 
