@@ -200,6 +200,30 @@ spec:
   CHECK(again.exit_code == 0);
   CHECK(stack.pidOf("agent-local-2") > 0);
   CHECK(alive(stack.pidOf("agent-local-2")));
+  // local-2's agent watches on krane-ctrl's watch listener: after krane-ctrl's SIGKILL it is
+  // back on the new one and applies what comes.
+  writeFile(stack.dir() + "/app2.yaml", R"(kind: Deployment
+id: watched
+regions: [local-2]
+spec:
+  workspaceId: ws-up
+  projectId: proj-up
+  appId: app-up
+  environmentId: env-up
+  image: krane.dev/demo-app:v1
+  port: 8080
+  replicas: 1
+  cpuMillicores: 100
+  memoryMib: 64
+)");
+  auto applied2 = stack.kranectl({"apply", "-f", stack.dir() + "/app2.yaml"});
+  INFO(applied2.out << applied2.err);
+  REQUIRE(applied2.exit_code == 0);
+  auto converged2 = stack.kranectl(
+      {"status", "deployment", "watched", "--region", "local-2", "--wait", "--timeout", "30"});
+  INFO(converged2.out << converged2.err);
+  CHECK(converged2.exit_code == 0);
+  CHECK_THAT(slurp(stack.local("agent-local-2.yaml")), Catch::Contains("watch_address"));
 
   // Instances of local-1 are the same processes as before the kill: adopted, not restarted.
   std::set<int> instances;
