@@ -108,6 +108,27 @@ class LocalStack {
   ChildProcess& process() { return *stack_; }
   const std::string& dir() const { return dir_.path(); }
 
+  // Applies a deployment of the demo app with `replicas` instances in `region` and waits until
+  // it converged (30 s at most); false (with what kranectl said) when it did not.
+  bool deploy(const std::string& id, const std::string& region, int replicas) {
+    const std::string path = strCat(dir(), "/", id, ".yaml");
+    writeFile(path, strCat("kind: Deployment\nid: ", id, "\nregions: [", region,
+                           "]\nspec:\n  workspaceId: ws-up\n  projectId: proj-up\n  appId: "
+                           "app-up\n  environmentId: env-up\n  image: krane.dev/demo-app:v1\n  "
+                           "port: 8080\n  replicas: ",
+                           replicas, "\n  cpuMillicores: 100\n  memoryMib: 64\n"));
+    auto applied = kranectl({"apply", "-f", path});
+    if (applied.exit_code != 0) {
+      UNSCOPED_INFO("kranectl apply: " << applied.out << applied.err);
+      return false;
+    }
+    auto converged =
+        kranectl({"status", "deployment", id, "--region", region, "--wait", "--timeout", "30"});
+    if (converged.exit_code != 0)
+      UNSCOPED_INFO("kranectl status: " << converged.out << converged.err);
+    return converged.exit_code == 0;
+  }
+
   testing::CommandResult kranectl(std::vector<std::string> args) {
     args.insert(args.begin(),
                 {strCat(bin_, "/cli/kranectl"), "--server", strCat("127.0.0.1:", grpc_port_),
@@ -138,27 +159,7 @@ TEST_CASE("krane-ctrl and an agent killed with SIGKILL are restarted, and SIGTER
 
   // Two real instances in local-1, to see that they outlive their agent's crash and are stopped
   // at the end.
-  writeFile(stack.dir() + "/app.yaml", R"(kind: Deployment
-id: supervised
-regions: [local-1]
-spec:
-  workspaceId: ws-up
-  projectId: proj-up
-  appId: app-up
-  environmentId: env-up
-  image: krane.dev/demo-app:v1
-  port: 8080
-  replicas: 2
-  cpuMillicores: 100
-  memoryMib: 64
-)");
-  auto applied = stack.kranectl({"apply", "-f", stack.dir() + "/app.yaml"});
-  INFO(applied.out << applied.err);
-  REQUIRE(applied.exit_code == 0);
-  auto converged = stack.kranectl(
-      {"status", "deployment", "supervised", "--region", "local-1", "--wait", "--timeout", "30"});
-  INFO(converged.out << converged.err);
-  REQUIRE(converged.exit_code == 0);
+  REQUIRE(stack.deploy("supervised", "local-1", 2));
   const std::set<int> before = processesOf(stack.dir());
   const int mariadb = readPid(stack.local("mariadb/mysqld.pid"));
   CHECK(alive(mariadb));
@@ -202,27 +203,7 @@ spec:
   CHECK(alive(stack.pidOf("agent-local-2")));
   // local-2's agent watches on krane-ctrl's watch listener: after krane-ctrl's SIGKILL it is
   // back on the new one and applies what comes.
-  writeFile(stack.dir() + "/app2.yaml", R"(kind: Deployment
-id: watched
-regions: [local-2]
-spec:
-  workspaceId: ws-up
-  projectId: proj-up
-  appId: app-up
-  environmentId: env-up
-  image: krane.dev/demo-app:v1
-  port: 8080
-  replicas: 1
-  cpuMillicores: 100
-  memoryMib: 64
-)");
-  auto applied2 = stack.kranectl({"apply", "-f", stack.dir() + "/app2.yaml"});
-  INFO(applied2.out << applied2.err);
-  REQUIRE(applied2.exit_code == 0);
-  auto converged2 = stack.kranectl(
-      {"status", "deployment", "watched", "--region", "local-2", "--wait", "--timeout", "30"});
-  INFO(converged2.out << converged2.err);
-  CHECK(converged2.exit_code == 0);
+  CHECK(stack.deploy("watched", "local-2", 1));
   CHECK_THAT(slurp(stack.local("agent-local-2.yaml")), Catch::Contains("watch_address"));
 
   // Instances of local-1 are the same processes as before the kill: adopted, not restarted.
