@@ -27,6 +27,9 @@ namespace {
 
 constexpr std::string_view kWatchPath = "/krane.cluster.v1.ClusterService/Watch";
 constexpr size_t kReadBufferBytes = 64 << 10;
+// nghttp2's frames for one connection are gathered up to this many bytes into one write: one
+// system call for the messages of all its streams, or for a batch of many frames.
+constexpr size_t kSendBatchBytes = 64 << 10;
 // Bytes read from one connection before the loop turns to the others.
 constexpr size_t kReadBudgetBytes = 256 << 10;
 constexpr uint32_t kMaxHeaderListBytes = 16 << 10;
@@ -129,6 +132,8 @@ class H2Connection {
   bool handshaking = false;    // the TLS handshake is not done
   bool tls_wants_out = false;  // OpenSSL waits for room in the socket
   nghttp2_session* session = nullptr;
+  // Bytes nghttp2 made that the socket did not take yet; nghttp2 makes no more until they went.
+  std::string pending;
   bool want_out = false;
   bool dirty = false;   // something to send
   bool closed = false;  // freed at the end of the loop's turn
@@ -165,7 +170,6 @@ class H2Loop final : public WatchScheduler {
   };
 
   // nghttp2's callbacks.
-  static ssize_t onSend(nghttp2_session*, const uint8_t* data, size_t length, int, void* user);
   static int onBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user);
   static int onHeader(nghttp2_session*, const nghttp2_frame* frame, const uint8_t* name,
                       size_t namelen, const uint8_t* value, size_t valuelen, uint8_t, void* user);
@@ -196,12 +200,14 @@ class H2Loop final : public WatchScheduler {
   void release(H2Call* call);
   void markDirty(H2Connection* c);
   bool flush(H2Connection* c);
+  bool sendFrames(H2Connection* c);
   void closeConnection(H2Connection* c);
   void sweepIdle();
   void setupConnection(int fd, std::string peer);
   static constexpr ssize_t kWouldBlock = -1;
   static constexpr ssize_t kFailed = -2;
   ssize_t readSome(H2Connection* c);
+  ssize_t writeSome(H2Connection* c, const char* data, size_t length);
   bool handshake(H2Connection* c);
 
   H2WatchServer* const server_;
@@ -226,6 +232,7 @@ class H2Loop final : public WatchScheduler {
   std::vector<H2Connection*> dirty_;
   std::vector<Event> events_;
   std::vector<uint8_t> buffer_;
+  std::string out_;  // frames gathered for one write
   std::chrono::steady_clock::time_point last_sweep_ = std::chrono::steady_clock::now();
 };
 
@@ -251,7 +258,6 @@ H2Loop::H2Loop(H2WatchServer* server) : server_(server), buffer_(kReadBufferByte
   ev.data.ptr = nullptr;
   epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &ev);
   nghttp2_session_callbacks_new(&callbacks_);
-  nghttp2_session_callbacks_set_send_callback(callbacks_, onSend);
   nghttp2_session_callbacks_set_on_begin_headers_callback(callbacks_, onBeginHeaders);
   nghttp2_session_callbacks_set_on_header_callback(callbacks_, onHeader);
   nghttp2_session_callbacks_set_on_frame_recv_callback(callbacks_, onFrameRecv);
@@ -664,9 +670,9 @@ void H2Loop::markDirty(H2Connection* c) {
 
 // Sends what nghttp2 has; watches for writability while the socket is full.
 bool H2Loop::flush(H2Connection* c) {
-  if (!c->handshaking && nghttp2_session_send(c->session) != 0) return false;
-  const bool want_out =
-      c->tls_wants_out || (!c->handshaking && nghttp2_session_want_write(c->session) != 0);
+  if (!c->handshaking && !sendFrames(c)) return false;
+  const bool want_out = c->tls_wants_out || !c->pending.empty() ||
+                        (!c->handshaking && nghttp2_session_want_write(c->session) != 0);
   if (want_out != c->want_out) {
     c->want_out = want_out;
     epoll_event ev{};
@@ -675,6 +681,64 @@ bool H2Loop::flush(H2Connection* c) {
     epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, c->fd, &ev);
   }
   return c->handshaking || nghttp2_session_want_read(c->session) != 0 || want_out;
+}
+
+// Hands nghttp2's frames to the socket, gathered into writes of up to kSendBatchBytes, until
+// nghttp2 has no more or the socket is full; false when the connection failed.
+bool H2Loop::sendFrames(H2Connection* c) {
+  if (!c->pending.empty()) {
+    const ssize_t n = writeSome(c, c->pending.data(), c->pending.size());
+    if (n == kFailed) return false;
+    if (n == kWouldBlock) return true;
+    c->pending.erase(0, static_cast<size_t>(n));
+    if (!c->pending.empty()) return true;
+    std::string().swap(c->pending);  // an idle connection keeps no buffer
+  }
+  for (;;) {
+    out_.clear();
+    while (out_.size() < kSendBatchBytes) {
+      const uint8_t* data = nullptr;
+      const ssize_t n = nghttp2_session_mem_send(c->session, &data);
+      if (n < 0) return false;
+      if (n == 0) break;
+      out_.append(reinterpret_cast<const char*>(data), static_cast<size_t>(n));
+    }
+    if (out_.empty()) return true;
+    size_t sent = 0;
+    while (sent < out_.size()) {
+      const ssize_t n = writeSome(c, out_.data() + sent, out_.size() - sent);
+      if (n == kFailed) return false;
+      if (n == kWouldBlock) break;
+      sent += static_cast<size_t>(n);
+    }
+    if (sent < out_.size()) {
+      c->pending.assign(out_, sent);
+      return true;
+    }
+  }
+}
+
+// Writes to the connection: the bytes taken, kWouldBlock, or kFailed.
+ssize_t H2Loop::writeSome(H2Connection* c, const char* data, size_t length) {
+  if (c->ssl != nullptr) {
+    ERR_clear_error();
+    // Partial writes, and a retry from another address (pending), are allowed (setUpTls).
+    const int n = SSL_write(c->ssl, data, static_cast<int>(std::min<size_t>(length, 1 << 20)));
+    if (n > 0) return n;
+    switch (SSL_get_error(c->ssl, n)) {
+      case SSL_ERROR_WANT_WRITE:
+      case SSL_ERROR_WANT_READ:  // a renegotiation waits for the client: EPOLLIN resumes it
+        return kWouldBlock;
+      default:
+        return kFailed;
+    }
+  }
+  for (;;) {
+    const ssize_t n = ::send(c->fd, data, length, MSG_NOSIGNAL);
+    if (n >= 0) return n;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK ? kWouldBlock : kFailed;
+  }
 }
 
 void H2Loop::closeConnection(H2Connection* c) {
@@ -757,7 +821,7 @@ void H2Loop::sweepIdle() {
     nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE,
                           nghttp2_session_get_last_proc_stream_id(c->session), NGHTTP2_NO_ERROR,
                           nullptr, 0);
-    (void)nghttp2_session_send(c->session);
+    (void)sendFrames(c);
     closeConnection(c);
   }
 }
@@ -828,32 +892,7 @@ void H2Loop::reject(H2Call* call, grpc::StatusCode code, std::string_view messag
   nghttp2_submit_response(call->connection_->session, call->stream_id_, headers, 4, nullptr);
 }
 
-// --- nghttp2 callbacks (inside mem_recv and send, on the loop's thread)
-
-ssize_t H2Loop::onSend(nghttp2_session*, const uint8_t* data, size_t length, int, void* user) {
-  auto* c = static_cast<H2Connection*>(user);
-  if (c->ssl != nullptr) {
-    if (c->handshaking) return NGHTTP2_ERR_WOULDBLOCK;
-    ERR_clear_error();
-    const int n = SSL_write(c->ssl, data, static_cast<int>(std::min<size_t>(length, 1 << 20)));
-    if (n > 0) return n;
-    switch (SSL_get_error(c->ssl, n)) {
-      case SSL_ERROR_WANT_WRITE:
-        return NGHTTP2_ERR_WOULDBLOCK;
-      case SSL_ERROR_WANT_READ:  // a renegotiation waits for the client: EPOLLIN resumes it
-        return NGHTTP2_ERR_WOULDBLOCK;
-      default:
-        return NGHTTP2_ERR_CALLBACK_FAILURE;
-    }
-  }
-  for (;;) {
-    const ssize_t n = ::send(c->fd, data, length, MSG_NOSIGNAL);
-    if (n >= 0) return n;
-    if (errno == EINTR) continue;
-    return errno == EAGAIN || errno == EWOULDBLOCK ? NGHTTP2_ERR_WOULDBLOCK
-                                                   : NGHTTP2_ERR_CALLBACK_FAILURE;
-  }
-}
+// --- nghttp2 callbacks (inside mem_recv and mem_send, on the loop's thread)
 
 int H2Loop::onBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user) {
   if (frame->hd.type != NGHTTP2_HEADERS || frame->headers.cat != NGHTTP2_HCAT_REQUEST) return 0;
@@ -1019,7 +1058,7 @@ absl::Status H2WatchServer::setUpTls() {
   if (tls_ == nullptr) return absl::InternalError(strCat("TLS: ", opensslError()));
   SSL_CTX_set_min_proto_version(tls_, TLS1_2_VERSION);
   // Idle agents hold no record buffers; writes may be partial and retried from another address
-  // (nghttp2 keeps the rest of a frame).
+  // (a connection's pending bytes).
   SSL_CTX_set_mode(tls_, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_num_tickets(tls_, 0);  // no session tickets to keep or send

@@ -27,6 +27,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/support/certificates.h"
 #include "tests/support/wait.h"
 
 namespace krane::feed {
@@ -109,10 +110,23 @@ struct Opened {
   std::string peer;
 };
 
-// A listener whose calls get a Writer of `count` events of `filler` bytes.
+// Made once for the test binary.
+const krane::testing::TestCertificates& certificates() {
+  static const auto certs = krane::testing::makeTestCertificates(std::getenv("TEST_TMPDIR"));
+  return certs;
+}
+
+// A listener whose calls get a Writer of `count` events of `filler` bytes; with `tls`, it
+// serves TLS with the test's server certificate, and its channels trust the test's CA.
 class Listener {
  public:
-  explicit Listener(size_t count = 3, size_t filler = 0, H2WatchOptions options = {}) {
+  explicit Listener(size_t count = 3, size_t filler = 0, H2WatchOptions options = {},
+                    bool tls = false)
+      : tls_(tls) {
+    if (tls) {
+      options.tls.cert_file = certificates().server_cert;
+      options.tls.key_file = certificates().server_key;
+    }
     auto server = H2WatchServer::start(
         options, [this, count, filler](WatchCall* call, std::string_view request,
                                        std::string authorization, std::string peer) {
@@ -130,7 +144,11 @@ class Listener {
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
   std::shared_ptr<grpc::Channel> channel(grpc::ChannelArguments args = {}) {
-    return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+    if (!tls_)
+      return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+    grpc::SslCredentialsOptions trust;
+    trust.pem_root_certs = krane::testing::fileText(certificates().ca_cert);
+    return grpc::CreateCustomChannel(address(), grpc::SslCredentials(trust), args);
   }
   H2WatchServer& server() { return *server_; }
   size_t openedCount() {
@@ -143,6 +161,7 @@ class Listener {
   std::vector<std::shared_ptr<Writer>> writers;
 
  private:
+  const bool tls_;
   std::unique_ptr<H2WatchServer> server_;
 };
 
@@ -243,13 +262,17 @@ TEST_CASE("other methods, oversized and compressed requests are refused with a r
 
 TEST_CASE("messages larger than a frame arrive whole and in order") {
   const size_t filler = GENERATE(size_t{20000}, size_t{1} << 20);
-  CAPTURE(filler);
-  Listener listener(6, filler);
+  const bool tls = GENERATE(false, true);
+  CAPTURE(filler, tls);
+  Listener listener(6, filler, {}, tls);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(4 << 20);
   auto stub = ClusterService::NewStub(listener.channel(args));
   grpc::ClientContext context;
   auto reader = stub->Watch(&context, WatchRequest());
+  // Read late: the socket fills, the server holds the rest of a write, and goes on from there
+  // when there is room again.
+  std::this_thread::sleep_for(300ms);
   WatchEvent event;
   std::vector<uint64_t> versions;
   while (reader->Read(&event)) {
@@ -263,7 +286,9 @@ TEST_CASE("messages larger than a frame arrive whole and in order") {
 TEST_CASE("an agent that stops reading stops completing writes; leaving fails the last one") {
   // 1 MiB events without end: a client that reads none takes what the windows and socket
   // buffers hold, then nothing more.
-  Listener listener(1000000, 1 << 20);
+  const bool tls = GENERATE(false, true);
+  CAPTURE(tls);
+  Listener listener(1000000, 1 << 20, {}, tls);
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(4 << 20);
   auto stub = ClusterService::NewStub(listener.channel(args));
@@ -299,7 +324,9 @@ TEST_CASE("an agent that stops reading stops completing writes; leaving fails th
 }
 
 TEST_CASE("many calls share one connection") {
-  Listener listener(5);
+  const bool tls = GENERATE(false, true);
+  CAPTURE(tls);
+  Listener listener(5, 0, {}, tls);
   auto stub = ClusterService::NewStub(listener.channel());
   constexpr int kCalls = 50;
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;

@@ -1,65 +1,19 @@
 // TLS and mutual TLS on krane-ctrl's gRPC port and its watch listener, with certificates made by
 // openssl for the test.
-#include <fstream>
-#include <sstream>
-
 #include <catch2/catch.hpp>
 
 #include "common/strings.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/support/certificates.h"
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
-#include "tests/support/process.h"
 
 namespace krane {
 namespace {
 
+using krane::testing::fileText;
 using krane::testing::kOperatorToken;
 using krane::testing::TestControlPlane;
-
-std::string dir() { return std::getenv("TEST_TMPDIR"); }
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-void openssl(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"/usr/bin/openssl"};
-  argv.insert(argv.end(), args.begin(), args.end());
-  auto r = krane::testing::runCommand(argv);
-  INFO(r.err);
-  REQUIRE(r.exit_code == 0);
-}
-
-// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed by the CA.
-void makeCertificates() {
-  const std::string d = dir();
-  openssl({"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
-           "/CN=krane-test-ca", "-keyout", d + "/ca.key", "-out", d + "/ca.crt"});
-  std::ofstream(d + "/server.ext") << "subjectAltName=IP:127.0.0.1,DNS:localhost\n";
-  for (const std::string name : {"server", "client"}) {
-    openssl({"req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=krane-" + name, "-keyout",
-             d + "/" + name + ".key", "-out", d + "/" + name + ".csr"});
-    std::vector<std::string> sign = {"x509",
-                                     "-req",
-                                     "-in",
-                                     d + "/" + name + ".csr",
-                                     "-CA",
-                                     d + "/ca.crt",
-                                     "-CAkey",
-                                     d + "/ca.key",
-                                     "-CAcreateserial",
-                                     "-days",
-                                     "1",
-                                     "-out",
-                                     d + "/" + name + ".crt"};
-    if (name == "server") sign.insert(sign.end(), {"-extfile", d + "/server.ext"});
-    openssl(sign);
-  }
-}
 
 grpc::Status listWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int port) {
   auto stub = krane::api::v1::ResourceService::NewStub(
@@ -87,29 +41,28 @@ bool watchesWith(std::shared_ptr<grpc::ChannelCredentials> credentials, int port
 }
 
 TEST_CASE("server certificate and mutual tls, on the grpc port and the watch listener", "[tls]") {
-  makeCertificates();
-  const std::string d = dir();
+  const auto certs = krane::testing::makeTestCertificates(std::getenv("TEST_TMPDIR"));
   TestControlPlane cp;
   auto& tls = cp.startReplica([&](ctrl::CtrlConfig& c) {
-    c.tls.cert_file = d + "/server.crt";
-    c.tls.key_file = d + "/server.key";
+    c.tls.cert_file = certs.server_cert;
+    c.tls.key_file = certs.server_key;
     c.feed.watch_listen = "127.0.0.1:0";
   });
   auto& mtls = cp.startReplica([&](ctrl::CtrlConfig& c) {
-    c.tls.cert_file = d + "/server.crt";
-    c.tls.key_file = d + "/server.key";
-    c.tls.client_ca_file = d + "/ca.crt";
+    c.tls.cert_file = certs.server_cert;
+    c.tls.key_file = certs.server_key;
+    c.tls.client_ca_file = certs.ca_cert;
     c.feed.watch_listen = "127.0.0.1:0";
   });
   const std::string token = cp.agentToken("eu-1");
 
   grpc::SslCredentialsOptions trust;
-  trust.pem_root_certs = read(d + "/ca.crt");
+  trust.pem_root_certs = fileText(certs.ca_cert);
   grpc::SslCredentialsOptions trust_with_cert = trust;
-  trust_with_cert.pem_cert_chain = read(d + "/client.crt");
-  trust_with_cert.pem_private_key = read(d + "/client.key");
+  trust_with_cert.pem_cert_chain = fileText(certs.client_cert);
+  trust_with_cert.pem_private_key = fileText(certs.client_key);
   grpc::SslCredentialsOptions wrong_ca;
-  wrong_ca.pem_root_certs = read(d + "/client.crt");
+  wrong_ca.pem_root_certs = fileText(certs.client_cert);
 
   // TLS: a client trusting the CA gets through; a plaintext client does not.
   CHECK_THAT(listWith(grpc::SslCredentials(trust), tls.grpcPort()), IsOk());
