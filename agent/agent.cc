@@ -8,6 +8,7 @@
 
 #include "common/clock.h"
 #include "common/files.h"
+#include "common/host_port.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "common/version.h"
@@ -235,10 +236,27 @@ absl::Status Agent::connect() {
     credentials = grpc::SslCredentials(tls);
   }
   channel_ = grpc::CreateChannel(cp.address, credentials);
+  credentials_ = credentials;
   // The watch listener speaks TLS when the gRPC port does: the same credentials.
-  watch_channel_ =
-      cp.watch_address.empty() ? channel_ : grpc::CreateChannel(cp.watch_address, credentials);
+  watch_channel_ = cp.watch_address.empty() || cp.watch_address == AgentConfig::kWatchAddressOff
+                       ? channel_
+                       : grpc::CreateChannel(cp.watch_address, credentials);
   return absl::OkStatus();
+}
+
+void Agent::onHeartbeatAnswer(const cluster::v1::HeartbeatResponse& answer) {
+  // Only ever towards a listener: a replica that serves none (another replica's answer, or one
+  // being reconfigured) does not move the stream back. Streams that keep failing there do
+  // (Watcher::preferChannel).
+  if (!config_.control_plane.watch_address.empty() || answer.watch_listener_port() == 0) return;
+  auto [host, port] = splitHostPort(config_.control_plane.address);
+  const std::string address = strCat(host, ":", answer.watch_listener_port());
+  std::lock_guard lock(watcher_mutex_);
+  if (address == listener_address_) return;
+  spdlog::info("agent: krane-ctrl serves Watch on its watch listener; watching at {}", address);
+  listener_address_ = address;
+  listener_channel_ = grpc::CreateChannel(address, credentials_);
+  if (watcher_) watcher_->preferChannel(listener_channel_, listener_address_);
 }
 
 absl::Status Agent::startReporter() {
@@ -249,6 +267,9 @@ absl::Status Agent::startReporter() {
   options.build_version = kVersion;
   options.heartbeat_interval = config_.reporter.heartbeat_interval;
   options.max_pending = config_.reporter.max_pending;
+  options.on_heartbeat = [this](const cluster::v1::HeartbeatResponse& answer) {
+    onHeartbeatAnswer(answer);
+  };
   reporter_ =
       std::make_unique<Reporter>(channel_, options, [this](cluster::v1::HeartbeatRequest& beat) {
         beat.set_applied_version(tracker_->watermark());
@@ -385,6 +406,7 @@ void Agent::onLeadership(bool leader) {
     options.reconnect = {config_.reconnect_min, 2.0, config_.reconnect_max, 0.8};
     watcher_ = std::make_unique<Watcher>(watch_channel_, options, *dispatcher,
                                          [this] { return tracker_->watermark(); });
+    if (listener_channel_) watcher_->preferChannel(listener_channel_, listener_address_);
     watcher_->start();
     spdlog::info("agent: {} applies region {} from version={}", config_.agent_id, config_.region,
                  tracker_->watermark());

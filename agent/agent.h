@@ -75,6 +75,12 @@ class Agent {
   std::vector<std::shared_ptr<HostEndpoint>> hosts_;
   std::shared_ptr<grpc::Channel> channel_;
   std::shared_ptr<grpc::Channel> watch_channel_;  // control_plane.watch_address, or channel_
+  std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  // With no control_plane.watch_address: the watch listener krane-ctrl told of (port, on the
+  // host of control_plane.address), for the watchers of this and later terms.
+  void onHeartbeatAnswer(const cluster::v1::HeartbeatResponse& answer);
+  std::shared_ptr<grpc::Channel> listener_channel_;  // under watcher_mutex_
+  std::string listener_address_;
   std::unique_ptr<Reporter> reporter_;
   // One per term of leadership: made when the agent becomes leader, stopped and dropped when it
   // stops being leader (what was queued is delivered again from the watermark next term).

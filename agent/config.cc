@@ -130,9 +130,11 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
                strCat("\"", c.control_plane.address, "\" is not host:port"));
   }
   if (!c.control_plane.watch_address.empty() &&
+      c.control_plane.watch_address != AgentConfig::kWatchAddressOff &&
       !config::validHostPort(c.control_plane.watch_address)) {
     return bad(s, "control_plane.watch_address",
-               strCat("\"", c.control_plane.watch_address, "\" is not host:port"));
+               strCat("\"", c.control_plane.watch_address, "\" is not host:port, \"",
+                      AgentConfig::kWatchAddressOff, "\" or empty"));
   }
   if (c.reconnect_min > c.reconnect_max)
     return bad(s, "reconnect_min_ms", "must not exceed reconnect_max_ms");

@@ -28,7 +28,9 @@ struct AgentConfig {
   struct ControlPlane {
     std::string address = "127.0.0.1:7070";
     // Where the Watch stream goes when the control plane serves it on its own listener
-    // (krane-ctrl's feed.watch_listen; TLS as for `address`); empty: `address`.
+    // (krane-ctrl's feed.watch_listen; TLS as for `address`). Empty: the listener's port that
+    // krane-ctrl tells in heartbeats, on the host of `address`, and `address` until it tells
+    // one or when streams there keep failing. kWatchAddressOff: `address` always.
     std::string watch_address;
     std::string token_file;  // or $KRANE_AGENT_TOKEN
     std::string token;       // filled from the file or the environment
@@ -36,6 +38,7 @@ struct AgentConfig {
     std::string cert_file;   // PEM client certificate (mTLS)
     std::string key_file;
   } control_plane;
+  static constexpr const char* kWatchAddressOff = "off";
 
   std::chrono::seconds resync_interval{300};
   std::chrono::milliseconds reconnect_min{1000};

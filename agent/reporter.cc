@@ -150,6 +150,7 @@ void Reporter::run() {
       context.set_deadline(std::chrono::system_clock::now() + options_.rpc_timeout);
       cluster::v1::HeartbeatResponse response;
       const grpc::Status status = stub_->Heartbeat(&context, beat, &response);
+      if (status.ok() && options_.on_heartbeat) options_.on_heartbeat(response);
       lock.lock();
       recordResult(status.ok());
       if (status.ok()) ++stats_.heartbeats;

@@ -38,6 +38,8 @@ struct ReporterOptions {
   std::chrono::milliseconds breaker_cooldown{10000};
   BackoffPolicy retry{std::chrono::milliseconds(200), 2.0, std::chrono::milliseconds(5000), 0.5};
   std::chrono::milliseconds rpc_timeout{5000};
+  // Told each answer to a heartbeat, on the reporter's thread.
+  std::function<void(const cluster::v1::HeartbeatResponse&)> on_heartbeat;
 };
 
 struct ReporterStats {

@@ -1,6 +1,7 @@
 #include "agent/watcher.h"
 
 #include "common/clock.h"
+#include "common/strings.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::agent {
@@ -37,6 +38,21 @@ void Watcher::requestResync() {
   if (context_ != nullptr) context_->TryCancel();
 }
 
+void Watcher::preferChannel(std::shared_ptr<grpc::Channel> channel, std::string where) {
+  std::lock_guard lock(mutex_);
+  preferred_ = channel ? std::shared_ptr<cluster::v1::ClusterService::Stub>(
+                             cluster::v1::ClusterService::NewStub(std::move(channel)))
+                       : nullptr;
+  preferred_where_ = preferred_ ? std::move(where) : std::string();
+  preferred_failed_ = 0;
+  fallback_until_ = {};
+  switch_ = true;
+  // A full sync under way, and the applying of its snapshot, finish first (the next stream
+  // resumes from there instead of syncing again): the read loop ends the stream after them.
+  if (context_ != nullptr && !in_sync_ && resume_from_() != 0) context_->TryCancel();
+  wake_.notify_all();
+}
+
 WatcherStats Watcher::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
@@ -55,8 +71,49 @@ void Watcher::run() {
     const bool due = resyncDue();
     const uint64_t version = (resync_.exchange(false) || due) ? 0 : resume_from_();
     const auto started = std::chrono::steady_clock::now();
-    const bool expired = streamOnce(version);
+    // The preferred channel, unless its streams kept failing lately.
+    std::shared_ptr<cluster::v1::ClusterService::Stub> preferred;
+    std::string where;
+    {
+      std::lock_guard lock(mutex_);
+      switch_ = false;
+      if (preferred_ && started >= fallback_until_) {
+        preferred = preferred_;
+        where = preferred_where_;
+      }
+      stats_.watching = where;
+    }
+    bool events = false;
+    const bool expired = streamOnce(preferred ? *preferred : *stub_, version, &events);
     if (stopping_) break;
+    if (preferred) {
+      std::lock_guard lock(mutex_);
+      if (events) {
+        preferred_failed_ = 0;
+      } else if (!switch_ && preferred == preferred_ &&
+                 ++preferred_failed_ >= options_.preferred_failures) {
+        preferred_failed_ = 0;
+        fallback_until_ = std::chrono::steady_clock::now() + options_.fallback_for;
+        ++stats_.fallbacks;
+        spdlog::warn(
+            "agent: {} Watch streams at {} failed before their first event; watching through "
+            "control_plane.address for {} s",
+            options_.preferred_failures, where, options_.fallback_for.count());
+        switch_ = true;  // at once, on the other channel
+      }
+    } else {
+      std::lock_guard lock(mutex_);
+      if (!events && !switch_ && preferred_ && started < fallback_until_) {
+        // The first channel fails as well (krane-ctrl is down, say): the preferred one was not
+        // the trouble; it is tried again at once.
+        fallback_until_ = {};
+        switch_ = true;
+      }
+    }
+    if (switch_.exchange(false)) {
+      backoff.reset();
+      continue;  // another channel: no reason to wait
+    }
     if (expired) {
       resync_ = true;
       backoff.reset();
@@ -65,11 +122,11 @@ void Watcher::run() {
     // A stream that lived a while was healthy: start the backoff over.
     if (std::chrono::steady_clock::now() - started > std::chrono::seconds(30)) backoff.reset();
     std::unique_lock lock(mutex_);
-    wake_.wait_for(lock, backoff.next(), [&] { return stopping_.load(); });
+    wake_.wait_for(lock, backoff.next(), [&] { return stopping_.load() || switch_.load(); });
   }
 }
 
-bool Watcher::streamOnce(uint64_t version) {
+bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version, bool* events) {
   grpc::ClientContext context;
   context.AddMetadata("authorization", "Bearer " + options_.token);
   {
@@ -89,10 +146,12 @@ bool Watcher::streamOnce(uint64_t version) {
     request.set_epoch(version == 0 ? 0 : epoch_);
   }
   for (const auto& t : options_.resource_types) request.add_resource_types(t);
-  spdlog::info("agent: watching region={} from version={}{}", options_.region, version,
-               version == 0 ? " (full sync)" : "");
+  const std::string where = stats().watching;
+  spdlog::info("agent: watching region={} from version={}{}{}", options_.region, version,
+               version == 0 ? " (full sync)" : "", where.empty() ? "" : strCat(" at ", where));
 
-  auto reader = stub_->Watch(&context, request);
+  auto reader = stub.Watch(&context, request);
+  in_sync_ = false;
   cluster::v1::WatchEvent message;
   bool in_sync = false;
   bool expired = false;
@@ -101,6 +160,7 @@ bool Watcher::streamOnce(uint64_t version) {
     switch (event.event_case()) {
       case cluster::v1::WatchEvent::kSyncBegin:
         in_sync = true;
+        in_sync_ = true;
         sink_.syncBegin(event.sync_begin().snapshot_version());
         return true;
       case cluster::v1::WatchEvent::kChange: {
@@ -113,6 +173,7 @@ bool Watcher::streamOnce(uint64_t version) {
       }
       case cluster::v1::WatchEvent::kSyncEnd: {
         in_sync = false;
+        in_sync_ = false;
         if (!sink_.syncEnd(event.sync_end().version(), event.sync_end().resource_count())) {
           spdlog::error("agent: full sync of region={} at version={} was not taken; starting over",
                         options_.region, event.sync_end().version());
@@ -148,6 +209,7 @@ bool Watcher::streamOnce(uint64_t version) {
     }
   };
   while (reader->Read(&message)) {
+    *events = true;
     bool going = true;
     if (message.has_batch()) {
       for (const auto& event : message.batch().events()) {
@@ -160,6 +222,8 @@ bool Watcher::streamOnce(uint64_t version) {
       resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
       context.TryCancel();
     }
+    // preferChannel: once the cursor exists (a full sync's snapshot is applied).
+    if (going && !in_sync && switch_ && resume_from_() != 0) context.TryCancel();
   }
   const grpc::Status status = reader->Finish();
   {

@@ -53,6 +53,11 @@ struct WatcherOptions {
   std::function<void(uint64_t epoch)> on_epoch;
   BackoffPolicy reconnect{std::chrono::milliseconds(1000), 2.0, std::chrono::milliseconds(5000),
                           0.8};
+  // A preferred channel (preferChannel) whose streams fail this many times in a row before
+  // their first event is left for the first channel, for `fallback_for` (or until a stream
+  // fails there too); then tried again.
+  int preferred_failures = 3;
+  std::chrono::seconds fallback_for{300};
 };
 
 struct WatcherStats {
@@ -61,6 +66,10 @@ struct WatcherStats {
   uint64_t cursor_expired = 0;
   uint64_t changes = 0;
   std::string last_error;
+  // Where the last stream went: "" for the first channel, else preferChannel's `where`.
+  std::string watching;
+  // Times a preferred channel was left for the first one (preferred_failures).
+  uint64_t fallbacks = 0;
 };
 
 class Watcher {
@@ -74,16 +83,28 @@ class Watcher {
   void stop();
   // Forces a full sync on the next connection.
   void requestResync();
+  // Watches through `channel` (`where`: its address, for logs and stats) instead of the first
+  // channel: the open stream ends (once a full sync under way is applied) and the next resumes
+  // from the cursor there. Null: back to the first channel.
+  void preferChannel(std::shared_ptr<grpc::Channel> channel, std::string where);
   WatcherStats stats() const;
 
  private:
   void run();
   // The periodic full sync is due (resync_interval since the last one ended).
   bool resyncDue() const;
-  // One stream, until it ends; returns whether it ended asking for a resync.
-  bool streamOnce(uint64_t version);
+  // One stream on `stub`, until it ends; returns whether it ended asking for a resync.
+  // `events`: whether any event arrived.
+  bool streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version, bool* events);
 
   std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;
+  // preferChannel's, and how its streams fare.
+  std::shared_ptr<cluster::v1::ClusterService::Stub> preferred_;
+  std::string preferred_where_;
+  int preferred_failed_ = 0;
+  std::chrono::steady_clock::time_point fallback_until_{};
+  std::atomic<bool> switch_{false};   // preferChannel: end the open stream, reconnect at once
+  std::atomic<bool> in_sync_{false};  // a full sync is under way on the open stream
   WatcherOptions options_;
   ChangeSink& sink_;
   std::function<uint64_t()> resume_from_;

@@ -301,6 +301,7 @@ absl::Status Server::startGrpc() {
       return h2.status();
     }
     h2_watch_ = std::move(*h2);
+    cluster->setWatchListenerPort(static_cast<uint32_t>(h2_watch_->port()));
     spdlog::info("feed: watch listener on port {}", h2_watch_->port());
   }
   return absl::OkStatus();

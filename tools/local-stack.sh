@@ -186,7 +186,7 @@ state_dir: $state
 control_plane:
   address: 127.0.0.1:$GRPC_PORT
   token_file: $LOCAL/$region.token
-$([ "$region" != local-2 ] || printf '  watch_address: 127.0.0.1:%s  # the watch listener\n' "$WATCH_PORT")
+$([ "$region" != local-1 ] || printf '  watch_address: off  # Watch on the gRPC port (local-2 follows krane-ctrl to its watch listener)\n')
 reporter:
   heartbeat_interval_ms: 2000
 plugins:
@@ -248,7 +248,7 @@ cat >&2 <<INFO
 
 Krane is running.
   krane-ctrl     grpc 127.0.0.1:$GRPC_PORT, metrics http://127.0.0.1:$HTTP_PORT/metrics,
-                 watch listener 127.0.0.1:$WATCH_PORT (local-2's agent watches there)
+                 watch listener 127.0.0.1:$WATCH_PORT (local-2's agent watches there, local-1's on grpc)
   MariaDB        $KRANE_DSN
   agents         ${REGIONS[*]} (process runtime), state under $LOCAL/agents
   logs           $LOCAL/logs

@@ -124,6 +124,7 @@ grpc::Status ClusterServiceImpl::Heartbeat(grpc::ServerContext* context,
   auto answer = ingestor_->heartbeat(*region, *request);
   if (!answer.ok()) return toGrpc(answer.status());
   *response = *std::move(answer);
+  response->set_watch_listener_port(watch_listener_port_);
   return grpc::Status::OK;
 }
 

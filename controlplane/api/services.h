@@ -2,6 +2,7 @@
 // for operators. Handlers authenticate, validate and delegate; they hold no state of their own.
 #pragma once
 
+#include <atomic>
 #include <memory>
 
 #include "controlplane/api/auth.h"
@@ -50,8 +51,11 @@ class ClusterServiceImpl final
                                     cluster::v1::ReportResourceStatusResponse* response) override;
   grpc::Status Heartbeat(grpc::ServerContext* context, const cluster::v1::HeartbeatRequest* request,
                          cluster::v1::HeartbeatResponse* response) override;
+  // The watch listener's port, told to agents in heartbeats (0: none).
+  void setWatchListenerPort(uint32_t port) { watch_listener_port_ = port; }
 
  private:
+  std::atomic<uint32_t> watch_listener_port_{0};
   std::shared_ptr<feed::WatchContext> watch_;
   std::shared_ptr<AgentTokens> tokens_;
   std::shared_ptr<ingest::Ingestor> ingestor_;

@@ -48,9 +48,9 @@ struct AgentSetup {
   std::map<std::string, std::string> env;
 };
 
-// An agent of eu-1 with the recording plugin; its Watch goes to `watch_port` when given (the
-// control plane's watch listener).
-AgentSetup setUp(TestControlPlane& cp, int watch_port = 0) {
+// An agent of eu-1 with the recording plugin, with `watch_address` as its
+// control_plane.watch_address when given.
+AgentSetup setUp(TestControlPlane& cp, const std::string& watch_address = "") {
   char pattern[] = "/tmp/krane-agent-XXXXXX";
   AgentSetup s;
   s.dir = ::mkdtemp(pattern);
@@ -63,7 +63,7 @@ AgentSetup setUp(TestControlPlane& cp, int watch_port = 0) {
       "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
       "control_plane:\n  address: 127.0.0.1:",
       cp.replica(0).grpcPort(), "\n",
-      watch_port != 0 ? strCat("  watch_address: 127.0.0.1:", watch_port, "\n") : "",
+      watch_address.empty() ? "" : strCat("  watch_address: \"", watch_address, "\"\n"),
       "reporter:\n  heartbeat_interval_ms: 200\n"
       "plugins:\n"
       "  - name: recording\n"
@@ -157,7 +157,7 @@ TEST_CASE("an agent watching on the watch listener applies and reports on the gr
   auto& server =
       cp.startReplica([](ctrl::CtrlConfig& config) { config.feed.watch_listen = "127.0.0.1:0"; });
   REQUIRE(server.watchPort() > 0);
-  const AgentSetup s = setUp(cp, server.watchPort());
+  const AgentSetup s = setUp(cp, strCat("127.0.0.1:", server.watchPort()));
   for (int i = 0; i < 10; ++i)
     REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
   ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
@@ -487,6 +487,71 @@ TEST_CASE("start up failures name the step", "[agent][slow]") {
   CHECK_THAT(r.err, Catch::Contains("/nonexistent/libbroken.so"));
   auto no_token = runCommand(agentArgs(s));
   CHECK_THAT(no_token.err, Catch::Contains("krane-ctrl token create --region eu-1"));
+}
+
+TEST_CASE("with no watch_address, an agent follows krane-ctrl to its watch listener",
+          "[agent][slow]") {
+  TestControlPlane cp;
+  // Where the listener listens: on the agent's control plane host, or on another address of the
+  // machine, where the agent (which pairs the port with its address's host) cannot reach it.
+  const std::string listen = GENERATE(std::string("127.0.0.1:0"), std::string("127.0.0.2:0"));
+  const bool reachable = listen == "127.0.0.1:0";
+  CAPTURE(listen);
+  auto& server =
+      cp.startReplica([&](ctrl::CtrlConfig& config) { config.feed.watch_listen = listen; });
+  const AgentSetup s = setUp(cp);
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 10; }));
+  const std::string listener = strCat("127.0.0.1:", server.watchPort());
+  REQUIRE(eventually([&] {
+    return slurp(s.dir + "/agent.log").find(strCat("watching at ", listener)) != std::string::npos;
+  }));
+  if (reachable) {
+    // The stream moved (and resumed from the cursor: nothing lost, no second full sync).
+    REQUIRE(eventually([&] {
+      return server.metricsText().find("krane_feed_watch_listener_calls 1") != std::string::npos;
+    }));
+  } else {
+    // Refused there three times: back on the gRPC port, and said so.
+    REQUIRE(eventually([&] {
+      return slurp(s.dir + "/agent.log").find("failed before their first event") !=
+             std::string::npos;
+    }));
+    CHECK_THAT(server.metricsText(), Catch::Contains("krane_feed_watch_listener_calls 0"));
+  }
+  for (int i = 10; i < 20; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  REQUIRE(eventually([&] { return watermark(s) == 20; }));
+  if (reachable) {
+    // One full sync: the stream moved once the snapshot was applied and resumed from there
+    // (refused attempts at the unreachable listener would each log one).
+    const std::string log = slurp(s.dir + "/agent.log");
+    CHECK(log.find("(full sync)") == log.rfind("(full sync)"));
+  }
+  agent.signal(SIGTERM);
+  CHECK(agent.wait() == 0);
+}
+
+TEST_CASE("watch_address off keeps the Watch on the grpc port", "[agent][slow]") {
+  TestControlPlane cp;
+  auto& server =
+      cp.startReplica([](ctrl::CtrlConfig& config) { config.feed.watch_listen = "127.0.0.1:0"; });
+  const AgentSetup s = setUp(cp, "off");
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 10; }));
+  // Heartbeats (every 200 ms) told it of the listener meanwhile.
+  REQUIRE(eventually([&] { return firstAgentCurrent(cp, /*leader=*/false); }));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  CHECK_THAT(server.metricsText(), Catch::Contains("krane_feed_watch_listener_calls 0"));
+  CHECK_THAT(slurp(s.dir + "/agent.log"), !Catch::Contains("watching at"));
+  agent.signal(SIGTERM);
+  CHECK(agent.wait() == 0);
 }
 
 }  // namespace

@@ -65,7 +65,8 @@ TEST_CASE("refuses bad input naming the key", "[agent-config]") {
   CHECK_THAT(errorOf("region: eu-1\ncontrol_plane:\n  address: nowhere\n"),
              Catch::Contains("control_plane.address"));
   CHECK_THAT(errorOf("region: eu-1\ncontrol_plane:\n  watch_address: nowhere\n"),
-             Catch::Contains("control_plane.watch_address: \"nowhere\" is not host:port"));
+             Catch::Contains(
+                 "control_plane.watch_address: \"nowhere\" is not host:port, \"off\" or empty"));
   CHECK_THAT(errorOf("region: eu-1\nleader:\n  mode: vote\n"), Catch::Contains("leader.mode"));
   CHECK_THAT(errorOf("region: [\n"), Catch::Contains("not valid YAML"));
   CHECK_THAT(errorOf("region: eu-1\ndispatch:\n  batch: 0\n"),

@@ -12,6 +12,7 @@
 #include "controlplane/feed/tables.h"
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
+#include "tests/support/wait.h"
 
 namespace krane::agent {
 namespace {
@@ -121,6 +122,42 @@ TEST_CASE("syncs then follows and resumes after a control plane restart without 
   CHECK(watcher.stats().connects >= 2u);
   CHECK(sink.view().size() == 10u);
   CHECK(sink.view().at("b0") == "2");
+  watcher.stop();
+}
+
+TEST_CASE("a preferred channel takes the stream over from the cursor; one that fails is left",
+          "[watcher]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.watch_listen = "127.0.0.1:0"; });
+  for (int i = 0; i < 5; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), "1")), IsOk());
+  RecordingSink sink;
+  Watcher watcher(cp.channel(), options(cp), sink, [&] { return sink.watermark.watermark(); });
+  watcher.start();
+  REQUIRE(sink.waitFor(5));
+
+  // The open stream (on the gRPC port) ends, and the next, on the listener, resumes.
+  const std::string listener = strCat("127.0.0.1:", server.watchPort());
+  watcher.preferChannel(grpc::CreateChannel(listener, grpc::InsecureChannelCredentials()),
+                        listener);
+  REQUIRE(krane::testing::eventually([&] {
+    return server.metricsText().find("krane_feed_watch_listener_calls 1") != std::string::npos;
+  }));
+  CHECK(watcher.stats().watching == listener);
+  REQUIRE_THAT(server.writer().put(bucket("b0", "2")), IsOk());
+  REQUIRE(sink.waitFor(6));
+  CHECK(sink.syncCount() == 1);
+  CHECK(sink.view().at("b0") == "2");
+
+  // Nothing listens there: after preferred_failures refusals, back to the first channel.
+  watcher.preferChannel(grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()),
+                        "127.0.0.1:1");
+  REQUIRE(krane::testing::eventually([&] { return watcher.stats().fallbacks == 1u; }));
+  REQUIRE_THAT(server.writer().put(bucket("b1", "2")), IsOk());
+  REQUIRE(sink.waitFor(7));
+  CHECK(watcher.stats().watching.empty());
+  CHECK(sink.syncCount() == 1);
+  CHECK(sink.view().at("b1") == "2");
   watcher.stop();
 }
 

@@ -29,9 +29,19 @@ TestCertificates makeTestCertificates(const std::string& dir) {
     const std::string base = dir + "/" + name;
     openssl({"req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=krane-" + name, "-keyout",
              base + ".key", "-out", base + ".csr"});
-    std::vector<std::string> sign = {"x509",  "-req", "-in", base + ".csr", "-CA",
-                                     dir + "/ca.crt", "-CAkey", dir + "/ca.key",
-                                     "-CAcreateserial", "-days", "1", "-out", base + ".crt"};
+    std::vector<std::string> sign = {"x509",
+                                     "-req",
+                                     "-in",
+                                     base + ".csr",
+                                     "-CA",
+                                     dir + "/ca.crt",
+                                     "-CAkey",
+                                     dir + "/ca.key",
+                                     "-CAcreateserial",
+                                     "-days",
+                                     "1",
+                                     "-out",
+                                     base + ".crt"};
     if (name == "server") sign.insert(sign.end(), {"-extfile", dir + "/server.ext"});
     openssl(sign);
   }

@@ -75,7 +75,7 @@ std::set<int> processesOf(const std::string& dir) {
 class LocalStack {
  public:
   LocalStack()
-      : grpc_port_(freePort()), http_port_(freePort()), bin_([] {
+      : grpc_port_(freePort()), http_port_(freePort()), watch_port_(freePort()), bin_([] {
           const std::string ctrl = runfile("controlplane/krane-ctrl");
           return ctrl.substr(0, ctrl.size() - std::string("/controlplane/krane-ctrl").size());
         }()) {
@@ -90,7 +90,7 @@ class LocalStack {
             {"KRANE_DB_PORT", std::to_string(freePort())},
             {"KRANE_GRPC_PORT", std::to_string(grpc_port_)},
             {"KRANE_HTTP_PORT", std::to_string(http_port_)},
-            {"KRANE_WATCH_PORT", std::to_string(freePort())},
+            {"KRANE_WATCH_PORT", std::to_string(watch_port_)},
             {"KRANE_INSTANCE_PORT", std::to_string(instance_port)},
             {"PATH", strCat(std::getenv("PATH") ? std::getenv("PATH") : "/usr/bin:/bin",
                             ":/usr/sbin:/sbin")}});
@@ -106,6 +106,7 @@ class LocalStack {
   std::string log() const { return slurp(dir_ / "stack.log"); }
   int pidOf(const std::string& name) const { return readPid(local(strCat("run/", name, ".pid"))); }
   ChildProcess& process() { return *stack_; }
+  int watchPort() const { return watch_port_; }
   const std::string& dir() const { return dir_.path(); }
 
   // Applies a deployment of the demo app with `replicas` instances in `region` and waits until
@@ -145,6 +146,7 @@ class LocalStack {
   ShortTmpDir dir_;
   int grpc_port_;
   int http_port_;
+  int watch_port_;
   std::string bin_;
   std::unique_ptr<ChildProcess> stack_;
 };
@@ -204,7 +206,9 @@ TEST_CASE("krane-ctrl and an agent killed with SIGKILL are restarted, and SIGTER
   // local-2's agent watches on krane-ctrl's watch listener: after krane-ctrl's SIGKILL it is
   // back on the new one and applies what comes.
   CHECK(stack.deploy("watched", "local-2", 1));
-  CHECK_THAT(slurp(stack.local("agent-local-2.yaml")), Catch::Contains("watch_address"));
+  CHECK_THAT(slurp(stack.local("logs/agent-local-2.log")),
+             Catch::Contains(strCat("watching at 127.0.0.1:", stack.watchPort())));
+  CHECK_THAT(slurp(stack.local("agent-local-1.yaml")), Catch::Contains("watch_address: off"));
 
   // Instances of local-1 are the same processes as before the kill: adopted, not restarted.
   std::set<int> instances;
