@@ -251,9 +251,14 @@ void Agent::onHeartbeatAnswer(const cluster::v1::HeartbeatResponse& answer) {
   if (!config_.control_plane.watch_address.empty() || answer.watch_listener_port() == 0) return;
   auto [host, port] = splitHostPort(config_.control_plane.address);
   const std::string address = strCat(host, ":", answer.watch_listener_port());
-  std::lock_guard lock(watcher_mutex_);
-  if (address == listener_address_) return;
+  {
+    // Most answers repeat the port: they do not wait for a leadership change under way.
+    std::lock_guard lock(listener_mutex_);
+    if (address == listener_told_) return;
+    listener_told_ = address;
+  }
   spdlog::info("agent: krane-ctrl serves Watch on its watch listener; watching at {}", address);
+  std::lock_guard lock(watcher_mutex_);
   listener_address_ = address;
   listener_channel_ = grpc::CreateChannel(address, credentials_);
   if (watcher_) watcher_->preferChannel(listener_channel_, listener_address_);

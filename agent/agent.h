@@ -80,7 +80,9 @@ class Agent {
   // host of control_plane.address), for the watchers of this and later terms.
   void onHeartbeatAnswer(const cluster::v1::HeartbeatResponse& answer);
   std::shared_ptr<grpc::Channel> listener_channel_;  // under watcher_mutex_
-  std::string listener_address_;
+  std::string listener_address_;                     // under watcher_mutex_
+  std::mutex listener_mutex_;
+  std::string listener_told_;  // the last listener address heartbeats told, under listener_mutex_
   std::unique_ptr<Reporter> reporter_;
   // One per term of leadership: made when the agent becomes leader, stopped and dropped when it
   // stops being leader (what was queued is delivered again from the watermark next term).

@@ -1,5 +1,7 @@
 #include "agent/watcher.h"
 
+#include <limits>
+
 #include "common/clock.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
@@ -8,7 +10,8 @@ namespace krane::agent {
 
 Watcher::Watcher(std::shared_ptr<grpc::Channel> channel, WatcherOptions options, ChangeSink& sink,
                  std::function<uint64_t()> resume_from)
-    : stub_(cluster::v1::ClusterService::NewStub(std::move(channel))),
+    : channel_(channel),
+      stub_(cluster::v1::ClusterService::NewStub(std::move(channel))),
       options_(std::move(options)),
       sink_(sink),
       resume_from_(std::move(resume_from)),
@@ -39,6 +42,7 @@ void Watcher::requestResync() {
 }
 
 void Watcher::preferChannel(std::shared_ptr<grpc::Channel> channel, std::string where) {
+  const bool applied = resume_from_() >= received_;  // read before taking the watcher's lock
   std::lock_guard lock(mutex_);
   preferred_ = channel ? std::shared_ptr<cluster::v1::ClusterService::Stub>(
                              cluster::v1::ClusterService::NewStub(std::move(channel)))
@@ -47,10 +51,20 @@ void Watcher::preferChannel(std::shared_ptr<grpc::Channel> channel, std::string 
   preferred_failed_ = 0;
   fallback_until_ = {};
   switch_ = true;
-  // A full sync under way, and the applying of its snapshot, finish first (the next stream
-  // resumes from there instead of syncing again): the read loop ends the stream after them.
-  if (context_ != nullptr && !in_sync_ && resume_from_() != 0) context_->TryCancel();
+  // What the open stream delivered is applied first (a full sync under way included), so that
+  // the next stream resumes where it stopped: else the read loop ends it once it is.
+  if (context_ != nullptr && !in_sync_ && applied) context_->TryCancel();
   wake_.notify_all();
+}
+
+bool Watcher::leaveStream() {
+  if (in_sync_ || resume_from_() < received_) return false;
+  if (switch_) return true;
+  std::lock_guard lock(mutex_);
+  // On the first channel after a fallback that is over.
+  return preferred_ && stats_.watching.empty() &&
+         fallback_until_ != std::chrono::steady_clock::time_point{} &&
+         std::chrono::steady_clock::now() >= fallback_until_;
 }
 
 WatcherStats Watcher::stats() const {
@@ -88,9 +102,12 @@ void Watcher::run() {
     if (stopping_) break;
     if (preferred) {
       std::lock_guard lock(mutex_);
+      // A failure counts only while the first channel is connected (heartbeats go there): with
+      // krane-ctrl down, both fail, and the listener stays the channel to come back to.
       if (events) {
         preferred_failed_ = 0;
       } else if (!switch_ && preferred == preferred_ &&
+                 channel_->GetState(false) == GRPC_CHANNEL_READY &&
                  ++preferred_failed_ >= options_.preferred_failures) {
         preferred_failed_ = 0;
         fallback_until_ = std::chrono::steady_clock::now() + options_.fallback_for;
@@ -99,15 +116,14 @@ void Watcher::run() {
             "agent: {} Watch streams at {} failed before their first event; watching through "
             "control_plane.address for {} s",
             options_.preferred_failures, where, options_.fallback_for.count());
-        switch_ = true;  // at once, on the other channel
+        // The next stream (after the usual wait) goes to the first channel.
       }
     } else {
       std::lock_guard lock(mutex_);
       if (!events && !switch_ && preferred_ && started < fallback_until_) {
         // The first channel fails as well (krane-ctrl is down, say): the preferred one was not
-        // the trouble; it is tried again at once.
+        // the trouble; the next stream goes there again.
         fallback_until_ = {};
-        switch_ = true;
       }
     }
     if (switch_.exchange(false)) {
@@ -152,6 +168,8 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
 
   auto reader = stub.Watch(&context, request);
   in_sync_ = false;
+  // Nothing to resume from before a full sync's end.
+  received_ = version == 0 ? std::numeric_limits<uint64_t>::max() : version;
   cluster::v1::WatchEvent message;
   bool in_sync = false;
   bool expired = false;
@@ -169,6 +187,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
           ++stats_.changes;
         }
         sink_.change(event.change(), in_sync);
+        if (!in_sync) received_ = event.change().version();
         return true;
       }
       case cluster::v1::WatchEvent::kSyncEnd: {
@@ -182,6 +201,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
           return false;
         }
         if (options_.on_epoch) options_.on_epoch(event.sync_end().epoch());
+        received_ = event.sync_end().version();
         std::lock_guard lock(mutex_);
         ++stats_.full_syncs;
         last_sync_unix_ms_ = unixMillis();
@@ -190,6 +210,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
       }
       case cluster::v1::WatchEvent::kBookmark:
         sink_.bookmark(event.bookmark().version());
+        received_ = event.bookmark().version();
         return true;
       case cluster::v1::WatchEvent::kCursorExpired: {
         spdlog::warn("agent: cursor expired region={} reason=\"{}\": full sync now",
@@ -222,8 +243,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
       resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
       context.TryCancel();
     }
-    // preferChannel: once the cursor exists (a full sync's snapshot is applied).
-    if (going && !in_sync && switch_ && resume_from_() != 0) context.TryCancel();
+    if (going && !in_sync && leaveStream()) context.TryCancel();
   }
   const grpc::Status status = reader->Finish();
   {

@@ -54,8 +54,8 @@ struct WatcherOptions {
   BackoffPolicy reconnect{std::chrono::milliseconds(1000), 2.0, std::chrono::milliseconds(5000),
                           0.8};
   // A preferred channel (preferChannel) whose streams fail this many times in a row before
-  // their first event is left for the first channel, for `fallback_for` (or until a stream
-  // fails there too); then tried again.
+  // their first event, while the first channel is connected, is left for the first channel for
+  // `fallback_for` (or until a stream fails there too); then tried again.
   int preferred_failures = 3;
   std::chrono::seconds fallback_for{300};
 };
@@ -97,6 +97,11 @@ class Watcher {
   // `events`: whether any event arrived.
   bool streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version, bool* events);
 
+  // The open stream is to end for another channel (preferChannel, or a fallback that is over),
+  // and what it delivered is applied.
+  bool leaveStream();
+
+  std::shared_ptr<grpc::Channel> channel_;  // the first channel
   std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;
   // preferChannel's, and how its streams fare.
   std::shared_ptr<cluster::v1::ClusterService::Stub> preferred_;
@@ -105,6 +110,8 @@ class Watcher {
   std::chrono::steady_clock::time_point fallback_until_{};
   std::atomic<bool> switch_{false};   // preferChannel: end the open stream, reconnect at once
   std::atomic<bool> in_sync_{false};  // a full sync is under way on the open stream
+  // The version the open stream delivered up to (max before a full sync's end).
+  std::atomic<uint64_t> received_{0};
   WatcherOptions options_;
   ChangeSink& sink_;
   std::function<uint64_t()> resume_from_;

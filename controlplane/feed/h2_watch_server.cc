@@ -821,7 +821,7 @@ void H2Loop::sweepIdle() {
     nghttp2_submit_goaway(c->session, NGHTTP2_FLAG_NONE,
                           nghttp2_session_get_last_proc_stream_id(c->session), NGHTTP2_NO_ERROR,
                           nullptr, 0);
-    (void)sendFrames(c);
+    if (!c->handshaking) (void)sendFrames(c);
     closeConnection(c);
   }
 }
@@ -1062,6 +1062,8 @@ absl::Status H2WatchServer::setUpTls() {
   SSL_CTX_set_mode(tls_, SSL_MODE_RELEASE_BUFFERS | SSL_MODE_ENABLE_PARTIAL_WRITE |
                              SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   SSL_CTX_set_num_tickets(tls_, 0);  // no session tickets to keep or send
+  // No renegotiation: a client could start one only to stall the loop's writes on its reads.
+  SSL_CTX_set_options(tls_, SSL_OP_NO_RENEGOTIATION);
   if (SSL_CTX_use_certificate_chain_file(tls_, t.cert_file.c_str()) != 1) {
     return absl::InvalidArgumentError(
         strCat("tls.cert_file: cannot use ", t.cert_file, ": ", opensslError()));

@@ -132,7 +132,9 @@ TEST_CASE("a preferred channel takes the stream over from the cursor; one that f
   for (int i = 0; i < 5; ++i)
     REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), "1")), IsOk());
   RecordingSink sink;
-  Watcher watcher(cp.channel(), options(cp), sink, [&] { return sink.watermark.watermark(); });
+  WatcherOptions o = options(cp);
+  o.fallback_for = std::chrono::seconds(1);
+  Watcher watcher(cp.channel(), o, sink, [&] { return sink.watermark.watermark(); });
   watcher.start();
   REQUIRE(sink.waitFor(5));
 
@@ -158,6 +160,36 @@ TEST_CASE("a preferred channel takes the stream over from the cursor; one that f
   CHECK(watcher.stats().watching.empty());
   CHECK(sink.syncCount() == 1);
   CHECK(sink.view().at("b1") == "2");
+  // After fallback_for, the stream there ends (at its next bookmark) and the preferred channel
+  // is tried again.
+  REQUIRE(krane::testing::eventually([&] { return watcher.stats().fallbacks == 2u; }));
+  REQUIRE_THAT(server.writer().put(bucket("b2", "2")), IsOk());
+  REQUIRE(sink.waitFor(8));
+  CHECK(sink.syncCount() == 1);
+  watcher.stop();
+}
+
+TEST_CASE("with krane-ctrl down, a preferred channel is not given up", "[watcher]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.watch_listen = "127.0.0.1:0"; });
+  REQUIRE_THAT(server.writer().put(bucket("b0", "1")), IsOk());
+  const std::string listener = strCat("127.0.0.1:", server.watchPort());
+  RecordingSink sink;
+  auto first = cp.channel();
+  Watcher watcher(first, options(cp), sink, [&] { return sink.watermark.watermark(); });
+  watcher.preferChannel(grpc::CreateChannel(listener, grpc::InsecureChannelCredentials()),
+                        listener);
+  watcher.start();
+  REQUIRE(sink.waitFor(1));
+  CHECK(watcher.stats().watching == listener);
+  // The first channel is connected, as an agent's is by its heartbeats.
+  REQUIRE(first->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5)));
+  // Both ports refuse for a while: many failed streams, no fallback.
+  const uint64_t connects = watcher.stats().connects;
+  cp.stopReplica(0);
+  REQUIRE(krane::testing::eventually([&] { return watcher.stats().connects >= connects + 5; }));
+  CHECK(watcher.stats().fallbacks == 0u);
+  CHECK(watcher.stats().watching == listener);
   watcher.stop();
 }
 

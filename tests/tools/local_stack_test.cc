@@ -206,8 +206,13 @@ TEST_CASE("krane-ctrl and an agent killed with SIGKILL are restarted, and SIGTER
   // local-2's agent watches on krane-ctrl's watch listener: after krane-ctrl's SIGKILL it is
   // back on the new one and applies what comes.
   CHECK(stack.deploy("watched", "local-2", 1));
-  CHECK_THAT(slurp(stack.local("logs/agent-local-2.log")),
-             Catch::Contains(strCat("watching at 127.0.0.1:", stack.watchPort())));
+  // It found the listener through heartbeats, and its stream is there again after the restart.
+  const std::string log2 = slurp(stack.local("logs/agent-local-2.log"));
+  CHECK_THAT(log2, Catch::Contains(strCat("watching at 127.0.0.1:", stack.watchPort())));
+  REQUIRE(log2.rfind("agent: watching region=local-2") != std::string::npos);
+  const std::string last_stream = log2.substr(log2.rfind("agent: watching region=local-2"));
+  CHECK_THAT(last_stream.substr(0, last_stream.find('\n')),
+             Catch::EndsWith(strCat(" at 127.0.0.1:", stack.watchPort())));
   CHECK_THAT(slurp(stack.local("agent-local-1.yaml")), Catch::Contains("watch_address: off"));
 
   // Instances of local-1 are the same processes as before the kill: adopted, not restarted.

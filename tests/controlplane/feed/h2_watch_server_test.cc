@@ -165,9 +165,10 @@ class Listener {
   std::unique_ptr<H2WatchServer> server_;
 };
 
-// A TCP connection to `port` on 127.0.0.1.
-int dial(int port) {
+// A TCP connection to `port` on 127.0.0.1, with a receive buffer of `rcvbuf` bytes if given.
+int dial(int port, int rcvbuf = 0) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (rcvbuf > 0) setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
@@ -426,10 +427,11 @@ class OpenSidedCall {
 };
 
 // A bare HTTP/2 client (nghttp2) that sends one Watch request and never ends its side of the
-// stream, which gRPC's own client does not allow.
+// stream, which gRPC's own client does not allow. With `window`, its HTTP/2 windows (stream and
+// connection) are that large; with `rcvbuf`, its socket's receive buffer that small.
 class BareClient {
  public:
-  explicit BareClient(int port) : fd_(dial(port)) {
+  explicit BareClient(int port, int32_t window = 0, int rcvbuf = 0) : fd_(dial(port, rcvbuf)) {
     nghttp2_session_callbacks* callbacks = nullptr;
     nghttp2_session_callbacks_new(&callbacks);
     nghttp2_session_callbacks_set_send_callback(
@@ -450,9 +452,21 @@ class BareClient {
           }
           return 0;
         });
+    nghttp2_session_callbacks_set_on_data_chunk_recv_callback(
+        callbacks, [](nghttp2_session*, uint8_t, int32_t, const uint8_t*, size_t len, void* user) {
+          static_cast<BareClient*>(user)->data_bytes += len;
+          return 0;
+        });
     nghttp2_session_client_new(&session_, callbacks, this);
     nghttp2_session_callbacks_del(callbacks);
-    nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
+    if (window > 0) {
+      const nghttp2_settings_entry settings[] = {
+          {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, static_cast<uint32_t>(window)}};
+      nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, settings, 1);
+      nghttp2_session_set_local_window_size(session_, NGHTTP2_FLAG_NONE, 0, window);
+    } else {
+      nghttp2_submit_settings(session_, NGHTTP2_FLAG_NONE, nullptr, 0);
+    }
     const std::string message = WatchRequest().SerializeAsString();
     body_ = std::string(5, '\0');
     body_[4] = static_cast<char>(message.size());
@@ -488,10 +502,10 @@ class BareClient {
     ::close(fd_);
   }
 
-  // Reads and answers until `done` holds (false after 5 s or when the server closes).
+  // Reads and answers until `done` holds (false after `timeout` or when the server closes).
   template <typename Pred>
-  bool runUntil(Pred done) {
-    const auto deadline = std::chrono::steady_clock::now() + 5s;
+  bool runUntil(Pred done, std::chrono::seconds timeout = 5s) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
     uint8_t buffer[16384];
     timeval tick{0, 100000};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tick, sizeof(tick));
@@ -509,6 +523,7 @@ class BareClient {
   bool trailers = false;
   bool reset = false;
   uint32_t reset_code = 0;
+  size_t data_bytes = 0;  // of the response's DATA frames
 
  private:
   int fd_;
@@ -538,6 +553,28 @@ TEST_CASE("a client that keeps its side open cannot pin a stream") {
     std::lock_guard lock(listener.mutex);
     CHECK(listener.writers[0]->dones == 1);
   }
+}
+
+TEST_CASE("what the socket does not take waits, and goes out in order when there is room") {
+  // Six 1 MiB messages against windows that allow them all and a client that reads nothing for
+  // a while through a small receive buffer: the server's socket fills, and the rest of the
+  // frames nghttp2 made waits in the connection's buffer.
+  constexpr size_t kMessages = 6;
+  constexpr size_t kFiller = size_t{1} << 20;
+  Listener listener(kMessages, kFiller);
+  BareClient client(listener.server().port(), /*window=*/(1 << 30) - 1, /*rcvbuf=*/4096);
+  REQUIRE(eventually([&] { return listener.openedCount() == 1; }, 5s));
+  std::this_thread::sleep_for(300ms);
+  size_t expected = 0;
+  for (size_t v = 1; v <= kMessages; ++v) expected += 5 + eventOf(v, kFiller).Length();
+  CHECK(client.runUntil([&] { return client.trailers; }, 20s));
+  CHECK(client.data_bytes == expected);
+  std::shared_ptr<Writer> writer;
+  {
+    std::lock_guard lock(listener.mutex);
+    writer = listener.writers[0];
+  }
+  CHECK(writer->completed == kMessages);
 }
 
 TEST_CASE("an address that cannot be bound is an error that names it") {
