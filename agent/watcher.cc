@@ -145,6 +145,9 @@ void Watcher::run() {
 bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version, bool* events) {
   grpc::ClientContext context;
   context.AddMetadata("authorization", "Bearer " + options_.token);
+  // Before preferChannel can see the stream: nothing to resume from before a full sync's end.
+  in_sync_ = false;
+  received_ = version == 0 ? std::numeric_limits<uint64_t>::max() : version;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return false;
@@ -167,9 +170,6 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
                version == 0 ? " (full sync)" : "", where.empty() ? "" : strCat(" at ", where));
 
   auto reader = stub.Watch(&context, request);
-  in_sync_ = false;
-  // Nothing to resume from before a full sync's end.
-  received_ = version == 0 ? std::numeric_limits<uint64_t>::max() : version;
   cluster::v1::WatchEvent message;
   bool in_sync = false;
   bool expired = false;
