@@ -246,8 +246,8 @@ absl::Status Agent::connect() {
 
 void Agent::onHeartbeatAnswer(const cluster::v1::HeartbeatResponse& answer) {
   // Only ever towards a listener: a replica that serves none (another replica's answer, or one
-  // being reconfigured) does not move the stream back. Streams that keep failing there do
-  // (Watcher::preferChannel).
+  // being reconfigured) does not move the stream back. Streams that keep failing there, while
+  // the gRPC port answers, do for a while (Watcher::preferChannel).
   if (!config_.control_plane.watch_address.empty() || answer.watch_listener_port() == 0) return;
   auto [host, port] = splitHostPort(config_.control_plane.address);
   const std::string address = strCat(host, ":", answer.watch_listener_port());

@@ -1,5 +1,6 @@
 #include "agent/watcher.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "common/clock.h"
@@ -42,29 +43,37 @@ void Watcher::requestResync() {
 }
 
 void Watcher::preferChannel(std::shared_ptr<grpc::Channel> channel, std::string where) {
-  const bool applied = resume_from_() >= received_;  // read before taking the watcher's lock
   std::lock_guard lock(mutex_);
   preferred_ = channel ? std::shared_ptr<cluster::v1::ClusterService::Stub>(
                              cluster::v1::ClusterService::NewStub(std::move(channel)))
                        : nullptr;
   preferred_where_ = preferred_ ? std::move(where) : std::string();
   preferred_failed_ = 0;
+  fallbacks_in_a_row_ = 0;
   fallback_until_ = {};
+  // The open stream ends in its read loop, at a message after which all it delivered is applied
+  // (a bookmark comes at least every bookmark_interval); a stream not open yet picks it up.
   switch_ = true;
-  // What the open stream delivered is applied first (a full sync under way included), so that
-  // the next stream resumes where it stopped: else the read loop ends it once it is.
-  if (context_ != nullptr && !in_sync_ && applied) context_->TryCancel();
   wake_.notify_all();
 }
 
-bool Watcher::leaveStream() {
-  if (in_sync_ || resume_from_() < received_) return false;
+bool Watcher::leaveWanted() {
   if (switch_) return true;
   std::lock_guard lock(mutex_);
   // On the first channel after a fallback that is over.
   return preferred_ && stats_.watching.empty() &&
          fallback_until_ != std::chrono::steady_clock::time_point{} &&
          std::chrono::steady_clock::now() >= fallback_until_;
+}
+
+bool Watcher::caughtUp() {
+  // The sink may apply on threads of its own: give it a moment.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  while (resume_from_() < received_) {
+    if (stopping_ || std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 WatcherStats Watcher::stats() const {
@@ -106,16 +115,24 @@ void Watcher::run() {
       // krane-ctrl down, both fail, and the listener stays the channel to come back to.
       if (events) {
         preferred_failed_ = 0;
-      } else if (!switch_ && preferred == preferred_ &&
-                 channel_->GetState(false) == GRPC_CHANNEL_READY &&
-                 ++preferred_failed_ >= options_.preferred_failures) {
+        fallbacks_in_a_row_ = 0;
+      } else if (switch_ || preferred != preferred_) {
+        // Ended for another channel: not a failure of this one.
+      } else if (channel_->GetState(false) != GRPC_CHANNEL_READY) {
+        preferred_failed_ = 0;  // krane-ctrl itself is unreachable: failures prove nothing
+      } else if (++preferred_failed_ >= options_.preferred_failures) {
+        // Five minutes the first time, twice as long each time after (up to eight times), so
+        // that a listener that never answers costs little.
+        const auto fallback = options_.fallback_for * (1 << std::min(fallbacks_in_a_row_, 3));
+        ++fallbacks_in_a_row_;
         preferred_failed_ = 0;
-        fallback_until_ = std::chrono::steady_clock::now() + options_.fallback_for;
+        fallback_until_ = std::chrono::steady_clock::now() + fallback;
         ++stats_.fallbacks;
         spdlog::warn(
             "agent: {} Watch streams at {} failed before their first event; watching through "
             "control_plane.address for {} s",
-            options_.preferred_failures, where, options_.fallback_for.count());
+            options_.preferred_failures, where,
+            std::chrono::duration_cast<std::chrono::seconds>(fallback).count());
         // The next stream (after the usual wait) goes to the first channel.
       }
     } else {
@@ -126,14 +143,11 @@ void Watcher::run() {
         fallback_until_ = {};
       }
     }
-    if (switch_.exchange(false)) {
+    const bool switching = switch_.exchange(false);
+    if (expired) resync_ = true;  // the server told us to start over
+    if (switching || expired) {
       backoff.reset();
-      continue;  // another channel: no reason to wait
-    }
-    if (expired) {
-      resync_ = true;
-      backoff.reset();
-      continue;  // at once: the server told us to start over
+      continue;  // at once
     }
     // A stream that lived a while was healthy: start the backoff over.
     if (std::chrono::steady_clock::now() - started > std::chrono::seconds(30)) backoff.reset();
@@ -243,7 +257,9 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
       resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
       context.TryCancel();
     }
-    if (going && !in_sync && leaveStream()) context.TryCancel();
+    // Another channel is wanted: once what this stream delivered is applied, so that the next
+    // resumes where it stopped (never within a full sync, nor before its snapshot is applied).
+    if (going && !in_sync && leaveWanted() && caughtUp()) context.TryCancel();
   }
   const grpc::Status status = reader->Finish();
   {

@@ -55,7 +55,8 @@ struct WatcherOptions {
                           0.8};
   // A preferred channel (preferChannel) whose streams fail this many times in a row before
   // their first event, while the first channel is connected, is left for the first channel for
-  // `fallback_for` (or until a stream fails there too); then tried again.
+  // `fallback_for` (twice as long after each further fallback in a row, up to eight times), or
+  // until a stream fails there too; then tried again.
   int preferred_failures = 3;
   std::chrono::seconds fallback_for{300};
 };
@@ -84,8 +85,8 @@ class Watcher {
   // Forces a full sync on the next connection.
   void requestResync();
   // Watches through `channel` (`where`: its address, for logs and stats) instead of the first
-  // channel: the open stream ends (once a full sync under way is applied) and the next resumes
-  // from the cursor there. Null: back to the first channel.
+  // channel: the open stream ends once all it delivered is applied (a full sync under way
+  // included), and the next resumes from that cursor there. Null: back to the first channel.
   void preferChannel(std::shared_ptr<grpc::Channel> channel, std::string where);
   WatcherStats stats() const;
 
@@ -97,9 +98,10 @@ class Watcher {
   // `events`: whether any event arrived.
   bool streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version, bool* events);
 
-  // The open stream is to end for another channel (preferChannel, or a fallback that is over),
-  // and what it delivered is applied.
-  bool leaveStream();
+  // The open stream is to end for another channel (preferChannel, or a fallback that is over).
+  bool leaveWanted();
+  // What the open stream delivered is applied (waits a moment for it).
+  bool caughtUp();
 
   std::shared_ptr<grpc::Channel> channel_;  // the first channel
   std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;
@@ -107,6 +109,7 @@ class Watcher {
   std::shared_ptr<cluster::v1::ClusterService::Stub> preferred_;
   std::string preferred_where_;
   int preferred_failed_ = 0;
+  int fallbacks_in_a_row_ = 0;
   std::chrono::steady_clock::time_point fallback_until_{};
   std::atomic<bool> switch_{false};   // preferChannel: end the open stream, reconnect at once
   std::atomic<bool> in_sync_{false};  // a full sync is under way on the open stream

@@ -1,7 +1,10 @@
 // The agent's watcher against a real krane-ctrl on a real MariaDB.
 #include "agent/watcher.h"
 
+#include <atomic>
+#include <deque>
 #include <map>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -18,6 +21,7 @@ namespace krane::agent {
 namespace {
 
 using krane::testing::TestControlPlane;
+using namespace std::chrono_literals;
 
 cluster::v1::Resource bucket(const std::string& id, const std::string& spec) {
   cluster::v1::Resource r;
@@ -84,6 +88,75 @@ class RecordingSink : public ChangeSink {
   std::mutex mutex_;
   std::map<std::string, std::string> seen;
   int syncs = 0;
+};
+
+// Acknowledges each change 20 ms after it arrived, on a thread of its own, as the agent's
+// dispatcher does through its plugins; counts the deliveries of each version.
+class DeferredSink : public ChangeSink {
+ public:
+  DeferredSink() : worker_([this] { run(); }) {}
+  ~DeferredSink() override {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    worker_.join();
+  }
+  void syncBegin(uint64_t) override { watermark.syncBegin(); }
+  void change(const cluster::v1::Change& c, bool in_sync) override {
+    if (in_sync) {
+      watermark.syncReceived();
+      watermark.syncAcknowledged();
+      return;
+    }
+    watermark.received(c.version());
+    std::lock_guard lock(mutex_);
+    ++deliveries_[c.version()];
+    queue_.emplace_back(c.version(), std::chrono::steady_clock::now() + 20ms);
+    wake_.notify_all();
+  }
+  bool syncEnd(uint64_t version, uint64_t) override {
+    watermark.syncEnd(version);
+    return true;
+  }
+  void bookmark(uint64_t version) override { watermark.bookmark(version); }
+  // Versions delivered more than once.
+  size_t redelivered() {
+    std::lock_guard lock(mutex_);
+    size_t n = 0;
+    for (const auto& [version, times] : deliveries_) n += times > 1 ? 1 : 0;
+    return n;
+  }
+
+  WatermarkTracker watermark;
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      if (queue_.empty()) {
+        wake_.wait(lock);
+        continue;
+      }
+      const auto [version, due] = queue_.front();
+      if (std::chrono::steady_clock::now() < due) {
+        wake_.wait_until(lock, due);
+        continue;
+      }
+      queue_.pop_front();
+      lock.unlock();
+      watermark.acknowledged(version);
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::pair<uint64_t, std::chrono::steady_clock::time_point>> queue_;
+  std::map<uint64_t, int> deliveries_;
+  bool stopping_ = false;
+  std::thread worker_;
 };
 
 WatcherOptions options(TestControlPlane& cp) {
@@ -166,6 +239,42 @@ TEST_CASE("a preferred channel takes the stream over from the cursor; one that f
   REQUIRE_THAT(server.writer().put(bucket("b2", "2")), IsOk());
   REQUIRE(sink.waitFor(8));
   CHECK(sink.syncCount() == 1);
+  watcher.stop();
+}
+
+TEST_CASE("a busy stream moves to a preferred channel with nothing delivered twice", "[watcher]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.watch_listen = "127.0.0.1:0"; });
+  REQUIRE_THAT(server.writer().put(bucket("b0", "0")), IsOk());
+  DeferredSink sink;
+  Watcher watcher(cp.channel(), options(cp), sink, [&] { return sink.watermark.watermark(); });
+  watcher.start();
+  REQUIRE(krane::testing::eventually([&] { return sink.watermark.watermark() >= 1; }));
+  // A change every 10 ms, each applied 20 ms after it arrived: the stream is never idle, and
+  // something it delivered is nearly always still being applied.
+  std::atomic<bool> writing{true};
+  std::atomic<int> written{1};
+  std::thread writer([&] {
+    while (writing) {
+      if (server.writer().put(bucket("b0", strCat(written.load()))).ok()) ++written;
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  std::this_thread::sleep_for(200ms);
+  const std::string listener = strCat("127.0.0.1:", server.watchPort());
+  watcher.preferChannel(grpc::CreateChannel(listener, grpc::InsecureChannelCredentials()),
+                        listener);
+  const bool moved = krane::testing::eventually(
+      [&] {
+        return server.metricsText().find("krane_feed_watch_listener_calls 1") != std::string::npos;
+      },
+      3s);
+  writing = false;
+  writer.join();
+  CHECK(moved);
+  REQUIRE(krane::testing::eventually(
+      [&] { return sink.watermark.watermark() >= static_cast<uint64_t>(written.load()); }));
+  CHECK(sink.redelivered() == 0u);
   watcher.stop();
 }
 
