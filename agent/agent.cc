@@ -245,22 +245,38 @@ absl::Status Agent::connect() {
 }
 
 void Agent::onHeartbeatAnswer(const cluster::v1::HeartbeatResponse& answer) {
-  // Only ever towards a listener: a replica that serves none (another replica's answer, or one
-  // being reconfigured) does not move the stream back. Streams that keep failing there, while
-  // the gRPC port answers, do for a while (Watcher::preferChannel).
-  if (!config_.control_plane.watch_address.empty() || answer.watch_listener_port() == 0) return;
-  auto [host, port] = splitHostPort(config_.control_plane.address);
-  const std::string address = strCat(host, ":", answer.watch_listener_port());
+  if (!config_.control_plane.watch_address.empty()) return;
+  // A replica that serves no listener (another replica's answer, or one being reconfigured)
+  // does not move the stream back at once; kListenerGoneAnswers such answers in a row (no
+  // replica told of one all that time: the listener was turned off) do. Streams that keep
+  // failing there, while the gRPC port answers, leave it for a while (Watcher::preferChannel).
+  std::string address;
+  if (answer.watch_listener_port() != 0) {
+    auto [host, port] = splitHostPort(config_.control_plane.address);
+    address = strCat(host, ":", answer.watch_listener_port());
+  }
   {
-    // Most answers repeat the port: they do not wait for a leadership change under way.
+    // Most answers repeat what the last said: they do not wait for a leadership change.
     std::lock_guard lock(listener_mutex_);
+    if (!address.empty()) {
+      listener_gone_answers_ = 0;
+    } else if (listener_told_.empty() || ++listener_gone_answers_ < kListenerGoneAnswers) {
+      return;
+    }
     if (address == listener_told_) return;
     listener_told_ = address;
   }
-  spdlog::info("agent: krane-ctrl serves Watch on its watch listener; watching at {}", address);
+  if (address.empty()) {
+    spdlog::info(
+        "agent: krane-ctrl told of no watch listener in {} heartbeats; watching through "
+        "control_plane.address",
+        kListenerGoneAnswers);
+  } else {
+    spdlog::info("agent: krane-ctrl serves Watch on its watch listener; watching at {}", address);
+  }
   std::lock_guard lock(watcher_mutex_);
   listener_address_ = address;
-  listener_channel_ = grpc::CreateChannel(address, credentials_);
+  listener_channel_ = address.empty() ? nullptr : grpc::CreateChannel(address, credentials_);
   if (watcher_) watcher_->preferChannel(listener_channel_, listener_address_);
 }
 

@@ -82,7 +82,11 @@ class Agent {
   std::shared_ptr<grpc::Channel> listener_channel_;  // under watcher_mutex_
   std::string listener_address_;                     // under watcher_mutex_
   std::mutex listener_mutex_;
-  std::string listener_told_;  // the last listener address heartbeats told, under listener_mutex_
+  // Under listener_mutex_: the listener address heartbeats told last ("" none), and how many
+  // answers in a row told of none since.
+  std::string listener_told_;
+  int listener_gone_answers_ = 0;
+  static constexpr int kListenerGoneAnswers = 30;
   std::unique_ptr<Reporter> reporter_;
   // One per term of leadership: made when the agent becomes leader, stopped and dropped when it
   // stops being leader (what was queued is delivered again from the watermark next term).

@@ -535,6 +535,37 @@ TEST_CASE("with no watch_address, an agent follows krane-ctrl to its watch liste
   CHECK(agent.wait() == 0);
 }
 
+TEST_CASE("an agent goes back to the grpc port when krane-ctrl's listener is turned off",
+          "[agent][slow]") {
+  TestControlPlane cp;
+  auto& first =
+      cp.startReplica([](ctrl::CtrlConfig& config) { config.feed.watch_listen = "127.0.0.1:0"; });
+  const int port = first.grpcPort();
+  const AgentSetup s = setUp(cp);
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(first.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 10; }));
+  REQUIRE(eventually([&] {
+    return first.metricsText().find("krane_feed_watch_listener_calls 1") != std::string::npos;
+  }));
+  // The same address, no listener any more: every heartbeat answer says so.
+  cp.stopReplica(0);
+  auto& second =
+      cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
+  for (int i = 10; i < 20; ++i)
+    REQUIRE_THAT(second.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  REQUIRE(eventually([&] { return watermark(s) == 20; }));
+  // 30 answers without a port (heartbeats every 200 ms): the agent stops trying the listener.
+  REQUIRE(eventually([&] {
+    return slurp(s.dir + "/agent.log").find("told of no watch listener in 30 heartbeats") !=
+           std::string::npos;
+  }));
+  agent.signal(SIGTERM);
+  CHECK(agent.wait() == 0);
+}
+
 TEST_CASE("watch_address off keeps the Watch on the grpc port", "[agent][slow]") {
   TestControlPlane cp;
   auto& server =
