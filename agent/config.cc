@@ -178,7 +178,6 @@ absl::Status finishAgentConfig(AgentConfig& c) {
   if (!cp.cert_file.empty() && cp.ca_file.empty()) {
     return absl::InvalidArgumentError("control_plane.cert_file: needs control_plane.ca_file (TLS)");
   }
-
   if (c.agent_id.empty()) {
     char host[256] = {0};
     ::gethostname(host, sizeof(host) - 1);

@@ -57,19 +57,10 @@ void Watcher::preferChannel(std::shared_ptr<grpc::Channel> channel, std::string 
   wake_.notify_all();
 }
 
-bool Watcher::leaveWanted() {
-  if (switch_) return true;
-  std::lock_guard lock(mutex_);
-  // On the first channel after a fallback that is over.
-  return preferred_ && stats_.watching.empty() &&
-         fallback_until_ != std::chrono::steady_clock::time_point{} &&
-         std::chrono::steady_clock::now() >= fallback_until_;
-}
-
-bool Watcher::caughtUp() {
+bool Watcher::caughtUp(uint64_t received) {
   // The sink may apply on threads of its own: give it a moment.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  while (resume_from_() < received_) {
+  while (resume_from_() < received) {
     if (stopping_ || std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -97,17 +88,22 @@ void Watcher::run() {
     // The preferred channel, unless its streams kept failing lately.
     std::shared_ptr<cluster::v1::ClusterService::Stub> preferred;
     std::string where;
+    // On the first channel during a fallback: when to leave it for the preferred one again.
+    auto fallback_over = std::chrono::steady_clock::time_point::max();
     {
       std::lock_guard lock(mutex_);
       switch_ = false;
       if (preferred_ && started >= fallback_until_) {
         preferred = preferred_;
         where = preferred_where_;
+      } else if (preferred_) {
+        fallback_over = fallback_until_;
       }
       stats_.watching = where;
     }
     bool events = false;
-    const bool expired = streamOnce(preferred ? *preferred : *stub_, version, &events);
+    const bool expired =
+        streamOnce(preferred ? *preferred : *stub_, version, fallback_over, &events);
     if (stopping_) break;
     if (preferred) {
       std::lock_guard lock(mutex_);
@@ -156,12 +152,10 @@ void Watcher::run() {
   }
 }
 
-bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version, bool* events) {
+bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version,
+                         std::chrono::steady_clock::time_point leave_at, bool* events) {
   grpc::ClientContext context;
   context.AddMetadata("authorization", "Bearer " + options_.token);
-  // Before preferChannel can see the stream: nothing to resume from before a full sync's end.
-  in_sync_ = false;
-  received_ = version == 0 ? std::numeric_limits<uint64_t>::max() : version;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return false;
@@ -187,12 +181,13 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
   cluster::v1::WatchEvent message;
   bool in_sync = false;
   bool expired = false;
+  // The version the stream delivered up to; nothing to resume from before a full sync's end.
+  uint64_t received = version == 0 ? std::numeric_limits<uint64_t>::max() : version;
   // Takes one event; false once the stream is being cancelled (nothing after it is taken).
   auto take = [&](const cluster::v1::WatchEvent& event) {
     switch (event.event_case()) {
       case cluster::v1::WatchEvent::kSyncBegin:
         in_sync = true;
-        in_sync_ = true;
         sink_.syncBegin(event.sync_begin().snapshot_version());
         return true;
       case cluster::v1::WatchEvent::kChange: {
@@ -201,12 +196,11 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
           ++stats_.changes;
         }
         sink_.change(event.change(), in_sync);
-        if (!in_sync) received_ = event.change().version();
+        if (!in_sync) received = event.change().version();
         return true;
       }
       case cluster::v1::WatchEvent::kSyncEnd: {
         in_sync = false;
-        in_sync_ = false;
         if (!sink_.syncEnd(event.sync_end().version(), event.sync_end().resource_count())) {
           spdlog::error("agent: full sync of region={} at version={} was not taken; starting over",
                         options_.region, event.sync_end().version());
@@ -215,7 +209,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
           return false;
         }
         if (options_.on_epoch) options_.on_epoch(event.sync_end().epoch());
-        received_ = event.sync_end().version();
+        received = event.sync_end().version();
         std::lock_guard lock(mutex_);
         ++stats_.full_syncs;
         last_sync_unix_ms_ = unixMillis();
@@ -224,7 +218,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
       }
       case cluster::v1::WatchEvent::kBookmark:
         sink_.bookmark(event.bookmark().version());
-        received_ = event.bookmark().version();
+        received = event.bookmark().version();
         return true;
       case cluster::v1::WatchEvent::kCursorExpired: {
         spdlog::warn("agent: cursor expired region={} reason=\"{}\": full sync now",
@@ -257,9 +251,13 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
       resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
       context.TryCancel();
     }
-    // Another channel is wanted: once what this stream delivered is applied, so that the next
-    // resumes where it stopped (never within a full sync, nor before its snapshot is applied).
-    if (going && !in_sync && leaveWanted() && caughtUp()) context.TryCancel();
+    // Another channel is wanted (preferChannel, or a fallback is over): once what this stream
+    // delivered is applied, so that the next resumes where it stopped (never within a full
+    // sync, nor before its snapshot is applied).
+    if (going && !in_sync && (switch_ || std::chrono::steady_clock::now() >= leave_at) &&
+        caughtUp(received)) {
+      context.TryCancel();
+    }
   }
   const grpc::Status status = reader->Finish();
   {

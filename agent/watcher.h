@@ -94,14 +94,12 @@ class Watcher {
   void run();
   // The periodic full sync is due (resync_interval since the last one ended).
   bool resyncDue() const;
-  // One stream on `stub`, until it ends; returns whether it ended asking for a resync.
-  // `events`: whether any event arrived.
-  bool streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version, bool* events);
-
-  // The open stream is to end for another channel (preferChannel, or a fallback that is over).
-  bool leaveWanted();
-  // What the open stream delivered is applied (waits a moment for it).
-  bool caughtUp();
+  // One stream on `stub`, until it ends (or, from `leave_at` on, until it is caught up); returns
+  // whether it ended asking for a resync. `events`: whether any event arrived.
+  bool streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version,
+                  std::chrono::steady_clock::time_point leave_at, bool* events);
+  // What the open stream delivered (up to `received`) is applied; waits a moment for it.
+  bool caughtUp(uint64_t received);
 
   std::shared_ptr<grpc::Channel> channel_;  // the first channel
   std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;
@@ -111,10 +109,7 @@ class Watcher {
   int preferred_failed_ = 0;
   int fallbacks_in_a_row_ = 0;
   std::chrono::steady_clock::time_point fallback_until_{};
-  std::atomic<bool> switch_{false};   // preferChannel: end the open stream, reconnect at once
-  std::atomic<bool> in_sync_{false};  // a full sync is under way on the open stream
-  // The version the open stream delivered up to (max before a full sync's end).
-  std::atomic<uint64_t> received_{0};
+  std::atomic<bool> switch_{false};  // preferChannel: end the open stream, reconnect at once
   WatcherOptions options_;
   ChangeSink& sink_;
   std::function<uint64_t()> resume_from_;

@@ -68,13 +68,10 @@ int serve(const ServeFlags& flags) {
 
   Server server(*config);
   if (auto st = server.start(); !st.ok()) return fail("serve", st);
-  if (server.watchPort() != 0) {
-    std::printf("krane-ctrl serving: grpc 127.0.0.1:%d, http 127.0.0.1:%d, watch 127.0.0.1:%d\n",
-                server.grpcPort(), server.httpPort(), server.watchPort());
-  } else {
-    std::printf("krane-ctrl serving: grpc 127.0.0.1:%d, http 127.0.0.1:%d\n", server.grpcPort(),
-                server.httpPort());
-  }
+  const std::string watch =
+      server.watchPort() != 0 ? strCat(", watch 127.0.0.1:", server.watchPort()) : "";
+  std::printf("krane-ctrl serving: grpc 127.0.0.1:%d, http 127.0.0.1:%d%s\n", server.grpcPort(),
+              server.httpPort(), watch.c_str());
   std::fflush(stdout);
   int signal = 0;
   sigwait(&signals, &signal);

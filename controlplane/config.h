@@ -49,8 +49,9 @@ struct CtrlConfig {
     size_t cleanup_batch = 10000;
     // host:port of the feed's own HTTP/2 listener for agents' Watch calls
     // (controlplane/feed/h2_watch_server.h): an idle agent costs a fraction of what it costs on
-    // the gRPC port. Agents reach it with control_plane.watch_address. TLS as `tls`; empty: off
-    // (Watch is served on `listen` either way).
+    // the gRPC port. Agents learn its port from heartbeats and move their Watch there (or name it
+    // in control_plane.watch_address). TLS as `tls`; empty: off (Watch is served on `listen`
+    // either way).
     std::string watch_listen;
     // Commit hints to and from the other replicas (controlplane/feed/peer_hints.h): their
     // tailers read this replica's commits at once instead of at their next poll. Off while

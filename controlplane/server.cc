@@ -262,9 +262,11 @@ absl::Status Server::startGrpc() {
   // Channelz keeps a node and counters per connection and call; with an agent connection per
   // region and thousands of them per replica, that is memory and work nobody reads.
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
-  watch_loops_ = std::make_unique<feed::WatchLoops>(
-      builder, config_.feed.write_threads != 0 ? config_.feed.write_threads
-                                               : std::max(1U, std::thread::hardware_concurrency()));
+  // The loops serving Watch calls, on the gRPC port and on the watch listener alike.
+  const size_t watch_threads = config_.feed.write_threads != 0
+                                   ? config_.feed.write_threads
+                                   : std::max(1U, std::thread::hardware_concurrency());
+  watch_loops_ = std::make_unique<feed::WatchLoops>(builder, watch_threads);
   grpc_ = builder.BuildAndStart();
   if (!grpc_ || grpc_port_ == 0) {
     if (grpc_) grpc_->Shutdown();
@@ -285,9 +287,7 @@ absl::Status Server::startGrpc() {
     options.tls.cert_file = config_.tls.cert_file;
     options.tls.key_file = config_.tls.key_file;
     options.tls.client_ca_file = config_.tls.client_ca_file;
-    options.threads = config_.feed.write_threads != 0
-                          ? config_.feed.write_threads
-                          : std::max(1U, std::thread::hardware_concurrency());
+    options.threads = watch_threads;
     auto h2 = feed::H2WatchServer::start(
         options, [cluster](feed::WatchCall* call, std::string_view request,
                            std::string authorization, std::string peer) {

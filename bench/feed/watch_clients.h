@@ -26,8 +26,8 @@
 
 namespace krane::bench {
 
-// A channel with a connection of its own (a local subchannel pool), as a separate agent has.
-// A channel with a connection of its own; plaintext unless `credentials` are given.
+// A channel with a connection of its own (a local subchannel pool), as a separate agent has;
+// plaintext unless `credentials` are given.
 std::shared_ptr<grpc::Channel> ownChannel(
     const std::string& target, std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 

@@ -1,14 +1,14 @@
 // The feed's own listener for agents' Watch calls: gRPC's wire protocol (length-prefixed
 // messages on HTTP/2, status in trailers) served with nghttp2 from one epoll loop per thread,
 // for nothing but `krane.cluster.v1.ClusterService/Watch`. Agents reach it with their ordinary
-// gRPC client (control_plane.watch_address).
+// gRPC client: heartbeat answers tell them its port (or control_plane.watch_address names it).
 //
 // Why a second listener: an idle Watch on gRPC's server costs about 39 KiB, most of it gRPC's
 // own per-connection state (a call arena of 11.5 KiB, an 8 KiB read buffer, the table of every
 // registered method), which a replica serving thousands of agents pays for each of them. Here a
 // connection holds its HTTP/2 session and a small record per call; reads go through one buffer
 // per loop, and a message is copied from the bytes shared by every stream (encoded_event.h)
-// straight into its DATA frame (bench/README.md, "the feed's HTTP/2 listener").
+// straight into its DATA frame (bench/README.md, "Measured: the watch listener").
 //
 // What it serves, as gRPC's server would: each request message is read whole (up to
 // max_request_bytes, not compressed) and handed to the opener with the request's

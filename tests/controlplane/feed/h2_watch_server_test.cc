@@ -27,6 +27,7 @@
 #include <nghttp2/nghttp2.h>
 
 #include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/controlplane/feed/event_writer.h"
 #include "tests/support/certificates.h"
 #include "tests/support/wait.h"
 
@@ -37,72 +38,9 @@ using namespace std::chrono_literals;
 using cluster::v1::ClusterService;
 using cluster::v1::WatchEvent;
 using cluster::v1::WatchRequest;
+using krane::feed::testing::eventOf;
 using krane::testing::eventually;
-
-// A WatchEvent whose cursor_expired message is `filler` bytes long, and its bookmark `version`.
-grpc::ByteBuffer eventOf(uint64_t version, size_t filler = 0) {
-  WatchEvent event;
-  if (filler > 0) {
-    event.mutable_cursor_expired()->set_message(std::string(filler, 'x'));
-    event.mutable_cursor_expired()->set_requested_version(version);
-  } else {
-    event.mutable_bookmark()->set_version(version);
-  }
-  const std::string bytes = event.SerializeAsString();
-  // In two slices, as the feed's batches are (framing around shared bytes).
-  grpc::Slice slices[] = {grpc::Slice(bytes.substr(0, bytes.size() / 2)),
-                          grpc::Slice(bytes.substr(bytes.size() / 2))};
-  return grpc::ByteBuffer(slices, 2);
-}
-
-// Writes `count` events (each `filler` bytes), one after the other, then finishes OK; counts
-// completions; finishes CANCELLED when told the client went away.
-class Writer final : public WatchCallHandler {
- public:
-  Writer(WatchCall* call, size_t count, size_t filler)
-      : call_(call), count_(count), filler_(filler) {}
-  void begin() {
-    std::lock_guard lock(mutex_);
-    next();
-  }
-  void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mutex_);
-    if (!ok) {
-      ++failed;
-      return;
-    }
-    ++completed;
-    next();
-  }
-  void OnCancel() override {
-    ++cancels;
-    call_->finish(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
-  }
-  void OnDone() override { ++dones; }
-
-  std::atomic<size_t> completed{0};
-  std::atomic<int> failed{0};
-  std::atomic<int> cancels{0};
-  std::atomic<int> dones{0};
-
- private:
-  void next() {
-    if (sent_ == count_) {
-      call_->finish(grpc::Status::OK);
-      return;
-    }
-    ++sent_;
-    message_ = eventOf(sent_, filler_);
-    call_->write(&message_, grpc::WriteOptions());
-  }
-
-  WatchCall* const call_;
-  const size_t count_;
-  const size_t filler_;
-  std::mutex mutex_;
-  grpc::ByteBuffer message_;
-  size_t sent_ = 0;
-};
+using Writer = krane::feed::testing::EventWriter;
 
 struct Opened {
   std::string request;

@@ -22,6 +22,7 @@
 
 #include "controlplane/feed/h2_watch_server.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
+#include "tests/controlplane/feed/event_writer.h"
 #include "tests/support/wait.h"
 
 namespace krane::feed {
@@ -31,6 +32,8 @@ using namespace std::chrono_literals;
 using cluster::v1::ClusterService;
 using cluster::v1::WatchEvent;
 using krane::testing::eventually;
+// Bookmarks 1..count (EventWriter without filler).
+using Bookmarks = krane::feed::testing::EventWriter;
 
 class RawWatch final : public ClusterService::WithRawMethod_Watch<ClusterService::Service> {
  public:
@@ -39,71 +42,6 @@ class RawWatch final : public ClusterService::WithRawMethod_Watch<ClusterService
                void* tag) {
     RequestWatch(context, request, writer, cq, cq, tag);
   }
-};
-
-grpc::ByteBuffer bookmarkAt(uint64_t version) {
-  WatchEvent event;
-  event.mutable_bookmark()->set_version(version);
-  const std::string bytes = event.SerializeAsString();
-  grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
-
-// Serves a call by writing bookmarks 1..`count` one after the other, then finishing OK (or on
-// a cancel, CANCELLED, unless it ignores cancels); records which threads its events came on.
-class Bookmarks final : public WatchCallHandler {
- public:
-  Bookmarks(WatchCall* call, size_t count, bool ignore_cancel = false)
-      : call_(call), count_(count), ignore_cancel_(ignore_cancel) {}
-
-  void begin() {
-    std::lock_guard lock(mutex_);
-    loop_thread_ = std::this_thread::get_id();
-    if (count_ == 0) return;  // waits for the client to go away
-    writeNextLocked();
-  }
-  void OnWriteDone(bool ok) override {
-    std::lock_guard lock(mutex_);
-    write_threads_.push_back(std::this_thread::get_id());
-    if (ok && sent_ < count_) {
-      writeNextLocked();
-    } else if (ok) {
-      call_->finish(grpc::Status::OK);
-    }
-  }
-  void OnCancel() override {
-    ++cancels;
-    if (!ignore_cancel_) call_->finish(grpc::Status(grpc::StatusCode::CANCELLED, "gone"));
-  }
-  void OnDone() override { ++dones; }
-
-  std::vector<std::thread::id> writeThreads() {
-    std::lock_guard lock(mutex_);
-    return write_threads_;
-  }
-  std::thread::id loopThread() {
-    std::lock_guard lock(mutex_);
-    return loop_thread_;
-  }
-  WatchCall* call() { return call_; }
-
-  std::atomic<int> cancels{0};
-  std::atomic<int> dones{0};
-
- private:
-  void writeNextLocked() {
-    message_ = bookmarkAt(++sent_);
-    call_->write(&message_, grpc::WriteOptions());
-  }
-
-  WatchCall* const call_;
-  const size_t count_;
-  const bool ignore_cancel_;
-  std::mutex mutex_;
-  grpc::ByteBuffer message_;
-  size_t sent_ = 0;
-  std::thread::id loop_thread_;
-  std::vector<std::thread::id> write_threads_;
 };
 
 enum class Transport { kGrpc, kH2 };
@@ -241,7 +179,7 @@ class Flood final : public WatchCallHandler {
         return;  // the call may be gone from here on
       }
       writing_ = true;
-      message_ = bookmarkAt(version);
+      message_ = krane::feed::testing::eventOf(version);
       call_->write(&message_, grpc::WriteOptions());
     }
   }
@@ -389,7 +327,7 @@ TEST_CASE("stopping after the server's shutdown ends the open calls, or gives up
   std::mutex mutex;
   std::vector<std::shared_ptr<Bookmarks>> handlers;
   Harness h(anyTransport(), [&](WatchCall* call) {
-    auto handler = std::make_shared<Bookmarks>(call, 0, /*ignore_cancel=*/!finishes);
+    auto handler = std::make_shared<Bookmarks>(call, 0, /*filler=*/0, /*ignore_cancel=*/!finishes);
     call->serve(handler.get());
     handler->begin();
     std::lock_guard lock(mutex);
