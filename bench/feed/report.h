@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace krane::bench {
@@ -15,6 +16,13 @@ struct Figure {
   std::string unit;
   std::string target;          // e.g. "<= 25 ms"; empty when the project sets none
   std::optional<bool> passed;  // set when there is a target
+
+  // Sets the target (`shown`) and the result: passed when the value was measured (not
+  // negative) and is at most `limit`.
+  void atMost(double limit, std::string shown) {
+    target = std::move(shown);
+    passed = value >= 0 && value <= limit;
+  }
 };
 
 // One row of the Krane-versus-baseline comparison.
