@@ -63,6 +63,22 @@ class StoreLedger final : public ResourceLedger {
   ipc::CursorStore& store_;
 };
 
+// A channel to krane-ctrl (its gRPC port or its watch listener), pinging as
+// control_plane.keepalive_ms says.
+std::shared_ptr<grpc::Channel> dial(const AgentConfig::ControlPlane& cp, const std::string& address,
+                                    const std::shared_ptr<grpc::ChannelCredentials>& credentials) {
+  grpc::ChannelArguments args;
+  if (cp.keepalive.count() > 0) {
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, static_cast<int>(cp.keepalive.count()));
+    args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(cp.keepalive_timeout.count()));
+    // Between heartbeats no call is open, and a Watch sends nothing after its request: ping
+    // all the same (by default gRPC stops after two pings without data of its own).
+    args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  }
+  return grpc::CreateCustomChannel(address, credentials, args);
+}
+
 }  // namespace
 
 Agent::Agent(AgentConfig config, std::string host_binary, LeaseClientFactory lease_clients)
@@ -235,12 +251,12 @@ absl::Status Agent::connect() {
     }
     credentials = grpc::SslCredentials(tls);
   }
-  channel_ = grpc::CreateChannel(cp.address, credentials);
+  channel_ = dial(cp, cp.address, credentials);
   credentials_ = credentials;
   // The watch listener speaks TLS when the gRPC port does: the same credentials.
   watch_channel_ = cp.watch_address.empty() || cp.watch_address == AgentConfig::kWatchAddressOff
                        ? channel_
-                       : grpc::CreateChannel(cp.watch_address, credentials);
+                       : dial(cp, cp.watch_address, credentials);
   return absl::OkStatus();
 }
 
@@ -276,7 +292,8 @@ void Agent::onHeartbeatAnswer(const cluster::v1::HeartbeatResponse& answer) {
   }
   std::lock_guard lock(watcher_mutex_);
   listener_address_ = address;
-  listener_channel_ = address.empty() ? nullptr : grpc::CreateChannel(address, credentials_);
+  listener_channel_ =
+      address.empty() ? nullptr : dial(config_.control_plane, address, credentials_);
   if (watcher_) watcher_->preferChannel(listener_channel_, listener_address_);
 }
 

@@ -73,7 +73,10 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
                           {"token_file", text(c.control_plane.token_file, s)},
                           {"ca_file", text(c.control_plane.ca_file, s)},
                           {"cert_file", text(c.control_plane.cert_file, s)},
-                          {"key_file", text(c.control_plane.key_file, s)}});
+                          {"key_file", text(c.control_plane.key_file, s)},
+                          {"keepalive_ms", number(c.control_plane.keepalive, s, 0, 3600000)},
+                          {"keepalive_timeout_ms",
+                           number(c.control_plane.keepalive_timeout, s, 1000, 600000)}});
            }},
           {"leader",
            [&](const YAML::Node& n, const std::string& p) {
@@ -135,6 +138,13 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
     return bad(s, "control_plane.watch_address",
                strCat("\"", c.control_plane.watch_address, "\" is not host:port, \"",
                       AgentConfig::kWatchAddressOff, "\" or empty"));
+  }
+  if (c.control_plane.keepalive.count() > 0 &&
+      c.control_plane.keepalive < AgentConfig::kMinKeepalive) {
+    return bad(s, "control_plane.keepalive_ms",
+               strCat("must be 0 (off) or at least ", AgentConfig::kMinKeepalive.count(),
+                      " (krane-ctrl refuses pings more frequent than that), got ",
+                      c.control_plane.keepalive.count()));
   }
   if (c.reconnect_min > c.reconnect_max)
     return bad(s, "reconnect_min_ms", "must not exceed reconnect_max_ms");

@@ -37,8 +37,18 @@ struct AgentConfig {
     std::string ca_file;     // PEM: use TLS, trusting this CA
     std::string cert_file;   // PEM client certificate (mTLS)
     std::string key_file;
+    // HTTP/2 pings on every connection to krane-ctrl (the gRPC port and the watch listener):
+    // sent after this long without a frame from krane-ctrl (0: never); a ping not answered
+    // within keepalive_timeout closes the connection, and its streams start over on a new one.
+    // Without them, a connection that goes silent (a partition, a krane-ctrl host that
+    // vanished) keeps an idle Watch waiting for ever.
+    std::chrono::milliseconds keepalive{30000};
+    std::chrono::milliseconds keepalive_timeout{10000};
   } control_plane;
   static constexpr const char* kWatchAddressOff = "off";
+  // The shortest control_plane.keepalive; krane-ctrl lets clients ping this often
+  // (controlplane/server.cc).
+  static constexpr std::chrono::milliseconds kMinKeepalive{1000};
 
   std::chrono::seconds resync_interval{300};
   std::chrono::milliseconds reconnect_min{1000};

@@ -262,6 +262,11 @@ absl::Status Server::startGrpc() {
   // Channelz keeps a node and counters per connection and call; with an agent connection per
   // region and thousands of them per replica, that is memory and work nobody reads.
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
+  // Agents ping to find connections that went silent (control_plane.keepalive_ms, at least
+  // every second): allowed at half that, so that timers firing early do not get an agent
+  // refused (GOAWAY "too_many_pings"), and while no call is open (between heartbeats).
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   // The loops serving Watch calls, on the gRPC port and on the watch listener alike.
   const size_t watch_threads = config_.feed.write_threads != 0
                                    ? config_.feed.write_threads

@@ -20,6 +20,7 @@
 #include "tests/support/mariadb.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
+#include "tests/support/tcp_relay.h"
 #include "tests/support/wait.h"
 
 namespace krane {
@@ -49,8 +50,10 @@ struct AgentSetup {
 };
 
 // An agent of eu-1 with the recording plugin, with `watch_address` as its
-// control_plane.watch_address when given.
-AgentSetup setUp(TestControlPlane& cp, const std::string& watch_address = "") {
+// control_plane.watch_address when given; `address` (default: replica 0's gRPC port) and
+// `control_plane_keys` (more lines of control_plane) for the connection itself.
+AgentSetup setUp(TestControlPlane& cp, const std::string& watch_address = "",
+                 const std::string& address = "", const std::string& control_plane_keys = "") {
   char pattern[] = "/tmp/krane-agent-XXXXXX";
   AgentSetup s;
   s.dir = ::mkdtemp(pattern);
@@ -61,9 +64,10 @@ AgentSetup setUp(TestControlPlane& cp, const std::string& watch_address = "") {
       s.dir,
       "/state\n"
       "reconnect_min_ms: 50\nreconnect_max_ms: 200\n"
-      "control_plane:\n  address: 127.0.0.1:",
-      cp.replica(0).grpcPort(), "\n",
+      "control_plane:\n  address: ",
+      address.empty() ? strCat("127.0.0.1:", cp.replica(0).grpcPort()) : address, "\n",
       watch_address.empty() ? "" : strCat("  watch_address: \"", watch_address, "\"\n"),
+      control_plane_keys,
       "reporter:\n  heartbeat_interval_ms: 200\n"
       "plugins:\n"
       "  - name: recording\n"
@@ -562,6 +566,49 @@ TEST_CASE("an agent goes back to the grpc port when krane-ctrl's listener is tur
     return slurp(s.dir + "/agent.log").find("told of no watch listener in 30 heartbeats") !=
            std::string::npos;
   }));
+  agent.signal(SIGTERM);
+  CHECK(agent.wait() == 0);
+}
+
+TEST_CASE("a Watch whose connection goes silent starts over on a new one", "[agent][slow]") {
+  TestControlPlane cp;
+  auto& server =
+      cp.startReplica([](ctrl::CtrlConfig& config) { config.feed.watch_listen = "127.0.0.1:0"; });
+  // The Watch goes through a relay that can go silent for good (no FIN, no RST, as a partition
+  // or a vanished host does): on the gRPC port, with the heartbeats, or on the watch listener.
+  const bool listener = GENERATE(false, true);
+  CAPTURE(listener);
+  testing::TcpRelay relay(strCat("127.0.0.1:", listener ? server.watchPort() : server.grpcPort()));
+  const std::string keepalive = "  keepalive_ms: 1000\n  keepalive_timeout_ms: 1000\n";
+  const AgentSetup s = listener ? setUp(cp, relay.address(), "", keepalive)
+                                : setUp(cp, "off", relay.address(), keepalive);
+  for (int i = 0; i < 10; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
+  INFO(slurp(s.dir + "/agent.log"));
+  REQUIRE(eventually([&] { return watermark(s) == 10; }));
+  auto streams = [&] {
+    const std::string log = slurp(s.dir + "/agent.log");
+    size_t n = 0;
+    for (size_t at = log.find("agent: watching region="); at != std::string::npos;
+         at = log.find("agent: watching region=", at + 1))
+      ++n;
+    return n;
+  };
+  // Pinged every second and answered: the stream stays (krane-ctrl does not refuse the pings).
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  CHECK(streams() == 1);
+  CHECK(relay.accepted() == 1);
+
+  relay.blackHole();
+  for (int i = 10; i < 20; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  // The unanswered ping closes the silent connection; the next stream resumes from the cursor
+  // on a new one, with no second full sync.
+  REQUIRE(eventually([&] { return watermark(s) == 20; }));
+  CHECK(relay.accepted() >= 2);
+  const std::string log = slurp(s.dir + "/agent.log");
+  CHECK(log.find("(full sync)") == log.rfind("(full sync)"));
   agent.signal(SIGTERM);
   CHECK(agent.wait() == 0);
 }

@@ -67,6 +67,11 @@ TEST_CASE("refuses bad input naming the key", "[agent-config]") {
   CHECK_THAT(errorOf("region: eu-1\ncontrol_plane:\n  watch_address: nowhere\n"),
              Catch::Contains(
                  "control_plane.watch_address: \"nowhere\" is not host:port, \"off\" or empty"));
+  CHECK_THAT(errorOf("region: eu-1\ncontrol_plane:\n  keepalive_ms: 500\n"),
+             Catch::Contains("control_plane.keepalive_ms: must be 0 (off) or at least 1000 "
+                             "(krane-ctrl refuses pings more frequent than that), got 500"));
+  CHECK_THAT(errorOf("region: eu-1\ncontrol_plane:\n  keepalive_timeout_ms: 10\n"),
+             Catch::Contains("control_plane.keepalive_timeout_ms: must be between 1000 and"));
   CHECK_THAT(errorOf("region: eu-1\nleader:\n  mode: vote\n"), Catch::Contains("leader.mode"));
   CHECK_THAT(errorOf("region: [\n"), Catch::Contains("not valid YAML"));
   CHECK_THAT(errorOf("region: eu-1\ndispatch:\n  batch: 0\n"),
@@ -94,6 +99,22 @@ TEST_CASE("the watch address is parsed and checked", "[agent-config]") {
   REQUIRE_THAT(c, IsOk());
   CHECK(c->control_plane.watch_address == "ctrl:7073");
   CHECK(c->control_plane.address == "ctrl:7070");
+}
+
+TEST_CASE("keepalive pings are on by default and can be turned off", "[agent-config]") {
+  auto defaults = parseAgentConfig("region: eu-1\n", "agent.yaml");
+  REQUIRE_THAT(defaults, IsOk());
+  CHECK(defaults->control_plane.keepalive == std::chrono::seconds(30));
+  CHECK(defaults->control_plane.keepalive_timeout == std::chrono::seconds(10));
+  auto off = parseAgentConfig("region: eu-1\ncontrol_plane:\n  keepalive_ms: 0\n", "agent.yaml");
+  REQUIRE_THAT(off, IsOk());
+  CHECK(off->control_plane.keepalive.count() == 0);
+  auto set = parseAgentConfig(
+      "region: eu-1\ncontrol_plane:\n  keepalive_ms: 1000\n  keepalive_timeout_ms: 2000\n",
+      "agent.yaml");
+  REQUIRE_THAT(set, IsOk());
+  CHECK(set->control_plane.keepalive == std::chrono::seconds(1));
+  CHECK(set->control_plane.keepalive_timeout == std::chrono::seconds(2));
 }
 
 }  // namespace
