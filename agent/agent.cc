@@ -423,6 +423,9 @@ absl::Status Agent::startWatcher() {
 void Agent::onLeadership(bool leader) {
   std::lock_guard lock(watcher_mutex_);
   if (!ready_) return;
+  // startWatcher asks while start-up ends, outside this lock: leadership lost since then was
+  // already handled (with no watcher to stop), and must not start one now.
+  if (leader && leader_ && !leader_->isLeader()) return;
   if (leader && !watcher_ && !stopping_) {
     auto dispatcher = this->dispatcher();
     if (!dispatcher) {

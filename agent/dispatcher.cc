@@ -341,7 +341,17 @@ bool Dispatcher::supersededWhileRetrying(Lane& lane, const Work& work) {
   const auto& r = work.change.resource();
   std::lock_guard lock(mutex_);
   auto it = lane.queues.find(strCat(r.type(), "/", r.id()));
-  return it != lane.queues.end() && !it->second.empty();
+  if (it == lane.queues.end()) return false;
+  for (const Work& queued : it->second) {
+    // A newer change, or the resource's state in a full sync, carries everything this one does.
+    // The same change delivered again (a stream resumed from the watermark while this one was
+    // retried) does not: acknowledging this one would let the watermark pass a change that the
+    // copy may never apply.
+    if (queued.in_sync || orderingVersion(queued.change) > orderingVersion(work.change)) {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool Dispatcher::retry(Lane& lane, const Work& work, absl::Status status) {
@@ -375,8 +385,8 @@ bool Dispatcher::retry(Lane& lane, const Work& work, absl::Status status) {
     }
     if (permanent && attempt >= options_.max_attempts) break;
     if (!permanent && supersededWhileRetrying(lane, work)) {
-      // A newer change of the resource is queued behind this one and carries its whole state:
-      // it is applied instead (acknowledging this one loses nothing).
+      // A newer change of the resource (or its full-sync state) is queued behind this one and
+      // carries its whole state: it is applied instead (acknowledging this one loses nothing).
       spdlog::info("agent: type={} id={} version={} replaced by a newer change while retrying",
                    r.type(), r.id(), c.version());
       done_retrying();

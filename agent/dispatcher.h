@@ -165,7 +165,8 @@ class Dispatcher final : public ChangeSink {
   // Returns false when the dispatcher stopped before the change was applied, parked or replaced.
   bool retry(Lane& lane, const Work& work, absl::Status status);
   static bool isPermanent(const absl::Status& status);
-  // A newer change of the resource is queued behind `work`.
+  // A newer change of the resource, or its state in a full sync, is queued behind `work` (the
+  // same change delivered again is not).
   bool supersededWhileRetrying(Lane& lane, const Work& work);
   void recordSuccess(const Work& work);
   static uint64_t orderingVersion(const cluster::v1::Change& change);

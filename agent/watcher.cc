@@ -265,6 +265,13 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
     context_ = nullptr;
     if (!status.ok() && !stopping_) stats_.last_error = status.error_message();
   }
+  if (in_sync && !stopping_) {
+    // A full sync cut off before its end: the sink holds the cursor until a sync ends, and
+    // resuming from the cursor would never end one. The full sync starts over.
+    spdlog::warn("agent: full sync of region={} ended before its end; starting it over",
+                 options_.region);
+    resync_ = true;
+  }
   if (!status.ok() && !stopping_ && status.error_code() != grpc::StatusCode::CANCELLED) {
     spdlog::warn("agent: watch stream ended region={} code={} error=\"{}\"", options_.region,
                  static_cast<int>(status.error_code()), status.error_message());

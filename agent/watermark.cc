@@ -12,7 +12,7 @@ void WatermarkTracker::received(uint64_t version) {
 
 void WatermarkTracker::acknowledged(uint64_t version) {
   std::lock_guard lock(mutex_);
-  pending_.erase(version);
+  if (auto it = pending_.find(version); it != pending_.end()) pending_.erase(it);
   advanceLocked();
 }
 

@@ -47,8 +47,10 @@ class WatermarkTracker {
 
   mutable std::mutex mutex_;
   uint64_t watermark_;
-  uint64_t horizon_;            // highest version vouched for by the stream
-  std::set<uint64_t> pending_;  // received, not acknowledged
+  uint64_t horizon_;  // highest version vouched for by the stream
+  // Received, not acknowledged; a version received twice (a stream resumed from the watermark
+  // delivers again what is still being applied) is there twice and needs two acknowledgements.
+  std::multiset<uint64_t> pending_;
   bool syncing_ = false;
   uint64_t sync_outstanding_ = 0;
   uint64_t sync_end_ = 0;

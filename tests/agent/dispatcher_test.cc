@@ -193,6 +193,34 @@ TEST_CASE("a newer change replaces one still being retried", "[dispatcher]") {
   CHECK(f.ledger.parked().empty());
 }
 
+// A stream that breaks and resumes from the watermark delivers again the change still being
+// retried. The copy is not newer: it must not replace the change being retried, nor let the
+// watermark pass it (a restart would then never deliver it again).
+TEST_CASE("the same change delivered again does not replace the one being retried",
+          "[dispatcher]") {
+  Fixture f({.workers_per_plugin = 2});
+  f.dispatcher->change(change("bucket", "poison-1", 2), false);  // unreachable below 100
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (f.dispatcher->stats().retried < 3) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  f.dispatcher->change(change("bucket", "poison-1", 2), false);  // delivered again
+  const uint64_t retried = f.dispatcher->stats().retried;
+  while (f.dispatcher->stats().retried < retried + 5) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(f.dispatcher->stats().superseded == 0u);
+  CHECK(f.watermark.watermark() == 0u);
+  // A newer change does replace it, and the watermark then passes both copies.
+  f.dispatcher->change(change("bucket", "poison-1", 100), false);
+  f.dispatcher->drain();
+  CHECK(f.plugin->order["poison-1"] == std::vector<uint64_t>{100});
+  CHECK(f.watermark.watermark() == 100u);
+  CHECK(f.ledger.parked().empty());
+}
+
 TEST_CASE("a retrying change holds back only itself and is not acknowledged on stop",
           "[dispatcher]") {
   Fixture f({.workers_per_plugin = 2});

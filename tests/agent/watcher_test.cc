@@ -159,6 +159,43 @@ class DeferredSink : public ChangeSink {
   std::thread worker_;
 };
 
+// A RecordingSink that, while closed, holds the first change of a full sync until opened: a
+// sync that a test cuts off midway.
+class GatedSink : public RecordingSink {
+ public:
+  void change(const cluster::v1::Change& c, bool in_sync) override {
+    {
+      std::unique_lock lock(gate_mutex_);
+      if (in_sync && closed_) {
+        holding_ = true;
+        opened_.wait(lock, [&] { return !closed_; });
+      }
+    }
+    RecordingSink::change(c, in_sync);
+  }
+  void close() {
+    std::lock_guard lock(gate_mutex_);
+    closed_ = true;
+  }
+  void open() {
+    {
+      std::lock_guard lock(gate_mutex_);
+      closed_ = false;
+    }
+    opened_.notify_all();
+  }
+  bool holding() {
+    std::lock_guard lock(gate_mutex_);
+    return holding_;
+  }
+
+ private:
+  std::mutex gate_mutex_;
+  std::condition_variable opened_;
+  bool closed_ = false;
+  bool holding_ = false;
+};
+
 WatcherOptions options(TestControlPlane& cp) {
   WatcherOptions o;
   o.region = "eu-1";
@@ -195,6 +232,51 @@ TEST_CASE("syncs then follows and resumes after a control plane restart without 
   CHECK(watcher.stats().connects >= 2u);
   CHECK(sink.view().size() == 10u);
   CHECK(sink.view().at("b0") == "2");
+  watcher.stop();
+}
+
+TEST_CASE("a full sync cut off midway starts over instead of holding the cursor", "[watcher]") {
+  TestControlPlane cp;
+  cp.startReplica([](ctrl::CtrlConfig& c) { c.listen = "127.0.0.1:0"; });
+  // 1000 resources of 2 KB, one transaction: a sync larger than the stream's flow-control
+  // window (64 KB, not grown: no BDP probes), so that krane-ctrl has not sent its end when the
+  // sink stops reading.
+  REQUIRE_THAT(cp.replica(0).writer().transact(
+                   "test",
+                   [](feed::WriteTx& tx) -> absl::Status {
+                     for (int i = 0; i < 1000; ++i) {
+                       if (auto st = tx.put(bucket(strCat("b", i), std::string(2048, 'x')));
+                           !st.ok())
+                         return st;
+                     }
+                     return absl::OkStatus();
+                   }),
+               IsOk());
+  const int port = cp.replica(0).grpcPort();
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  GatedSink sink;
+  Watcher watcher(grpc::CreateCustomChannel(strCat("127.0.0.1:", port),
+                                            grpc::InsecureChannelCredentials(), args),
+                  options(cp), sink, [&] { return sink.watermark.watermark(); });
+  watcher.start();
+  REQUIRE(sink.waitFor(1000));
+  // A full sync (asked for, as after an expired cursor) is held at its first resource while
+  // krane-ctrl goes away: the stream ends within the sync.
+  sink.close();
+  watcher.requestResync();
+  REQUIRE(testing::eventually([&] { return sink.holding(); }));
+  cp.stopReplica(0);
+  sink.open();
+  auto& second =
+      cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
+  REQUIRE_THAT(second.writer().put(bucket("b1000", "1")), IsOk());
+  INFO("the cursor moves on: the full sync was done again, not resumed from the cursor");
+  REQUIRE(sink.waitFor(1001));
+  CHECK(sink.syncCount() == 3);
+  CHECK(sink.view().size() == 1001u);
   watcher.stop();
 }
 

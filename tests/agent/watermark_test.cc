@@ -27,6 +27,21 @@ TEST_CASE("only advances past acknowledged changes", "[watermark]") {
   CHECK(w.pending() == 0u);
 }
 
+TEST_CASE("a change delivered again holds the watermark until both copies are done",
+          "[watermark]") {
+  WatermarkTracker w(10);
+  w.received(11);
+  w.received(12);
+  w.received(11);  // a resumed stream delivers it again while the first copy is being applied
+  w.acknowledged(12);
+  w.acknowledged(11);
+  CHECK(w.watermark() == 10u);  // the other copy of 11 is still pending
+  CHECK(w.pending() == 1u);
+  w.acknowledged(11);
+  CHECK(w.watermark() == 12u);
+  CHECK(w.pending() == 0u);
+}
+
 TEST_CASE("bookmarks advance an idle or filtered stream", "[watermark]") {
   WatermarkTracker w(3);
   w.bookmark(9);
