@@ -97,6 +97,8 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                   {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
                   {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)},
                   {"watch_listen", text(c.feed.watch_listen, s)},
+                  {"keepalive_ms", number(c.feed.keepalive, s, 0, 3600000)},
+                  {"keepalive_timeout_ms", number(c.feed.keepalive_timeout, s, 1000, 600000)},
                   {"peer_hints", [&](const YAML::Node& h, const std::string& hp) {
                      return walk(h, s, hp,
                                  {{"listen", text(c.feed.peer_hints.listen, s)},

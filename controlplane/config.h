@@ -53,6 +53,12 @@ struct CtrlConfig {
     // in control_plane.watch_address). TLS as `tls`; empty: off (Watch is served on `listen`
     // either way).
     std::string watch_listen;
+    // krane-ctrl pings a client's connection (the gRPC port and the watch listener) after this
+    // long without a frame from it (0: never), and closes it when nothing came back within
+    // keepalive_timeout: the calls of an agent that vanished (its host gone, a partition) end,
+    // and free what they hold (a full sync's snapshot slot and connection, a subscription).
+    std::chrono::milliseconds keepalive{60000};
+    std::chrono::milliseconds keepalive_timeout{20000};
     // Commit hints to and from the other replicas (controlplane/feed/peer_hints.h): their
     // tailers read this replica's commits at once instead of at their next poll. Off while
     // `listen` is empty.

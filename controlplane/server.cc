@@ -267,6 +267,13 @@ absl::Status Server::startGrpc() {
   // refused (GOAWAY "too_many_pings"), and while no call is open (between heartbeats).
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 500);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // And pings its clients (feed.keepalive_ms): a connection that stays silent is closed.
+  if (config_.feed.keepalive.count() > 0) {
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS,
+                               static_cast<int>(config_.feed.keepalive.count()));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+                               static_cast<int>(config_.feed.keepalive_timeout.count()));
+  }
   // The loops serving Watch calls, on the gRPC port and on the watch listener alike.
   const size_t watch_threads = config_.feed.write_threads != 0
                                    ? config_.feed.write_threads
@@ -293,6 +300,8 @@ absl::Status Server::startGrpc() {
     options.tls.key_file = config_.tls.key_file;
     options.tls.client_ca_file = config_.tls.client_ca_file;
     options.threads = watch_threads;
+    options.keepalive = config_.feed.keepalive;
+    options.keepalive_timeout = config_.feed.keepalive_timeout;
     auto h2 = feed::H2WatchServer::start(
         options, [cluster](feed::WatchCall* call, std::string_view request,
                            std::string authorization, std::string peer) {

@@ -140,6 +140,10 @@ class H2Connection {
   std::vector<H2Call*> calls;
   // Since when `calls` is empty.
   std::chrono::steady_clock::time_point idle_since = std::chrono::steady_clock::now();
+  // When bytes last came from the client, and when a PING went to it with nothing since (the
+  // epoch: none outstanding).
+  std::chrono::steady_clock::time_point last_read = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point ping_sent{};
 };
 
 class H2Loop final : public WatchScheduler {
@@ -202,6 +206,8 @@ class H2Loop final : public WatchScheduler {
   bool flush(H2Connection* c);
   bool sendFrames(H2Connection* c);
   void closeConnection(H2Connection* c);
+  // Once a second: closes idle connections and those that did not answer a ping, pings the
+  // quiet ones, refuses requests not complete in time and resets trailers that cannot go out.
   void sweepIdle();
   void setupConnection(int fd, std::string peer);
   static constexpr ssize_t kWouldBlock = -1;
@@ -376,6 +382,7 @@ void H2Loop::run() {
         for (size_t read = 0; read < kReadBudgetBytes;) {
           const ssize_t got = readSome(c);
           if (got > 0) {
+            if (read == 0) c->last_read = std::chrono::steady_clock::now();
             read += static_cast<size_t>(got);
             if (nghttp2_session_mem_recv(c->session, buffer_.data(), static_cast<size_t>(got)) <
                 0) {
@@ -404,6 +411,7 @@ void H2Loop::run() {
     if (now - last_sweep_ >= std::chrono::seconds(1)) {
       last_sweep_ = now;
       sweepIdle();
+      settle();  // its pings, refusals and resets go out now, and the calls it ended are told
     }
     closed_.clear();  // no event of this batch refers to them any more
   }
@@ -798,11 +806,27 @@ void H2Loop::streamGone(H2Call* call) {
 void H2Loop::sweepIdle() {
   const auto now = std::chrono::steady_clock::now();
   const auto stall = server_->options_.stall_timeout;
+  const auto keepalive = server_->options_.keepalive;
   std::vector<H2Connection*> idle;
+  std::vector<H2Connection*> silent;
   for (auto& c : connections_) {
     if (c->calls.empty() && now - c->idle_since >= server_->options_.idle_timeout) {
       idle.push_back(c.get());
       continue;
+    }
+    if (keepalive.count() > 0 && !c->handshaking) {
+      const bool outstanding = c->ping_sent > c->last_read;
+      if (outstanding && now - c->ping_sent >= server_->options_.keepalive_timeout) {
+        silent.push_back(c.get());
+        continue;
+      }
+      if (!outstanding && now - c->last_read >= keepalive) {
+        // Control frames are not flow-controlled: it goes out even to a client whose windows
+        // are full, as soon as the socket takes it.
+        nghttp2_submit_ping(c->session, NGHTTP2_FLAG_NONE, nullptr);
+        c->ping_sent = now;
+        markDirty(c.get());
+      }
     }
     for (H2Call* call : c->calls) {
       if (!call->opened_ && !call->headers_sent_ && now - call->started_ >= stall) {
@@ -815,6 +839,11 @@ void H2Loop::sweepIdle() {
         markDirty(c.get());
       }
     }
+  }
+  for (H2Connection* c : silent) {
+    spdlog::info("feed: closing watch connection from {}: nothing came back to a ping within {} ms",
+                 c->peer, server_->options_.keepalive_timeout.count());
+    closeConnection(c);
   }
   for (H2Connection* c : idle) {
     spdlog::debug("feed: closing idle watch connection from {}", c->peer);

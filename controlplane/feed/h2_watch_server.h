@@ -67,6 +67,13 @@ struct H2WatchOptions {
   // finished call whose trailers could not go out in this time (a client that stopped reading,
   // its window full) is reset: neither holds its stream for longer.
   std::chrono::milliseconds stall_timeout{10000};
+  // A connection from which nothing came for `keepalive` gets a PING (0: never); one from which
+  // nothing came within `keepalive_timeout` after it is closed, and its calls are told
+  // (OnCancel). A client that vanished (its host gone, a partition) sends nothing, not even the
+  // TCP close, and its calls would otherwise be held for as long as the process runs. A live
+  // client's HTTP/2 stack answers even while its application reads nothing.
+  std::chrono::milliseconds keepalive{60000};
+  std::chrono::milliseconds keepalive_timeout{20000};
   // TLS (PEM files, as krane-ctrl's tls.*): with cert_file and key_file the listener speaks TLS
   // (1.2 or later, ALPN h2); with client_ca_file too, clients must show a certificate it signed.
   struct Tls {

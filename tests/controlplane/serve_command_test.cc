@@ -166,6 +166,10 @@ TEST_CASE("config errors name the key", "[serve-command]") {
   CHECK_THAT(alone.err, Catch::Contains("feed.peer_hints.advertise: needs feed.peer_hints.listen"));
   auto watch = ctrl({"serve", "--config", writeFile("o.yaml", "feed:\n  watch_listen: here\n")});
   CHECK_THAT(watch.err, Catch::Contains("feed.watch_listen: \"here\" is not host:port"));
+  auto ping =
+      ctrl({"serve", "--config", writeFile("p.yaml", "feed:\n  keepalive_timeout_ms: 10\n")});
+  CHECK_THAT(ping.err,
+             Catch::Contains("feed.keepalive_timeout_ms: must be between 1000 and 600000, got 10"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
   CHECK_THAT(missing.err, Catch::Contains("cannot read config file /nonexistent/ctrl.yaml"));
 }

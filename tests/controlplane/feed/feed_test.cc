@@ -21,6 +21,7 @@
 #include "tests/support/mariadb.h"
 #include "tests/support/matchers.h"
 #include "tests/support/resources.h"
+#include "tests/support/tcp_relay.h"
 #include "tests/support/threads.h"
 #include "tests/support/wait.h"
 
@@ -527,6 +528,34 @@ TEST_CASE("revoking an agent token ends its open streams", "[feed]") {
   WatchRecorder again(cp.watchChannel(1), token, "eu-1", 0);
   REQUIRE(again.waitFinished(std::chrono::seconds(10)));
   CHECK(again.status().error_code() == grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_CASE("krane-ctrl ends the Watch of an agent that vanished", "[feed]") {
+  TestControlPlane cp;
+  // Pinging every second of silence, on the transport this build of the test watches on.
+  auto& server = cp.startReplica([&](ctrl::CtrlConfig& c) {
+    c.feed.keepalive = std::chrono::seconds(1);
+    c.feed.keepalive_timeout = std::chrono::seconds(1);
+  });
+  krane::testing::TcpRelay relay(strCat(
+      "127.0.0.1:", TestControlPlane::watchListener() ? server.watchPort() : server.grpcPort()));
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  WatchRecorder agent(
+      grpc::CreateCustomChannel(relay.address(), grpc::InsecureChannelCredentials(), args),
+      cp.agentToken("eu-1"), "eu-1", 0);
+  REQUIRE(agent.waitFor([](const auto& ev) {
+    return std::any_of(ev.begin(), ev.end(), [](const WatchEvent& e) { return e.has_sync_end(); });
+  }));
+  // Pinged through three quiet seconds, and answered: the stream stays.
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  CHECK_THAT(server.metricsText(), Catch::Contains("\nkrane_feed_streams 1\n"));
+  CHECK_FALSE(agent.finished());
+  // The agent's host vanishes (no FIN, no RST): the stream ends, and with it what it held.
+  relay.blackHole();
+  CHECK(eventually(
+      [&] { return server.metricsText().find("\nkrane_feed_streams 0\n") != std::string::npos; },
+      std::chrono::seconds(10)));
 }
 
 TEST_CASE("two replicas each deliver every change", "[feed]") {

@@ -29,6 +29,7 @@
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/controlplane/feed/event_writer.h"
 #include "tests/support/certificates.h"
+#include "tests/support/tcp_relay.h"
 #include "tests/support/wait.h"
 
 namespace krane::feed {
@@ -81,12 +82,13 @@ class Listener {
     server_ = std::move(*server);
   }
   std::string address() const { return "127.0.0.1:" + std::to_string(server_->port()); }
-  std::shared_ptr<grpc::Channel> channel(grpc::ChannelArguments args = {}) {
-    if (!tls_)
-      return grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), args);
+  // A channel to the listener, or to `via` (a relay in front of it).
+  std::shared_ptr<grpc::Channel> channel(grpc::ChannelArguments args = {}, std::string via = "") {
+    const std::string target = via.empty() ? address() : via;
+    if (!tls_) return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
     grpc::SslCredentialsOptions trust;
     trust.pem_root_certs = krane::testing::fileText(certificates().ca_cert);
-    return grpc::CreateCustomChannel(address(), grpc::SslCredentials(trust), args);
+    return grpc::CreateCustomChannel(target, grpc::SslCredentials(trust), args);
   }
   H2WatchServer& server() { return *server_; }
   size_t openedCount() {
@@ -260,6 +262,44 @@ TEST_CASE("an agent that stops reading stops completing writes; leaving fails th
   CHECK(writer->failed == 1);
   CHECK(writer->cancels == 1);
   CHECK(listener.server().calls() == 0);
+}
+
+TEST_CASE("a client that vanished is found by a ping and its call ends; one that answers stays") {
+  const bool tls = GENERATE(false, true);
+  CAPTURE(tls);
+  H2WatchOptions options;
+  options.keepalive = 1s;
+  options.keepalive_timeout = 1s;
+  Listener listener(0, 0, options, tls);  // writes nothing: the call waits for the client
+  krane::testing::TcpRelay relay(listener.address());
+  auto stub = ClusterService::NewStub(listener.channel({}, relay.address()));
+  grpc::ClientContext context;
+  auto reader = stub->Watch(&context, WatchRequest());
+  // Reading, as an agent's watcher does: a gRPC client that is not in a call's Read answers
+  // pings only from its backup poller, every 5 s.
+  std::thread client([&] {
+    WatchEvent event;
+    while (reader->Read(&event)) {
+    }
+  });
+  REQUIRE(eventually([&] { return listener.openedCount() == 1; }, 5s));
+  std::shared_ptr<Writer> writer;
+  {
+    std::lock_guard lock(listener.mutex);
+    writer = listener.writers[0];
+  }
+  // Three seconds with nothing to say: pinged, and gRPC's client answers.
+  std::this_thread::sleep_for(3s);
+  CHECK(listener.server().calls() == 1);
+  CHECK(writer->cancels == 0);
+  // The client's host vanishes: no FIN, no RST, nothing comes back.
+  relay.blackHole();
+  REQUIRE(eventually([&] { return listener.server().calls() == 0; }, 10s));
+  CHECK(writer->cancels == 1);
+  CHECK(listener.server().connections() == 0);
+  context.TryCancel();
+  client.join();
+  reader->Finish();
 }
 
 TEST_CASE("many calls share one connection") {
