@@ -57,9 +57,9 @@ void Watcher::preferChannel(std::shared_ptr<grpc::Channel> channel, std::string 
   wake_.notify_all();
 }
 
-bool Watcher::caughtUp(uint64_t received) {
+bool Watcher::caughtUp(uint64_t received, std::chrono::milliseconds patience) {
   // The sink may apply on threads of its own: give it a moment.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  const auto deadline = std::chrono::steady_clock::now() + patience;
   while (resume_from_() < received) {
     if (stopping_ || std::chrono::steady_clock::now() >= deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -183,6 +183,10 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
   bool expired = false;
   // The version the stream delivered up to; nothing to resume from before a full sync's end.
   uint64_t received = version == 0 ? std::numeric_limits<uint64_t>::max() : version;
+  // Waiting at a message for the sink to catch up, before another channel: not again for a
+  // while once a wait was in vain (a change being retried holds the cursor, maybe for long, and
+  // reading must not slow down to a message a second meanwhile).
+  auto patient_from = std::chrono::steady_clock::time_point{};
   // Takes one event; false once the stream is being cancelled (nothing after it is taken).
   auto take = [&](const cluster::v1::WatchEvent& event) {
     switch (event.event_case()) {
@@ -254,9 +258,14 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
     // Another channel is wanted (preferChannel, or a fallback is over): once what this stream
     // delivered is applied, so that the next resumes where it stopped (never within a full
     // sync, nor before its snapshot is applied).
-    if (going && !in_sync && (switch_ || std::chrono::steady_clock::now() >= leave_at) &&
-        caughtUp(received)) {
-      context.TryCancel();
+    const auto now = std::chrono::steady_clock::now();
+    if (going && !in_sync && (switch_ || now >= leave_at)) {
+      const bool patient = now >= patient_from;
+      if (caughtUp(received, patient ? std::chrono::seconds(1) : std::chrono::seconds(0))) {
+        context.TryCancel();
+      } else if (patient) {
+        patient_from = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      }
     }
   }
   const grpc::Status status = reader->Finish();

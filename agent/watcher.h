@@ -98,8 +98,8 @@ class Watcher {
   // whether it ended asking for a resync. `events`: whether any event arrived.
   bool streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t version,
                   std::chrono::steady_clock::time_point leave_at, bool* events);
-  // What the open stream delivered (up to `received`) is applied; waits a moment for it.
-  bool caughtUp(uint64_t received);
+  // What the open stream delivered (up to `received`) is applied; waits up to `patience` for it.
+  bool caughtUp(uint64_t received, std::chrono::milliseconds patience);
 
   std::shared_ptr<grpc::Channel> channel_;  // the first channel
   std::unique_ptr<cluster::v1::ClusterService::Stub> stub_;

@@ -1,6 +1,7 @@
 // The agent's watcher against a real krane-ctrl on a real MariaDB.
 #include "agent/watcher.h"
 
+#include <algorithm>
 #include <atomic>
 #include <deque>
 #include <map>
@@ -196,6 +197,43 @@ class GatedSink : public RecordingSink {
   bool holding_ = false;
 };
 
+// Applies at once, except the live changes of the resource "stuck", which it never acknowledges
+// (a change retried for long holds the cursor); records when each resource's last change came.
+class StuckSink : public ChangeSink {
+ public:
+  void syncBegin(uint64_t) override { watermark.syncBegin(); }
+  void change(const cluster::v1::Change& c, bool in_sync) override {
+    if (in_sync) {
+      watermark.syncReceived();
+      watermark.syncAcknowledged();
+      return;
+    }
+    watermark.received(c.version());
+    {
+      std::lock_guard lock(mutex_);
+      arrived_[c.resource().id()] = std::chrono::steady_clock::now();
+    }
+    if (c.resource().id() != "stuck") watermark.acknowledged(c.version());
+  }
+  bool syncEnd(uint64_t version, uint64_t) override {
+    watermark.syncEnd(version);
+    return true;
+  }
+  void bookmark(uint64_t version) override { watermark.bookmark(version); }
+  // When a live change of `id` came; the epoch if none did.
+  std::chrono::steady_clock::time_point arrived(const std::string& id) {
+    std::lock_guard lock(mutex_);
+    auto it = arrived_.find(id);
+    return it == arrived_.end() ? std::chrono::steady_clock::time_point{} : it->second;
+  }
+
+  WatermarkTracker watermark;
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::chrono::steady_clock::time_point> arrived_;
+};
+
 WatcherOptions options(TestControlPlane& cp) {
   WatcherOptions o;
   o.region = "eu-1";
@@ -357,6 +395,41 @@ TEST_CASE("a busy stream moves to a preferred channel with nothing delivered twi
   REQUIRE(krane::testing::eventually(
       [&] { return sink.watermark.watermark() >= static_cast<uint64_t>(written.load()); }));
   CHECK(sink.redelivered() == 0u);
+  watcher.stop();
+}
+
+TEST_CASE("a change held for long does not slow the stream while another channel is wanted",
+          "[watcher]") {
+  TestControlPlane cp;
+  cp.startReplica();
+  REQUIRE_THAT(cp.replica(0).writer().put(bucket("stuck", "1")), IsOk());
+  StuckSink sink;
+  Watcher watcher(cp.channel(0), options(cp), sink, [&] { return sink.watermark.watermark(); });
+  watcher.start();
+  REQUIRE(testing::eventually([&] { return sink.watermark.watermark() == 1; }));
+  // A live change the sink never acknowledges: the cursor stays at 1 from here on.
+  REQUIRE_THAT(cp.replica(0).writer().put(bucket("stuck", "2")), IsOk());
+  REQUIRE(testing::eventually(
+      [&] { return sink.arrived("stuck") != std::chrono::steady_clock::time_point{}; }));
+  // Another channel is wanted. The stream never catches up, so it stays where it is, and it
+  // must keep reading as fast as changes come (it waited up to a second at every message).
+  watcher.preferChannel(grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()),
+                        "127.0.0.1:1");
+  std::vector<double> lags_ms;
+  for (int i = 0; i < 20; ++i) {
+    const std::string id = strCat("b", i);
+    const auto written = std::chrono::steady_clock::now();
+    REQUIRE_THAT(cp.replica(0).writer().put(bucket(id, "1")), IsOk());
+    REQUIRE(testing::eventually(
+        [&] { return sink.arrived(id) != std::chrono::steady_clock::time_point{}; }, 10s));
+    lags_ms.push_back(
+        std::chrono::duration<double, std::milli>(sink.arrived(id) - written).count());
+  }
+  std::sort(lags_ms.begin(), lags_ms.end());
+  CAPTURE(lags_ms);
+  CHECK(lags_ms[10] < 300);
+  CHECK(watcher.stats().connects == 1u);
+  CHECK(sink.watermark.watermark() == 1u);
   watcher.stop();
 }
 
