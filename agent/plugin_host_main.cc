@@ -105,10 +105,21 @@ int serve(const Flags& flags) {
         break;
     }
   };
+  // Reports made before the channel to the agent exists (from init: a runtime reports what it
+  // adopted from an earlier host at once, and says it only once) wait here, and go out first.
+  std::mutex report_mutex;
+  bool channel_ready = false;
+  std::vector<Frame> early_reports;
+  constexpr size_t kMaxEarlyReports = 100000;
   callbacks.report_status = [&](const krane::plugin::v1::StatusReport& report) {
     Frame frame;
     *frame.mutable_status_report() = report;
-    if (channel) channel->send(frame);
+    std::lock_guard lock(report_mutex);
+    if (channel_ready) {
+      channel->send(frame);
+    } else if (early_reports.size() < kMaxEarlyReports) {
+      early_reports.push_back(std::move(frame));
+    }
   };
   auto loaded = krane::agent::loadPlugin(flags.plugin, config, callbacks);
   if (!loaded.ok()) {
@@ -297,6 +308,12 @@ int serve(const Flags& flags) {
   for (const auto& t : plugin.resourceTypes()) h->add_resource_types(t);
   h->set_pid(::getpid());
   channel->send(hello);
+  {
+    std::lock_guard lock(report_mutex);
+    channel_ready = true;
+    for (const Frame& frame : early_reports) channel->send(frame);
+    early_reports.clear();
+  }
 
   std::unique_lock lock(mutex);
   while (!shutting_down) {

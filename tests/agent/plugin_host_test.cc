@@ -2,7 +2,9 @@
 // start-up, and a host killed mid-stream under the real dispatcher without losing a change.
 #include <signal.h>
 
+#include <algorithm>
 #include <fstream>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -14,6 +16,7 @@
 #include "common/strings.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
+#include "tests/support/wait.h"
 
 namespace krane::agent {
 namespace {
@@ -88,6 +91,32 @@ TEST_CASE("applies through a host process", "[plugin-host]") {
   REQUIRE_THAT(host.handle(change("bucket", "b", 2)), IsOk());
   host.stop();  // the plugin's log is complete once it shut down
   CHECK(recordedVersions(log) == (std::multiset<uint64_t>{1, 2}));
+}
+
+// A runtime reports what it adopted from an earlier host while the plugin starts, once: the
+// report must reach the agent, not be dropped for want of a channel.
+TEST_CASE("reports made while the plugin starts reach the agent", "[plugin-host]") {
+  const std::string dir = stateDir();
+  std::mutex mutex;
+  std::vector<plugin::v1::StatusReport> reports;
+  HostEndpoint host(
+      hostFor("recording",
+              strCat("log=", dir, "/calls.log\ntypes=bucket\n", "report_at_init=bucket/adopted\n"),
+              dir),
+      [&](const plugin::v1::StatusReport& r) {
+        std::lock_guard lock(mutex);
+        reports.push_back(r);
+      });
+  REQUIRE_THAT(host.start(), IsOk());
+  CHECK(krane::testing::eventually(
+      [&] {
+        std::lock_guard lock(mutex);
+        return std::any_of(reports.begin(), reports.end(), [](const plugin::v1::StatusReport& r) {
+          return r.has_resource() && r.resource().id() == "adopted";
+        });
+      },
+      std::chrono::seconds(5)));
+  host.stop();
 }
 
 TEST_CASE("a crashing plugin takes down its host only and is restarted", "[plugin-host]") {

@@ -52,6 +52,11 @@ class SentinelPluginTest {
   SentinelPluginTest() {
     char pattern[] = "/tmp/krane-sp-XXXXXX";
     dir_ = ::mkdtemp(pattern);
+    load();
+  }
+
+  // Loads the plugin on the test's state directory (again: a new plugin host).
+  void load() {
     agent::HostCallbacks callbacks;
     callbacks.report_status = [this](const plugin::v1::StatusReport& r) {
       std::lock_guard lock(mutex_);
@@ -168,6 +173,41 @@ TEST_CASE_METHOD(SentinelPluginTest,
     }
     return true;
   }));
+}
+
+// The control plane drops reports of a generation older than the last it stored: a new plugin
+// host goes on from what the last one applied, and so do its reports.
+TEST_CASE_METHOD(SentinelPluginTest, "a new plugin host goes on from the applied generation",
+                 "[sentinel-plugin]") {
+  for (uint64_t v = 1; v <= 3; ++v) {
+    REQUIRE_THAT(plugin_->apply(sentinelChange("s1", strCat("v", v), 1, v)), IsOk());
+    REQUIRE(eventually([&] {
+      auto r = latest("s1");
+      return r && r->running_image() == strCat("krane.dev/sentinel:v", v);
+    }));
+  }
+  CHECK(latest("s1")->observed_generation() == 3);
+  plugin_.reset();  // the host went away; its instances did not
+  {
+    std::lock_guard lock(mutex_);
+    reports_.clear();
+  }
+  load();
+  REQUIRE_THAT(plugin_->observe(), IsOk());
+  REQUIRE(eventually([&] { return latest("s1").has_value(); }));
+  auto adopted = *latest("s1");
+  CHECK(adopted.observed_generation() == 3);
+  CHECK(adopted.applied_version() == 3u);
+  CHECK(adopted.region() == "local-1");
+  // Once its adopted instances answer their probes.
+  CHECK(eventually([&] { return latest("s1")->running_image() == "krane.dev/sentinel:v3"; }));
+  // The next rollout is generation 4, and converges as such.
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v4", 1, 4)), IsOk());
+  REQUIRE(eventually([&] {
+    auto r = latest("s1");
+    return r && r->running_image() == "krane.dev/sentinel:v4";
+  }));
+  CHECK(latest("s1")->observed_generation() == 4);
 }
 
 TEST_CASE_METHOD(SentinelPluginTest, "a bad sentinel is refused naming the field",

@@ -89,7 +89,8 @@ json specJson(const WorkloadSpec& s) {
           {"grace_ms", s.grace.count()},
           {"max_surge", s.max_surge},
           {"max_unavailable", s.max_unavailable},
-          {"min_ready_ms", s.min_ready.count()}};
+          {"min_ready_ms", s.min_ready.count()},
+          {"labels", s.labels}};
 }
 
 WorkloadSpec specFrom(const json& j) {
@@ -107,6 +108,7 @@ WorkloadSpec specFrom(const json& j) {
   s.max_surge = j.value("max_surge", 1);
   s.max_unavailable = j.value("max_unavailable", 0);
   s.min_ready = std::chrono::milliseconds(j.value("min_ready_ms", 0));
+  s.labels = j.value("labels", std::map<std::string, std::string>{});
   return s;
 }
 
@@ -202,7 +204,8 @@ std::string toJson(const WorkloadSpec& spec) { return specJson(spec).dump(); }
 
 std::string revisionOf(const WorkloadSpec& spec) {
   json j = specJson(spec);
-  for (const char* how : {"replicas", "id", "max_surge", "max_unavailable", "min_ready_ms"}) {
+  for (const char* how :
+       {"replicas", "id", "max_surge", "max_unavailable", "min_ready_ms", "labels"}) {
     j.erase(how);
   }
   return hex(fnv1a(j.dump()), 16);
@@ -447,6 +450,7 @@ WorkloadStatus ProcessRuntime::statusLocked(const Workload& w) const {
   s.revision = w.revision;
   s.image = w.spec.image;
   s.replicas = w.spec.replicas;
+  s.labels = w.spec.labels;
   int live = 0;
   for (const auto& i : w.instances) {
     InstanceStatus is;

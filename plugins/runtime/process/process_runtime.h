@@ -36,7 +36,8 @@
 // removed with the workload; a sentinel on the same machine routes to a deployment with it.
 //
 // RESTARTS OF THE AGENT. Instances run in their own session and outlive the agent, so that an
-// agent restart does not take the workloads down. Specs are stored under <state_dir>/workloads/.
+// agent restart does not take the workloads down. Specs are stored under <state_dir>/workloads/,
+// with their labels (a plugin's applied version and generation, which its next host goes on from).
 // On start the runtime re-adopts every instance whose pid is alive with the recorded start time
 // (so a reused pid is never mistaken for it) and whose workload still exists; it stops and
 // removes every other one. Nothing is leaked: an instance is either supervised or gone.
@@ -85,6 +86,10 @@ struct WorkloadSpec {
   int max_surge = 1;
   int max_unavailable = 0;
   std::chrono::milliseconds min_ready{0};
+  // What the runtime's user records with the workload (a plugin: the version and generation it
+  // applied): stored with the spec and handed back in its status, after a restart too. Not part
+  // of the revision.
+  std::map<std::string, std::string> labels;
 };
 
 // The endpoints file of a workload (see ENDPOINTS) in a runtime whose state_dir is `state_dir`.
@@ -122,6 +127,7 @@ struct WorkloadStatus {
   int updated_ready = 0;   // ready instances of the current revision
   bool converged = false;  // exactly `replicas` instances, all current and ready
   std::vector<InstanceStatus> instances;
+  std::map<std::string, std::string> labels;  // the spec's
 };
 
 struct ProcessRuntimeOptions {

@@ -1,5 +1,6 @@
 #include "plugins/runtime/process/workload_plugin.h"
 
+#include <charconv>
 #include <set>
 
 #include "common/status.h"
@@ -53,9 +54,12 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
   }
   if (!spec->has_value()) return removeWorkload(r.id(), r.region(), sdk::resourceVersion(change));
   const std::string revision = revisionOf(**spec);
+  // Read before the lock: the runtime reports (and takes this plugin's lock) under its own.
+  const auto running = runtime_->status(prefix_ + r.id());
   {
     std::lock_guard lock(mutex_);
     Applied& a = applied_[r.id()];
+    if (a.revision.empty() && running) adoptLocked(a, r.id(), *running);
     a.id = r.id();
     a.region = r.region();
     a.version = sdk::resourceVersion(change);
@@ -64,6 +68,10 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
       a.revision = revision;
       ++a.generation;
     }
+    // Stored with the spec, so that the next plugin host goes on from here.
+    (*spec)->labels[kVersionLabel] = std::to_string(a.version);
+    (*spec)->labels[kGenerationLabel] = std::to_string(a.generation);
+    (*spec)->labels[kRegionLabel] = a.region;
   }
   if (auto st = runtime_->apply(**spec); !st.ok()) {
     return withContext(st, strCat(type_, " ", r.id()));
@@ -127,6 +135,29 @@ void ProcessWorkloadPlugin::shutdown() {
   if (runtime_) runtime_->shutdown(stop_on_shutdown_);
 }
 
+void ProcessWorkloadPlugin::adoptLocked(Applied& a, const std::string& id,
+                                        const WorkloadStatus& status) {
+  // What an earlier host applied, as it stored it with the spec: the version and generation go
+  // on from there, so that reports are not taken for older ones (the control plane drops those).
+  const auto label = [&](const char* key) {
+    auto it = status.labels.find(key);
+    return it == status.labels.end() ? std::string() : it->second;
+  };
+  const auto number = [&](const char* key, uint64_t otherwise) -> uint64_t {
+    const std::string text = label(key);
+    uint64_t value = 0;
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+    return error == std::errc() && end == text.data() + text.size() && !text.empty() ? value
+                                                                                     : otherwise;
+  };
+  a.id = id;
+  a.region = label(kRegionLabel);
+  a.version = number(kVersionLabel, 0);
+  a.revision = status.revision;
+  a.image = status.image;
+  a.generation = static_cast<int64_t>(number(kGenerationLabel, 1));
+}
+
 void ProcessWorkloadPlugin::report(const WorkloadStatus& status) {
   if (status.id.rfind(prefix_, 0) != 0) return;
   // Reports leave in the order they read what was applied (the supervision thread and apply()
@@ -134,12 +165,7 @@ void ProcessWorkloadPlugin::report(const WorkloadStatus& status) {
   std::lock_guard lock(mutex_);
   const std::string id = status.id.substr(prefix_.size());
   Applied& a = applied_[id];
-  if (a.revision.empty()) {  // adopted from an earlier host: nothing applied here yet
-    a.id = id;
-    a.revision = status.revision;
-    a.image = status.image;
-    a.generation = 1;
-  }
+  if (a.revision.empty()) adoptLocked(a, id, status);  // nothing applied by this host yet
   if (status.converged && status.revision == a.revision) a.converged_image = a.image;
   host_->reportStatus(statusReport(status, a));
 }

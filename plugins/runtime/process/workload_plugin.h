@@ -63,7 +63,14 @@ class ProcessWorkloadPlugin : public sdk::Plugin {
   sdk::Host& host() { return *host_; }
 
  private:
+  // Labels of the workload's spec (WorkloadSpec::labels) with what the plugin applied.
+  static constexpr const char* kVersionLabel = "krane.dev/applied-version";
+  static constexpr const char* kGenerationLabel = "krane.dev/generation";
+  static constexpr const char* kRegionLabel = "krane.dev/region";
+
   void report(const WorkloadStatus& status);
+  // Fills `a` from what an earlier plugin host stored with the workload (its labels).
+  void adoptLocked(Applied& a, const std::string& id, const WorkloadStatus& status);
   absl::Status removeWorkload(const std::string& resource_id, const std::string& region,
                               uint64_t version);
 

@@ -30,7 +30,8 @@ std::string hex(const std::string& bytes) {
 class RecordingPlugin : public sdk::Plugin {
  public:
   absl::Status init(sdk::Host& host, std::string_view config_text) override {
-    auto config = parseConfig("recording", config_text, {"log", "types", "apply_ms"});
+    auto config =
+        parseConfig("recording", config_text, {"log", "types", "apply_ms", "report_at_init"});
     if (!config.ok()) return config.status();
     const std::string ms = valueOr(*config, "apply_ms", "0");
     try {
@@ -48,6 +49,17 @@ class RecordingPlugin : public sdk::Plugin {
     types_ = typesFrom(*config, "recorded");
     host.log(sdk::LogLevel::kInfo, strCat("recording calls to ", path));
     record(strCat("init host_abi=", host.abiMajor(), ".", host.abiMinor()));
+    // report_at_init=TYPE/ID: reported READY from init, as a runtime does with what it adopted
+    // from an earlier host.
+    if (const std::string early = valueOr(*config, "report_at_init"); !early.empty()) {
+      cluster::v1::ReportResourceStatusRequest status;
+      status.set_type(early.substr(0, early.find('/')));
+      status.set_id(early.substr(early.find('/') + 1));
+      status.set_phase(cluster::v1::RESOURCE_PHASE_READY);
+      status.set_message("adopted");
+      status.set_plugin("recording");
+      host.reportResourceStatus(status);
+    }
     return absl::OkStatus();
   }
 
