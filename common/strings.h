@@ -42,6 +42,53 @@ void strAppend(std::string* out, const Pieces&... pieces) {
   (strings_internal::appendPiece(*out, pieces), ...);
 }
 
+// Length of the UTF-8 character that starts at value[i]: 1 to 4, or 0 when the bytes there are
+// not one (a stray continuation byte, a cut or overlong sequence, a surrogate, beyond U+10FFFF),
+// as MariaDB's utf8mb4 and protobuf's string fields judge it.
+inline size_t utf8CharAt(std::string_view value, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(value[i + k]); };
+  const unsigned char c = byte(0);
+  if (c < 0x80) return 1;
+  size_t n = 0;
+  unsigned char lo = 0x80, hi = 0xbf;  // the allowed range of the second byte
+  if (c >= 0xc2 && c <= 0xdf) {
+    n = 2;
+  } else if (c >= 0xe0 && c <= 0xef) {
+    n = 3;
+    if (c == 0xe0) lo = 0xa0;  // overlong
+    if (c == 0xed) hi = 0x9f;  // surrogates
+  } else if (c >= 0xf0 && c <= 0xf4) {
+    n = 4;
+    if (c == 0xf0) lo = 0x90;  // overlong
+    if (c == 0xf4) hi = 0x8f;  // beyond U+10FFFF
+  } else {
+    return 0;
+  }
+  if (i + n > value.size() || byte(1) < lo || byte(1) > hi) return 0;
+  for (size_t k = 2; k < n; ++k) {
+    if ((byte(k) & 0xc0) != 0x80) return 0;
+  }
+  return n;
+}
+
+// `text` made fit for a utf8mb4 column in strict mode and for a protobuf string, which refuse
+// bytes that are not UTF-8 and text that is too long: such bytes become U+FFFD, and the text is
+// cut between characters after `max_chars` characters or before `max_bytes` bytes.
+inline std::string clampUtf8(std::string_view text, size_t max_chars = std::string::npos,
+                             size_t max_bytes = std::string::npos) {
+  std::string out;
+  size_t chars = 0;
+  for (size_t i = 0; i < text.size() && chars < max_chars;) {
+    const size_t n = utf8CharAt(text, i);
+    const std::string_view piece = n == 0 ? std::string_view("\xef\xbf\xbd") : text.substr(i, n);
+    if (out.size() + piece.size() > max_bytes) break;
+    out.append(piece);
+    i += n == 0 ? 1 : n;
+    ++chars;
+  }
+  return out;
+}
+
 // How error messages quote what a caller sent: between `mark`s (double quotes by default), at
 // most `max_bytes` of it (cut at a character boundary; a longer value ends in `..." (N bytes)`),
 // with the mark, backslashes, control characters and bytes that are not UTF-8 escaped (`\"`,
@@ -53,15 +100,8 @@ inline std::string quote(std::string_view value, size_t max_bytes = 64, char mar
   size_t i = 0;
   while (i < value.size() && i < max_bytes) {
     const auto c = static_cast<unsigned char>(value[i]);
-    // Length of the UTF-8 sequence starting here, 0 when it is not one.
-    size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
-    if (n > 1) {
-      if (i + n > value.size()) n = 0;
-      for (size_t k = 1; k < n; ++k) {
-        if ((static_cast<unsigned char>(value[i + k]) & 0xc0) != 0x80) n = 0;
-      }
-      if (n > 1 && i + n > max_bytes) break;  // keep whole characters only
-    }
+    const size_t n = utf8CharAt(value, i);
+    if (n > 1 && i + n > max_bytes) break;  // keep whole characters only
     if (n > 1) {
       out.append(value.substr(i, n));
       i += n;

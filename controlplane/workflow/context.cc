@@ -56,7 +56,7 @@ const JournalEntry* ContextImpl::replay(std::string_view kind, std::string_view 
   if (next_seq_ >= static_cast<int>(journal_.size())) return nullptr;
   const JournalEntry& e = journal_[next_seq_];
   if (e.kind == "abort" && !compensating_) throw AbortSignal{};
-  if (e.kind != kind || (match_name && e.name != name)) {
+  if (e.kind != kind || (match_name && e.name != clampUtf8(name, statements::kJournalNameChars))) {
     throw AttemptFailedSignal{
         absl::FailedPreconditionError(
             strCat("journal mismatch at entry ", e.seq, ": the journal has ", e.kind, " '", e.name,
@@ -70,6 +70,7 @@ const JournalEntry* ContextImpl::replay(std::string_view kind, std::string_view 
 
 void ContextImpl::append(JournalEntry entry, std::vector<Action> actions) {
   entry.seq = next_seq_++;
+  entry.name = clampUtf8(entry.name, statements::kJournalNameChars);
   buffer_.push_back(Pending{std::move(entry), std::move(actions)});
 }
 
@@ -108,8 +109,8 @@ absl::Status ContextImpl::writeBuffer(db::Connection& conn, int64_t now) {
         conn.exec("INSERT INTO workflow_journal (invocation_id, seq, kind, name, ok, payload,"
                   " error_code, error_message, duration_ms, created_at)"
                   " VALUES (?,?,?,?,?,?,?,?,?,?)",
-                  {claim_.id, e.seq, e.kind, e.name.substr(0, 255), e.ok, payload,
-                   store::errorCode(e.error), store::errorMessage(e.error), e.duration_ms, now})
+                  {claim_.id, e.seq, e.kind, e.name, e.ok, payload, store::errorCode(e.error),
+                   store::errorMessage(e.error), e.duration_ms, now})
             .status());
     for (const Action& action : p.actions) KRANE_RETURN_IF_ERROR(action(conn, now));
   }
@@ -397,7 +398,8 @@ absl::StatusOr<std::string> ContextImpl::runTx(
         const int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                                std::chrono::steady_clock::now() - started)
                                .count();
-        JournalEntry e{next_seq_, "run", std::string(name), result.ok()};
+        JournalEntry e{next_seq_, "run", clampUtf8(name, statements::kJournalNameChars),
+                       result.ok()};
         if (result.ok()) {
           e.payload = *result;
         } else {
@@ -853,8 +855,7 @@ absl::Status ContextImpl::beginCompensation(const absl::Status& error) {
         true};
   }
   compensating_ = true;
-  append(JournalEntry{0, "abort", std::string(toStd(error.message())).substr(0, 255), false,
-                      std::nullopt, error});
+  append(JournalEntry{0, "abort", std::string(toStd(error.message())), false, std::nullopt, error});
   return error;
 }
 

@@ -19,7 +19,7 @@ void appendRow(db::Params* params, const std::string& id, const JournalEntry& e,
   params->emplace_back(id);
   params->emplace_back(e.seq);
   params->emplace_back(e.kind);
-  params->emplace_back(e.name.substr(0, 255));
+  params->emplace_back(e.name);  // clamped when the entry was made (kJournalNameChars)
   params->emplace_back(e.ok);
   params->push_back(std::move(payload));
   params->push_back(store::errorCode(e.error));

@@ -17,6 +17,10 @@ inline constexpr std::string_view kClaimPrefix =
     " lease_token = lease_token + 1, lease_expires_at = ?, due_at = ?, claims = claims + 1,"
     " started_at = COALESCE(started_at, ?), updated_at = ? WHERE id IN (";
 
+// workflow_journal.name is VARCHAR(255) in utf8mb4: characters, not bytes. Names are kept to
+// this (clampUtf8) when an entry is made, so that what a replay compares is what was stored.
+inline constexpr size_t kJournalNameChars = 255;
+
 // The columns of a journal row, in the order the rows' values are given.
 inline constexpr std::string_view kJournalColumns =
     "invocation_id, seq, kind, name, ok, payload, error_code, error_message, duration_ms,"

@@ -212,7 +212,9 @@ db::Value errorCode(const absl::Status& status) {
 
 db::Value errorMessage(const absl::Status& status) {
   if (status.ok()) return db::Value();
-  return std::string(toStd(status.message()));
+  // A TEXT column of utf8mb4 in strict mode: at most 65,535 bytes, and UTF-8 only (a build's
+  // output in a message may be neither); refused, the statement would fail at every attempt.
+  return clampUtf8(toStd(status.message()), std::string::npos, 65535);
 }
 
 absl::Status statusFrom(const db::Row& row, std::string_view code_col, std::string_view msg_col) {

@@ -226,6 +226,23 @@ TEST_CASE_METHOD(ProcessRuntimeTest,
   CHECK_FALSE(runtime_->status("broken")->converged);
 }
 
+// An instance's output may be anything: what goes into reports (protobuf strings) and the
+// database (utf8mb4) must be UTF-8, or the report is refused whole.
+TEST_CASE_METHOD(ProcessRuntimeTest, "output that is not utf8 is reported with replacement marks",
+                 "[process-runtime]") {
+  start(options(22350));
+  auto spec = demo("binary", 1);
+  spec.command = {"/bin/sh", "-c", "printf 'bad \\377\\376 bytes\\n'; exit 3"};
+  REQUIRE_THAT(runtime_->apply(spec), IsOk());
+  REQUIRE(eventually([&] {
+    const auto s = runtime_->status("binary");
+    return !s->instances.empty() && s->instances[0].phase == InstancePhase::kFailed;
+  }));
+  const auto i = runtime_->status("binary")->instances[0];
+  CHECK_THAT(i.last_output, AnyElementContains("bad \xef\xbf\xbd\xef\xbf\xbd bytes"));
+  for (const auto& line : i.last_output) CHECK(line == clampUtf8(line));
+}
+
 TEST_CASE_METHOD(ProcessRuntimeTest, "a missing binary is a failure that says so",
                  "[process-runtime]") {
   start(options(22400));

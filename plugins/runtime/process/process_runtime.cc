@@ -169,7 +169,8 @@ std::vector<std::string> lastLines(const std::string& path, size_t n) {
   std::string tail((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::vector<std::string> lines;
   std::istringstream s(tail);
-  for (std::string line; std::getline(s, line);) lines.push_back(line);
+  // An instance prints what it likes; reports carry UTF-8 only (protobuf strings).
+  for (std::string line; std::getline(s, line);) lines.push_back(clampUtf8(line));
   if (from > 0 && !lines.empty()) lines.erase(lines.begin());  // probably cut in the middle
   if (lines.size() > n) lines.erase(lines.begin(), lines.end() - static_cast<long>(n));
   return lines;

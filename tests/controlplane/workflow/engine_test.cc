@@ -596,6 +596,47 @@ TEST_CASE_METHOD(WorkflowTest, "terminal errors are not retried and paused invoc
   CHECK(*e.awaitResult(*next, 20s) == "next ran");
 }
 
+// A build's output in an error: a character across byte 255, bytes that are not UTF-8. The
+// database refuses both in strict mode; stored as they came, the invocation's last commit would
+// fail at every attempt and the invocation would never end (nor release what it holds).
+TEST_CASE_METHOD(WorkflowTest, "messages and step names that are long or not utf8 are stored",
+                 "[workflow]") {
+  EngineOptions options = fastOptions();
+  options.journal_cache_bytes = 0;  // a replay reads the journal from the database
+  std::atomic<int> failing_runs{0};
+  const std::string long_name = std::string(300, 'a');
+  Engine& e = engine(
+      [&](Engine& e) {
+        REQUIRE_THAT(
+            e.registerService(
+                ServiceDefinition::service("Texts")
+                    .handler("fail",
+                             [&](Context&, const std::string&) -> absl::StatusOr<std::string> {
+                               ++failing_runs;
+                               return terminalError(absl::StatusCode::kFailedPrecondition,
+                                                    std::string(254, 'x') + "\xc3\xa9 and \xff");
+                             })
+                    .handler("long",
+                             [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                               auto r = ctx.run(long_name,
+                                                [] { return absl::StatusOr<std::string>("done"); });
+                               if (!r.ok()) return r.status();
+                               // Suspends: the next run replays the step from the database.
+                               if (auto t = ctx.await(ctx.timer(10ms)); !t.ok()) return t.status();
+                               return r;
+                             })),
+            IsOk());
+      },
+      options);
+  auto failed = e.call({"Texts", "fail", "", ""}, 20s);
+  CHECK(absl::IsFailedPrecondition(failed.status()));
+  CHECK_THAT(messageOf(failed.status()), Catch::StartsWith(std::string(254, 'x') + "\xc3\xa9"));
+  CHECK(failing_runs.load() == 1);
+  auto done = e.call({"Texts", "long", "", ""}, 20s);
+  REQUIRE_THAT(done, IsOk());
+  CHECK(*done == "done");
+}
+
 TEST_CASE_METHOD(WorkflowTest, "cancel while suspended runs compensations and kill does not",
                  "[workflow]") {
   std::mutex mu;
