@@ -426,7 +426,9 @@ void Engine::renewLoop() {
     std::vector<std::pair<std::string, int64_t>> active;
     {
       std::unique_lock lock(mutex_);
-      wake_.wait_for(lock, period, [&] { return stopping_; });
+      // While stopping, the executions in flight finish (stop() waits for them) and keep their
+      // leases renewed at the usual pace.
+      wake_.wait_for(lock, period, [&] { return stopping_ && active_.empty(); });
       if (stopping_ && active_.empty()) return;
       active.assign(active_.begin(), active_.end());
     }

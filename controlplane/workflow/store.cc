@@ -195,8 +195,10 @@ absl::Status finish(db::Connection& conn, std::string_view invocation_id,
                  now, now, invocation_id})
           .status());
   if (!row.isNull("completion_promise")) {
-    KRANE_RETURN_IF_ERROR(
-        settlePromise(conn, row.str("completion_promise"), outcome, now).status());
+    // Gone when the caller finished first (a kill does not reach its children, nor a failure
+    // its calls) and was cleaned up: nobody waits for the result any more.
+    const auto settled = settlePromise(conn, row.str("completion_promise"), outcome, now);
+    if (!settled.ok() && !absl::IsNotFound(settled.status())) return settled.status();
   }
   if (row.i64("exclusive") != 0) {
     KRANE_RETURN_IF_ERROR(

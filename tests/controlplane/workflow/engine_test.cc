@@ -437,6 +437,66 @@ TEST_CASE_METHOD(WorkflowTest, "calls sends delayed sends and fan out", "[workfl
   CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE parent_id IS NOT NULL") == 6);
 }
 
+// A kill does not reach the children, and a finished caller is cleaned up after the retention:
+// a child that outlives both has no one to tell its result, and must still end (and free its
+// key), or be killed.
+TEST_CASE_METHOD(WorkflowTest, "a child whose caller was killed and cleaned up still finishes",
+                 "[workflow]") {
+  Handout handout;
+  Engine& e = engine([&](Engine& e) {
+    REQUIRE_THAT(e.registerService(waitService(handout)), IsOk());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Parent").handler(
+                     "h",
+                     [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       return ctx.await(ctx.call("Wait", "go", "", ""));
+                     })),
+                 IsOk());
+  });
+  auto parent = e.send({"Parent", "h", "", ""});
+  REQUIRE_THAT(parent, IsOk());
+  REQUIRE(eventually([&] { return !handout.id().empty(); }));
+  REQUIRE_THAT(e.kill(*parent), IsOk());
+  REQUIRE(eventually([&] { return statusOf(*parent) == "killed"; }));
+  std::this_thread::sleep_for(5ms);
+  REQUIRE_THAT(cleanupFinished(*pool_, 0ms), IsOk());
+  REQUIRE(statusOf(*parent) == "<none>");
+  auto children =
+      (*pool_->acquire())->query("SELECT id FROM workflow_invocations WHERE service = 'Wait'", {});
+  REQUIRE_THAT(children, IsOk());
+  REQUIRE(children->rows.size() == 1u);
+  const std::string child = children->rows[0].str(0);
+  REQUIRE_THAT(e.resolveAwakeable(handout.id(), "late"), IsOk());
+  CHECK(eventually([&] { return statusOf(child) == "succeeded"; }, 10s));
+}
+
+TEST_CASE_METHOD(WorkflowTest, "stopping while a step runs renews its lease at the usual pace",
+                 "[workflow]") {
+  std::atomic<bool> started{false};
+  Engine& e = engine([&](Engine& e) {
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Slow").handler(
+                     "h",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       return ctx.run("slow", [&]() -> absl::StatusOr<std::string> {
+                         started = true;
+                         std::this_thread::sleep_for(2s);
+                         return std::string("ok");
+                       });
+                     })),
+                 IsOk());
+  });
+  REQUIRE_THAT(e.send({"Slow", "h", "", ""}), IsOk());
+  REQUIRE(eventually([&] { return started.load(); }));
+  auto updates = [&] {
+    auto rows = (*pool_->acquire())->query("SHOW GLOBAL STATUS LIKE 'Com_update'", {});
+    REQUIRE_THAT(rows, IsOk());
+    return std::stoll(rows->rows[0].str(1));
+  };
+  const int64_t before = updates();
+  e.stop();  // lets the step finish
+  // A renewal every lease / 3 (1 s), the journal and the finish: a handful, not a loop.
+  CHECK(updates() - before < 50);
+}
+
 TEST_CASE_METHOD(WorkflowTest, "idempotency keys make one invocation", "[workflow]") {
   std::atomic<int> runs{0};
   Engine& e = engine([&](Engine& e) {
