@@ -92,6 +92,12 @@ Connection::~Connection() {
 
 uint64_t Connection::threadId() const { return mysql_thread_id(handle_); }
 
+bool Connection::inTransaction() const {
+  unsigned int status = 0;
+  if (mariadb_get_infov(handle_, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0) return false;
+  return (status & SERVER_STATUS_IN_TRANS) != 0;
+}
+
 absl::Status Connection::ping() {
   touch();
   if (broken_) return absl::UnavailableError("connection is broken");
@@ -105,6 +111,7 @@ absl::Status Connection::ping() {
 
 absl::Status Connection::execText(std::string_view sql) {
   touch();
+  last_sql_.assign(sql.substr(0, 200));
   if (broken_) return absl::UnavailableError("connection is broken");
   if (mysql_real_query(handle_, sql.data(), sql.size()) != 0) {
     const int e = static_cast<int>(mysql_errno(handle_));
@@ -166,6 +173,7 @@ absl::Status Connection::run(std::string_view sql, const Params& params,
                              const std::function<absl::Status(const Row&)>* on_row,
                              uint64_t* affected) {
   touch();
+  last_sql_.assign(sql.substr(0, 200));
   if (broken_) return absl::UnavailableError("connection is broken");
   auto prepared_stmt = prepared(sql);
   if (!prepared_stmt.ok()) return prepared_stmt.status();

@@ -47,6 +47,10 @@ class Connection {
   const Dsn& dsn() const { return dsn_; }
   // Server-side id of this session (CONNECTION_ID()), for tests and diagnostics.
   uint64_t threadId() const;
+  // Whether a transaction is open, as the server said in its last answer (no round trip).
+  bool inTransaction() const;
+  // The last statement run, for diagnostics.
+  const std::string& lastStatement() const { return last_sql_; }
 
   std::chrono::steady_clock::time_point lastUsed() const { return last_used_; }
   void touch() { last_used_ = std::chrono::steady_clock::now(); }
@@ -62,6 +66,7 @@ class Connection {
   st_mysql* handle_;
   std::unordered_map<std::string, st_mysql_stmt*> statements_;
   uint64_t last_insert_id_ = 0;
+  std::string last_sql_;
   bool broken_ = false;
   std::chrono::steady_clock::time_point last_used_ = std::chrono::steady_clock::now();
 };

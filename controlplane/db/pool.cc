@@ -84,6 +84,15 @@ absl::StatusOr<PooledConnection> Pool::acquire() {
 }
 
 void Pool::giveBack(std::unique_ptr<Connection> connection) {
+  if (!connection->broken() && connection->inTransaction()) {
+    // Whoever had it left a transaction open: its locks would be held until the next user
+    // happened to end it, and that user's own statements would not commit by themselves.
+    spdlog::error(
+        "db: a connection came back to the pool with its transaction open (last "
+        "statement: {}); rolled back",
+        connection->lastStatement());
+    if (!connection->execText("ROLLBACK").ok()) connection->discard();
+  }
   std::lock_guard lock(mutex_);
   if (connection->broken()) {
     --open_;
@@ -120,7 +129,17 @@ absl::Status Pool::transact(std::string_view name,
                                  : "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ");
     }
     if (status.ok()) status = conn.execText("START TRANSACTION");
-    if (status.ok()) status = body(conn);
+    if (status.ok()) {
+      try {
+        status = body(conn);
+      } catch (...) {
+        // Nothing of a body that threw commits, and its connection does not go back to the pool
+        // with the transaction open: its locks would be held until the connection's next user
+        // happened to end it (a workflow step's signals are thrown through its transaction).
+        if (conn.broken() || !conn.execText("ROLLBACK").ok()) conn.discard();
+        throw;
+      }
+    }
     if (status.ok()) {
       status = conn.execText("COMMIT");
       if (status.ok()) return absl::OkStatus();

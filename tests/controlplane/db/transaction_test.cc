@@ -61,6 +61,58 @@ TEST_CASE_METHOD(TransactionTest, "rolls back everything when the body fails", "
   CHECK((*conn)->query("SELECT COUNT(*) FROM acct", {})->rows[0].i64(0) == 2);
 }
 
+// A body that throws (a workflow step's signals do, through its transaction) must leave nothing
+// behind: neither its writes nor an open transaction in a pooled connection, whose locks would be
+// held until the connection's next user happened to end it.
+TEST_CASE_METHOD(TransactionTest, "a body that throws is rolled back and holds no lock",
+                 "[transaction]") {
+  struct Thrown {};
+  CHECK_THROWS_AS(
+      pool_->transact("throws",
+                      [](Connection& c) -> absl::Status {
+                        auto locked = c.query("SELECT v FROM acct WHERE id = 1 FOR UPDATE", {});
+                        if (!locked.ok()) return locked.status();
+                        if (auto st = c.exec("UPDATE acct SET v = 7 WHERE id = 2", {}).status();
+                            !st.ok()) {
+                          return st;
+                        }
+                        throw Thrown{};
+                      }),
+      Thrown);
+  CHECK(value(2) == 0);
+  // Every pooled connection, in turn, can lock the row at once.
+  std::vector<PooledConnection> held;
+  for (int i = 0; i < 8; ++i) {
+    auto conn = pool_->acquire();
+    REQUIRE_THAT(conn, IsOk());
+    REQUIRE_THAT((*conn)->execText("SET SESSION innodb_lock_wait_timeout = 1"), IsOk());
+    REQUIRE_THAT((*conn)->execText("START TRANSACTION"), IsOk());
+    CHECK_THAT((*conn)->query("SELECT v FROM acct WHERE id = 1 FOR UPDATE", {}), IsOk());
+    REQUIRE_THAT((*conn)->execText("ROLLBACK"), IsOk());
+    held.push_back(*std::move(conn));
+  }
+}
+
+TEST_CASE_METHOD(TransactionTest,
+                 "a connection given back with its transaction open is rolled back",
+                 "[transaction]") {
+  {
+    auto conn = pool_->acquire();
+    REQUIRE_THAT(conn, IsOk());
+    REQUIRE_THAT((*conn)->execText("START TRANSACTION"), IsOk());
+    REQUIRE_THAT((*conn)->exec("UPDATE acct SET v = 9 WHERE id = 1", {}), IsOk());
+    CHECK((*conn)->inTransaction());
+  }  // given back as it is
+  CHECK(value(1) == 0);
+  auto conn = pool_->acquire();
+  REQUIRE_THAT(conn, IsOk());
+  CHECK_FALSE((*conn)->inTransaction());
+  auto other = pool_->acquire();
+  REQUIRE_THAT(other, IsOk());
+  REQUIRE_THAT((*other)->execText("SET SESSION innodb_lock_wait_timeout = 1"), IsOk());
+  CHECK_THAT((*other)->exec("UPDATE acct SET v = 1 WHERE id = 1", {}), IsOk());
+}
+
 TEST_CASE_METHOD(TransactionTest, "a duplicate key is returned not retried", "[transaction]") {
   int attempts = 0;
   auto status = pool_->transact("dup", [&](Connection& c) {
