@@ -99,6 +99,15 @@ struct Fixture {
   std::mutex mutex;
   std::vector<std::string> reports;
   std::unique_ptr<Dispatcher> dispatcher;
+
+  // Waits (up to 10 s) until changes were retried `n` times in all.
+  void waitRetried(uint64_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (dispatcher->stats().retried < n) {
+      REQUIRE(std::chrono::steady_clock::now() < deadline);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
 };
 
 TEST_CASE("one resource in order different resources in parallel", "[dispatcher]") {
@@ -179,11 +188,7 @@ TEST_CASE("a transient failure is retried until applied and holds the cursor", "
 TEST_CASE("a newer change replaces one still being retried", "[dispatcher]") {
   Fixture f({.workers_per_plugin = 2});
   f.dispatcher->change(change("bucket", "poison-1", 2), false);  // unreachable below 100
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (f.dispatcher->stats().retried < 3) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  f.waitRetried(3);
   CHECK(f.watermark.watermark() == 0u);
   f.dispatcher->change(change("bucket", "poison-1", 100), false);
   f.dispatcher->drain();
@@ -200,17 +205,9 @@ TEST_CASE("the same change delivered again does not replace the one being retrie
           "[dispatcher]") {
   Fixture f({.workers_per_plugin = 2});
   f.dispatcher->change(change("bucket", "poison-1", 2), false);  // unreachable below 100
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (f.dispatcher->stats().retried < 3) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  f.waitRetried(3);
   f.dispatcher->change(change("bucket", "poison-1", 2), false);  // delivered again
-  const uint64_t retried = f.dispatcher->stats().retried;
-  while (f.dispatcher->stats().retried < retried + 5) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  f.waitRetried(f.dispatcher->stats().retried + 5);
   CHECK(f.dispatcher->stats().superseded == 0u);
   CHECK(f.watermark.watermark() == 0u);
   // A newer change does replace it, and the watermark then passes both copies.
@@ -259,11 +256,7 @@ TEST_CASE("stopping while a synced change is retried neither hangs nor ends the 
   f.dispatcher->change(change("bucket", "poison-1", 7), true);
   std::thread sync_end(
       [&] { (void)f.dispatcher->syncEnd(10, 2); });  // waits for the synced changes
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (f.dispatcher->stats().retried < 3) {
-    REQUIRE(std::chrono::steady_clock::now() < deadline);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
+  f.waitRetried(3);
   f.dispatcher->stop(std::chrono::milliseconds(50));
   sync_end.join();
   CHECK(f.watermark.watermark() == 0u);

@@ -91,9 +91,35 @@ class RecordingSink : public ChangeSink {
   int syncs = 0;
 };
 
+// Applies a full sync's resources at once and hands live changes to live(), which acknowledges
+// them (or not) as the test needs; the watermark follows.
+class LiveSink : public ChangeSink {
+ public:
+  void syncBegin(uint64_t) override { watermark.syncBegin(); }
+  void change(const cluster::v1::Change& c, bool in_sync) override {
+    if (in_sync) {
+      watermark.syncReceived();
+      watermark.syncAcknowledged();
+      return;
+    }
+    watermark.received(c.version());
+    live(c);
+  }
+  bool syncEnd(uint64_t version, uint64_t) override {
+    watermark.syncEnd(version);
+    return true;
+  }
+  void bookmark(uint64_t version) override { watermark.bookmark(version); }
+
+  WatermarkTracker watermark;
+
+ protected:
+  virtual void live(const cluster::v1::Change& c) = 0;
+};
+
 // Acknowledges each change 20 ms after it arrived, on a thread of its own, as the agent's
 // dispatcher does through its plugins; counts the deliveries of each version.
-class DeferredSink : public ChangeSink {
+class DeferredSink : public LiveSink {
  public:
   DeferredSink() : worker_([this] { run(); }) {}
   ~DeferredSink() override {
@@ -104,24 +130,6 @@ class DeferredSink : public ChangeSink {
     wake_.notify_all();
     worker_.join();
   }
-  void syncBegin(uint64_t) override { watermark.syncBegin(); }
-  void change(const cluster::v1::Change& c, bool in_sync) override {
-    if (in_sync) {
-      watermark.syncReceived();
-      watermark.syncAcknowledged();
-      return;
-    }
-    watermark.received(c.version());
-    std::lock_guard lock(mutex_);
-    ++deliveries_[c.version()];
-    queue_.emplace_back(c.version(), std::chrono::steady_clock::now() + 20ms);
-    wake_.notify_all();
-  }
-  bool syncEnd(uint64_t version, uint64_t) override {
-    watermark.syncEnd(version);
-    return true;
-  }
-  void bookmark(uint64_t version) override { watermark.bookmark(version); }
   // Versions delivered more than once.
   size_t redelivered() {
     std::lock_guard lock(mutex_);
@@ -130,9 +138,13 @@ class DeferredSink : public ChangeSink {
     return n;
   }
 
-  WatermarkTracker watermark;
-
  private:
+  void live(const cluster::v1::Change& c) override {
+    std::lock_guard lock(mutex_);
+    ++deliveries_[c.version()];
+    queue_.emplace_back(c.version(), std::chrono::steady_clock::now() + 20ms);
+    wake_.notify_all();
+  }
   void run() {
     std::unique_lock lock(mutex_);
     while (!stopping_) {
@@ -199,27 +211,8 @@ class GatedSink : public RecordingSink {
 
 // Applies at once, except the live changes of the resource "stuck", which it never acknowledges
 // (a change retried for long holds the cursor); records when each resource's last change came.
-class StuckSink : public ChangeSink {
+class StuckSink : public LiveSink {
  public:
-  void syncBegin(uint64_t) override { watermark.syncBegin(); }
-  void change(const cluster::v1::Change& c, bool in_sync) override {
-    if (in_sync) {
-      watermark.syncReceived();
-      watermark.syncAcknowledged();
-      return;
-    }
-    watermark.received(c.version());
-    {
-      std::lock_guard lock(mutex_);
-      arrived_[c.resource().id()] = std::chrono::steady_clock::now();
-    }
-    if (c.resource().id() != "stuck") watermark.acknowledged(c.version());
-  }
-  bool syncEnd(uint64_t version, uint64_t) override {
-    watermark.syncEnd(version);
-    return true;
-  }
-  void bookmark(uint64_t version) override { watermark.bookmark(version); }
   // When a live change of `id` came; the epoch if none did.
   std::chrono::steady_clock::time_point arrived(const std::string& id) {
     std::lock_guard lock(mutex_);
@@ -227,9 +220,15 @@ class StuckSink : public ChangeSink {
     return it == arrived_.end() ? std::chrono::steady_clock::time_point{} : it->second;
   }
 
-  WatermarkTracker watermark;
-
  private:
+  void live(const cluster::v1::Change& c) override {
+    {
+      std::lock_guard lock(mutex_);
+      arrived_[c.resource().id()] = std::chrono::steady_clock::now();
+    }
+    if (c.resource().id() != "stuck") watermark.acknowledged(c.version());
+  }
+
   std::mutex mutex_;
   std::map<std::string, std::chrono::steady_clock::time_point> arrived_;
 };
