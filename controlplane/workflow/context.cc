@@ -90,6 +90,8 @@ absl::Status ContextImpl::fenceCheck(db::Connection& conn, bool* woken) {
   if (rows.empty() || rows.rows[0].i64("lease_token") != claim_.token) {
     return absl::AbortedError("fenced");
   }
+  // A cancel that came after the claim: what follows sees it (cancelPending()), here and now.
+  if (rows.rows[0].i64("cancel_requested") != 0) claim_.cancel_requested = true;
   if (woken != nullptr) {
     *woken = rows.rows[0].i64("wake_seq") != claim_.wake_seq;
     if (*woken) {
@@ -368,6 +370,7 @@ absl::StatusOr<std::string> ContextImpl::runTx(
   flush();
   const auto started = std::chrono::steady_clock::now();
   bool fenced = false;
+  bool cancelled = false;
   absl::StatusOr<std::string> result;
   absl::Status status = engine_.pool_->transact(
       "workflow step",
@@ -379,6 +382,9 @@ absl::StatusOr<std::string> ContextImpl::runTx(
           return fence;
         }
         KRANE_RETURN_IF_ERROR(fence);
+        // Cancelled since the claim: the step's effects are not made.
+        cancelled = cancelPending();
+        if (cancelled) return absl::OkStatus();
         KRANE_RETURN_IF_ERROR(conn.execText("SAVEPOINT workflow_step"));
         try {
           result = fn(conn);
@@ -419,6 +425,10 @@ absl::StatusOr<std::string> ContextImpl::runTx(
     buffer_.clear();
     throw AttemptFailedSignal{
         absl::Status(status.code(), strCat("run '", name, "': ", status.message()))};
+  }
+  if (cancelled) {
+    append(JournalEntry{0, "run", std::string(name), false, std::nullopt, cancelledError()});
+    return cancelledError();
   }
   ++next_seq_;
   for (Pending& p : buffer_) journal_.push_back(std::move(p.entry));
@@ -572,7 +582,15 @@ Future ContextImpl::call(std::string_view service, std::string_view handler, std
                                       " created_at) VALUES (?, ?, 'call', ?)",
                                       {promise, claim_.id, now})
                                 .status());
-      return store::insertInvocation(conn, inv, now);
+      KRANE_RETURN_IF_ERROR(store::insertInvocation(conn, inv, now));
+      // Called after a cancel of the caller went down its call tree: the cancel reaches it too
+      // (the caller's row is locked by the fence check, so no cancel commits in between).
+      return conn
+          .exec(
+              "UPDATE workflow_invocations c JOIN workflow_invocations p ON p.id = c.parent_id"
+              " SET c.cancel_requested = TRUE WHERE c.id = ? AND p.cancel_requested = TRUE",
+              {inv.id})
+          .status();
     });
   }
   append(JournalEntry{0, "call", target, true, child}, std::move(actions));

@@ -497,6 +497,55 @@ TEST_CASE_METHOD(WorkflowTest, "stopping while a step runs renews its lease at t
   CHECK(updates() - before < 50);
 }
 
+// A cancel goes down the call tree as it stands when it commits. The caller's handler notices it
+// only later: a child it calls in between is cancelled too, and its transactional steps make
+// no effects any more.
+TEST_CASE_METHOD(WorkflowTest, "a cancel reaches the children called after it", "[workflow]") {
+  std::atomic<bool> in_a{false}, release{false};
+  std::atomic<int> b_runs{0};
+  Engine& e = engine([&](Engine& e) {
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Child").handler(
+                     "h",
+                     [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       auto slept = ctx.await(ctx.timer(std::chrono::hours(1)));
+                       if (!slept.ok()) return slept.status();
+                       return std::string("slept");
+                     })),
+                 IsOk());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Parent").handler(
+                     "h",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       auto a = ctx.run("a", [&]() -> absl::StatusOr<std::string> {
+                         in_a = true;
+                         while (!release) std::this_thread::sleep_for(5ms);
+                         return std::string("a");
+                       });
+                       if (!a.ok()) return a.status();
+                       Future child = ctx.call("Child", "h", "", "");
+                       auto b = ctx.runTx("b", [&](db::Connection&) -> absl::StatusOr<std::string> {
+                         ++b_runs;
+                         return std::string("b");
+                       });
+                       if (!b.ok()) return b.status();
+                       return ctx.await(child);
+                     })),
+                 IsOk());
+  });
+  auto parent = e.send({"Parent", "h", "", ""});
+  REQUIRE_THAT(parent, IsOk());
+  REQUIRE(eventually([&] { return in_a.load(); }));
+  REQUIRE_THAT(e.cancel(*parent), IsOk());
+  release = true;
+  REQUIRE(eventually([&] { return statusOf(*parent) == "cancelled"; }, 20s));
+  CHECK(b_runs.load() == 0);
+  auto children =
+      (*pool_->acquire())->query("SELECT id FROM workflow_invocations WHERE service = 'Child'", {});
+  REQUIRE_THAT(children, IsOk());
+  REQUIRE(children->rows.size() == 1u);
+  const std::string child = children->rows[0].str(0);
+  CHECK(eventually([&] { return statusOf(child) == "cancelled"; }, 10s));
+}
+
 TEST_CASE_METHOD(WorkflowTest, "idempotency keys make one invocation", "[workflow]") {
   std::atomic<int> runs{0};
   Engine& e = engine([&](Engine& e) {
