@@ -6,6 +6,7 @@
 #include <httplib.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #include <filesystem>
 #include <fstream>
@@ -241,6 +242,40 @@ TEST_CASE_METHOD(ProcessRuntimeTest, "output that is not utf8 is reported with r
   const auto i = runtime_->status("binary")->instances[0];
   CHECK_THAT(i.last_output, AnyElementContains("bad \xef\xbf\xbd\xef\xbf\xbd bytes"));
   for (const auto& line : i.last_output) CHECK(line == clampUtf8(line));
+}
+
+// A full disk: a spec that cannot be stored is not applied (the agent retries it), and the stored
+// one stays whole, so a next runtime adopts the instances instead of stopping them as strays.
+TEST_CASE_METHOD(ProcessRuntimeTest, "a spec that cannot be stored is refused and the old one kept",
+                 "[process-runtime]") {
+  start(options(22380));
+  REQUIRE_THAT(runtime_->apply(demo("web", 1, "v1")), IsOk());
+  REQUIRE(eventually([&] { return converged("web"); }));
+  const std::string revision = runtime_->status("web")->revision;
+  // Writes past 16 bytes fail with EFBIG, as they would with ENOSPC.
+  struct rlimit before {};
+  ::getrlimit(RLIMIT_FSIZE, &before);
+  auto* const previous_handler = ::signal(SIGXFSZ, SIG_IGN);
+  struct rlimit tiny = before;
+  tiny.rlim_cur = 16;
+  REQUIRE(::setrlimit(RLIMIT_FSIZE, &tiny) == 0);
+  const absl::Status refused = runtime_->apply(demo("web", 1, "v2"));
+  const absl::Status refused_new = runtime_->apply(demo("other", 1, "v1"));
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  ::signal(SIGXFSZ, previous_handler);
+  CHECK(absl::IsUnavailable(refused));
+  CHECK_THAT(std::string(toStd(refused.message())), Catch::Contains("workloads/"));
+  CHECK(absl::IsUnavailable(refused_new));
+  CHECK(runtime_->status("web")->revision == revision);
+  CHECK_FALSE(runtime_->status("other").has_value());
+  // A next runtime reads the stored spec whole and adopts the running instance.
+  const int64_t pid = runtime_->status("web")->instances.at(0).pid;
+  runtime_->shutdown(/*stop_instances=*/false);
+  runtime_.reset();
+  start(options(22380));
+  REQUIRE(eventually([&] { return converged("web"); }));
+  CHECK(runtime_->status("web")->revision == revision);
+  CHECK(runtime_->status("web")->instances.at(0).pid == pid);
 }
 
 TEST_CASE_METHOD(ProcessRuntimeTest, "a missing binary is a failure that says so",

@@ -393,24 +393,33 @@ absl::Status ProcessRuntime::apply(const WorkloadSpec& spec) {
   if (auto argv = commandLine(spec); !argv.ok()) return argv.status();
   std::lock_guard lock(mutex_);
   auto& w = workloads_[spec.id];
-  if (!w) w = std::make_unique<Workload>();
+  const bool created = !w;
+  if (created) w = std::make_unique<Workload>();
+  WorkloadSpec previous = std::move(w->spec);
   w->spec = spec;
+  if (auto stored = persistSpecLocked(*w); !stored.ok()) {
+    // Not stored, not applied: the agent retries the change.
+    if (created) {
+      workloads_.erase(spec.id);
+    } else {
+      w->spec = std::move(previous);
+    }
+    return stored;
+  }
   w->revision = revisionOf(spec);
-  persistSpecLocked(*w);
   return absl::OkStatus();
 }
 
-void ProcessRuntime::persistSpecLocked(const Workload& w) {
-  const std::string path = strCat(options_.state_dir, "/workloads/", safeName(w.spec.id), ".json");
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << json{{"spec", specJson(w.spec)}, {"next_index", w.next_index}}.dump();
+absl::Status ProcessRuntime::persistSpecLocked(const Workload& w) {
+  // Checked, and in one step: a spec cut short (a full disk) would make the next runtime stop
+  // the workload's instances as belonging to no workload.
+  absl::Status stored =
+      replaceFile(strCat(options_.state_dir, "/workloads/", safeName(w.spec.id), ".json"),
+                  json{{"spec", specJson(w.spec)}, {"next_index", w.next_index}}.dump());
+  if (!stored.ok()) {
+    spdlog::error("process runtime: cannot store the spec of {}: {}", w.spec.id, stored.message());
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec)
-    spdlog::error("process runtime: cannot store the spec of {}: {}", w.spec.id, ec.message());
+  return stored;
 }
 
 absl::Status ProcessRuntime::remove(const std::string& id) {
@@ -500,7 +509,7 @@ std::unique_ptr<ProcessRuntime::Instance> ProcessRuntime::newInstanceLocked(Work
   i->revision = w.revision;
   i->name = strCat(safeName(w.spec.id).substr(0, 40), "-", w.revision.substr(0, 6), "-", i->index);
   i->dir = strCat(workloadDir(w.spec.id), "/", i->name);
-  persistSpecLocked(w);  // next_index moved: names are never reused
+  (void)persistSpecLocked(w);  // next_index moved: names are never reused (logged if not)
   return i;
 }
 
@@ -547,10 +556,13 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
                          {"start_ticks", start_ticks},
                          {"port", i.port},
                          {"restarts", i.restarts}};
-    std::ofstream(i.dir + "/instance.json.tmp", std::ios::trunc) << record.dump();
-    fs::rename(i.dir + "/instance.json.tmp", i.dir + "/instance.json", ec);
+    return replaceFile(i.dir + "/instance.json", record.dump());
   };
-  writeRecord(0, 0);
+  // Without its record, nothing would find the process again after a restart: not started.
+  if (auto recorded = writeRecord(0, 0); !recorded.ok()) {
+    ::close(log_fd);
+    return recorded;
+  }
   const pid_t pid = ::fork();
   if (pid < 0) {
     ::close(log_fd);
@@ -587,7 +599,12 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   i.next_live = i.started + w.spec.liveness.initial_delay;
   i.next_ready = i.started + w.spec.readiness.initial_delay;
   if (i.phase != InstancePhase::kFailed) i.phase = InstancePhase::kPending;
-  writeRecord(pid, i.start_ticks);
+  if (auto recorded = writeRecord(pid, i.start_ticks); !recorded.ok()) {
+    // The starting record (pid 0) stays: a next runtime finds the process by its KRANE_INSTANCE
+    // and stops it rather than leaving it untracked.
+    spdlog::error("process runtime: cannot record pid={} of {}: {}", pid, i.name,
+                  recorded.message());
+  }
   spdlog::info("process runtime: started {} pid={} port={}", i.name, pid, i.port);
   return absl::OkStatus();
 }

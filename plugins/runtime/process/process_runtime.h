@@ -192,7 +192,7 @@ class ProcessRuntime {
   std::unique_ptr<Instance> newInstanceLocked(Workload& w);
   WorkloadStatus statusLocked(const Workload& w) const;
   std::string workloadDir(const std::string& id) const;
-  void persistSpecLocked(const Workload& w);
+  absl::Status persistSpecLocked(const Workload& w);
   void publishEndpointsLocked(const Workload& w);
 
   ProcessRuntimeOptions options_;
