@@ -577,20 +577,18 @@ Future ContextImpl::call(std::string_view service, std::string_view handler, std
     inv.input = std::move(input);
     inv.parent_id = claim_.id;
     inv.completion_promise = promise;
-    actions.push_back([this, promise, inv](db::Connection& conn, int64_t now) {
+    const bool compensation = compensating_;
+    actions.push_back([this, promise, inv, compensation](db::Connection& conn, int64_t now) {
       KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO workflow_promises (id, invocation_id, kind,"
                                       " created_at) VALUES (?, ?, 'call', ?)",
                                       {promise, claim_.id, now})
                                 .status());
-      KRANE_RETURN_IF_ERROR(store::insertInvocation(conn, inv, now));
-      // Called after a cancel of the caller went down its call tree: the cancel reaches it too
-      // (the caller's row is locked by the fence check, so no cancel commits in between).
-      return conn
-          .exec(
-              "UPDATE workflow_invocations c JOIN workflow_invocations p ON p.id = c.parent_id"
-              " SET c.cancel_requested = TRUE WHERE c.id = ? AND p.cancel_requested = TRUE",
-              {inv.id})
-          .status();
+      // The fence check of this transaction read the caller's cancel mark under its row lock:
+      // called after a cancel went down the call tree, the child is cancelled too (not a call
+      // of a compensation, which the cancel itself runs).
+      store::NewInvocation row = inv;
+      row.cancel_requested = claim_.cancel_requested && !compensation;
+      return store::insertInvocation(conn, row, now);
     });
   }
   append(JournalEntry{0, "call", target, true, child}, std::move(actions));

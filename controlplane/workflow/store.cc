@@ -67,10 +67,11 @@ absl::Status insertInvocation(db::Connection& conn, const NewInvocation& inv, in
       .exec(
           "INSERT INTO workflow_invocations (id, service, handler, object_key, exclusive,"
           " status, input, idempotency_hash, idempotency_key, parent_id, completion_promise,"
-          " key_seq, due_at, created_at, updated_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+          " key_seq, due_at, cancel_requested, created_at, updated_at)"
+          " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
           {inv.id, inv.service, inv.handler, inv.key, inv.exclusive, status, db::Blob{inv.input},
            inv.idempotency_hash, inv.idempotency_key, inv.parent_id, inv.completion_promise,
-           key_seq, due_at, now, now})
+           key_seq, due_at, inv.cancel_requested, now, now})
       .status();
 }
 

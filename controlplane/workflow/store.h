@@ -28,6 +28,9 @@ struct NewInvocation {
   std::optional<std::string> parent_id;
   std::optional<std::string> completion_promise;
   int64_t delay_ms = 0;
+  // Created already cancelled: called by an invocation whose cancel came after its call tree
+  // was walked (ContextImpl::call).
+  bool cancel_requested = false;
 };
 
 // Inserts an invocation and admits it: ready at once, queued behind its key's holder, or

@@ -546,6 +546,41 @@ TEST_CASE_METHOD(WorkflowTest, "a cancel reaches the children called after it", 
   CHECK(eventually([&] { return statusOf(child) == "cancelled"; }, 10s));
 }
 
+// What a compensation calls is part of running the cancel, not something the cancel stops.
+TEST_CASE_METHOD(WorkflowTest, "a cancelled invocation's compensations call children that run",
+                 "[workflow]") {
+  Handout handout;
+  Engine& e = engine([&](Engine& e) {
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Undo").handler(
+                     "h",
+                     [](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       return ctx.run("undo", [] { return absl::StatusOr<std::string>("undone"); });
+                     })),
+                 IsOk());
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Parent").handler(
+                     "h",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       ctx.compensate("undo", [](Context& ctx) {
+                         return ctx.await(ctx.call("Undo", "h", "", "")).status();
+                       });
+                       Awakeable a = ctx.awakeable();
+                       handout.give(ctx, a);
+                       return ctx.await(a.future);
+                     })),
+                 IsOk());
+  });
+  auto parent = e.send({"Parent", "h", "", ""});
+  REQUIRE_THAT(parent, IsOk());
+  REQUIRE(eventually([&] { return !handout.id().empty(); }));
+  REQUIRE_THAT(e.cancel(*parent), IsOk());
+  REQUIRE(eventually([&] { return statusOf(*parent) == "cancelled"; }, 20s));
+  auto undo = (*pool_->acquire())
+                  ->query("SELECT status FROM workflow_invocations WHERE service = 'Undo'", {});
+  REQUIRE_THAT(undo, IsOk());
+  REQUIRE(undo->rows.size() == 1u);
+  CHECK(undo->rows[0].str(0) == "succeeded");
+}
+
 TEST_CASE_METHOD(WorkflowTest, "idempotency keys make one invocation", "[workflow]") {
   std::atomic<int> runs{0};
   Engine& e = engine([&](Engine& e) {
