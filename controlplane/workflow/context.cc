@@ -68,6 +68,11 @@ const JournalEntry* ContextImpl::replay(std::string_view kind, std::string_view 
   return &e;
 }
 
+absl::Status ContextImpl::cancelledRun(std::string_view name) {
+  append(JournalEntry{0, "run", std::string(name), false, std::nullopt, cancelledError()});
+  return cancelledError();
+}
+
 void ContextImpl::append(JournalEntry entry, std::vector<Action> actions) {
   entry.seq = next_seq_++;
   entry.name = clampUtf8(entry.name, statements::kJournalNameChars);
@@ -320,10 +325,7 @@ absl::StatusOr<bool> ContextImpl::commit(const CommitRequest& request) {
 absl::StatusOr<std::string> ContextImpl::run(
     std::string_view name, const std::function<absl::StatusOr<std::string>()>& fn) {
   if (const JournalEntry* e = replay("run", name, true)) return outcomeOf(*e);
-  if (cancelPending()) {
-    append(JournalEntry{0, "run", std::string(name), false, std::nullopt, cancelledError()});
-    return cancelledError();
-  }
+  if (cancelPending()) return cancelledRun(name);
   flush();
   const auto started = std::chrono::steady_clock::now();
   absl::StatusOr<std::string> result;
@@ -363,10 +365,7 @@ absl::StatusOr<std::string> ContextImpl::runTx(
     std::string_view name,
     const std::function<absl::StatusOr<std::string>(db::Connection& conn)>& fn) {
   if (const JournalEntry* e = replay("run", name, true)) return outcomeOf(*e);
-  if (cancelPending()) {
-    append(JournalEntry{0, "run", std::string(name), false, std::nullopt, cancelledError()});
-    return cancelledError();
-  }
+  if (cancelPending()) return cancelledRun(name);
   flush();
   const auto started = std::chrono::steady_clock::now();
   bool fenced = false;
@@ -426,10 +425,7 @@ absl::StatusOr<std::string> ContextImpl::runTx(
     throw AttemptFailedSignal{
         absl::Status(status.code(), strCat("run '", name, "': ", status.message()))};
   }
-  if (cancelled) {
-    append(JournalEntry{0, "run", std::string(name), false, std::nullopt, cancelledError()});
-    return cancelledError();
-  }
+  if (cancelled) return cancelledRun(name);
   ++next_seq_;
   for (Pending& p : buffer_) journal_.push_back(std::move(p.entry));
   buffer_.clear();

@@ -152,6 +152,8 @@ class ContextImpl : public Context {
   // The journaled entry at the current position if this is a replay (and advances), nullptr
   // when the operation is new. Throws on a mismatch, or AbortSignal at the recorded failure.
   const JournalEntry* replay(std::string_view kind, std::string_view name, bool match_name);
+  // A run step that the cancel stops before its effects: journaled as cancelled.
+  absl::Status cancelledRun(std::string_view name);
   void append(JournalEntry entry, std::vector<Action> actions = {});
   // Commits the buffer (if not empty). Throws FencedSignal / AttemptFailedSignal.
   void flush();

@@ -43,6 +43,12 @@ cluster::v1::Resource bucket(const std::string& id, const std::string& spec) {
   return r;
 }
 
+// Puts buckets b<from> .. b<to - 1> (spec: the number) through `server`.
+void putBuckets(ctrl::Server& server, int from, int to) {
+  for (int i = from; i < to; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+}
+
 struct AgentSetup {
   std::string dir;
   std::string config;
@@ -162,13 +168,11 @@ TEST_CASE("an agent watching on the watch listener applies and reports on the gr
       cp.startReplica([](ctrl::CtrlConfig& config) { config.feed.watch_listen = "127.0.0.1:0"; });
   REQUIRE(server.watchPort() > 0);
   const AgentSetup s = setUp(cp, strCat("127.0.0.1:", server.watchPort()));
-  for (int i = 0; i < 10; ++i)
-    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(server, 0, 10);
   ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
   INFO(slurp(s.dir + "/agent.log"));
   REQUIRE(eventually([&] { return watermark(s) == 10; }));
-  for (int i = 10; i < 20; ++i)
-    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(server, 10, 20);
   REQUIRE(eventually([&] { return watermark(s) == 20; }));
   // The stream is the listener's; the heartbeats went to the gRPC port.
   CHECK_THAT(server.metricsText(), Catch::Contains("krane_feed_watch_listener_calls 1"));
@@ -504,8 +508,7 @@ TEST_CASE("with no watch_address, an agent follows krane-ctrl to its watch liste
   auto& server =
       cp.startReplica([&](ctrl::CtrlConfig& config) { config.feed.watch_listen = listen; });
   const AgentSetup s = setUp(cp);
-  for (int i = 0; i < 10; ++i)
-    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(server, 0, 10);
   ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
   INFO(slurp(s.dir + "/agent.log"));
   REQUIRE(eventually([&] { return watermark(s) == 10; }));
@@ -526,8 +529,7 @@ TEST_CASE("with no watch_address, an agent follows krane-ctrl to its watch liste
     }));
     CHECK_THAT(server.metricsText(), Catch::Contains("krane_feed_watch_listener_calls 0"));
   }
-  for (int i = 10; i < 20; ++i)
-    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(server, 10, 20);
   REQUIRE(eventually([&] { return watermark(s) == 20; }));
   if (reachable) {
     // One full sync: the stream moved once the snapshot was applied and resumed from there
@@ -546,8 +548,7 @@ TEST_CASE("an agent goes back to the grpc port when krane-ctrl's listener is tur
       cp.startReplica([](ctrl::CtrlConfig& config) { config.feed.watch_listen = "127.0.0.1:0"; });
   const int port = first.grpcPort();
   const AgentSetup s = setUp(cp);
-  for (int i = 0; i < 10; ++i)
-    REQUIRE_THAT(first.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(first, 0, 10);
   ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
   INFO(slurp(s.dir + "/agent.log"));
   REQUIRE(eventually([&] { return watermark(s) == 10; }));
@@ -558,8 +559,7 @@ TEST_CASE("an agent goes back to the grpc port when krane-ctrl's listener is tur
   cp.stopReplica(0);
   auto& second =
       cp.startReplica([&](ctrl::CtrlConfig& c) { c.listen = strCat("127.0.0.1:", port); });
-  for (int i = 10; i < 20; ++i)
-    REQUIRE_THAT(second.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(second, 10, 20);
   REQUIRE(eventually([&] { return watermark(s) == 20; }));
   // 30 answers without a port (heartbeats every 200 ms): the agent stops trying the listener.
   REQUIRE(eventually([&] {
@@ -582,8 +582,7 @@ TEST_CASE("a Watch whose connection goes silent starts over on a new one", "[age
   const std::string keepalive = "  keepalive_ms: 1000\n  keepalive_timeout_ms: 1000\n";
   const AgentSetup s = listener ? setUp(cp, relay.address(), "", keepalive)
                                 : setUp(cp, "off", relay.address(), keepalive);
-  for (int i = 0; i < 10; ++i)
-    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(server, 0, 10);
   ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
   INFO(slurp(s.dir + "/agent.log"));
   REQUIRE(eventually([&] { return watermark(s) == 10; }));
@@ -601,8 +600,7 @@ TEST_CASE("a Watch whose connection goes silent starts over on a new one", "[age
   CHECK(relay.accepted() == 1);
 
   relay.blackHole();
-  for (int i = 10; i < 20; ++i)
-    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(server, 10, 20);
   // The unanswered ping closes the silent connection; the next stream resumes from the cursor
   // on a new one, with no second full sync.
   REQUIRE(eventually([&] { return watermark(s) == 20; }));
@@ -618,8 +616,7 @@ TEST_CASE("watch_address off keeps the Watch on the grpc port", "[agent][slow]")
   auto& server =
       cp.startReplica([](ctrl::CtrlConfig& config) { config.feed.watch_listen = "127.0.0.1:0"; });
   const AgentSetup s = setUp(cp, "off");
-  for (int i = 0; i < 10; ++i)
-    REQUIRE_THAT(server.writer().put(bucket(strCat("b", i), strCat(i))), IsOk());
+  putBuckets(server, 0, 10);
   ChildProcess agent(agentArgs(s), s.dir + "/agent.log", s.env);
   INFO(slurp(s.dir + "/agent.log"));
   REQUIRE(eventually([&] { return watermark(s) == 10; }));
