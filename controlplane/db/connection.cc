@@ -113,15 +113,22 @@ absl::Status Connection::execText(std::string_view sql) {
   touch();
   last_sql_.assign(sql.substr(0, 200));
   if (broken_) return absl::UnavailableError("connection is broken");
-  if (mysql_real_query(handle_, sql.data(), sql.size()) != 0) {
+  auto failed = [&] {
     const int e = static_cast<int>(mysql_errno(handle_));
     if (isConnectionLoss(e)) broken_ = true;
     return statementError(e, mysql_sqlstate(handle_), mysql_error(handle_), sql);
-  }
-  // Drain any result so the connection stays usable.
+  };
+  if (mysql_real_query(handle_, sql.data(), sql.size()) != 0) return failed();
+  // Drain any result so the connection stays usable; an error may come in place of the rows.
+  int more = 0;
   do {
-    if (MYSQL_RES* result = mysql_store_result(handle_)) mysql_free_result(result);
-  } while (mysql_next_result(handle_) == 0);
+    if (MYSQL_RES* result = mysql_store_result(handle_)) {
+      mysql_free_result(result);
+    } else if (mysql_errno(handle_) != 0) {
+      return failed();
+    }
+  } while ((more = mysql_next_result(handle_)) == 0);
+  if (more > 0) return failed();
   last_insert_id_ = mysql_insert_id(handle_);
   return absl::OkStatus();
 }
@@ -246,7 +253,14 @@ absl::Status Connection::run(std::string_view sql, const Params& params,
 
   my_bool update_max_length = 1;
   mysql_stmt_attr_set(stmt, STMT_ATTR_UPDATE_MAX_LENGTH, &update_max_length);
-  if (mysql_stmt_store_result(stmt) != 0) return fail(stmt, sql);
+  if (mysql_stmt_store_result(stmt) != 0) {
+    // An error in place of the rows (a lock wait timeout or deadlock of a locking read that
+    // scans) leaves libmariadb's statement waiting for rows: its next execute would read until
+    // the read timeout and then drop the connection. Reset, as after a failed execute.
+    absl::Status status = fail(stmt, sql);
+    mysql_stmt_reset(stmt);
+    return status;
+  }
 
   const unsigned columns = mysql_num_fields(meta);
   MYSQL_FIELD* fields = mysql_fetch_fields(meta);

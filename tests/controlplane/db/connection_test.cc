@@ -1,6 +1,7 @@
 // Typed binding and result decoding against a real MariaDB.
 #include "controlplane/db/connection.h"
 
+#include <chrono>
 #include <limits>
 
 #include <catch2/catch.hpp>
@@ -133,6 +134,46 @@ TEST_CASE_METHOD(ConnectionTest, "errors name the statement and carry the errno"
   auto too_long = conn_->exec("INSERT INTO u VALUES (?)", {"abcdefghijklmnop"});
   REQUIRE_FALSE(too_long.ok());
   CHECK(mysqlErrno(too_long.status()) == 1406);
+}
+
+TEST_CASE_METHOD(ConnectionTest,
+                 "a locking read that failed after its columns were sent runs again at once",
+                 "[connection]") {
+  // A lock wait timeout or deadlock of a read that scans (not a lookup by primary key) arrives
+  // after the result's columns: the statement then fails while its rows are read. Run again,
+  // the same prepared statement must not wait for the rows of the failed run.
+  REQUIRE_THAT(conn_->exec("INSERT INTO t (i) VALUES (?), (?)", {7, 8}), IsOk());
+  Dsn impatient = dsn_;
+  impatient.read_timeout = std::chrono::seconds(5);
+  auto reader = Connection::open(impatient);
+  REQUIRE_THAT(reader, IsOk());
+  REQUIRE_THAT((*reader)->execText("SET SESSION innodb_lock_wait_timeout = 1"), IsOk());
+  REQUIRE_THAT(conn_->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT(conn_->query("SELECT id FROM t WHERE i = ? FOR UPDATE", {7}), IsOk());
+
+  const std::string locking = "SELECT id, i FROM t WHERE i >= ? FOR UPDATE";
+  REQUIRE_THAT((*reader)->execText("START TRANSACTION"), IsOk());
+  auto waited = (*reader)->query(locking, {7});
+  REQUIRE_FALSE(waited.ok());
+  CHECK(mysqlErrno(waited.status()) == 1205);
+  CHECK_FALSE((*reader)->broken());
+  INFO("the same without a prepared statement");
+  auto text = (*reader)->execText("SELECT id, i FROM t WHERE i >= 7 FOR UPDATE");
+  CHECK(mysqlErrno(text) == 1205);
+  REQUIRE_THAT((*reader)->execText("ROLLBACK"), IsOk());
+  REQUIRE_THAT(conn_->execText("COMMIT"), IsOk());
+
+  const auto started = std::chrono::steady_clock::now();
+  auto again = (*reader)->query(locking, {7});
+  INFO("the second run took " << std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::steady_clock::now() - started)
+                                     .count()
+                              << " ms");
+  REQUIRE_THAT(again, IsOk());
+  CHECK(again->rows.size() == 2u);
+  auto other = (*reader)->query("SELECT COUNT(*) FROM t", {});
+  REQUIRE_THAT(other, IsOk());
+  CHECK(other->rows[0].i64(0) == 2);
 }
 
 TEST_CASE_METHOD(ConnectionTest, "killed session is broken not silently reconnected",
