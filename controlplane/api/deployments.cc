@@ -13,6 +13,7 @@
 #include "controlplane/services/deploy/deploy.h"
 #include "controlplane/services/routing/routing.h"
 #include "controlplane/workflow/typed.h"
+#include "spdlog/spdlog.h"
 
 namespace krane::api {
 namespace {
@@ -164,8 +165,14 @@ grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* contex
   auto build = buildOf(req);
   if (!build.ok()) return toGrpc(invalid(std::string(toStd(build.status().message()))));
   const std::string id = newId("dep");
-  absl::Status stored =
-      pool_->transact("create deployment", [&](db::Connection& conn) -> absl::Status {
+  services::v1::DeployRequest deploy;
+  *deploy.mutable_build() = *build;
+  *deploy.mutable_spec() = req.spec();
+  // The deployment and its workflow commit together: no crash or error between them can leave
+  // a pending deployment that nothing deploys, cancels or finishes.
+  absl::Status stored = pool_->transact(
+      "create deployment",
+      [&](db::Connection& conn) -> absl::Status {
         KRANE_ASSIGN_OR_RETURN(auto env,
                                conn.query("SELECT workspace_id, project_id FROM environments"
                                           " WHERE id = ? AND app_id = ? AND deleted_at IS NULL",
@@ -201,36 +208,38 @@ grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* contex
         if (auto st = tables_->forType(feed::kDeploymentTopology).validate(probe); !st.ok()) {
           return invalid(strCat("spec: ", toStd(st.message())));
         }
+        // The invocation id is recorded with the row, so a cancel finds it at once.
+        absl::StatusOr<std::string> invocation_id = engine_.sendIn(
+            conn, workflow::invocation(services::deploy::kServiceName, "Deploy", id, deploy, id));
+        if (absl::IsInvalidArgument(invocation_id.status())) {
+          return invalid(
+              strCat("spec: the deploy workflow's ", toStd(invocation_id.status().message())));
+        }
+        KRANE_RETURN_IF_ERROR(invocation_id.status());
         return conn
             .exec(
                 "INSERT INTO deployments (id, workspace_id, project_id, app_id, environment_id,"
-                " status, git_branch, git_commit_sha, created_at) VALUES "
-                "(?,?,?,?,?,'pending',?,?,?)",
+                " status, git_branch, git_commit_sha, invocation_id, created_at) VALUES "
+                "(?,?,?,?,?,'pending',?,?,?,?)",
                 {id, env.rows[0].str("workspace_id"), env.rows[0].str("project_id"), req.app_id(),
                  req.environment_id(),
                  req.git_branch().empty() ? db::Value() : db::Value(req.git_branch()),
                  req.git_commit_sha().empty() ? db::Value() : db::Value(req.git_commit_sha()),
-                 unixMillis()})
+                 *invocation_id, unixMillis()})
             .status();
-      });
+      },
+      // As the engine's own sends: admission to the new key takes no gap locks.
+      db::TxOptions{db::Isolation::kReadCommitted});
   if (!stored.ok()) return toGrpc(stored);
-  // Older queued siblings are superseded now; the deploy checks again when it starts.
+  engine_.notify();
+  // Older queued siblings are superseded now. The deployment exists whatever happens here: a
+  // sibling this misses and that has not started yet checks for a newer one itself.
   if (auto superseded = services::dedup::cancelOlderSiblings(*pool_, id); !superseded.ok()) {
-    return toGrpc(superseded.status());
+    spdlog::warn("deployment {}: superseding older deployments of its branch failed: {}", id,
+                 superseded.status().message());
   }
-  services::v1::DeployRequest deploy;
-  *deploy.mutable_build() = *build;
-  *deploy.mutable_spec() = req.spec();
-  auto started =
-      engine_.send(workflow::invocation(services::deploy::kServiceName, "Deploy", id, deploy, id));
-  if (!started.ok()) return toGrpc(started.status());
-  // Recorded here too, so that a cancel finds it before the workflow's first step ran.
   auto conn = pool_->acquire();
   if (!conn.ok()) return toGrpc(conn.status());
-  auto recorded = (*conn)->exec(
-      "UPDATE deployments SET invocation_id = ? WHERE id = ? AND invocation_id IS NULL",
-      {*started, id});
-  if (!recorded.ok()) return toGrpc(recorded.status());
   auto loaded = loadDeployment(**conn, id);
   if (!loaded.ok()) return toGrpc(loaded.status());
   *response = *std::move(loaded);

@@ -167,7 +167,7 @@ void Engine::notify() {
   wake_.notify_all();
 }
 
-absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
+absl::Status Engine::newInvocation(const InvokeRequest& request, store::NewInvocation* out) const {
   const ServiceDefinition::Entry* entry = nullptr;
   KRANE_RETURN_IF_ERROR(
       validate(request.service, request.handler, request.key, request.input.size(), &entry));
@@ -175,7 +175,7 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
     return absl::InvalidArgumentError(
         strCat("idempotency_key: ", request.idempotency_key.size(), " bytes, at most 255"));
   }
-  store::NewInvocation inv;
+  store::NewInvocation& inv = *out;
   inv.id = strCat("inv_", randomHex(16));
   inv.service = request.service;
   inv.handler = request.handler;
@@ -188,6 +188,27 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
     inv.idempotency_hash = store::sha256Hex(strCat(request.service, '\0', request.handler, '\0',
                                                    request.key, '\0', request.idempotency_key));
   }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<std::optional<std::string>> invocationWithKey(db::Connection& conn,
+                                                             const std::string& hash,
+                                                             bool for_update) {
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query(strCat("SELECT id FROM workflow_invocations"
+                                                      " WHERE idempotency_hash = ?",
+                                                      for_update ? " FOR UPDATE" : ""),
+                                               {hash}));
+  if (rows.empty()) return std::optional<std::string>();
+  return std::optional<std::string>(rows.rows[0].str("id"));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
+  store::NewInvocation inv;
+  KRANE_RETURN_IF_ERROR(newInvocation(request, &inv));
   absl::Status status;
   if (inv.exclusive && inv.delay_ms <= 0) {
     // Admission to the key takes the key's row first: a transaction.
@@ -202,13 +223,29 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
   }
   if (absl::IsAlreadyExists(status) && inv.idempotency_hash) {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
-    KRANE_ASSIGN_OR_RETURN(auto rows, conn->query("SELECT id FROM workflow_invocations"
-                                                  " WHERE idempotency_hash = ?",
-                                                  {*inv.idempotency_hash}));
-    if (!rows.empty()) return rows.rows[0].str("id");
+    KRANE_ASSIGN_OR_RETURN(auto existing,
+                           invocationWithKey(*conn, *inv.idempotency_hash, /*for_update=*/false));
+    if (existing) return *std::move(existing);
   }
   KRANE_RETURN_IF_ERROR(status);
   notify();
+  return inv.id;
+}
+
+absl::StatusOr<std::string> Engine::sendIn(db::Connection& conn, const InvokeRequest& request) {
+  if (!conn.inTransaction()) {
+    return absl::FailedPreconditionError("sendIn needs a transaction on its connection");
+  }
+  store::NewInvocation inv;
+  KRANE_RETURN_IF_ERROR(newInvocation(request, &inv));
+  if (inv.idempotency_hash) {
+    // Looked up first: a failed INSERT would leave the key row's admission changed in the
+    // caller's transaction. The locking read waits for a sender that has not committed yet.
+    KRANE_ASSIGN_OR_RETURN(auto existing,
+                           invocationWithKey(conn, *inv.idempotency_hash, /*for_update=*/true));
+    if (existing) return *std::move(existing);
+  }
+  KRANE_RETURN_IF_ERROR(store::insertInvocation(conn, inv, unixMillis()));
   return inv.id;
 }
 

@@ -78,6 +78,9 @@ struct EngineStats {
   std::atomic<uint64_t> step_buckets[9] = {};
 };
 
+namespace store {
+struct NewInvocation;
+}
 class ContextImpl;
 class JournalCache;
 class JournalWriter;
@@ -101,6 +104,12 @@ class Engine {
   // NOT_FOUND: unknown service or handler; INVALID_ARGUMENT: key missing or not allowed, payload
   // too large.
   absl::StatusOr<std::string> send(const InvokeRequest& request);
+  // send() as part of the caller's transaction on `conn`, so that the invocation exists exactly
+  // when the caller's own writes do (a row and the workflow that acts on it: no crash or error
+  // in between leaves one without the other). The caller calls notify() once it committed; until
+  // then no replica sees the invocation. FAILED_PRECONDITION when `conn` is not in a
+  // transaction; a repeated idempotency key returns the existing invocation's id.
+  absl::StatusOr<std::string> sendIn(db::Connection& conn, const InvokeRequest& request);
   // send() and wait for the result: the handler's output, or its terminal error.
   absl::StatusOr<std::string> call(const InvokeRequest& request,
                                    std::chrono::milliseconds timeout = std::chrono::minutes(5));
@@ -133,6 +142,8 @@ class Engine {
   // Validates a request against the registry; `field` prefixes errors.
   absl::Status validate(std::string_view service, std::string_view handler, std::string_view key,
                         size_t input_bytes, const ServiceDefinition::Entry** entry) const;
+  // The row send() and sendIn() insert, validated.
+  absl::Status newInvocation(const InvokeRequest& request, store::NewInvocation* inv) const;
   // Invocations claimed and not yet finished (executing or queued) at most.
   size_t claimCapacity() const { return options_.threads + options_.threads / 2; }
   void claimLoop();

@@ -3,6 +3,7 @@
 // API is deployed to ready once the agents report its instances (through ClusterService); it
 // lists newest first; rollback and promote move the live deployment; cancel refuses a finished
 // deployment and cancels a running one.
+#include <atomic>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -136,6 +137,74 @@ TEST_CASE_METHOD(DeploymentsApiTest, "bad deployments are refused naming the fie
   INFO("nothing was written");
   CHECK(count("deployments") == 0);
   CHECK(count("workflow_invocations WHERE service = 'DeployService'") == 0);
+}
+
+TEST_CASE_METHOD(DeploymentsApiTest, "a deployment whose workflow cannot start is not written",
+                 "[deployments-api]") {
+  // A replica whose engine takes smaller inputs than this deploy request: the request passes
+  // every check of the API, and the engine refuses the workflow.
+  cp_.startReplica([](ctrl::CtrlConfig& c) { c.workflow.max_payload_bytes = 1024; });
+  auto stub = v1::DeploymentService::NewStub(cp_.channel(1));
+  auto r = request("abc");
+  for (int i = 0; i < 8; ++i) {
+    auto* env = r.mutable_spec()->add_env();
+    env->set_name("VAR_" + std::to_string(i));
+    env->set_value(std::string(200, 'x'));
+  }
+  v1::Deployment out;
+  const grpc::Status st =
+      stub->CreateDeployment(TestControlPlane::withToken(kOperatorToken).get(), r, &out);
+  CHECK(st.error_code() == grpc::INVALID_ARGUMENT);
+  CHECK_THAT(st.error_message(), Catch::StartsWith("spec: the deploy workflow's input: "));
+  INFO("no pending deployment is left that no workflow deploys, cancels or finishes");
+  CHECK(count("deployments") == 0);
+  CHECK(count("workflow_invocations WHERE service = 'DeployService'") == 0);
+  INFO("the same request on a replica that takes it");
+  REQUIRE_THAT(create(r, &out), IsOk());
+  CHECK(count("deployments WHERE invocation_id IS NOT NULL") == 1);
+}
+
+TEST_CASE_METHOD(DeploymentsApiTest, "a deployment is never seen without its workflow",
+                 "[deployments-api]") {
+  // Readers see a created deployment only together with the invocation that deploys it, so a
+  // crash of krane-ctrl at any moment of a create leaves both or neither.
+  std::atomic<bool> creating{true};
+  std::atomic<int> reads{0};
+  krane::testing::ThreadFailures failures;
+  std::thread reader([&] {
+    auto conn = cp_.pool()->acquire();
+    if (!failures.expectOk(conn, "acquire")) return;
+    while (creating.load()) {
+      auto orphans = (*conn)->query(
+          "SELECT d.id FROM deployments d LEFT JOIN workflow_invocations i"
+          " ON i.id = d.invocation_id WHERE i.id IS NULL",
+          {});
+      if (!failures.expectOk(orphans, "read")) return;
+      for (const auto& row : orphans->rows) failures.add("without a workflow: " + row.str("id"));
+      if (!orphans->rows.empty()) return;
+      reads.fetch_add(1);
+    }
+  });
+  std::vector<std::thread> creators;
+  for (int t = 0; t < 4; ++t) {
+    creators.emplace_back([&, t] {
+      for (int i = 0; i < 5; ++i) {
+        v1::Deployment d;
+        auto r = request("sha" + std::to_string(t * 10 + i));
+        r.set_git_branch("branch-" + std::to_string(t));
+        const grpc::Status st =
+            stub_->CreateDeployment(TestControlPlane::withToken(kOperatorToken).get(), r, &d);
+        if (!st.ok()) failures.add("create: " + st.error_message());
+      }
+    });
+  }
+  for (auto& c : creators) c.join();
+  creating = false;
+  reader.join();
+  CHECK(failures.all() == std::vector<std::string>{});
+  CHECK(reads.load() > 0);
+  CHECK(count("deployments") == 20);
+  CHECK(count("workflow_invocations WHERE service = 'DeployService'") == 20);
 }
 
 TEST_CASE_METHOD(DeploymentsApiTest, "deploy promote rollback and cancel through the API",

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/clock.h"
+#include "common/status.h"
 #include "controlplane/workflow/maintenance.h"
 #include "controlplane/workflow/operations.h"
 #include "tests/controlplane/workflow/fixture.h"
@@ -620,6 +621,64 @@ TEST_CASE_METHOD(WorkflowTest, "idempotency keys make one invocation", "[workflo
   auto again = e.call({"Pay", "charge", "acct", "10", "req-1"}, 5s);
   CHECK(*again == "charged 10");
   CHECK(runs.load() == 4);
+}
+
+// sendIn: the invocation is part of the caller's transaction; rolled back, it never existed.
+TEST_CASE_METHOD(WorkflowTest, "an invocation sent in a transaction exists with its commit",
+                 "[workflow]") {
+  std::atomic<int> runs{0};
+  Engine& e = engine([&](Engine& e) {
+    REQUIRE_THAT(e.registerService(ServiceDefinition::virtualObject("Pay").exclusive(
+                     "charge",
+                     [&](Context&, const std::string& in) -> absl::StatusOr<std::string> {
+                       ++runs;
+                       return "charged " + in;
+                     })),
+                 IsOk());
+  });
+  exec("CREATE TABLE orders (id VARCHAR(32) PRIMARY KEY, invocation_id VARCHAR(64))");
+  auto count = [&](const std::string& what) -> int64_t {
+    auto rows = (*pool_->acquire())->query("SELECT COUNT(*) FROM " + what, {});
+    return rows.ok() ? rows->rows[0].i64(0) : -1;
+  };
+  auto order = [&](const std::string& id, bool commit) -> absl::StatusOr<std::string> {
+    std::string invocation;
+    absl::Status st = pool_->transact("order", [&](db::Connection& conn) -> absl::Status {
+      KRANE_ASSIGN_OR_RETURN(invocation, e.sendIn(conn, {"Pay", "charge", "acct", id, id}));
+      KRANE_RETURN_IF_ERROR(
+          conn.exec("INSERT INTO orders VALUES (?, ?)", {id, invocation}).status());
+      if (!commit) return absl::AbortedError("the caller changed its mind");
+      return absl::OkStatus();
+    });
+    if (!st.ok()) return st;
+    e.notify();
+    return invocation;
+  };
+  CHECK(absl::IsAborted(order("o1", false).status()));
+  CHECK(count("workflow_invocations") == 0);
+  CHECK(count("workflow_keys WHERE holder IS NOT NULL") == 0);
+
+  auto sent = order("o2", true);
+  REQUIRE_THAT(sent, IsOk());
+  CHECK(e.awaitResult(*sent, 20s).value_or("") == "charged o2");
+  INFO("the same idempotency key in another transaction finds the invocation");
+  std::string again;
+  REQUIRE_THAT(
+      pool_->transact(
+          "again",
+          [&](db::Connection& conn) -> absl::Status {
+            KRANE_ASSIGN_OR_RETURN(again, e.sendIn(conn, {"Pay", "charge", "acct", "o2", "o2"}));
+            return absl::OkStatus();
+          }),
+      IsOk());
+  CHECK(again == *sent);
+  CHECK(runs.load() == 1);
+
+  INFO("outside a transaction it is refused");
+  auto conn = pool_->acquire();
+  REQUIRE_THAT(conn, IsOk());
+  CHECK(
+      absl::IsFailedPrecondition(e.sendIn(**conn, {"Pay", "charge", "acct", "o3", "o3"}).status()));
 }
 
 // Retries back off by the policy, then the compensations run newest first and the invocation
