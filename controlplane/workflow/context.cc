@@ -141,12 +141,17 @@ absl::Status ContextImpl::writeEntriesFenced() {
   return absl::OkStatus();
 }
 
+void ContextImpl::writeFailed(absl::Status status) {
+  if (absl::IsUnavailable(status) || absl::IsAlreadyExists(status)) journal_unknown_ = true;
+  throw AttemptFailedSignal{std::move(status)};
+}
+
 void ContextImpl::flush() {
   if (buffer_.empty()) return;
   if (!bufferHasActions()) {
     absl::Status written = writeEntriesFenced();
     if (isFenced(written)) throw FencedSignal{};
-    if (!written.ok()) throw AttemptFailedSignal{written};
+    if (!written.ok()) writeFailed(std::move(written));
     return;
   }
   bool fenced = false;
@@ -163,7 +168,7 @@ void ContextImpl::flush() {
       },
       db::TxOptions{db::Isolation::kReadCommitted});
   if (fenced) throw FencedSignal{};
-  if (!status.ok()) throw AttemptFailedSignal{status};
+  if (!status.ok()) writeFailed(std::move(status));
   notifyIfNeeded();
   for (Pending& p : buffer_) journal_.push_back(std::move(p.entry));
   buffer_.clear();
@@ -422,8 +427,7 @@ absl::StatusOr<std::string> ContextImpl::runTx(
   if (fenced) throw FencedSignal{};
   if (!status.ok()) {
     buffer_.clear();
-    throw AttemptFailedSignal{
-        absl::Status(status.code(), strCat("run '", name, "': ", status.message()))};
+    writeFailed(absl::Status(status.code(), strCat("run '", name, "': ", status.message())));
   }
   if (cancelled) return cancelledRun(name);
   ++next_seq_;

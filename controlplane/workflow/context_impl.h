@@ -125,6 +125,10 @@ class ContextImpl : public Context {
   // The committed journal (what the database holds for this invocation), for the next
   // execution. The context is not used afterwards.
   std::vector<JournalEntry> takeJournal() { return std::move(journal_); }
+  // False once a journal write failed in a way that may have written it after all (a connection
+  // lost during its COMMIT or statement) or found it already written: what this context holds
+  // may then lack entries the database has, and the next execution reads the database.
+  bool journalKnown() const { return !journal_unknown_; }
 
   enum class Commit { kSuspend, kRetry, kPause, kFinish };
   struct CommitRequest {
@@ -171,6 +175,9 @@ class ContextImpl : public Context {
   void notifyIfNeeded();
   absl::Status fenceCheck(db::Connection& conn, bool* woken);
   absl::Status writeBuffer(db::Connection& conn, int64_t now);
+  // A failed journal write: throws AttemptFailedSignal, after noting whether the journal in
+  // memory may now differ from the database's.
+  [[noreturn]] void writeFailed(absl::Status status);
   bool cancelPending() const { return claim_.cancel_requested && !compensating_; }
   std::string promiseId(int seq) const;
   absl::StatusOr<std::string> outcomeOf(const JournalEntry& e) const;
@@ -185,6 +192,7 @@ class ContextImpl : public Context {
   std::vector<Pending> buffer_;
   std::vector<std::pair<std::string, std::function<absl::Status(Context&)>>> compensations_;
   bool compensating_ = false;
+  bool journal_unknown_ = false;
 };
 
 }  // namespace krane::workflow

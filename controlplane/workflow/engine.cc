@@ -695,7 +695,8 @@ void Engine::execute(Claim claim) {
         journal_cache_->put(claim.id, claim.token, ctx.takeJournal());
         break;
       case Commit::kRetry:
-        journal_cache_->put(claim.id, claim.token, ctx.takeJournal());
+        // After a write that may have landed, the next attempt reads the journal instead.
+        if (ctx.journalKnown()) journal_cache_->put(claim.id, claim.token, ctx.takeJournal());
         break;
       case Commit::kFinish:
         if (req.final_status == "succeeded") {

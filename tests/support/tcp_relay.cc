@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 
 #include "common/strings.h"
 
@@ -86,6 +87,12 @@ void TcpRelay::blackHole() {
   wake();
 }
 
+void TcpRelay::loseAnswerTo(std::string marker, std::string request) {
+  std::lock_guard lock(mutex_);
+  marker_ = std::move(marker);
+  request_ = std::move(request);
+}
+
 void TcpRelay::wake() {
   const char byte = 0;
   [[maybe_unused]] ssize_t n = ::write(wake_[1], &byte, 1);
@@ -108,6 +115,19 @@ bool TcpRelay::relay(Pair& pair, int from, int to) {
     ::close(pair.upstream);
     pair.client = pair.upstream = -1;
     return false;
+  }
+  if (from == pair.client && !marker_.empty()) {
+    const std::string_view sent(buffer, static_cast<size_t>(n));
+    if (pair.marked && sent.find(request_) != std::string_view::npos) {
+      // The request is on its way to the target; its answer will find no client.
+      ::close(pair.client);
+      pair.client = -1;
+      pair.silent = true;
+      marker_.clear();
+      answer_lost_ = true;
+    } else if (sent.find(marker_) != std::string_view::npos) {
+      pair.marked = true;
+    }
   }
   return true;
 }
@@ -150,7 +170,7 @@ void TcpRelay::run() {
       const int one = 1;
       ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       ::setsockopt(upstream, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      pairs_.push_back({client, upstream, false});
+      pairs_.push_back({client, upstream, false, false});
       ++accepted_;
     }
   }

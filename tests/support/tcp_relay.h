@@ -2,7 +2,8 @@
 // forwards each connection it accepts to `target`, both ways, until blackHole(). From then on,
 // the connections open at that moment drop whatever either side sends, with no FIN and no RST
 // (a partition, or a host that vanished): both ends keep a connection that looks open. New
-// connections are relayed as before.
+// connections are relayed as before. loseAnswerTo() cuts one connection right after a request
+// of its client, so that the target acts on a request whose answer never arrives.
 #pragma once
 
 #include <atomic>
@@ -25,6 +26,14 @@ class TcpRelay {
   std::string address() const;
   // The connections open now go silent for good (see above).
   void blackHole();
+  // Once: the first connection whose client sends `marker` and then `request` (each found
+  // within one read) forwards that request to the target, and its client's end is closed at
+  // once. The target's end stays open, so the target acts on the request (a COMMIT), and what it
+  // answers is dropped. A client that sends a plain-text protocol (MySQL's statements are sent
+  // as text) can so lose the answer to one chosen statement.
+  void loseAnswerTo(std::string marker, std::string request);
+  // Whether loseAnswerTo() cut its connection.
+  bool answerLost() const { return answer_lost_.load(); }
   // Connections accepted so far.
   size_t accepted() const { return accepted_.load(); }
 
@@ -33,6 +42,7 @@ class TcpRelay {
     int client = -1;
     int upstream = -1;
     bool silent = false;  // black-holed: read and dropped, never forwarded
+    bool marked = false;  // its client sent loseAnswerTo()'s marker
   };
 
   void run();
@@ -46,6 +56,9 @@ class TcpRelay {
   int wake_[2] = {-1, -1};
   std::atomic<bool> stopping_{false};
   std::atomic<size_t> accepted_{0};
+  std::atomic<bool> answer_lost_{false};
+  std::string marker_;  // loseAnswerTo()'s, under mutex_; empty when not armed
+  std::string request_;
   std::mutex mutex_;
   std::vector<Pair> pairs_;  // touched by the relay's thread, and by blackHole() under mutex_
   std::thread thread_;

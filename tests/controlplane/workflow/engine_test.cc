@@ -11,10 +11,12 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/strings.h"
 #include "controlplane/workflow/maintenance.h"
 #include "controlplane/workflow/operations.h"
 #include "tests/controlplane/workflow/fixture.h"
 #include "tests/support/matchers.h"
+#include "tests/support/tcp_relay.h"
 #include "tests/support/threads.h"
 #include "tests/support/wait.h"
 
@@ -679,6 +681,55 @@ TEST_CASE_METHOD(WorkflowTest, "an invocation sent in a transaction exists with 
   REQUIRE_THAT(conn, IsOk());
   CHECK(
       absl::IsFailedPrecondition(e.sendIn(**conn, {"Pay", "charge", "acct", "o3", "o3"}).status()));
+}
+
+// A runTx step whose COMMIT was applied while its answer was lost: the next attempt must find the
+// step in the journal (and not run it again), whatever this replica remembered of the attempt.
+TEST_CASE_METHOD(WorkflowTest, "a step whose commit answer was lost is not run again",
+                 "[workflow]") {
+  exec("CREATE TABLE charges (id BIGINT AUTO_INCREMENT PRIMARY KEY, amount BIGINT)");
+  krane::testing::TcpRelay relay(strCat(dsn_.host, ":", dsn_.port));
+  db::Dsn relayed = dsn_;
+  relayed.port = static_cast<unsigned>(std::stoi(relay.address().substr(10)));
+  auto pool = db::Pool::create(relayed, {.max_connections = 16});
+  REQUIRE_THAT(pool, IsOk());
+  std::atomic<int> charged{0};
+  RetryPolicy quick;
+  quick.initial_interval = std::chrono::milliseconds(20);
+  quick.max_attempts = 4;
+  Engine e(*pool, fastOptions());
+  REQUIRE_THAT(
+      e.registerService(
+          ServiceDefinition::service("Billing")
+              .handler("charge",
+                       [&](Context& ctx, const std::string& in) -> absl::StatusOr<std::string> {
+                         KRANE_RETURN_IF_ERROR(
+                             ctx.runTx("charge",
+                                       [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+                                         ++charged;
+                                         KRANE_RETURN_IF_ERROR(conn.execText(
+                                             "INSERT INTO charges (amount) VALUES (10)"
+                                             " /* the charge */"));
+                                         return std::string("charged");
+                                       })
+                                 .status());
+                         return ctx.run("receipt", [] { return absl::StatusOr<std::string>("r"); });
+                       })
+              .retry(quick)),
+      IsOk());
+  e.start();
+  relay.loseAnswerTo("/* the charge */", "COMMIT");
+  auto id = e.send({"Billing", "charge", "", "10"});
+  REQUIRE_THAT(id, IsOk());
+  auto result = e.awaitResult(*id, 20s);
+  e.stop();
+  CHECK(relay.answerLost());
+  REQUIRE_THAT(result, IsOk());
+  CHECK(*result == "r");
+  auto charges = (*pool_->acquire())->query("SELECT COUNT(*) FROM charges", {});
+  REQUIRE_THAT(charges, IsOk());
+  CHECK(charges->rows[0].i64(0) == 1);
+  CHECK(charged.load() == 1);
 }
 
 // Retries back off by the policy, then the compensations run newest first and the invocation
