@@ -1,6 +1,7 @@
 // What every kranectl command shares: global options, exit codes, the API client, output.
 #pragma once
 
+#include <algorithm>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -42,6 +43,9 @@ struct Globals {
   std::string ca_file;
   std::string output = "table";
   double timeout_s = 10;
+  // Seconds without data from krane-ctrl before kranectl pings it; a connection that stays
+  // silent (a partition, a vanished host) then fails the command instead of hanging it. 0: off.
+  double keepalive_s = 30;
 };
 
 // Prints "kranectl: error: <message>" and returns `code`.
@@ -61,7 +65,16 @@ class Api {
       tls.pem_root_certs = pem.str();
       creds = grpc::SslCredentials(tls);
     }
-    channel_ = grpc::CreateChannel(g.server, creds);
+    grpc::ChannelArguments args;
+    if (g.keepalive_s > 0) {
+      const int every_ms = static_cast<int>(g.keepalive_s * 1000);
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, every_ms);
+      args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, std::clamp(every_ms, 1000, 10000));
+      // A watch sends nothing after its request: ping all the same.
+      args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+      args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+    }
+    channel_ = grpc::CreateCustomChannel(g.server, creds, args);
     resources_ = v1::ResourceService::NewStub(channel_);
     agents_ = v1::AgentService::NewStub(channel_);
     deployments_ = v1::DeploymentService::NewStub(channel_);

@@ -25,6 +25,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <iostream>
@@ -745,6 +746,13 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", g.output, "table, json or yaml")
       ->check(CLI::IsMember({"table", "json", "yaml"}));
   app.add_option("--request-timeout", g.timeout_s, "seconds per request");
+  app.add_option("--keepalive", g.keepalive_s,
+                 "seconds without data from krane-ctrl before a ping; a connection that stays"
+                 " silent fails the command (watch, deploy, --wait) instead of hanging it; 0: off")
+      ->check([](const std::string& v) -> std::string {
+        const double s = std::atof(v.c_str());
+        return s == 0 || (s >= 1 && s <= 3600) ? "" : "0 (off) or 1 to 3600 seconds";
+      });
 
   int code = 0;
   std::string file, type, id, region;

@@ -2,6 +2,7 @@
 // follows the steps to ready (agents' reports come from the test through ClusterService), fails
 // with exit 6 and the failed step's error, refuses bad input with exit 1; `deployments list|get`,
 // `rollback`, `promote` and `cancel`, with their exit codes.
+#include <optional>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -14,6 +15,7 @@
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
 #include "tests/support/reports.h"
+#include "tests/support/tcp_relay.h"
 #include "tests/support/threads.h"
 #include "tests/support/wait.h"
 
@@ -233,6 +235,32 @@ TEST_CASE_METHOD(DeployCliTest, "kranectl creates what a deployment needs", "[kr
                             "registry.example.com/shop:v1", "--no-wait"});
   CHECK(deployed.exit_code == 0);
   CHECK_THAT(deployed.out, Catch::Contains("created (app shop, environment shop-prod)"));
+}
+
+TEST_CASE_METHOD(DeployCliTest, "a watch whose connection goes silent ends with an error",
+                 "[kranectl]") {
+  // A partition between kranectl and krane-ctrl: nothing arrives, nothing closes. The pings
+  // (--keepalive) find it; without them the watch waits for good.
+  krane::testing::TcpRelay relay(address_);
+  std::optional<CommandResult> watched;
+  std::thread watcher([&] {
+    watched = runCommand({runfile("cli/kranectl"), "--keepalive", "1", "watch"},
+                         {{"KRANE_SERVER", relay.address()}, {"KRANE_TOKEN", kOperatorToken}},
+                         std::chrono::seconds(30));
+  });
+  REQUIRE(eventually([&] { return relay.accepted() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  relay.blackHole();
+  const auto cut = std::chrono::steady_clock::now();
+  watcher.join();
+  const auto ended =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - cut);
+  REQUIRE(watched.has_value());
+  INFO(watched->err);
+  CHECK(watched->signal == 0);  // not killed by runCommand's timeout
+  CHECK(watched->exit_code == 3);
+  CHECK_THAT(watched->err, Catch::Contains("watch: cannot reach krane-ctrl"));
+  CHECK(ended.count() < 15);
 }
 
 }  // namespace
