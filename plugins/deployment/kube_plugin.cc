@@ -64,6 +64,10 @@ absl::Status KubeDeploymentPlugin::apply(const cluster::v1::Change& change) {
   }
   auto objects = kubeObjects(r.deployment_topology(), r.id(), options_);
   if (!objects.ok()) return withContext(objects.status(), context);
+  for (json& object : *objects) {
+    if (object["kind"] == "Deployment")
+      kube::setAppliedVersion(object, sdk::resourceVersion(change));
+  }
 
   std::set<std::string> rendered;
   bool known = false;
@@ -111,6 +115,7 @@ absl::Status KubeDeploymentPlugin::apply(const cluster::v1::Change& change) {
     a.version = sdk::resourceVersion(change);
     a.kinds = std::move(rendered);
     removed_.erase(r.id());
+    adopted_.erase(r.id());
   }
   report(r.id());
   return absl::OkStatus();
@@ -146,6 +151,7 @@ absl::Status KubeDeploymentPlugin::remove(const cluster::v1::Change& change) {
       if (region.empty()) region = it->second.region;
       applied_.erase(it);
     }
+    adopted_.erase(id);
     // Its pods are on their way out: their last events must not report it again.
     removed_.insert(id);
   }
@@ -181,6 +187,7 @@ absl::Status KubeDeploymentPlugin::syncEnd(const plugin::v1::SyncEnd& sync_end) 
         region = it->second.region;
         applied_.erase(it);
       }
+      adopted_.erase(id);
       removed_.insert(id);
     }
     reportDeleted(id, region, sync_end.snapshot_version());
@@ -230,6 +237,7 @@ void KubeDeploymentPlugin::report(const std::string& id) {
   std::vector<json> pods;
   std::string region;
   uint64_t version = 0;
+  bool known = false;
   {
     std::lock_guard lock(mutex_);
     if (removed_.count(id) > 0) return;
@@ -237,10 +245,21 @@ void KubeDeploymentPlugin::report(const std::string& id) {
     if (it != by_deployment_.end()) {
       for (const auto& [key, pod] : it->second) pods.push_back(pod);
     }
-    auto a = applied_.find(id);
-    if (a != applied_.end()) {
+    if (auto a = applied_.find(id); a != applied_.end()) {
       region = a->second.region;
       version = a->second.version;
+      known = true;
+    } else if (auto d = adopted_.find(id); d != adopted_.end()) {
+      region = d->second.region;
+      version = d->second.version;
+      known = true;
+    }
+  }
+  // Applied by an earlier instance (a restarted host): its Deployment says what.
+  if (!known) {
+    if (std::optional<Adopted> adopted = adopt(id)) {
+      region = adopted->region;
+      version = adopted->version;
     }
   }
   // Pods of a deployment adopted after a restart carry the region.
@@ -249,6 +268,24 @@ void KubeDeploymentPlugin::report(const std::string& id) {
   *report.mutable_deployment() =
       deploymentReport(podsStatus(strCat("deployment/", id), pods), id, region, version);
   host_->reportStatus(report);
+}
+
+std::optional<KubeDeploymentPlugin::Adopted> KubeDeploymentPlugin::adopt(const std::string& id) {
+  auto found = kube::listMatching(*client_, "apps/v1", "Deployment", "",
+                                  strCat(kManagedBySelector, ",", kDeploymentIdLabel, "=", id));
+  if (!found.ok()) {
+    host_->log(sdk::LogLevel::kWarn, strCat("deployment plugin: reading the Deployment of ", id,
+                                            " failed: ", found.status().message()));
+    return std::nullopt;
+  }
+  Adopted adopted;  // none found (pods outliving it): version 0, as before any apply
+  if (!found->empty()) {
+    adopted.version = kube::appliedVersionOf(found->front());
+    adopted.region = kube::labelOf(found->front(), "krane.dev/region");
+  }
+  std::lock_guard lock(mutex_);
+  if (applied_.count(id) == 0 && removed_.count(id) == 0) adopted_[id] = adopted;
+  return adopted;
 }
 
 void KubeDeploymentPlugin::reportDeleted(const std::string& id, const std::string& region,

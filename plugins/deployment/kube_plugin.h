@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -52,11 +53,19 @@ class KubeDeploymentPlugin final : public sdk::Plugin {
     uint64_t version = 0;
     std::set<std::string> kinds;  // what the last apply rendered
   };
+  // What an earlier instance applied, as its Deployment records it.
+  struct Adopted {
+    std::string region;
+    uint64_t version = 0;
+  };
 
   void onPod(const nlohmann::json& pod, bool deleted);
   // Builds and sends the report of `id` from the pods seen (nothing after a removal).
   void report(const std::string& id);
   void reportDeleted(const std::string& id, const std::string& region, uint64_t version);
+  // Reads what an earlier instance applied to `id` from its Deployment; nullopt when the API
+  // cannot be read (tried again at the next report).
+  std::optional<Adopted> adopt(const std::string& id);
   // Deletes every object (of deploymentKinds()) matching `selector`; the deployment ids found.
   absl::StatusOr<std::set<std::string>> deleteMatching(const std::string& selector,
                                                        const std::set<std::string>& keep);
@@ -68,6 +77,10 @@ class KubeDeploymentPlugin final : public sdk::Plugin {
 
   std::mutex mutex_;                        // guards what follows
   std::map<std::string, Applied> applied_;  // by deployment id
+  // What the Deployments of ids not applied by this instance recorded (found at their first
+  // report): the version and region they report. Apart from applied_, whose kinds an apply
+  // relies on.
+  std::map<std::string, Adopted> adopted_;
   std::map<std::string, std::map<std::string, nlohmann::json>> by_deployment_;  // id -> pods
   std::set<std::string> removed_;     // removed here and not applied since: not reported
   std::set<std::string> namespaces_;  // applied by this instance

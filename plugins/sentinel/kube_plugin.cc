@@ -109,7 +109,10 @@ absl::Status KubeSentinelPlugin::apply(const cluster::v1::Change& change) {
                                                     ": ", object["kind"].get<std::string>()));
       }
     }
-    for (const json& object : sentinelObjects(s, pod_)) {
+    for (json& object : sentinelObjects(s, pod_)) {
+      if (object["kind"] == "Deployment") {
+        kube::setAppliedVersion(object, sdk::resourceVersion(change));
+      }
       auto applied = client_->apply(object);
       if (!applied.ok()) {
         return withContext(applied.status(),
@@ -308,6 +311,10 @@ void KubeSentinelPlugin::report(const std::string& id, const json* deployment) {
     if (a != applied_.end()) {
       version = a->second.version;
       region = a->second.region;
+    } else if (deployment != nullptr) {
+      // Applied by an earlier instance (a restarted host): its Deployment says what.
+      version = kube::appliedVersionOf(*deployment);
+      region = kube::labelOf(*deployment, "krane.dev/region");
     }
   }
   plugin::v1::StatusReport report;

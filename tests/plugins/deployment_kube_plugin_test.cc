@@ -389,13 +389,25 @@ TEST_CASE_METHOD(DeploymentKubePluginTest, "a new plugin instance reports the po
   REQUIRE_THAT(plugin_->apply(topology("d1", 2, 4)), IsOk());
   REQUIRE_THAT(api_.makePodsReady(kNs, "d-d1"), IsOk());
   REQUIRE(eventually([&] { return instances("d1", 2, cluster::v1::INSTANCE_STATUS_RUNNING); }));
+  const int64_t generation =
+      object("apps/v1", "Deployment", "d-d1")->at("metadata").value("generation", int64_t{0});
+  INFO("a new version of the same topology is recorded without a rollout");
+  REQUIRE_THAT(plugin_->apply(topology("d1", 2, 5)), IsOk());
+  const auto d = *object("apps/v1", "Deployment", "d-d1");
+  CHECK(d["metadata"].value("annotations", json::object()).value("krane.dev/applied-version", "") ==
+        "5");
+  CHECK(d["metadata"].value("generation", int64_t{0}) == generation);
   {
     std::lock_guard lock(mutex_);
     reports_.clear();
   }
   REQUIRE_THAT(load(config()), IsOk());  // a restarted host: nothing applied yet
-  REQUIRE(eventually([&] { return instances("d1", 2, cluster::v1::INSTANCE_STATUS_RUNNING); }));
-  INFO("from the pods' labels");
+  INFO("the control plane drops reports older than the ones it stored: the new instance goes");
+  INFO("on from the version its Deployment records, not from 0");
+  REQUIRE(eventually([&] {
+    return instances("d1", 2, cluster::v1::INSTANCE_STATUS_RUNNING) &&
+           latest("d1")->applied_version() == 5u;
+  }));
   CHECK(latest("d1")->region() == "eu-west-1");
   // A delete after the restart still finds every object.
   REQUIRE_THAT(plugin_->remove(deletion("d1", 5)), IsOk());

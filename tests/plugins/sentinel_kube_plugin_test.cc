@@ -376,17 +376,25 @@ TEST_CASE_METHOD(SentinelKubePluginTest,
 TEST_CASE_METHOD(SentinelKubePluginTest, "a new plugin instance reports the deployments it finds",
                  "[sentinel-kube-plugin]") {
   REQUIRE_THAT(load(), IsOk());
-  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 2, 1)), IsOk());
+  REQUIRE_THAT(plugin_->apply(sentinelChange("s1", "v1", 2, 7)), IsOk());
   REQUIRE_THAT(api_.makePodsReady(kNs, "sentinel-s1"), IsOk());
+  const auto d = *object("apps/v1", "Deployment", "sentinel-s1");
+  INFO("the version is recorded on the Deployment, not on its pods (which it would restart)");
+  CHECK(d["metadata"].value("annotations", json::object()).value("krane.dev/applied-version", "") ==
+        "7");
+  CHECK_FALSE(d["spec"]["template"]["metadata"].contains("annotations"));
   {
     std::lock_guard lock(mutex_);
     reports_.clear();
   }
   REQUIRE_THAT(load(), IsOk());
+  INFO("the control plane drops reports older than the ones it stored: a new plugin instance");
+  INFO("goes on from the applied version and region, not from 0");
   REQUIRE(eventually([&] {
     auto r = latest("s1");
     return r && r->health() == cluster::v1::SENTINEL_HEALTH_HEALTHY &&
-           r->running_image() == "registry.example/sentinel:v1" && r->available_replicas() == 2;
+           r->running_image() == "registry.example/sentinel:v1" && r->available_replicas() == 2 &&
+           r->applied_version() == 7u && r->region() == "eu-west-1";
   }));
 }
 

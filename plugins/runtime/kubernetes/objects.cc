@@ -1,5 +1,7 @@
 #include "plugins/runtime/kubernetes/objects.h"
 
+#include <charconv>
+
 namespace krane::kube {
 
 ObjectRef refOf(const Json& object) {
@@ -12,6 +14,21 @@ std::string labelOf(const Json& object, const std::string& key) {
   const Json& labels = object.value("metadata", Json::object()).value("labels", Json::object());
   auto it = labels.find(key);
   return it != labels.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+void setAppliedVersion(Json& object, uint64_t version) {
+  object["metadata"]["annotations"][kAppliedVersionAnnotation] = std::to_string(version);
+}
+
+uint64_t appliedVersionOf(const Json& object) {
+  const Json& annotations =
+      object.value("metadata", Json::object()).value("annotations", Json::object());
+  auto it = annotations.find(kAppliedVersionAnnotation);
+  if (it == annotations.end() || !it->is_string()) return 0;
+  const std::string& text = it->get_ref<const std::string&>();
+  uint64_t version = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), version);
+  return error == std::errc() && end == text.data() + text.size() ? version : 0;
 }
 
 absl::Status removeIfPresent(Client& client, const ObjectRef& ref) {
