@@ -153,6 +153,13 @@ absl::Status Connection::fail(MYSQL_STMT* stmt, std::string_view sql) {
   return statementError(e, mysql_stmt_sqlstate(stmt), mysql_stmt_error(stmt), sql);
 }
 
+void Connection::resetAfterFailure(MYSQL_STMT* stmt) {
+  if (broken_) return;
+  // A reset that fails (the session was killed in between) leaves the statement unusable: the
+  // connection is given up rather than handed to its next user.
+  if (mysql_stmt_reset(stmt) != 0) broken_ = true;
+}
+
 absl::StatusOr<uint64_t> Connection::exec(std::string_view sql, const Params& params) {
   uint64_t affected = 0;
   if (auto st = run(sql, params, nullptr, &affected); !st.ok()) return st;
@@ -227,7 +234,7 @@ absl::Status Connection::run(std::string_view sql, const Params& params,
   if (!binds.empty() && mysql_stmt_bind_param(stmt, binds.data()) != 0) return fail(stmt, sql);
   if (mysql_stmt_execute(stmt) != 0) {
     absl::Status status = fail(stmt, sql);
-    mysql_stmt_reset(stmt);
+    resetAfterFailure(stmt);
     return status;
   }
 
@@ -258,7 +265,7 @@ absl::Status Connection::run(std::string_view sql, const Params& params,
     // scans) leaves libmariadb's statement waiting for rows: its next execute would read until
     // the read timeout and then drop the connection. Reset, as after a failed execute.
     absl::Status status = fail(stmt, sql);
-    mysql_stmt_reset(stmt);
+    resetAfterFailure(stmt);
     return status;
   }
 

@@ -59,6 +59,9 @@ class Connection {
   explicit Connection(Dsn dsn, st_mysql* handle);
   absl::StatusOr<st_mysql_stmt*> prepared(std::string_view sql);
   absl::Status fail(st_mysql_stmt* stmt, std::string_view sql);
+  // After an execute or a read of rows failed: the statement ready for its next run (libmariadb
+  // would otherwise wait for rows of the failed one), or the connection marked broken.
+  void resetAfterFailure(st_mysql_stmt* stmt);
   absl::Status run(std::string_view sql, const Params& params,
                    const std::function<absl::Status(const Row&)>* on_row, uint64_t* affected);
 

@@ -142,7 +142,12 @@ absl::Status ContextImpl::writeEntriesFenced() {
 }
 
 void ContextImpl::writeFailed(absl::Status status) {
-  if (absl::IsUnavailable(status) || absl::IsAlreadyExists(status)) journal_unknown_ = true;
+  if (absl::IsUnavailable(status) || absl::IsAlreadyExists(status)) {
+    // The retry's commit must not write these entries again: they may be there already. The
+    // next execution reads what is.
+    journal_unknown_ = true;
+    buffer_.clear();
+  }
   throw AttemptFailedSignal{std::move(status)};
 }
 

@@ -238,15 +238,24 @@ absl::StatusOr<std::string> Engine::sendIn(db::Connection& conn, const InvokeReq
   }
   store::NewInvocation inv;
   KRANE_RETURN_IF_ERROR(newInvocation(request, &inv));
-  if (inv.idempotency_hash) {
-    // Looked up first: a failed INSERT would leave the key row's admission changed in the
-    // caller's transaction. The locking read waits for a sender that has not committed yet.
-    KRANE_ASSIGN_OR_RETURN(auto existing,
-                           invocationWithKey(conn, *inv.idempotency_hash, /*for_update=*/true));
-    if (existing) return *std::move(existing);
+  if (!inv.idempotency_hash) {
+    KRANE_RETURN_IF_ERROR(store::insertInvocation(conn, inv, unixMillis()));
+    return inv.id;
   }
-  KRANE_RETURN_IF_ERROR(store::insertInvocation(conn, inv, unixMillis()));
-  return inv.id;
+  // A savepoint, so that a repeated key undoes the key row's admission in the caller's
+  // transaction. The duplicate check has waited for a concurrent sender of the same key to
+  // commit; the locking read then sees its row whatever the caller's isolation level.
+  KRANE_RETURN_IF_ERROR(conn.execText("SAVEPOINT workflow_send"));
+  absl::Status inserted = store::insertInvocation(conn, inv, unixMillis());
+  if (!absl::IsAlreadyExists(inserted)) {
+    KRANE_RETURN_IF_ERROR(inserted);
+    return inv.id;
+  }
+  KRANE_RETURN_IF_ERROR(conn.execText("ROLLBACK TO SAVEPOINT workflow_send"));
+  KRANE_ASSIGN_OR_RETURN(auto existing,
+                         invocationWithKey(conn, *inv.idempotency_hash, /*for_update=*/true));
+  if (existing) return *std::move(existing);
+  return inserted;
 }
 
 absl::StatusOr<std::string> Engine::call(const InvokeRequest& request,

@@ -118,7 +118,7 @@ bool TcpRelay::relay(Pair& pair, int from, int to) {
   }
   if (from == pair.client && !marker_.empty()) {
     const std::string_view sent(buffer, static_cast<size_t>(n));
-    if (pair.marked && sent.find(request_) != std::string_view::npos) {
+    if (pair.marked && sent.ends_with(request_)) {
       // The request is on its way to the target; its answer will find no client.
       ::close(pair.client);
       pair.client = -1;

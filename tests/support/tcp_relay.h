@@ -26,11 +26,11 @@ class TcpRelay {
   std::string address() const;
   // The connections open now go silent for good (see above).
   void blackHole();
-  // Once: the first connection whose client sends `marker` and then `request` (each found
-  // within one read) forwards that request to the target, and its client's end is closed at
-  // once. The target's end stays open, so the target acts on the request (a COMMIT), and what it
-  // answers is dropped. A client that sends a plain-text protocol (MySQL's statements are sent
-  // as text) can so lose the answer to one chosen statement.
+  // Once: the first connection whose client sends `marker` (found within one read) and then a
+  // read that ends with `request` forwards that request to the target, and its client's end is
+  // closed at once. The target's end stays open, so the target acts on the request (a COMMIT), and
+  // what it answers is dropped. A client that sends a plain-text protocol (MySQL's statements are
+  // sent as text) can so lose the answer to one chosen statement.
   void loseAnswerTo(std::string marker, std::string request);
   // Whether loseAnswerTo() cut its connection.
   bool answerLost() const { return answer_lost_.load(); }

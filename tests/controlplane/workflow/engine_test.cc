@@ -676,6 +676,37 @@ TEST_CASE_METHOD(WorkflowTest, "an invocation sent in a transaction exists with 
   CHECK(again == *sent);
   CHECK(runs.load() == 1);
 
+  INFO("concurrent senders of one key, each in its own transaction, get one invocation");
+  std::vector<std::string> ids(8);
+  krane::testing::ThreadFailures failures;
+  std::vector<std::thread> senders;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    senders.emplace_back([&, i] {
+      failures.expectOk(
+          pool_->transact(
+              "concurrent",
+              [&](db::Connection& conn) -> absl::Status {
+                KRANE_ASSIGN_OR_RETURN(ids[i],
+                                       e.sendIn(conn, {"Pay", "charge", "acct", "o4", "o4"}));
+                return conn.exec("INSERT INTO orders VALUES (?, ?)", {strCat("o4-", i), ids[i]})
+                    .status();
+              },
+              // Either level: READ COMMITTED takes no gap locks to wait on.
+              db::TxOptions{i % 2 == 0 ? db::Isolation::kReadCommitted
+                                       : db::Isolation::kRepeatableRead}),
+          "send");
+    });
+  }
+  for (auto& t : senders) t.join();
+  e.notify();
+  CHECK(failures.all() == std::vector<std::string>{});
+  for (const auto& id : ids) CHECK(id == ids[0]);
+  CHECK(count("orders WHERE id LIKE 'o4-%'") == 8);
+  CHECK(e.awaitResult(ids[0], 20s).value_or("") == "charged o4");
+  CHECK(runs.load() == 2);
+  INFO("and no admission left behind by the repeats: the key is free once it finished");
+  CHECK(eventually([&] { return count("workflow_keys WHERE holder IS NOT NULL") == 0; }));
+
   INFO("outside a transaction it is refused");
   auto conn = pool_->acquire();
   REQUIRE_THAT(conn, IsOk());
