@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -366,19 +367,41 @@ absl::StatusOr<bool> held(db::Connection& conn, const feed::ResourceTables& tabl
   return row.has_value() && !row->deleted && row->region == region;
 }
 
-// Whether a report at (version, observed_at) is older than the stored status of the resource
-// (locked for the transaction).
-absl::StatusOr<bool> olderThanStored(db::Connection& conn, const std::string& region,
-                                     const std::string& type, const std::string& id,
-                                     uint64_t version, int64_t observed_at) {
-  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT applied_version, observed_at FROM"
-                                               " resource_status WHERE region_id = ? AND"
-                                               " resource_type = ? AND resource_id = ? FOR UPDATE",
-                                               {region, type, id}));
-  if (rows.empty()) return false;
-  const uint64_t stored_version = rows.rows[0].u64(0);
-  const int64_t stored_at = rows.rows[0].i64(1);
-  return version < stored_version || (version == stored_version && observed_at < stored_at);
+// The stored status of a resource, locked for the transaction.
+struct StoredStatus {
+  uint64_t applied_version = 0;
+  int64_t observed_at = 0;
+  uint64_t failed_version = 0;  // a parked apply failure of this version; 0: none
+
+  // Whether an observation at (version, observed_at) is older than the one stored.
+  bool newerThan(uint64_t version, int64_t at) const {
+    return version < applied_version || (version == applied_version && at < observed_at);
+  }
+  // Whether an observation of `version` still runs under a failed apply of a later version:
+  // it is stored (instances, message), the failure stays shown.
+  bool failsAfter(uint64_t version) const { return failed_version > version; }
+};
+
+absl::StatusOr<std::optional<StoredStatus>> storedStatus(db::Connection& conn,
+                                                         const std::string& region,
+                                                         const std::string& type,
+                                                         const std::string& id) {
+  KRANE_ASSIGN_OR_RETURN(auto rows,
+                         conn.query("SELECT applied_version, observed_at, failed_version FROM"
+                                    " resource_status WHERE region_id = ? AND"
+                                    " resource_type = ? AND resource_id = ? FOR UPDATE",
+                                    {region, type, id}));
+  if (rows.empty()) return std::optional<StoredStatus>();
+  const db::Row& r = rows.rows[0];
+  return std::optional<StoredStatus>(StoredStatus{r.u64(0), r.i64(1), r.u64(2)});
+}
+
+// The part of an observation's upsert that ends a failure on record, unless the observation is
+// of a version older than the failed one.
+std::string endsFailure(bool failing) {
+  return failing ? ""
+                 : ", phase = VALUES(phase), apply_error = VALUES(apply_error),"
+                   " apply_attempts = VALUES(apply_attempts), failed_version = 0";
 }
 
 absl::Status counted(IngestCounters& counters, absl::Status status) {
@@ -455,13 +478,12 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
                      ? feed::purgeStatus(conn, feed::ResourceKey{type, deployment, region})
                      : absl::OkStatus();
         }
-        KRANE_ASSIGN_OR_RETURN(
-            bool older, olderThanStored(conn, region, type, deployment, request.applied_version(),
-                                        request.observed_at_ms()));
-        if (older) {
+        KRANE_ASSIGN_OR_RETURN(auto status, storedStatus(conn, region, type, deployment));
+        if (status && status->newerThan(request.applied_version(), request.observed_at_ms())) {
           dropped = true;
           return absl::OkStatus();
         }
+        const bool failing = status && status->failsAfter(request.applied_version());
         KRANE_ASSIGN_OR_RETURN(
             auto stored,
             conn.query("SELECT id FROM instances WHERE deployment_id = ? AND region_id = ?"
@@ -528,17 +550,17 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
         const std::string detail = strCat("{\"running\":", running, ",\"pending\":", pending,
                                           ",\"failed\":", failed, ",\"current\":", current, "}");
         return conn
-            .exec(
-                "INSERT INTO resource_status (region_id, resource_type, resource_id,"
-                " applied_version, phase, message, detail, apply_error, apply_attempts, agent_id,"
-                " observed_at, updated_at)"
-                " VALUES (?, 'deployment_topology', ?, ?, ?, ?, ?, NULL, 0, ?, ?, ?)"
-                " ON DUPLICATE KEY UPDATE applied_version = VALUES(applied_version),"
-                " phase = VALUES(phase), message = VALUES(message), detail = VALUES(detail),"
-                " apply_error = NULL, apply_attempts = 0, agent_id = VALUES(agent_id),"
-                " observed_at = VALUES(observed_at), updated_at = VALUES(updated_at)",
-                {region, deployment, request.applied_version(), phase, message,
-                 db::Value(db::Blob{detail}), request.agent_id(), request.observed_at_ms(), now})
+            .exec(strCat("INSERT INTO resource_status (region_id, resource_type, resource_id,"
+                         " applied_version, phase, message, detail, apply_error, apply_attempts,"
+                         " agent_id, observed_at, updated_at)"
+                         " VALUES (?, 'deployment_topology', ?, ?, ?, ?, ?, NULL, 0, ?, ?, ?)"
+                         " ON DUPLICATE KEY UPDATE applied_version = VALUES(applied_version),"
+                         " message = VALUES(message), detail = VALUES(detail),"
+                         " agent_id = VALUES(agent_id), observed_at = VALUES(observed_at),"
+                         " updated_at = VALUES(updated_at)",
+                         endsFailure(failing)),
+                  {region, deployment, request.applied_version(), phase, message,
+                   db::Value(db::Blob{detail}), request.agent_id(), request.observed_at_ms(), now})
             .status();
       });
   if (!status.ok()) {
@@ -682,30 +704,51 @@ absl::Status Ingestor::reportResourceStatus(const std::string& region,
                                          feed::ResourceKey{request.type(), request.id(), region})
                      : absl::OkStatus();
         }
-        KRANE_ASSIGN_OR_RETURN(bool older,
-                               olderThanStored(conn, region, request.type(), request.id(),
-                                               request.version(), request.observed_at_ms()));
-        if (older) {
+        KRANE_ASSIGN_OR_RETURN(auto stored,
+                               storedStatus(conn, region, request.type(), request.id()));
+        const uint64_t version = request.version();
+        const db::Value message =
+            request.message().empty() ? db::Value() : db::Value(request.message());
+        const db::Value detail =
+            request.detail().empty() ? db::Value() : db::Value(db::Blob{request.detail()});
+        if (request.has_apply_error()) {
+          // A change the agent could not apply (parked): the resource still runs what was
+          // applied before, so the applied version and its observation order stay.
+          if (stored && (stored->newerThan(version, request.observed_at_ms()) ||
+                         version < stored->failed_version)) {
+            dropped = true;
+            return absl::OkStatus();
+          }
+          return conn
+              .exec(
+                  "INSERT INTO resource_status (region_id, resource_type, resource_id,"
+                  " applied_version, failed_version, phase, message, detail, apply_error,"
+                  " apply_attempts, agent_id, observed_at, updated_at)"
+                  " VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, 0, ?)"
+                  " ON DUPLICATE KEY UPDATE failed_version = VALUES(failed_version),"
+                  " phase = VALUES(phase), message = VALUES(message), detail = VALUES(detail),"
+                  " apply_error = VALUES(apply_error), apply_attempts = VALUES(apply_attempts),"
+                  " agent_id = VALUES(agent_id), updated_at = VALUES(updated_at)",
+                  {region, request.type(), request.id(), version, phaseName(request.phase()),
+                   message, detail, apply_error, attempts, request.agent_id(), unixMillis()})
+              .status();
+        }
+        if (stored && stored->newerThan(version, request.observed_at_ms())) {
           dropped = true;
           return absl::OkStatus();
         }
         return conn
-            .exec(
-                "INSERT INTO resource_status (region_id, resource_type, resource_id, "
-                "applied_version,"
-                " phase, message, detail, apply_error, apply_attempts, agent_id, observed_at,"
-                " updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON DUPLICATE KEY UPDATE applied_version = VALUES(applied_version),"
-                " phase = VALUES(phase), message = VALUES(message), detail = VALUES(detail),"
-                " apply_error = VALUES(apply_error), apply_attempts = VALUES(apply_attempts),"
-                " agent_id = VALUES(agent_id), observed_at = VALUES(observed_at),"
-                " updated_at = VALUES(updated_at)",
-                {region, request.type(), request.id(), request.version(),
-                 phaseName(request.phase()),
-                 request.message().empty() ? db::Value() : db::Value(request.message()),
-                 request.detail().empty() ? db::Value() : db::Value(db::Blob{request.detail()}),
-                 apply_error, attempts, request.agent_id(), request.observed_at_ms(), unixMillis()})
+            .exec(strCat("INSERT INTO resource_status (region_id, resource_type, resource_id,"
+                         " applied_version, phase, message, detail, apply_error, apply_attempts,"
+                         " agent_id, observed_at, updated_at)"
+                         " VALUES (?, ?, ?, ?, ?, ?, ?, NULL, 0, ?, ?, ?)"
+                         " ON DUPLICATE KEY UPDATE applied_version = VALUES(applied_version),"
+                         " message = VALUES(message), detail = VALUES(detail),"
+                         " agent_id = VALUES(agent_id), observed_at = VALUES(observed_at),"
+                         " updated_at = VALUES(updated_at)",
+                         endsFailure(stored && stored->failsAfter(version))),
+                  {region, request.type(), request.id(), version, phaseName(request.phase()),
+                   message, detail, request.agent_id(), request.observed_at_ms(), unixMillis()})
             .status();
       });
   if (!status.ok()) {

@@ -708,6 +708,83 @@ TEST_CASE_METHOD(IngestorTest, "an older report does not overwrite a newer one",
         "ready");
 }
 
+// The agent parks a change it cannot apply and reports it FAILED; the resource goes on running
+// the version applied before. Reports of that version must still be stored, or the control plane
+// would keep its old instance set (addresses, a crash) until a newer version applies.
+TEST_CASE_METHOD(IngestorTest, "a parked apply failure does not hide the version that still runs",
+                 "[ingestor]") {
+  auto v6 = deploymentReport("dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING},
+                                     {"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_RUNNING}});
+  v6.set_applied_version(6);
+  v6.set_observed_at_ms(1000);
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", v6), IsOk());
+
+  ReportResourceStatusRequest parked;
+  parked.set_region("eu-1");
+  parked.set_type("deployment_topology");
+  parked.set_id("dep");
+  parked.set_version(7);
+  parked.set_phase(cluster::v1::RESOURCE_PHASE_FAILED);
+  parked.set_observed_at_ms(2000);
+  parked.mutable_apply_error()->set_code(3);
+  parked.mutable_apply_error()->set_message("spec.template: invalid");
+  parked.mutable_apply_error()->set_attempts(3);
+  REQUIRE_THAT(ingestor_->reportResourceStatus("eu-1", parked), IsOk());
+
+  // Version 6 still runs: one of its instances crashed, another comes up.
+  auto later = deploymentReport(
+      "dep", {{"a", "10.0.0.1:80", cluster::v1::INSTANCE_STATUS_RUNNING},
+              {"b", "10.0.0.2:80", cluster::v1::INSTANCE_STATUS_FAILED, "OOMKilled"},
+              {"c", "10.0.0.3:80", cluster::v1::INSTANCE_STATUS_PENDING}});
+  later.set_applied_version(6);
+  later.set_observed_at_ms(3000);
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", later), IsOk());
+  CHECK(ingestor_->counters().dropped.load() == 0u);
+  const auto now = instances("dep");
+  REQUIRE(now.size() == 3u);
+  CHECK(now.at("b").status == "failed");
+  CHECK(now.at("b").failure_reason == "OOMKilled");
+  CHECK(now.at("c").status == "pending");
+  {
+    std::lock_guard lock(hooks_->mutex);
+    REQUIRE(hooks_->reported.size() == 2u);
+    CHECK(hooks_->reported.back() ==
+          std::make_tuple(std::string("dep"), std::string("eu-1"), 1u, 1u, 1u));
+  }
+  INFO("the failure stays shown, with the version that runs");
+  auto row = query(
+      "SELECT applied_version, failed_version, phase, apply_error, message FROM resource_status"
+      " WHERE resource_id = 'dep' AND region_id = 'eu-1'");
+  REQUIRE(row.rows.size() == 1u);
+  CHECK(row.rows[0].u64(0) == 6u);
+  CHECK(row.rows[0].u64(1) == 7u);
+  CHECK(row.rows[0].str(2) == "failed");
+  CHECK_THAT(row.rows[0].str(3), Catch::Contains("spec.template: invalid"));
+  CHECK(row.rows[0].str(4) == "1 running, 1 pending, 1 failed, 1 on the applied spec");
+
+  INFO("an older observation is still dropped, and so is an older failure");
+  auto stale = v6;
+  stale.set_observed_at_ms(500);
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", stale), IsOk());
+  parked.set_version(5);
+  REQUIRE_THAT(ingestor_->reportResourceStatus("eu-1", parked), IsOk());
+  CHECK(ingestor_->counters().dropped.load() == 2u);
+  CHECK(instances("dep").size() == 3u);
+
+  INFO("version 7 applied at last ends the failure");
+  auto v7 = deploymentReport("dep", {{"d", "10.0.0.4:80", cluster::v1::INSTANCE_STATUS_RUNNING}});
+  v7.set_applied_version(7);
+  v7.set_observed_at_ms(4000);
+  REQUIRE_THAT(ingestor_->reportDeploymentStatus("eu-1", v7), IsOk());
+  row = query(
+      "SELECT applied_version, failed_version, phase, apply_error FROM resource_status"
+      " WHERE resource_id = 'dep' AND region_id = 'eu-1'");
+  CHECK(row.rows[0].u64(0) == 7u);
+  CHECK(row.rows[0].u64(1) == 0u);
+  CHECK(row.rows[0].str(2) == "ready");
+  CHECK(row.rows[0].isNull(3));
+}
+
 TEST_CASE_METHOD(IngestorTest, "invalid sentinel reports are refused", "[ingestor]") {
   addSentinel("sen", "eu-1", "sentinel:2", 1);
   auto r = sentinelReport("sen", "sentinel:2", cluster::v1::SENTINEL_HEALTH_HEALTHY, 1);
@@ -766,7 +843,9 @@ TEST_CASE_METHOD(IngestorTest, "resource status is upserted", "[ingestor]") {
   REQUIRE_THAT(st, IsOk());
   rows = query("SELECT * FROM resource_status");
   REQUIRE(rows.rows.size() == 1u);
-  CHECK(rows.rows[0].u64("applied_version") == 4u);
+  INFO("a failed apply of version 4 leaves 3 applied");
+  CHECK(rows.rows[0].u64("applied_version") == 3u);
+  CHECK(rows.rows[0].u64("failed_version") == 4u);
   CHECK(rows.rows[0].str("phase") == "failed");
   CHECK(rows.rows[0].isNull("message"));
   CHECK(rows.rows[0].isNull("detail"));
