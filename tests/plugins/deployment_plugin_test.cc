@@ -159,6 +159,28 @@ TEST_CASE_METHOD(DeploymentPluginTest, "applies reports rolls and deletes", "[de
   }));
 }
 
+TEST_CASE_METHOD(DeploymentPluginTest, "a spec the runtime refuses leaves the version that runs",
+                 "[deployment-plugin]") {
+  REQUIRE_THAT(load(config(23050)), IsOk());
+  REQUIRE_THAT(plugin_->apply(topology("d1", 1, "v1", 5)), IsOk());
+  REQUIRE(eventually([&] { return running("d1", 1); }));
+  auto refused = topology("d1", 1, "v2", 6);
+  refused.mutable_resource()->mutable_deployment_topology()->add_command("relative/app");
+  const absl::Status st = plugin_->apply(refused);
+  CHECK(st.code() == absl::StatusCode::kInvalidArgument);
+  CHECK_THAT(std::string(toStd(st.message())), Catch::Contains("must be an absolute path"));
+  {
+    std::lock_guard lock(mutex_);
+    reports_.clear();
+  }
+  // The agent parks version 6 and reports it failed; the plugin's reports must go on saying
+  // that version 5 runs, or krane-ctrl would take 6 for applied.
+  REQUIRE_THAT(plugin_->observe(), IsOk());
+  REQUIRE(latest("d1").has_value());
+  CHECK(latest("d1")->applied_version() == 5u);
+  CHECK(running("d1", 1));
+}
+
 TEST_CASE_METHOD(DeploymentPluginTest,
                  "a crash loop is reported as a failed instance with the reason",
                  "[deployment-plugin]") {

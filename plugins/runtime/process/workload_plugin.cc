@@ -1,6 +1,7 @@
 #include "plugins/runtime/process/workload_plugin.h"
 
 #include <charconv>
+#include <optional>
 #include <set>
 
 #include "common/status.h"
@@ -56,10 +57,13 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
   const std::string revision = revisionOf(**spec);
   // Read before the lock: the runtime reports (and takes this plugin's lock) under its own.
   const auto running = runtime_->status(prefix_ + r.id());
+  std::optional<Applied> before;  // what stands if the runtime refuses this spec
   {
     std::lock_guard lock(mutex_);
+    const bool known = applied_.count(r.id()) > 0;
     Applied& a = applied_[r.id()];
     if (a.revision.empty() && running) adoptLocked(a, r.id(), *running);
+    if (known || !a.revision.empty()) before = a;
     a.id = r.id();
     a.region = r.region();
     a.version = sdk::resourceVersion(change);
@@ -74,6 +78,14 @@ absl::Status ProcessWorkloadPlugin::apply(const cluster::v1::Change& change) {
     (*spec)->labels[kRegionLabel] = a.region;
   }
   if (auto st = runtime_->apply(**spec); !st.ok()) {
+    // Refused: what runs is still the previous version, and the reports say so (a report of the
+    // refused version would tell krane-ctrl it applied).
+    std::lock_guard lock(mutex_);
+    if (before) {
+      applied_[r.id()] = *before;
+    } else {
+      applied_.erase(r.id());
+    }
     return withContext(st, strCat(type_, " ", r.id()));
   }
   // A spec that changes nothing the runtime runs changes no status either: report anyway, so
