@@ -211,6 +211,8 @@ absl::Status Agent::startPlugins() {
       options.plugin_path = p.path;
       options.config_json = p.config_json;
       options.workers = p.workers;
+      options.call_timeout = p.call_timeout;
+      options.cancel_grace = p.cancel_grace;
       options.host_binary = host_binary_;
       options.state_dir = config_.state_dir;
       KRANE_ASSIGN_OR_RETURN(int slot, store_->registerPlugin(p.name));

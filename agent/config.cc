@@ -112,6 +112,8 @@ absl::StatusOr<AgentConfig> parseAgentConfig(const std::string& yaml, const std:
                     {"path", text(plugin.path, s)},
                     {"isolation", oneOf(plugin.isolation, s, {"process", "in_process"})},
                     {"workers", number(plugin.workers, s, 1, 64)},
+                    {"call_timeout_ms", number(plugin.call_timeout, s, 100, 3600000)},
+                    {"cancel_grace_ms", number(plugin.cancel_grace, s, 100, 600000)},
                     {"config_text", text(plugin.config_text, s)},
                     {"config", [&](const YAML::Node& cfg, const std::string& cp) -> absl::Status {
                        if (!cfg.IsMap() && !cfg.IsNull()) return bad(s, cp, "must be a mapping");

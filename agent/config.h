@@ -15,8 +15,12 @@ struct PluginConfig {
   std::string path;                   // the plugin's .so
   std::string isolation = "process";  // "process": its own krane-plugin-host; "in_process"
   size_t workers = 4;                 // resources applied in parallel
-  std::string config_json = "{}";     // the `config:` mapping, handed to the plugin as JSON
-  std::string config_text;            // `config_text:`, handed over as is instead (own formats)
+  // How long one apply or delete may take before the agent cancels it, and how long the host
+  // then has to let it go before it is restarted (process isolation only).
+  std::chrono::milliseconds call_timeout{120000};
+  std::chrono::milliseconds cancel_grace{10000};
+  std::string config_json = "{}";  // the `config:` mapping, handed to the plugin as JSON
+  std::string config_text;         // `config_text:`, handed over as is instead (own formats)
 };
 
 struct AgentConfig {

@@ -1,5 +1,6 @@
 #include "agent/dispatcher.h"
 
+#include "absl/strings/cord.h"
 #include "common/strings.h"
 #include "spdlog/spdlog.h"
 
@@ -332,9 +333,24 @@ void Dispatcher::recordSuccess(const Work& work) {
   ledger_.unpark(r.type(), r.id());
 }
 
+namespace {
+constexpr absl::string_view kCallTimeoutPayload = "krane.dev/plugin-call-timeout";
+}  // namespace
+
+absl::Status callTimedOut(absl::Status status) {
+  status.SetPayload(kCallTimeoutPayload, absl::Cord("1"));
+  return status;
+}
+
+bool isCallTimeout(const absl::Status& status) {
+  return status.GetPayload(kCallTimeoutPayload).has_value();
+}
+
 bool Dispatcher::isPermanent(const absl::Status& status) {
-  // The plugin says the change itself is wrong (KRANE_INVALID): it fails the same way every time.
-  return absl::IsInvalidArgument(status);
+  // The plugin says the change itself is wrong (KRANE_INVALID): it fails the same way every
+  // time. Or its apply never ended in time: tried again, it would time out (and cost a plugin
+  // host restart) again.
+  return absl::IsInvalidArgument(status) || isCallTimeout(status);
 }
 
 bool Dispatcher::supersededWhileRetrying(Lane& lane, const Work& work) {
@@ -359,6 +375,7 @@ bool Dispatcher::retry(Lane& lane, const Work& work, absl::Status status) {
   const auto& r = c.resource();
   Backoff backoff(options_.retry);
   int attempt = 1;
+  int permanent_failures = 0;  // the attempts that ended invalid or timed out
   {
     std::lock_guard lock(mutex_);
     ++stats_.retrying;
@@ -377,13 +394,17 @@ bool Dispatcher::retry(Lane& lane, const Work& work, absl::Status status) {
       ++stats_.retried;
     }
     const bool permanent = isPermanent(status);
+    if (permanent) ++permanent_failures;
     // A transient failure is logged at its first attempts, then every 10th, not every second.
     if (permanent || attempt <= 3 || attempt % 10 == 0) {
       spdlog::warn("agent: plugin={} type={} id={} version={} attempt={} failed{}: {}",
                    lane.plugin->name(), r.type(), r.id(), c.version(), attempt,
-                   permanent ? " (invalid)" : ", retrying", status.message());
+                   !permanent              ? ", retrying"
+                   : isCallTimeout(status) ? " (timed out)"
+                                           : " (invalid)",
+                   status.message());
     }
-    if (permanent && attempt >= options_.max_attempts) break;
+    if (permanent && permanent_failures >= options_.max_attempts) break;
     if (!permanent && supersededWhileRetrying(lane, work)) {
       // A newer change of the resource (or its full-sync state) is queued behind this one and
       // carries its whole state: it is applied instead (acknowledging this one loses nothing).
@@ -416,8 +437,8 @@ bool Dispatcher::retry(Lane& lane, const Work& work, absl::Status status) {
       return true;
     }
   }
-  // Invalid: park it, say so, and let everything else flow. A newer version of the resource (or
-  // the next full sync) tries again.
+  // Invalid, or never done in time: park it, say so, and let everything else flow. A newer version
+  // of the resource (or the next full sync) tries again.
   done_retrying();
   ledger_.park(r.type(), r.id(), c.version(), attempt, std::string(toStd(status.message())));
   report_(c, status, attempt);

@@ -14,7 +14,8 @@
 // - A change the plugin refuses as invalid (INVALID_ARGUMENT: a bad spec, KRANE_INVALID across
 //   the ABI) is tried `max_attempts` times, then parked: recorded in the ledger, reported as a
 //   failed apply, and acknowledged so that it does not hold back the watermark or other
-//   resources. A newer version of the resource, or the next full sync, tries again.
+//   resources. A newer version of the resource, or the next full sync, tries again. So is a
+//   change whose call the endpoint gave up on as too slow (callTimedOut) `max_attempts` times.
 // - A change of a type no plugin owns is an error, parked and reported, never skipped silently.
 // - After a full sync, each plugin is told which of its resources the sync contained, so it can
 //   delete what it manages and the sync did not mention.
@@ -40,6 +41,12 @@
 
 namespace krane::agent {
 
+// A call the endpoint gave up on: it did not end within the endpoint's time limit (it never
+// started, or its plugin host was restarted to end it). Parked after max_attempts like an
+// invalid change: one resource whose apply never finishes must not restart a host for ever.
+absl::Status callTimedOut(absl::Status status);
+bool isCallTimeout(const absl::Status& status);
+
 // A plugin as the dispatcher sees it: in process, or a host process over ZeroMQ. Calls for
 // different resources may come from several threads at once.
 class PluginEndpoint {
@@ -48,7 +55,8 @@ class PluginEndpoint {
   virtual std::string name() const = 0;
   virtual std::vector<std::string> resourceTypes() const = 0;
   // APPLY or DELETE; INVALID_ARGUMENT means the change itself is wrong (it is parked after
-  // max_attempts); any other error is retried until the change is applied.
+  // max_attempts), and so is callTimedOut(); any other error is retried until the change is
+  // applied.
   virtual absl::Status handle(const cluster::v1::Change& change) = 0;
   // Several changes of different resources at once (the dispatcher hands a worker a batch of
   // ready resources); one status each, in order. The default calls handle() for each; a host

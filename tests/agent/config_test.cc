@@ -26,6 +26,7 @@ plugins:
   - name: deployment
     path: /usr/lib/krane/libdeployment.so
     workers: 8
+    call_timeout_ms: 600000
     config:
       runtime: process
       ports: {from: 20000, to: 20999}
@@ -40,6 +41,9 @@ plugins:
   CHECK(c->leader.mode == "lockfile");
   REQUIRE(c->plugins.size() == 2u);
   CHECK(c->plugins[0].workers == 8u);
+  CHECK(c->plugins[0].call_timeout == std::chrono::minutes(10));
+  CHECK(c->plugins[1].call_timeout == std::chrono::minutes(2));
+  CHECK(c->plugins[1].cancel_grace == std::chrono::seconds(10));
   CHECK(c->plugins[0].isolation == "process");
   CHECK(c->plugins[0].config_json == R"({"ports":{"from":20000,"to":20999},"runtime":"process"})");
   CHECK(c->plugins[1].isolation == "in_process");
@@ -56,6 +60,9 @@ TEST_CASE("refuses bad input naming the key", "[agent-config]") {
              Catch::Contains("runtime: \"docker\" is not one of: process, kubernetes"));
   CHECK_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n    path: a.so\n    workers: 0\n"),
              Catch::Contains("plugins[0].workers: must be between 1 and 64, got 0"));
+  CHECK_THAT(
+      errorOf("region: eu-1\nplugins:\n  - name: a\n    path: a.so\n    call_timeout_ms: 5\n"),
+      Catch::Contains("plugins[0].call_timeout_ms: must be between 100 and 3600000, got 5"));
   CHECK_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n"),
              Catch::Contains("plugins[0].path: required"));
   CHECK_THAT(errorOf("region: eu-1\nplugins:\n  - name: a\n    path: x\n    colour: red\n"),

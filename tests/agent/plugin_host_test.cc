@@ -238,8 +238,7 @@ TEST_CASE("a garbage collection longer than the missed heartbeats keeps its host
   CHECK(logLines(log, "end sync").size() == 1u);
 }
 
-TEST_CASE("a call that outlives its deadline is retried only after the host finished it",
-          "[plugin-host]") {
+TEST_CASE("a call that answers after its deadline counts and nothing runs twice", "[plugin-host]") {
   const std::string dir = stateDir();
   const std::string log = dir + "/calls.log";
   // The first apply of each resource takes 800 ms; the agent gives up after 250 ms.
@@ -260,13 +259,56 @@ TEST_CASE("a call that outlives its deadline is retried only after the host fini
   dispatcher.drain();
   CHECK(watermark.watermark() == 2u);
   CHECK(ledger.parked().empty());
-  CHECK(dispatcher.stats().retried >= 2u);
+  INFO("the late OK is the apply's answer: an apply that always outlives call_timeout would");
+  INFO("otherwise be applied again and again, never counted");
+  CHECK(dispatcher.stats().retried == 0u);
+  CHECK(host->stats().cancelled == 2u);
   CHECK(host->stats().restarts == 0u);
   host->stop();
-  // Each resource ran twice (the late first call, then the retry), never both at once.
-  CHECK(logLines(log, "start bucket/a").size() == 2u);
-  CHECK(logLines(log, "start bucket/b").size() == 2u);
+  CHECK(logLines(log, "start bucket/a").size() == 1u);
+  CHECK(logLines(log, "start bucket/b").size() == 1u);
   CHECK(logLines(log, "overlap") == std::vector<std::string>{});
+}
+
+TEST_CASE("an apply that never ends in time is parked instead of restarting its host for ever",
+          "[plugin-host]") {
+  const std::string dir = stateDir();
+  HostOptions options = hostFor("slow", "apply_ms=5000\ntypes=bucket\n", dir);
+  options.call_timeout = std::chrono::milliseconds(100);
+  options.cancel_grace = std::chrono::milliseconds(100);
+  options.restart = {std::chrono::milliseconds(10), 2.0, std::chrono::milliseconds(50), 0.0};
+  auto host = std::make_shared<HostEndpoint>(options, StatusSink{});
+  REQUIRE_THAT(host->start(), IsOk());
+  MemoryLedger ledger;
+  WatermarkTracker watermark;
+  DispatcherOptions dispatcher_options;
+  dispatcher_options.max_attempts = 2;
+  dispatcher_options.retry = {std::chrono::milliseconds(10), 2.0, std::chrono::milliseconds(50),
+                              0.0};
+  std::mutex mutex;
+  std::vector<std::string> reported;
+  Dispatcher dispatcher(
+      {host}, ledger, watermark,
+      [&](const cluster::v1::Change&, const absl::Status& st, int attempts) {
+        std::lock_guard lock(mutex);
+        reported.push_back(strCat(absl::StatusCodeToString(st.code()), " after ", attempts, ": ",
+                                  toStd(st.message())));
+      },
+      dispatcher_options);
+  dispatcher.change(change("bucket", "a", 1), false);
+  REQUIRE(krane::testing::eventually([&] { return watermark.watermark() == 1u; },
+                                     std::chrono::seconds(10)));
+  REQUIRE(ledger.parked().size() == 1u);
+  {
+    std::lock_guard lock(mutex);
+    REQUIRE(reported.size() == 1u);
+    CHECK_THAT(reported[0], Catch::StartsWith("DEADLINE_EXCEEDED after "));
+    CHECK_THAT(reported[0], Catch::Contains("plugin slow did not answer within 100 ms"));
+  }
+  INFO("two calls timed out (max_attempts), each ended by a host restart");
+  CHECK(host->stats().cancelled == 2u);
+  dispatcher.stop(std::chrono::milliseconds(0), std::chrono::milliseconds(500));
+  host->stop();
 }
 
 TEST_CASE("changes of a call cancelled at its deadline that had not started never run",
@@ -283,8 +325,10 @@ TEST_CASE("changes of a call cancelled at its deadline that had not started neve
   const auto c = change("bucket", "c", 3);
   const auto results = host.handleBatch({&a, &b, &c});
   REQUIRE(results.size() == 3u);
-  for (const auto& result : results)
-    CHECK_THAT(result, IsError(absl::StatusCode::kDeadlineExceeded));
+  INFO("a ran to its end, late: its answer stands");
+  CHECK_THAT(results[0], IsOk());
+  CHECK_THAT(results[1], IsError(absl::StatusCode::kDeadlineExceeded));
+  CHECK_THAT(results[2], IsError(absl::StatusCode::kDeadlineExceeded));
   // Give a host that ignored the cancel the time to start the next one.
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   CHECK(host.stats().restarts == 0u);
