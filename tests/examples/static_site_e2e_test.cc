@@ -38,7 +38,8 @@ struct Status {
   std::string phase;
   std::string message;
   std::string apply_error;
-  uint64_t version = 0;
+  uint64_t version = 0;         // applied
+  uint64_t failed_version = 0;  // parked
 };
 
 class StaticSiteE2eTest {
@@ -134,14 +135,14 @@ class StaticSiteE2eTest {
     auto conn = cp_.pool()->acquire();
     if (!conn.ok()) return std::nullopt;
     auto rows = (*conn)->query(
-        "SELECT phase, message, apply_error, applied_version FROM resource_status"
+        "SELECT phase, message, apply_error, applied_version, failed_version FROM resource_status"
         " WHERE region_id = 'local-1' AND resource_type = ? AND resource_id = ?",
         {kType, id});
     if (!rows.ok() || rows->empty()) return std::nullopt;
     const auto& row = rows->rows[0];
     return Status{row.str("phase"), row.isNull("message") ? "" : row.str("message"),
                   row.isNull("apply_error") ? "" : row.str("apply_error"),
-                  row.u64("applied_version")};
+                  row.u64("applied_version"), row.u64("failed_version")};
   }
 
   // Waits until the site's status row is in `phase` at `version`.
@@ -222,11 +223,15 @@ TEST_CASE_METHOD(StaticSiteE2eTest,
   auto other = put("blog", R"({"files": {"index.html": "fine"}})");
   REQUIRE_THAT(other, IsOk());
 
-  // The agent reports the parked change as failed, at the version that failed (so the report
-  // is not taken for one older than the ready status it replaces).
+  // The agent reports the parked change as failed, at the version that failed; the applied
+  // version stays the one that still runs.
   INFO(agentLog("agent.log"));
-  REQUIRE(statusReaches("docs", "failed", *bad));
+  REQUIRE(eventually([&] {
+    auto s = status("docs");
+    return s && s->phase == "failed" && s->failed_version == *bad;
+  }));
   const Status failed = *status("docs");
+  CHECK(failed.version == *good);
   CHECK_THAT(
       failed.message,
       Catch::Contains("INVALID_ARGUMENT: spec.files[\"../../etc/passwd\"]: empty, '.' and '..' "
