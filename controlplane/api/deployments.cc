@@ -12,6 +12,7 @@
 #include "controlplane/services/dedup/dedup.h"
 #include "controlplane/services/deploy/deploy.h"
 #include "controlplane/services/routing/routing.h"
+#include "controlplane/workflow/operations.h"
 #include "controlplane/workflow/typed.h"
 #include "spdlog/spdlog.h"
 
@@ -318,19 +319,37 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
                                                      const v1::DeploymentRef* request,
                                                      v1::Deployment* response) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
-  auto d = deploymentById(*pool_, request->id());
-  if (!d.ok()) return toGrpc(d.status());
-  const std::string& status = d->status();
-  if (finished(status)) {
-    return toGrpc(absl::FailedPreconditionError(strCat("deployment ", singleQuoted(d->id()),
-                                                       " already finished (", status,
-                                                       "): nothing to cancel")));
-  }
-  if (d->invocation_id().empty()) {
-    return toGrpc(absl::FailedPreconditionError(
-        strCat("deployment ", singleQuoted(d->id()), " has no deploy workflow to cancel")));
-  }
-  if (auto st = engine_.cancel(d->invocation_id()); !st.ok()) return toGrpc(st);
+  if (auto st = checkText("id", request->id(), 64, true); !st.ok()) return toGrpc(st);
+  // The status is read under the row lock that every step of the deploy takes to move on, and
+  // the cancel is requested in the same transaction: a deploy that went on to move routes (or
+  // went live) is never cancelled, which would remove what now serves traffic.
+  absl::Status cancelled =
+      pool_->transact("cancel deployment", [&](db::Connection& conn) -> absl::Status {
+        KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT status, invocation_id FROM"
+                                                     " deployments WHERE id = ? FOR UPDATE",
+                                                     {request->id()}));
+        const std::string id = singleQuoted(request->id());
+        if (rows.empty()) return absl::NotFoundError(strCat("deployment ", id, " not found"));
+        const std::string status = rows.rows[0].str("status");
+        if (finished(status)) {
+          return absl::FailedPreconditionError(
+              strCat("deployment ", id, " already finished (", status, "): nothing to cancel"));
+        }
+        if (status == "network" || status == "finalizing") {
+          return absl::FailedPreconditionError(
+              strCat("deployment ", id, " is ", status,
+                     ": its routes are moving to it, too late to cancel; once it is ready,"
+                     " roll back instead (kranectl rollback)"));
+        }
+        const auto invocation = rows.rows[0].optStr("invocation_id");
+        if (!invocation) {
+          return absl::FailedPreconditionError(
+              strCat("deployment ", id, " has no deploy workflow to cancel"));
+        }
+        return workflow::cancelInvocationIn(conn, *invocation);
+      });
+  if (!cancelled.ok()) return toGrpc(cancelled);
+  engine_.notify();
   auto loaded = deploymentById(*pool_, request->id());
   if (!loaded.ok()) return toGrpc(loaded.status());
   *response = *std::move(loaded);

@@ -207,35 +207,38 @@ absl::Status requestCancel(db::Connection& conn, const std::string& id, std::str
 }  // namespace
 
 absl::Status cancelInvocation(db::Pool& pool, const std::string& id) {
-  return pool.transact("workflow cancel", [&](db::Connection& conn) -> absl::Status {
-    KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
-    const int64_t now = unixMillis();
-    if (isFinal(status)) {
-      return absl::FailedPreconditionError(
-          strCat("invocation ", quote(id, 64, '\''), " already finished (", status, ")"));
+  return pool.transact("workflow cancel",
+                       [&](db::Connection& conn) { return cancelInvocationIn(conn, id); });
+}
+
+absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id) {
+  KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
+  const int64_t now = unixMillis();
+  if (isFinal(status)) {
+    return absl::FailedPreconditionError(
+        strCat("invocation ", quote(id, 64, '\''), " already finished (", status, ")"));
+  }
+  KRANE_RETURN_IF_ERROR(requestCancel(conn, id, status, now));
+  // The cancel goes down the call tree: every unfinished invocation this one called (not the
+  // ones it sent, which live on their own), and the ones they called, level by level.
+  std::vector<std::string> level{id};
+  while (!level.empty()) {
+    std::string in = "?";
+    for (size_t i = 1; i < level.size(); ++i) in += ",?";
+    KRANE_ASSIGN_OR_RETURN(
+        auto children,
+        conn.query(strCat("SELECT id, status FROM workflow_invocations WHERE parent_id IN (", in,
+                          ") AND completion_promise IS NOT NULL AND cancel_requested = FALSE"
+                          " AND status NOT IN ('succeeded', 'failed', 'cancelled', 'killed')"
+                          " FOR UPDATE"),
+                   db::Params(level.begin(), level.end())));
+    level.clear();
+    for (const db::Row& child : children.rows) {
+      KRANE_RETURN_IF_ERROR(requestCancel(conn, child.str("id"), child.str("status"), now));
+      level.push_back(child.str("id"));
     }
-    KRANE_RETURN_IF_ERROR(requestCancel(conn, id, status, now));
-    // The cancel goes down the call tree: every unfinished invocation this one called (not the
-    // ones it sent, which live on their own), and the ones they called, level by level.
-    std::vector<std::string> level{id};
-    while (!level.empty()) {
-      std::string in = "?";
-      for (size_t i = 1; i < level.size(); ++i) in += ",?";
-      KRANE_ASSIGN_OR_RETURN(
-          auto children,
-          conn.query(strCat("SELECT id, status FROM workflow_invocations WHERE parent_id IN (", in,
-                            ") AND completion_promise IS NOT NULL AND cancel_requested = FALSE"
-                            " AND status NOT IN ('succeeded', 'failed', 'cancelled', 'killed')"
-                            " FOR UPDATE"),
-                     db::Params(level.begin(), level.end())));
-      level.clear();
-      for (const db::Row& child : children.rows) {
-        KRANE_RETURN_IF_ERROR(requestCancel(conn, child.str("id"), child.str("status"), now));
-        level.push_back(child.str("id"));
-      }
-    }
-    return absl::OkStatus();
-  });
+  }
+  return absl::OkStatus();
 }
 
 absl::Status killInvocation(db::Pool& pool, const std::string& id) {

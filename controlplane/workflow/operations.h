@@ -84,6 +84,10 @@ std::string redactSecrets(const std::string& payload);
 // CANCELLED at its next suspension point (await, select, sleep, run) and its compensations run.
 // FAILED_PRECONDITION for a finished invocation.
 absl::Status cancelInvocation(db::Pool& pool, const std::string& id);
+// The same in the caller's transaction: a caller that decides from rows of its own whether the
+// cancel may happen locks them and cancels in one transaction. Engine::notify() after the commit
+// starts a cancelled queued invocation's compensations at once.
+absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id);
 // Ends an invocation at once, without compensations; its worker is fenced out.
 absl::Status killInvocation(db::Pool& pool, const std::string& id);
 // Restarts a paused invocation with a fresh count of attempts.

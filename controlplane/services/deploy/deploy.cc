@@ -13,6 +13,7 @@
 #include "controlplane/services/deployment/deployment.h"
 #include "controlplane/services/routing/routing.h"
 #include "controlplane/workflow/typed.h"
+#include "spdlog/spdlog.h"
 
 namespace krane::services::deploy {
 namespace {
@@ -211,6 +212,18 @@ absl::Status removeTopology(Context& ctx, feed::Writer& writer, const std::strin
   std::vector<feed::WriteResult> written;
   auto done =
       ctx.runTx("remove topology", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+        // A deployment that serves traffic keeps its instances whatever cancelled its deploy
+        // (a cancel that raced its swap to live, or one sent to the workflow directly): removing
+        // them would take down what the routes point at.
+        KRANE_ASSIGN_OR_RETURN(
+            auto serving,
+            conn.query("SELECT 1 FROM apps WHERE current_deployment_id = ? UNION ALL"
+                       " SELECT 1 FROM frontline_routes WHERE deployment_id = ? LIMIT 1",
+                       {deployment_id, deployment_id}));
+        if (!serving.empty()) {
+          spdlog::warn("deploy: deployment {} serves traffic; its topology stays", deployment_id);
+          return std::string("serving");
+        }
         KRANE_ASSIGN_OR_RETURN(
             written, writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
               for (const std::string& region : regions) {

@@ -275,6 +275,23 @@ TEST_CASE_METHOD(DeploymentsApiTest, "deploy promote rollback and cancel through
   REQUIRE_THAT(create(request("sha3"), &third), IsOk());
   REQUIRE(eventually([&] { return get(third.id()).status() == "deploying"; }));
   ref.set_id(third.id());
+  INFO("once its routes move to it, a deployment is rolled back, not cancelled");
+  for (const char* moving : {"network", "finalizing"}) {
+    REQUIRE_THAT((*cp_.pool()->acquire())
+                     ->exec("UPDATE deployments SET status = ? WHERE id = ?", {moving, third.id()}),
+                 IsOk());
+    auto late =
+        stub_->CancelDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &out);
+    CHECK(late.error_code() == grpc::FAILED_PRECONDITION);
+    CHECK_THAT(late.error_message(), Catch::Contains("too late to cancel"));
+  }
+  REQUIRE_THAT((*cp_.pool()->acquire())
+                   ->exec("UPDATE deployments SET status = 'deploying' WHERE id = ?", {third.id()}),
+               IsOk());
+  ref.set_id("dep_nope");
+  CHECK(stub_->CancelDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &out)
+            .error_code() == grpc::NOT_FOUND);
+  ref.set_id(third.id());
   REQUIRE_THAT(
       stub_->CancelDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &out),
       IsOk());

@@ -378,6 +378,21 @@ TEST_CASE_METHOD(DeployTest, "cancel while waiting for readiness undoes the depl
   REQUIRE(eventually([&] { return slotsEmpty(e); }));
 }
 
+// A cancel sent to the workflow after its deployment went live (it raced the swap, or came
+// straight to the invocation): the compensations must not remove what now serves traffic.
+TEST_CASE_METHOD(DeployTest, "a cancel does not remove a deployment that serves traffic",
+                 "[deploy]") {
+  Engine& e = start();
+  deployment("d1", 100);
+  auto id = send(e, "d1", prebuilt());
+  REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
+  CHECK(topologyRows("d1") == 2);
+  exec("UPDATE apps SET current_deployment_id = 'd1' WHERE id = 'app'");  // as the swap does
+  REQUIRE_THAT(e.cancel(*id), IsOk());
+  CHECK_THAT(e.awaitResult(*id, 30s), IsError(absl::StatusCode::kCancelled));
+  CHECK(topologyRows("d1") == 2);
+}
+
 // Three quick pushes to one branch with one build slot: the one building is committed and
 // finishes, the one still queued when the third arrives is superseded, the newest builds next.
 TEST_CASE_METHOD(DeployTest, "three quick deploys on one branch", "[deploy]") {
