@@ -274,6 +274,11 @@ TEST_CASE_METHOD(DeploymentsApiTest, "deploy promote rollback and cancel through
   v1::Deployment third;
   REQUIRE_THAT(create(request("sha3"), &third), IsOk());
   REQUIRE(eventually([&] { return get(third.id()).status() == "deploying"; }));
+  // Waiting for its instances, the deploy touches no status: the test may play its later ones.
+  REQUIRE(eventually([&] {
+    const auto steps = get(third.id()).steps();
+    return !steps.empty() && steps.rbegin()->step() == "waiting";
+  }));
   ref.set_id(third.id());
   INFO("once its routes move to it, a deployment is rolled back, not cancelled");
   for (const char* moving : {"network", "finalizing"}) {
