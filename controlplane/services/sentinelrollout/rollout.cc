@@ -68,18 +68,16 @@ std::string waveLabel(const SentinelRollout& r, uint32_t wave) {
                 " sentinels)");
 }
 
-// Sentinels of the rollout that reached the new image: those of the waves that ran and the
-// started part of the current one, but the failed.
-std::vector<std::string> succeeded(const SentinelRollout& r) {
-  const std::set<std::string> failed(r.failed_ids().begin(), r.failed_ids().end());
+// Sentinels of the rollout given the new image: those of the waves that ran and the started part
+// of the current one. The failed ones too: a Deploy commits the image before it waits, and one
+// that failed its wait runs (or tries to run) the new image as much as the others.
+std::vector<std::string> started(const SentinelRollout& r) {
   std::vector<std::string> out;
   for (uint32_t w = 0; w < static_cast<uint32_t>(r.waves_size()) && w <= r.current_wave(); ++w) {
     const auto& ids = r.waves(w).sentinel_ids();
     const int started =
         w < r.current_wave() ? ids.size() : std::min<int>(ids.size(), r.wave_started());
-    for (int i = 0; i < started; ++i) {
-      if (!failed.count(ids[i])) out.push_back(ids[i]);
-    }
+    out.insert(out.end(), ids.begin(), ids.begin() + started);
   }
   return out;
 }
@@ -396,7 +394,7 @@ absl::StatusOr<RolloutResponse> rollbackAll(Context& ctx, const RolloutOptions& 
       r.state() != RS::ROLLOUT_STATE_ROLLING_BACK) {
     return wrongState(r, "rollback", "paused or cancelled");
   }
-  const std::vector<std::string> ids = succeeded(r);
+  const std::vector<std::string> ids = started(r);
   std::map<std::string, std::string> previous;
   for (const auto& group : r.previous_images()) {
     for (const auto& id : group.sentinel_ids()) previous[id] = group.image();
