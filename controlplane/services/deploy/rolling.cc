@@ -281,6 +281,30 @@ absl::Status routeRolling(Context& ctx, feed::Writer& writer, const std::string&
   return done.status();
 }
 
+// The live deployment back to the environment's replicas in every region, if it is still live:
+// a roll that stopped (a cancel, an error after it) leaves no region scaled down.
+absl::Status restoreLive(Context& ctx, feed::Writer& writer, const std::string& live,
+                         const std::vector<std::pair<std::string, uint32_t>>& replicas) {
+  std::vector<feed::WriteResult> written;
+  auto done = ctx.runTx(
+      "rolling: restore the live deployment",
+      [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+        KRANE_ASSIGN_OR_RETURN(
+            auto current, conn.query("SELECT 1 FROM apps WHERE current_deployment_id = ?", {live}));
+        if (current.empty()) return std::string("no longer live");
+        const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
+        KRANE_ASSIGN_OR_RETURN(written, writer.transactIn(conn, [&](feed::WriteTx& tx) {
+          for (const auto& [region, n] : replicas) {
+            KRANE_RETURN_IF_ERROR(setReplicas(tx, table, live, region, n));
+          }
+          return absl::OkStatus();
+        }));
+        return std::string();
+      });
+  writer.committed(written);
+  return done.status();
+}
+
 absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const DeploymentInfo& info,
                      const std::string& id, const std::function<absl::Status()>& rolling_back) {
   // The sentinels route to the new deployment's ready instances too, until the swap (which
@@ -291,6 +315,14 @@ absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const Deploym
                  [writer = deps.writer, env = info.environment_id(), id](Context& ctx) {
                    return routeRolling(ctx, *writer, env, "", id,
                                        "rolling: stop routing to the new deployment");
+                 });
+  // Runs before the one above (newest first): the live deployment gets its replicas back
+  // before the new one stops taking traffic and is removed.
+  std::vector<std::pair<std::string, uint32_t>> full;
+  for (const auto& r : info.regions()) full.emplace_back(r.region_id(), r.replicas());
+  ctx.compensate("rolling: restore the live deployment",
+                 [writer = deps.writer, live = info.live_deployment_id(), full](Context& ctx) {
+                   return restoreLive(ctx, *writer, live, full);
                  });
   auto started = ctx.run("rolling starts",
                          [] { return absl::StatusOr<std::string>(std::to_string(unixMillis())); });

@@ -137,6 +137,31 @@ TEST_CASE_METHOD(RollingDeployTest,
 }
 
 TEST_CASE_METHOD(RollingDeployTest,
+                 "a roll cancelled midway gives the live deployment back its replicas",
+                 "[deploy][rolling]") {
+  exec("UPDATE environments SET max_unavailable = 1 WHERE id = 'prod'");
+  deployment("d1", 100);
+  REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
+  agents_->pending("d2");  // the roll drains one old instance, then waits for the new ones
+  deployment("d2", 200);
+  DeployRequest r;
+  r.mutable_build()->set_image("registry.example.com/app:v2");
+  r.mutable_spec()->set_port(8080);
+  r.mutable_spec()->set_cpu_millicores(100);
+  r.mutable_spec()->set_memory_mib(64);
+  auto sent = engine_->send(invocation(kServiceName, "Deploy", "d2", r, "d2"));
+  REQUIRE_THAT(sent, IsOk());
+  REQUIRE(eventually([&] { return replicas("d1", "eu-1") < 3; }, 60s));
+  REQUIRE_THAT(engine_->cancel(*sent), IsOk());
+  CHECK_THAT(engine_->awaitResult(*sent, 60s), IsError(absl::StatusCode::kCancelled));
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(replicas("d1", region) == 3);
+  }
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1'") == 1);
+}
+
+TEST_CASE_METHOD(RollingDeployTest,
                  "new instances that keep failing roll back without dropping below capacity",
                  "[deploy][rolling]") {
   deployment("d1", 100);
