@@ -157,6 +157,35 @@ namespace {
 
 // The swap itself, in the caller's transaction. The sentinels' changes it writes (when the
 // service has a writer) go to `written`, for Writer::committed once the step committed.
+// A deployment a rolling deploy drained to 0 replicas (it stays `ready`) that goes live again by
+// a promote or rollback: its regions get the environment's replicas back in the swap's commit.
+// Without it the routes would move to a deployment that runs nothing.
+absl::StatusOr<std::vector<feed::WriteResult>> restoreDrained(feed::Writer& writer,
+                                                              db::Connection& conn,
+                                                              const std::string& environment_id,
+                                                              const std::string& deployment_id) {
+  const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
+  return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
+    KRANE_ASSIGN_OR_RETURN(auto regions,
+                           tx.connection().query("SELECT region_id, replicas FROM"
+                                                 " environment_regions WHERE environment_id = ?"
+                                                 " ORDER BY region_id",
+                                                 {environment_id}));
+    for (const db::Row& r : regions.rows) {
+      const feed::ResourceKey key{std::string(feed::kDeploymentTopology), deployment_id,
+                                  r.str("region_id")};
+      KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
+      if (!stored || stored->deleted) continue;
+      const auto wanted = static_cast<uint32_t>(r.i64("replicas"));
+      if (stored->resource.deployment_topology().replicas() != 0 || wanted == 0) continue;
+      feed::Resource next = stored->resource;
+      next.mutable_deployment_topology()->set_replicas(wanted);
+      KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));
+    }
+    return absl::OkStatus();
+  });
+}
+
 absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const RoutingOptions& options,
                                       const std::string& environment_id, const Deployment& to,
                                       SwapReason reason, std::vector<feed::WriteResult>* written) {
@@ -196,6 +225,11 @@ absl::StatusOr<SwapLiveResponse> swap(db::Connection& conn, const RoutingOptions
   if (options.writer != nullptr) {
     KRANE_ASSIGN_OR_RETURN(*written,
                            setSentinelsLive(*options.writer, conn, environment_id, to.id));
+    if (reason != services::v1::SWAP_REASON_DEPLOY) {
+      KRANE_ASSIGN_OR_RETURN(auto restored,
+                             restoreDrained(*options.writer, conn, environment_id, to.id));
+      written->insert(written->end(), restored.begin(), restored.end());
+    }
   }
   out.set_swapped(true);
   out.set_live_deployment_id(to.id);

@@ -161,6 +161,24 @@ TEST_CASE_METHOD(RollingDeployTest,
   CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1'") == 1);
 }
 
+TEST_CASE_METHOD(RollingDeployTest, "a rollback to a deployment a roll drained runs it again",
+                 "[deploy][rolling]") {
+  deployment("d1", 100);
+  REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
+  deployment("d2", 200);
+  REQUIRE_THAT(deploy("d2", "registry.example.com/app:v2"), IsOk());
+  REQUIRE(replicas("d1", "eu-1") == 0);  // drained by the roll, and still ready
+  auto rolled = resultAs<routing::SwapLiveResponse>(engine_->call(
+      invocation(routing::kServiceName, "Rollback", "prod", routing::RollbackRequest()), 30s));
+  REQUIRE_THAT(rolled, IsOk());
+  CHECK(rolled->live_deployment_id() == "d1");
+  INFO("live again, it runs the environment's replicas, not the 0 the roll left");
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(replicas("d1", region) == 3);
+  }
+}
+
 TEST_CASE_METHOD(RollingDeployTest,
                  "new instances that keep failing roll back without dropping below capacity",
                  "[deploy][rolling]") {
