@@ -245,6 +245,11 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
   const uint32_t timeout = r.has_deploy_timeout_seconds() ? r.deploy_timeout_seconds() : 1800;
   if (timeout > 24 * 3600) return toGrpc(invalid("deploy_timeout_seconds: at most 86400"));
   if (r.min_ready_seconds() > 3600) return toGrpc(invalid("min_ready_seconds: at most 3600"));
+  if (strategy == "rolling" && r.min_ready_seconds() >= timeout) {
+    // A new instance counts as available only after min_ready_seconds: no roll could complete.
+    return toGrpc(invalid(strCat("min_ready_seconds: must be below deploy_timeout_seconds (",
+                                 timeout, "), or every rolling deploy rolls back")));
+  }
   const db::Value surge_percent =
       spec.max_surge.percent ? db::Value(spec.max_surge.value) : db::Value();
   const db::Value unavailable_percent =
@@ -274,6 +279,24 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
                   .status(),
               strCat("environment id ", singleQuoted(*id), " or slug ", singleQuoted(r.slug()),
                      " of app ", singleQuoted(r.app_id()))));
+    if (r.kind() == "production") {
+      // An app has one live deployment (apps.current_deployment_id): one production environment.
+      // Checked after the insert (a repeated request is told its id is taken) and under the
+      // app's row lock, which concurrent creates and swaps take too.
+      KRANE_RETURN_IF_ERROR(
+          conn.query("SELECT id FROM apps WHERE id = ? FOR UPDATE", {r.app_id()}).status());
+      KRANE_ASSIGN_OR_RETURN(auto production,
+                             conn.query("SELECT id FROM environments WHERE app_id = ? AND"
+                                        " kind = 'production' AND id <> ? AND deleted_at IS NULL"
+                                        " LIMIT 1",
+                                        {r.app_id(), *id}));
+      if (!production.empty()) {
+        return absl::FailedPreconditionError(strCat(
+            "kind: app ", singleQuoted(r.app_id()), " already has a production environment (",
+            singleQuoted(production.rows[0].str("id")),
+            "): an app has one live deployment; make this one a preview"));
+      }
+    }
     for (const auto& region : r.regions()) {
       KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO environment_regions (environment_id,"
                                       " region_id, replicas, created_at) VALUES (?,?,?,?)",

@@ -95,8 +95,22 @@ TEST_CASE_METHOD(TenancyApiTest, "what a deployment needs is created through the
   REQUIRE_THAT(deployments->CreateDeployment(ctx().get(), dr, &d), IsOk());
   CHECK(d.status() == "pending");
 
-  INFO("a rolling environment with percentages");
-  auto rolling = production("shop");
+  INFO("one production environment per app: it has one live deployment");
+  auto second = production("shop");
+  second.set_slug("prod-2");
+  v1::Environment refused;
+  auto twice = stub_->CreateEnvironment(ctx().get(), second, &refused);
+  CHECK(twice.error_code() == grpc::FAILED_PRECONDITION);
+  CHECK_THAT(twice.error_message(),
+             Catch::StartsWith("kind: app 'shop' already has a production environment"));
+  second.set_kind("preview");
+  REQUIRE_THAT(stub_->CreateEnvironment(ctx().get(), second, &refused), IsOk());
+
+  INFO("a rolling environment with percentages, of another app");
+  ar.set_name("Shop canary");
+  ar.set_id("shop-canary");
+  REQUIRE_THAT(stub_->CreateApp(ctx().get(), ar, &app), IsOk());
+  auto rolling = production("shop-canary");
   rolling.set_slug("canary");
   rolling.set_strategy("rolling");
   rolling.set_max_surge_percent(25);
@@ -196,6 +210,12 @@ TEST_CASE_METHOD(TenancyApiTest, "bad tenancy requests are refused naming the fi
   r = production("shop");
   r.set_min_ready_seconds(4000);
   CHECK(refused(r).second == "min_ready_seconds: at most 3600");
+  r = production("shop");
+  r.set_strategy("rolling");
+  r.set_deploy_timeout_seconds(60);
+  r.set_min_ready_seconds(60);
+  CHECK_THAT(refused(r).second,
+             Catch::StartsWith("min_ready_seconds: must be below deploy_timeout_seconds (60)"));
   r = production("shop");
   r.set_deploy_timeout_seconds(0);
   CHECK_THAT(refused(r).second, Catch::StartsWith("deploy_timeout_seconds: must be at least 1"));
