@@ -1,5 +1,7 @@
 #include "controlplane/api/deployments.h"
 
+#include <algorithm>
+#include <cctype>
 #include <thread>
 
 #include "common/clock.h"
@@ -162,6 +164,19 @@ grpc::Status DeploymentServiceImpl::CreateDeployment(grpc::ServerContext* contex
            {"git_branch", &req.git_branch(), 255, false},
            {"git_commit_sha", &req.git_commit_sha(), 64, false}}) {
     if (auto st = checkText(field, *value, max, required); !st.ok()) return toGrpc(st);
+  }
+  // It tags the image a build command makes: what an image tag allows.
+  const std::string& sha = req.git_commit_sha();
+  const bool tag_char_ok = std::all_of(sha.begin(), sha.end(),
+                                       [](char c) {
+                                         return std::isalnum(static_cast<unsigned char>(c)) ||
+                                                c == '_' || c == '.' || c == '-';
+                                       }) &&
+                           (sha.empty() || (sha[0] != '.' && sha[0] != '-'));
+  if (!tag_char_ok) {
+    return toGrpc(
+        invalid(strCat("git_commit_sha: ", singleQuoted(sha),
+                       " is not a commit (letters, digits, '_', '.' and '-', not first)")));
   }
   auto build = buildOf(req);
   if (!build.ok()) return toGrpc(invalid(std::string(toStd(build.status().message()))));

@@ -324,16 +324,24 @@ absl::Status rollOut(Context& ctx, const DeployDependencies& deps, const Deploym
                  [writer = deps.writer, live = info.live_deployment_id(), full](Context& ctx) {
                    return restoreLive(ctx, *writer, live, full);
                  });
-  auto started = ctx.run("rolling starts",
-                         [] { return absl::StatusOr<std::string>(std::to_string(unixMillis())); });
-  if (!started.ok()) return started.status();
-  const int64_t deadline =
-      std::stoll(*started) + std::max<int64_t>(1, info.deploy_timeout_seconds()) * 1000;
   uint32_t desired = 0;
   for (const auto& r : info.regions()) desired += r.replicas();
-  KRANE_ASSIGN_OR_RETURN(std::string stopped,
-                         move(ctx, deps, info, id, info.live_deployment_id(), "rolling", id, {},
-                              deadline, deps.rolling_give_up_per_replica * desired));
+  // The start time and the give-up cap, journaled: a replica that replays the roll with another
+  // deploy.rolling_give_up_per_replica must take the decisions the journal recorded.
+  auto started = ctx.run("rolling starts", [&] {
+    return absl::StatusOr<std::string>(
+        strCat(unixMillis(), " ", deps.rolling_give_up_per_replica * desired));
+  });
+  if (!started.ok()) return started.status();
+  const size_t space = started->find(' ');
+  const int64_t deadline = std::stoll(started->substr(0, space)) +
+                           std::max<int64_t>(1, info.deploy_timeout_seconds()) * 1000;
+  // (A roll journaled before the cap was recorded has the start time alone.)
+  const uint32_t give_up = space == std::string::npos
+                               ? deps.rolling_give_up_per_replica * desired
+                               : static_cast<uint32_t>(std::stoul(started->substr(space + 1)));
+  KRANE_ASSIGN_OR_RETURN(std::string stopped, move(ctx, deps, info, id, info.live_deployment_id(),
+                                                   "rolling", id, {}, deadline, give_up));
   if (stopped.empty()) return absl::OkStatus();
 
   // Roll back: the old deployment up again first (within the surge), the new one drained, never

@@ -131,6 +131,10 @@ TEST_CASE_METHOD(DeploymentsApiTest, "bad deployments are refused naming the fie
   CHECK_THAT(refused(r).second, Catch::StartsWith("spec: deployment_topology.port"));
   r = request(std::string(65, 'f'));
   CHECK_THAT(refused(r).second, Catch::StartsWith("git_commit_sha: at most 64 bytes"));
+  r = request("abc def");
+  CHECK_THAT(refused(r).second, Catch::StartsWith("git_commit_sha: 'abc def' is not a commit"));
+  r = request("-abc");
+  CHECK_THAT(refused(r).second, Catch::StartsWith("git_commit_sha: '-abc' is not a commit"));
   auto st = stub_->CreateDeployment(TestControlPlane::withToken("not-a-token").get(),
                                     request("abc"), &out);
   CHECK(st.error_code() == grpc::UNAUTHENTICATED);
