@@ -1,6 +1,7 @@
 #include "controlplane/services/sentinelrollout/rollout.h"
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -516,7 +517,12 @@ workflow::ServiceDefinition sentinelRolloutService(std::shared_ptr<db::Pool> poo
       .exclusive("RollbackAll", typed<Op, RolloutResponse>([options](Context& ctx, const Op& req) {
                    return rollbackAll(ctx, options, req);
                  }))
-      .shared("Get", typed<Op, RolloutResponse>(get));
+      .shared("Get", typed<Op, RolloutResponse>(get))
+      // A step that gave up would leave the rollout in progress with nothing to move it on
+      // (Resume takes a paused one, a new Rollout is refused): a database outage is waited out,
+      // retried every minute at most, for as long as it lasts.
+      .retry(workflow::RetryPolicy{std::chrono::seconds(1), 2.0, std::chrono::seconds(60),
+                                   std::numeric_limits<int>::max(), workflow::OnExhausted::kPause});
 }
 
 }  // namespace krane::services::sentinelrollout

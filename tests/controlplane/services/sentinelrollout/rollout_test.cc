@@ -8,6 +8,8 @@
 
 #include <httplib.h>
 
+#include <limits>
+
 #include <catch2/catch.hpp>
 
 #include "common/strings.h"
@@ -101,6 +103,14 @@ TEST_CASE("waves split by cumulative percentage", "[rollout]") {
     CHECK(flat == some);
   }
   CHECK(computeWaves({"a", "b", "c"}, {1, 5, 25, 50, 100}).size() == 3u);
+}
+
+TEST_CASE("a rollout step outlasts a database outage instead of giving up", "[rollout]") {
+  // Given up, a step would leave the rollout in progress with nothing to move it on.
+  const auto policy = sentinelRolloutService(nullptr, RolloutOptions()).retryPolicy();
+  CHECK(policy.max_attempts == std::numeric_limits<int>::max());
+  CHECK(policy.max_interval == std::chrono::seconds(60));
+  CHECK(policy.on_exhausted == workflow::OnExhausted::kPause);
 }
 
 TEST_CASE_METHOD(RolloutTest, "a rollout of 100 sentinels runs the default waves to completion",
