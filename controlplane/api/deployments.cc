@@ -361,6 +361,27 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
           return absl::FailedPreconditionError(
               strCat("deployment ", id, " has no deploy workflow to cancel"));
         }
+        KRANE_ASSIGN_OR_RETURN(auto workflow,
+                               conn.query("SELECT status FROM workflow_invocations WHERE id = ?"
+                                          " FOR UPDATE",
+                                          {*invocation}));
+        const std::string ended = workflow.empty() ? "gone" : workflow.rows[0].str("status");
+        if (ended == "gone" || ended == "succeeded" || ended == "failed" || ended == "cancelled" ||
+            ended == "killed") {
+          // Its workflow ended without finishing it (killed: no compensations ran): nothing else
+          // ever will. The cancel finishes the deployment itself.
+          const int64_t now = unixMillis();
+          const std::string why =
+              strCat("cancelled: its deploy workflow ", *invocation, " had ended (", ended, ")");
+          KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?, error = ?"
+                                          " WHERE deployment_id = ? AND ended_at IS NULL",
+                                          {now, why, request->id()})
+                                    .status());
+          return conn
+              .exec("UPDATE deployments SET status = 'cancelled', updated_at = ? WHERE id = ?",
+                    {now, request->id()})
+              .status();
+        }
         return workflow::cancelInvocationIn(conn, *invocation);
       });
   if (!cancelled.ok()) return toGrpc(cancelled);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/workflow/typed.h"
@@ -81,6 +82,55 @@ bool removeWaiter(google::protobuf::RepeatedPtrField<SlotWaiter>& list,
   return true;
 }
 
+// Holders and waiters whose deploy workflow ended without releasing (killed: a kill runs no
+// compensations) are dropped, so that a workspace does not lose a slot to each of them for good.
+// One journaled query over the deployments the state names; true when it dropped any.
+absl::StatusOr<bool> dropEnded(Context& ctx, db::Pool& pool, BuildSlots& s) {
+  std::vector<std::string> named(s.active().begin(), s.active().end());
+  for (const auto* list : {&s.production(), &s.preview()}) {
+    for (const SlotWaiter& w : *list) named.push_back(w.deployment_id());
+  }
+  if (named.empty()) return false;
+  auto ended = ctx.run("ended holders", [&]() -> absl::StatusOr<std::string> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
+    std::string in = "?";
+    for (size_t i = 1; i < named.size(); ++i) in += ",?";
+    KRANE_ASSIGN_OR_RETURN(
+        auto rows,
+        conn->query(strCat("SELECT d.id FROM deployments d JOIN workflow_invocations i ON"
+                           " i.id = d.invocation_id WHERE d.id IN (",
+                           in,
+                           ") AND i.status IN ('succeeded', 'failed', 'cancelled', 'killed')"
+                           " ORDER BY d.id"),
+                    db::Params(named.begin(), named.end())));
+    std::string out;
+    for (const db::Row& r : rows.rows) strAppend(&out, out.empty() ? "" : ",", r.str("id"));
+    return out;
+  });
+  if (!ended.ok()) return ended.status();
+  if (ended->empty()) return false;
+  const std::vector<std::string> ids = absl::StrSplit(*ended, ',');
+  for (const std::string& id : ids) {
+    auto& active = *s.mutable_active();
+    active.erase(std::remove(active.begin(), active.end(), id), active.end());
+    removeWaiter(*s.mutable_production(), id);
+    removeWaiter(*s.mutable_preview(), id);
+  }
+  return true;
+}
+
+// Gives free slots to the waiters, production first.
+void promote(Context& ctx, BuildSlots& s, int limit, ReleaseSlotResponse* out) {
+  while (s.active_size() < limit && (s.production_size() > 0 || s.preview_size() > 0)) {
+    auto& list = s.production_size() > 0 ? *s.mutable_production() : *s.mutable_preview();
+    SlotWaiter next = list.Get(0);
+    list.erase(list.begin());
+    s.add_active(next.deployment_id());
+    ctx.resolveAwakeable(next.awakeable_id(), "");
+    if (out != nullptr) out->add_promoted(next.deployment_id());
+  }
+}
+
 absl::StatusOr<AcquireSlotResponse> acquireOrWait(Context& ctx, db::Pool& pool,
                                                   const AcquireSlotRequest& req) {
   KRANE_RETURN_IF_ERROR(required(req.deployment_id(), "deployment_id"));
@@ -102,6 +152,11 @@ absl::StatusOr<AcquireSlotResponse> acquireOrWait(Context& ctx, db::Pool& pool,
     }
   }
   KRANE_ASSIGN_OR_RETURN(int limit, maxConcurrentBuilds(ctx, pool));
+  if (s.active_size() >= limit) {
+    // Full: perhaps of deploys that ended without releasing. Waiters first, in their order.
+    KRANE_ASSIGN_OR_RETURN(bool dropped, dropEnded(ctx, pool, s));
+    if (dropped) promote(ctx, s, limit, nullptr);
+  }
   if (s.active_size() < limit) {
     s.add_active(req.deployment_id());
     save(ctx, s, legacy);
@@ -127,14 +182,9 @@ absl::StatusOr<ReleaseSlotResponse> release(Context& ctx, db::Pool& pool,
     active.erase(std::find(active.begin(), active.end(), req.deployment_id()));
     out.set_released(true);
     KRANE_ASSIGN_OR_RETURN(int limit, maxConcurrentBuilds(ctx, pool));
-    while (s.active_size() < limit && (s.production_size() > 0 || s.preview_size() > 0)) {
-      auto& list = s.production_size() > 0 ? *s.mutable_production() : *s.mutable_preview();
-      SlotWaiter next = list.Get(0);
-      list.erase(list.begin());
-      s.add_active(next.deployment_id());
-      ctx.resolveAwakeable(next.awakeable_id(), "");
-      out.add_promoted(next.deployment_id());
-    }
+    // No slot goes to a waiter whose deploy already ended.
+    KRANE_RETURN_IF_ERROR(dropEnded(ctx, pool, s).status());
+    promote(ctx, s, limit, &out);
     save(ctx, s, legacy);
   } else if (removeWaiter(*s.mutable_production(), req.deployment_id()) ||
              removeWaiter(*s.mutable_preview(), req.deployment_id())) {

@@ -8,6 +8,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "controlplane/workflow/operations.h"
 #include "krane/api/v1/deployments.grpc.pb.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/control_plane.h"
@@ -306,6 +307,21 @@ TEST_CASE_METHOD(DeploymentsApiTest, "deploy promote rollback and cancel through
       IsOk());
   REQUIRE(eventually([&] { return get(third.id()).status() == "cancelled"; }));
   CHECK(get(second.id()).live());
+
+  INFO("a deployment whose workflow was killed (no compensations) is finished by its cancel");
+  v1::Deployment fourth;
+  REQUIRE_THAT(create(request("sha4"), &fourth), IsOk());
+  REQUIRE(eventually([&] { return get(fourth.id()).status() == "deploying"; }));
+  REQUIRE_THAT(workflow::killInvocation(*cp_.pool(), fourth.invocation_id()), IsOk());
+  ref.set_id(fourth.id());
+  REQUIRE_THAT(
+      stub_->CancelDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &out),
+      IsOk());
+  CHECK(out.status() == "cancelled");
+  REQUIRE(out.steps_size() > 0);
+  CHECK_THAT(
+      out.steps(out.steps_size() - 1).error(),
+      Catch::Contains("its deploy workflow " + fourth.invocation_id() + " had ended (killed)"));
 }
 
 TEST_CASE_METHOD(DeploymentsApiTest, "a deployment is watched until it finished",

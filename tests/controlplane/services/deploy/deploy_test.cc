@@ -362,6 +362,32 @@ TEST_CASE_METHOD(DeployTest, "cancel while waiting for a slot and a deploy super
   }));
 }
 
+// A kill runs no compensations: a deploy killed while it held the workspace's build slot (quota
+// 1) must not keep it for good.
+TEST_CASE_METHOD(DeployTest, "a deploy killed while it holds its build slot gives it back",
+                 "[deploy]") {
+  Engine& e = start();
+  deployment("dk", 50, "shak", "other");
+  auto killed = send(e, "dk", prebuilt());
+  REQUIRE_THAT(killed, IsOk());
+  REQUIRE_THAT(e.kill(*killed), IsOk());
+  exec("UPDATE deployments SET invocation_id = ? WHERE id = 'dk'", {*killed});
+  // The slot it held when it was killed.
+  buildslot::AcquireSlotRequest hold;
+  hold.set_deployment_id("dk");
+  hold.set_awakeable_id("prm_unknown_dk");
+  REQUIRE_THAT(e.call(invocation(buildslot::kServiceName, "AcquireOrWait", "ws", hold), 10s),
+               IsOk());
+  deployment("d1", 100);
+  auto id = send(e, "d1", prebuilt());
+  INFO("the next deploy builds");
+  REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
+  auto s = resultAs<buildslot::BuildSlots>(
+      e.call(invocation(buildslot::kServiceName, "Slots", "ws", buildslot::SlotsRequest()), 10s));
+  REQUIRE_THAT(s, IsOk());
+  CHECK(s->active_size() == 0);  // d1 built and released it; dk's hold is gone
+}
+
 TEST_CASE_METHOD(DeployTest, "cancel while waiting for readiness undoes the deploy", "[deploy]") {
   Engine& e = start();
   deployment("d1", 100);
