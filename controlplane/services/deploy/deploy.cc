@@ -140,6 +140,57 @@ absl::StatusOr<bool> enterStep(Context& ctx, const std::string& step, const std:
   return entered->empty();
 }
 
+// A rolling deploy of a production environment enters `deploying` alone: two rolls from one live
+// deployment would drain it twice and route the sentinels to each other's new revision. In one
+// transaction under the environment's row lock: no other deployment of the environment deploying
+// (or moving routes, or going live), then the step. Otherwise it waits (a durable sleep, backing
+// off to 30 s) and looks again; false when the deployment left the workflow meanwhile.
+absl::StatusOr<bool> enterDeployingAlone(Context& ctx, const std::string& environment_id) {
+  std::chrono::milliseconds pause(1000);
+  for (int look = 1;; ++look) {
+    // The first look has enterStep's name: a deploy journaled before rolls were serialized
+    // replays it as it was.
+    auto entered = ctx.runTx(
+        look == 1 ? std::string("step deploying") : strCat("step deploying, look ", look),
+        [&](db::Connection& conn) -> absl::StatusOr<std::string> {
+          KRANE_RETURN_IF_ERROR(
+              conn.query("SELECT id FROM environments WHERE id = ? FOR UPDATE", {environment_id})
+                  .status());
+          KRANE_ASSIGN_OR_RETURN(
+              auto busy, conn.query("SELECT id FROM deployments WHERE environment_id = ? AND"
+                                    " id <> ? AND status IN ('deploying', 'network', 'finalizing')"
+                                    " ORDER BY id LIMIT 1",
+                                    {environment_id, ctx.key()}));
+          if (!busy.empty()) return strCat("wait ", busy.rows[0].str("id"));
+          KRANE_ASSIGN_OR_RETURN(auto own, conn.query("SELECT status FROM deployments WHERE"
+                                                      " id = ? FOR UPDATE",
+                                                      {ctx.key()}));
+          if (own.empty() || own.rows[0].str("status") != "building") {
+            return own.empty() ? std::string("gone") : own.rows[0].str("status");
+          }
+          const int64_t now = unixMillis();
+          KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?"
+                                          " WHERE deployment_id = ? AND ended_at IS NULL",
+                                          {now, ctx.key()})
+                                    .status());
+          KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO deployment_steps (deployment_id, step,"
+                                          " started_at) VALUES (?, 'deploying', ?)",
+                                          {ctx.key(), now})
+                                    .status());
+          KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployments SET status = 'deploying',"
+                                          " updated_at = ? WHERE id = ?",
+                                          {now, ctx.key()})
+                                    .status());
+          return std::string();
+        });
+    if (!entered.ok()) return entered.status();
+    if (entered->empty()) return true;
+    if (entered->rfind("wait ", 0) != 0) return false;  // the status it had instead of building
+    KRANE_RETURN_IF_ERROR(ctx.sleep(pause));
+    pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(30));
+  }
+}
+
 // What a deploy that stopped early (superseded while queued) answers.
 DeployResult stoppedAs(const std::string& status) {
   DeployResult r;
@@ -404,9 +455,26 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
   // (The compensation's Release then finds nothing to release, which is a no-op.)
   KRANE_RETURN_IF_ERROR(releaseSlot(ctx, hold));
 
-  // deploying: desired state in every region.
-  KRANE_ASSIGN_OR_RETURN(bool deploying, enterStep(ctx, "deploying", "deploying", {"building"}));
+  // deploying: desired state in every region. A rolling deploy rolls alone, from the deployment
+  // live when its turn comes.
+  const bool alone = info.strategy() == "rolling" && info.production();
+  KRANE_ASSIGN_OR_RETURN(bool deploying,
+                         alone ? enterDeployingAlone(ctx, info.environment_id())
+                               : enterStep(ctx, "deploying", "deploying", {"building"}));
   if (!deploying) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+  if (alone) {
+    auto live = ctx.run("live deployment", [&]() -> absl::StatusOr<std::string> {
+      KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
+      KRANE_ASSIGN_OR_RETURN(auto rows,
+                             conn->query("SELECT live.id FROM apps a JOIN deployments live ON"
+                                         " live.id = a.current_deployment_id WHERE a.id = ? AND"
+                                         " live.environment_id = ?",
+                                         {info.app_id(), info.environment_id()}));
+      return rows.empty() ? std::string() : rows.rows[0].str("id");
+    });
+    if (!live.ok()) return live.status();
+    info.set_live_deployment_id(*live == id ? "" : *live);
+  }
   // Rolling (seed 002): the new deployment starts at 0 replicas and takes them over from the
   // live one step by step (rolling.h); the first deploy of an environment starts in full.
   const bool rolling =

@@ -36,6 +36,12 @@ class RollingAgents {
     std::lock_guard lock(mutex_);
     pending_.insert(deployment);
   }
+  // Its instances come up from now on.
+  void running(const std::string& deployment) {
+    std::lock_guard lock(mutex_);
+    pending_.erase(deployment);
+    failing_.erase(deployment);
+  }
   // From now on, record the fewest healthy instances of a region (and reset the most).
   void watch() {
     std::lock_guard lock(mutex_);

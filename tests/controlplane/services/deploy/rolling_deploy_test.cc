@@ -179,6 +179,64 @@ TEST_CASE_METHOD(RollingDeployTest, "a rollback to a deployment a roll drained r
   }
 }
 
+// Two deploys of one environment a few minutes apart: the second rolls once the first is done,
+// from the deployment live then. Rolling at once, both would drain the same live deployment
+// and route the sentinels to each other's revision.
+TEST_CASE_METHOD(RollingDeployTest, "a second rolling deploy waits for the first to finish",
+                 "[deploy][rolling]") {
+  deployment("d1", 100);
+  REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
+  auto request = [](const std::string& image) {
+    DeployRequest r;
+    r.mutable_build()->set_image(image);
+    r.mutable_spec()->set_port(8080);
+    r.mutable_spec()->set_cpu_millicores(100);
+    r.mutable_spec()->set_memory_mib(64);
+    return r;
+  };
+  agents_->pending("d2");  // d2's roll stalls while its instances do not come up
+  deployment("d2", 200);
+  auto second = engine_->send(
+      invocation(kServiceName, "Deploy", "d2", request("registry.example.com/app:v2"), "d2"));
+  REQUIRE_THAT(second, IsOk());
+  REQUIRE(eventually([&] {
+    return scalar(
+               "SELECT COUNT(*) FROM deployment_topology WHERE"
+               " deployment_id = 'd2'") == 2;
+  }));
+  deployment("d3", 300);
+  auto third = engine_->send(
+      invocation(kServiceName, "Deploy", "d3", request("registry.example.com/app:v3"), "d3"));
+  REQUIRE_THAT(third, IsOk());
+  REQUIRE(eventually([&] {
+    return scalar(
+               "SELECT COUNT(*) FROM deployment_steps WHERE deployment_id = 'd3' AND"
+               " step = 'building' AND ended_at IS NOT NULL") == 1 ||
+           scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd3' AND status = 'building'") == 1;
+  }));
+  std::this_thread::sleep_for(2s);
+  INFO("d3 built, and waits while d2 rolls");
+  CHECK(scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd3' AND status = 'building'") == 1);
+  CHECK(scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd3'") == 0);
+  CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE rolling_deployment_id = 'd2'") == 2);
+
+  agents_->running("d2");
+  auto two = resultAs<DeployResult>(engine_->awaitResult(*second, 120s));
+  REQUIRE_THAT(two, IsOk());
+  CHECK(two->live());
+  auto three = resultAs<DeployResult>(engine_->awaitResult(*third, 120s));
+  REQUIRE_THAT(three, IsOk());
+  CHECK(three->live());
+  INFO("d3 rolled from d2, the deployment live when its turn came");
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(replicas("d3", region) == 3);
+    CHECK(replicas("d2", region) == 0);
+    CHECK(replicas("d1", region) == 0);
+  }
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd3'") == 1);
+}
+
 TEST_CASE_METHOD(RollingDeployTest,
                  "new instances that keep failing roll back without dropping below capacity",
                  "[deploy][rolling]") {
