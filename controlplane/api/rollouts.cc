@@ -32,7 +32,9 @@ std::chrono::milliseconds untilDeadline(const grpc::ServerContext& context,
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::system_clock::now());
   if (left <= std::chrono::milliseconds(0)) return cap;  // no deadline (far future overflows)
-  return std::min(left, cap);
+  // A fifth of it (at most 2 s) is left for the answer, which says whether anything was done.
+  return std::min(left - std::min<std::chrono::milliseconds>(left / 5, std::chrono::seconds(2)),
+                  cap);
 }
 
 absl::StatusOr<services::v1::SentinelRollout> readRollout(db::Pool& pool) {
@@ -129,11 +131,39 @@ grpc::Status RolloutServiceImpl::StartSentinelRollout(
     return toGrpc(invalid(std::string(toStd(st.message()))));
   }
   auto result = workflow::resultAs<RolloutResponse>(
-      engine_.call(workflow::invocation(rollout::kServiceName, "Rollout", rollout::kKey, start),
-                   untilDeadline(*context, kStartTimeout)));
+      callOrWithdraw(workflow::invocation(rollout::kServiceName, "Rollout", rollout::kKey, start),
+                     untilDeadline(*context, kStartTimeout)));
   if (!result.ok()) return toGrpc(result.status());
   *response = publicRollout(result->rollout());
   return grpc::Status::OK;
+}
+
+absl::StatusOr<std::string> RolloutServiceImpl::callOrWithdraw(
+    const workflow::InvokeRequest& invoke, std::chrono::milliseconds timeout) {
+  KRANE_ASSIGN_OR_RETURN(std::string id, engine_.send(invoke));
+  absl::StatusOr<std::string> result = engine_.awaitResult(id, timeout);
+  if (!absl::IsDeadlineExceeded(result.status())) return result;
+  bool withdrawn = false;
+  KRANE_RETURN_IF_ERROR(
+      pool_->transact("withdraw rollout operation", [&](db::Connection& conn) -> absl::Status {
+        withdrawn = false;
+        KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT status FROM workflow_invocations"
+                                                     " WHERE id = ? FOR UPDATE",
+                                                     {id}));
+        if (rows.empty() || rows.rows[0].str("status") != "queued") return absl::OkStatus();
+        withdrawn = true;
+        return workflow::cancelInvocationIn(conn, id);
+      }));
+  if (withdrawn) {
+    engine_.notify();
+    return absl::AbortedError(
+        strCat(invoke.handler, ": another rollout operation still holds the rollout after ",
+               timeout.count(),
+               " ms; nothing was done (kranectl rollout status shows what runs; try again)"));
+  }
+  return absl::DeadlineExceededError(
+      strCat(invoke.handler, ": not finished after ", timeout.count(),
+             " ms; it goes on (kranectl rollout status follows it)"));
 }
 
 grpc::Status RolloutServiceImpl::GetSentinelRollout(grpc::ServerContext* context,
@@ -177,7 +207,7 @@ grpc::Status RolloutServiceImpl::operation(grpc::ServerContext* context, const c
   const auto timeout = std::string_view(handler) == "RollbackAll"
                            ? untilDeadline(*context, kRollbackTimeout)
                            : untilDeadline(*context, kStartTimeout);
-  auto result = workflow::resultAs<RolloutResponse>(engine_.call(invoke, timeout));
+  auto result = workflow::resultAs<RolloutResponse>(callOrWithdraw(invoke, timeout));
   if (!result.ok()) return toGrpc(result.status());
   *response = publicRollout(result->rollout());
   return grpc::Status::OK;

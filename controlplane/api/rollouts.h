@@ -47,6 +47,11 @@ class RolloutServiceImpl final : public CheckedRequests<krane::api::v1::RolloutS
                                        v1::SentinelRollout* response) override;
 
  private:
+  // Starts `invoke` and waits up to `timeout` for its result. One that is still queued behind
+  // another operation then is withdrawn (ABORTED, nothing done), so that it does not run
+  // later with nobody watching; one that started goes on (DEADLINE_EXCEEDED says so).
+  absl::StatusOr<std::string> callOrWithdraw(const workflow::InvokeRequest& invoke,
+                                             std::chrono::milliseconds timeout);
   grpc::Status operation(grpc::ServerContext* context, const char* handler,
                          v1::SentinelRollout* response);
 

@@ -3,6 +3,9 @@
 // the waves to completion, a failing sentinel pauses the rollout (exit 6), a second rollout is
 // refused, `rollback` reverts what reached the image, `sentinels list|get`, and bad input is
 // refused naming the field.
+#include <optional>
+#include <thread>
+
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -151,6 +154,33 @@ TEST_CASE_METHOD(RolloutCliTest, "bad rollouts are refused naming the field", "[
   CHECK(status.exit_code == 0);
   CHECK_THAT(status.out, Catch::Contains("no sentinel rollout yet"));
   CHECK(onImage(kV1) == 4);
+}
+
+TEST_CASE_METHOD(RolloutCliTest,
+                 "an operation that times out waiting for another is withdrawn, not run later",
+                 "[cli]") {
+  SentinelAgents agents(cp_, {"snt_c"});
+  auto rolled = kranectl({"rollout", "sentinels", "--image", kV2, "--waves", "50,100",
+                          "--sentinel-timeout", "3s", "--watch"});
+  REQUIRE(rolled.exit_code == 6);  // paused by snt_c
+  // The rollback holds the rollout while snt_c fails again (3 s).
+  std::optional<CommandResult> back;
+  std::thread rollback([&] { back = kranectl({"rollout", "rollback"}); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  auto start = kranectl(
+      {"--request-timeout", "1", "rollout", "sentinels", "--image", "krane.dev/sentinel:v3"});
+  rollback.join();
+  INFO(start.out << start.err);
+  CHECK(start.exit_code == 1);
+  CHECK_THAT(start.err, Catch::Contains("another rollout operation still holds the rollout"));
+  CHECK_THAT(start.err, Catch::Contains("nothing was done"));
+  REQUIRE(back.has_value());
+  CHECK(back->exit_code == 0);
+  INFO("the withdrawn start never runs, not even once the rollback ended");
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  CHECK(onImage("krane.dev/sentinel:v3") == 0);
+  auto status = kranectl({"rollout", "status"});
+  CHECK_THAT(status.out, Catch::Contains("cancelled"));
 }
 
 }  // namespace
