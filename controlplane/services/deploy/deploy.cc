@@ -109,6 +109,24 @@ absl::Status markFinished(db::Connection& conn, const std::string& id, const std
 
 // Starts step `step` (ending the open one) and, unless `status` is empty, moves the deployment
 // to it; only while the deployment is in one of `from`. False (nothing written) otherwise.
+// Ends the open step of `id`, starts `step`, and moves the deployment to `status` (unless empty).
+absl::Status startStep(db::Connection& conn, const std::string& id, const std::string& step,
+                       const std::string& status) {
+  const int64_t now = unixMillis();
+  KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?"
+                                  " WHERE deployment_id = ? AND ended_at IS NULL",
+                                  {now, id})
+                            .status());
+  KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO deployment_steps (deployment_id, step,"
+                                  " started_at) VALUES (?, ?, ?)",
+                                  {id, step, now})
+                            .status());
+  if (status.empty()) return absl::OkStatus();
+  return conn
+      .exec("UPDATE deployments SET status = ?, updated_at = ? WHERE id = ?", {status, now, id})
+      .status();
+}
+
 absl::StatusOr<bool> enterStep(Context& ctx, const std::string& step, const std::string& status,
                                const std::vector<std::string>& from) {
   auto entered =
@@ -119,21 +137,7 @@ absl::StatusOr<bool> enterStep(Context& ctx, const std::string& step, const std:
         if (rows.empty() || !among(rows.rows[0].str("status"), from)) {
           return rows.empty() ? std::string("gone") : rows.rows[0].str("status");
         }
-        const int64_t now = unixMillis();
-        KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?"
-                                        " WHERE deployment_id = ? AND ended_at IS NULL",
-                                        {now, ctx.key()})
-                                  .status());
-        KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO deployment_steps (deployment_id, step,"
-                                        " started_at) VALUES (?, ?, ?)",
-                                        {ctx.key(), step, now})
-                                  .status());
-        if (!status.empty()) {
-          KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployments SET status = ?, updated_at = ?"
-                                          " WHERE id = ?",
-                                          {status, now, ctx.key()})
-                                    .status());
-        }
+        KRANE_RETURN_IF_ERROR(startStep(conn, ctx.key(), step, status));
         return std::string();
       });
   if (!entered.ok()) return entered.status();
@@ -168,19 +172,7 @@ absl::StatusOr<bool> enterDeployingAlone(Context& ctx, const std::string& enviro
           if (own.empty() || own.rows[0].str("status") != "building") {
             return own.empty() ? std::string("gone") : own.rows[0].str("status");
           }
-          const int64_t now = unixMillis();
-          KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?"
-                                          " WHERE deployment_id = ? AND ended_at IS NULL",
-                                          {now, ctx.key()})
-                                    .status());
-          KRANE_RETURN_IF_ERROR(conn.exec("INSERT INTO deployment_steps (deployment_id, step,"
-                                          " started_at) VALUES (?, 'deploying', ?)",
-                                          {ctx.key(), now})
-                                    .status());
-          KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployments SET status = 'deploying',"
-                                          " updated_at = ? WHERE id = ?",
-                                          {now, ctx.key()})
-                                    .status());
+          KRANE_RETURN_IF_ERROR(startStep(conn, ctx.key(), "deploying", "deploying"));
           return std::string();
         });
     if (!entered.ok()) return entered.status();

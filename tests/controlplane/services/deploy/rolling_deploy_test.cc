@@ -62,13 +62,20 @@ class RollingDeployTest : public workflow::WorkflowTest {
         " VALUES (?, 'ws', 'proj', 'app', 'prod', 'pending', ?, 'abc', ?)",
         {id, "branch-" + id, at});
   }
-  absl::StatusOr<DeployResult> deploy(const std::string& id, const std::string& image) {
+  static DeployRequest request(const std::string& image) {
     DeployRequest r;
     r.mutable_build()->set_image(image);
     r.mutable_spec()->set_port(8080);
     r.mutable_spec()->set_cpu_millicores(100);
     r.mutable_spec()->set_memory_mib(64);
-    auto sent = engine_->send(invocation(kServiceName, "Deploy", id, r, id));
+    return r;
+  }
+  // Starts the deploy of `id`; its invocation id.
+  absl::StatusOr<std::string> start(const std::string& id, const std::string& image) {
+    return engine_->send(invocation(kServiceName, "Deploy", id, request(image), id));
+  }
+  absl::StatusOr<DeployResult> deploy(const std::string& id, const std::string& image) {
+    auto sent = start(id, image);
     if (!sent.ok()) return sent.status();
     return resultAs<DeployResult>(engine_->awaitResult(*sent, 180s));
   }
@@ -144,12 +151,7 @@ TEST_CASE_METHOD(RollingDeployTest,
   REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
   agents_->pending("d2");  // the roll drains one old instance, then waits for the new ones
   deployment("d2", 200);
-  DeployRequest r;
-  r.mutable_build()->set_image("registry.example.com/app:v2");
-  r.mutable_spec()->set_port(8080);
-  r.mutable_spec()->set_cpu_millicores(100);
-  r.mutable_spec()->set_memory_mib(64);
-  auto sent = engine_->send(invocation(kServiceName, "Deploy", "d2", r, "d2"));
+  auto sent = start("d2", "registry.example.com/app:v2");
   REQUIRE_THAT(sent, IsOk());
   REQUIRE(eventually([&] { return replicas("d1", "eu-1") < 3; }, 60s));
   REQUIRE_THAT(engine_->cancel(*sent), IsOk());
@@ -186,18 +188,9 @@ TEST_CASE_METHOD(RollingDeployTest, "a second rolling deploy waits for the first
                  "[deploy][rolling]") {
   deployment("d1", 100);
   REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
-  auto request = [](const std::string& image) {
-    DeployRequest r;
-    r.mutable_build()->set_image(image);
-    r.mutable_spec()->set_port(8080);
-    r.mutable_spec()->set_cpu_millicores(100);
-    r.mutable_spec()->set_memory_mib(64);
-    return r;
-  };
   agents_->pending("d2");  // d2's roll stalls while its instances do not come up
   deployment("d2", 200);
-  auto second = engine_->send(
-      invocation(kServiceName, "Deploy", "d2", request("registry.example.com/app:v2"), "d2"));
+  auto second = start("d2", "registry.example.com/app:v2");
   REQUIRE_THAT(second, IsOk());
   REQUIRE(eventually([&] {
     return scalar(
@@ -205,8 +198,7 @@ TEST_CASE_METHOD(RollingDeployTest, "a second rolling deploy waits for the first
                " deployment_id = 'd2'") == 2;
   }));
   deployment("d3", 300);
-  auto third = engine_->send(
-      invocation(kServiceName, "Deploy", "d3", request("registry.example.com/app:v3"), "d3"));
+  auto third = start("d3", "registry.example.com/app:v3");
   REQUIRE_THAT(third, IsOk());
   REQUIRE(eventually([&] {
     return scalar(
