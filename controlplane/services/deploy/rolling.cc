@@ -181,7 +181,11 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
                                  int64_t deadline_ms, uint32_t give_up) {
   const strategy::RollingSpec spec = strategy::specOf(info.rolling_update());
   const feed::ResourceTable& table = deps.writer->tables().forType(feed::kDeploymentTopology);
-  uint32_t failures = 0;  // failed new instances seen, summed over the cycles
+  // Failed new instances seen, summed over samples at most one tick apart: failed
+  // instance-seconds. Every report wakes a cycle, so a sum over cycles would count how often the
+  // agents report, and one instance failing for a moment could reach the cap.
+  uint32_t failures = 0;
+  int64_t sampled_ms = 0;
   for (int cycle = 1;; ++cycle) {
     auto seen = workflow::run<RollingObservation>(ctx, strCat(label, " cycle ", cycle, ": observe"),
                                                   [&]() -> absl::StatusOr<RollingObservation> {
@@ -192,8 +196,10 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
     std::string failure;
     std::vector<Move> moves;
     std::vector<Phase> phases;
+    const bool sample = seen->now_ms() - sampled_ms >= std::chrono::milliseconds(kTick).count();
+    if (sample) sampled_ms = seen->now_ms();
     for (const RollingRegion& r : seen->regions()) {
-      failures += r.to_failed();
+      if (sample) failures += r.to_failed();
       if (!r.to_failure().empty()) failure = strCat(r.region_id(), ": ", r.to_failure());
       const auto e =
           strategy::evaluate(viewOf(r), r.desired(), strategy::resolve(spec, r.desired()));

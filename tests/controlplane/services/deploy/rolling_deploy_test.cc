@@ -229,6 +229,28 @@ TEST_CASE_METHOD(RollingDeployTest, "a second rolling deploy waits for the first
   CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd3'") == 1);
 }
 
+// The agents report every 20 ms, and each report wakes a cycle of the roll: a new instance that
+// fails for a moment must count once a second, not once a report.
+TEST_CASE_METHOD(RollingDeployTest, "a new instance failing for a moment does not roll back",
+                 "[deploy][rolling]") {
+  deployment("d1", 100);
+  REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
+  agents_->failing("d2");
+  deployment("d2", 200);
+  auto sent = start("d2", "registry.example.com/app:v2");
+  REQUIRE_THAT(sent, IsOk());
+  REQUIRE(eventually([&] {
+    return scalar(
+               "SELECT COUNT(*) FROM deployment_phases WHERE deployment_id = 'd2' AND"
+               " detail LIKE '%CrashLoopBackOff%'") >= 1;
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // 20 reports: 20+ cycles
+  agents_->running("d2");
+  auto done = resultAs<DeployResult>(engine_->awaitResult(*sent, 120s));
+  REQUIRE_THAT(done, IsOk());
+  CHECK(done->live());
+}
+
 TEST_CASE_METHOD(RollingDeployTest,
                  "new instances that keep failing roll back without dropping below capacity",
                  "[deploy][rolling]") {
