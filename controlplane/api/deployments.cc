@@ -350,12 +350,6 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
           return absl::FailedPreconditionError(
               strCat("deployment ", id, " already finished (", status, "): nothing to cancel"));
         }
-        if (status == "network" || status == "finalizing") {
-          return absl::FailedPreconditionError(
-              strCat("deployment ", id, " is ", status,
-                     ": its routes are moving to it, too late to cancel; once it is ready,"
-                     " roll back instead (kranectl rollback)"));
-        }
         const auto invocation = rows.rows[0].optStr("invocation_id");
         if (!invocation) {
           return absl::FailedPreconditionError(
@@ -381,6 +375,12 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
               .exec("UPDATE deployments SET status = 'cancelled', updated_at = ? WHERE id = ?",
                     {now, request->id()})
               .status();
+        }
+        if (status == "network" || status == "finalizing") {
+          return absl::FailedPreconditionError(
+              strCat("deployment ", id, " is ", status,
+                     ": its routes are moving to it, too late to cancel; once it is ready,"
+                     " roll back instead (kranectl rollback)"));
         }
         return workflow::cancelInvocationIn(conn, *invocation);
       });

@@ -207,7 +207,11 @@ grpc::Status RolloutServiceImpl::operation(grpc::ServerContext* context, const c
   const auto timeout = std::string_view(handler) == "RollbackAll"
                            ? untilDeadline(*context, kRollbackTimeout)
                            : untilDeadline(*context, kStartTimeout);
-  auto result = workflow::resultAs<RolloutResponse>(callOrWithdraw(invoke, timeout));
+  // A start or resume that never got its turn is withdrawn; a cancel or rollback stays queued
+  // and takes effect when the operation ahead of it ends.
+  const bool withdraw = std::string_view(handler) == "Resume";
+  auto result = workflow::resultAs<RolloutResponse>(withdraw ? callOrWithdraw(invoke, timeout)
+                                                             : engine_.call(invoke, timeout));
   if (!result.ok()) return toGrpc(result.status());
   *response = publicRollout(result->rollout());
   return grpc::Status::OK;

@@ -286,9 +286,10 @@ grpc::Status TenancyServiceImpl::CreateEnvironment(grpc::ServerContext* context,
       KRANE_RETURN_IF_ERROR(
           conn.query("SELECT id FROM apps WHERE id = ? FOR UPDATE", {r.app_id()}).status());
       KRANE_ASSIGN_OR_RETURN(auto production,
+                             // A locking read: the latest committed rows, not the snapshot.
                              conn.query("SELECT id FROM environments WHERE app_id = ? AND"
                                         " kind = 'production' AND id <> ? AND deleted_at IS NULL"
-                                        " LIMIT 1",
+                                        " LIMIT 1 FOR UPDATE",
                                         {r.app_id(), *id}));
       if (!production.empty()) {
         return absl::FailedPreconditionError(strCat(

@@ -97,11 +97,12 @@ absl::StatusOr<bool> dropEnded(Context& ctx, db::Pool& pool, BuildSlots& s) {
     for (size_t i = 1; i < named.size(); ++i) in += ",?";
     KRANE_ASSIGN_OR_RETURN(
         auto rows,
-        conn->query(strCat("SELECT d.id FROM deployments d JOIN workflow_invocations i ON"
+        // A workflow row gone (removed by retention) ended long ago.
+        conn->query(strCat("SELECT d.id FROM deployments d LEFT JOIN workflow_invocations i ON"
                            " i.id = d.invocation_id WHERE d.id IN (",
                            in,
-                           ") AND i.status IN ('succeeded', 'failed', 'cancelled', 'killed')"
-                           " ORDER BY d.id"),
+                           ") AND d.invocation_id IS NOT NULL AND (i.id IS NULL OR i.status IN"
+                           " ('succeeded', 'failed', 'cancelled', 'killed')) ORDER BY d.id"),
                     db::Params(named.begin(), named.end())));
     std::string out;
     for (const db::Row& r : rows.rows) strAppend(&out, out.empty() ? "" : ",", r.str("id"));

@@ -146,38 +146,63 @@ absl::StatusOr<bool> enterStep(Context& ctx, const std::string& step, const std:
 
 // A rolling deploy of a production environment enters `deploying` alone: two rolls from one live
 // deployment would drain it twice and route the sentinels to each other's new revision. In one
-// transaction under the environment's row lock: no other deployment of the environment deploying
-// (or moving routes, or going live), then the step. Otherwise it waits (a durable sleep, backing
-// off to 30 s) and looks again; false when the deployment left the workflow meanwhile.
-absl::StatusOr<bool> enterDeployingAlone(Context& ctx, const std::string& environment_id) {
+// transaction under the environment's row lock: no other deployment of the environment with a
+// deploy workflow still running past its build (rolling, moving routes, going live, or undoing a
+// failed roll), then the step. Otherwise it waits (a durable sleep, backing off to 30 s) and
+// looks again; a deploy of the same branch that became newer meanwhile supersedes it.
+struct Entered {
+  enum { kEntered, kSuperseded, kLeft } outcome = kLeft;
+  std::string live;  // the environment's live deployment when it entered ("": none)
+};
+
+absl::StatusOr<Entered> enterDeployingAlone(Context& ctx, const DeploymentInfo& info) {
   std::chrono::milliseconds pause(1000);
   for (int look = 1;; ++look) {
     // The first look has enterStep's name: a deploy journaled before rolls were serialized
-    // replays it as it was.
+    // replays it as it was (its result then is "", and the live deployment the one it loaded).
     auto entered = ctx.runTx(
         look == 1 ? std::string("step deploying") : strCat("step deploying, look ", look),
         [&](db::Connection& conn) -> absl::StatusOr<std::string> {
-          KRANE_RETURN_IF_ERROR(
-              conn.query("SELECT id FROM environments WHERE id = ? FOR UPDATE", {environment_id})
-                  .status());
+          KRANE_RETURN_IF_ERROR(conn.query("SELECT id FROM environments WHERE id = ? FOR UPDATE",
+                                           {info.environment_id()})
+                                    .status());
           KRANE_ASSIGN_OR_RETURN(
-              auto busy, conn.query("SELECT id FROM deployments WHERE environment_id = ? AND"
-                                    " id <> ? AND status IN ('deploying', 'network', 'finalizing')"
-                                    " ORDER BY id LIMIT 1",
-                                    {environment_id, ctx.key()}));
-          if (!busy.empty()) return strCat("wait ", busy.rows[0].str("id"));
+              auto busy,
+              conn.query("SELECT d.id FROM deployments d JOIN workflow_invocations i ON"
+                         " i.id = d.invocation_id WHERE d.environment_id = ? AND d.id <> ? AND"
+                         " d.status IN ('deploying', 'network', 'finalizing', 'failed',"
+                         " 'cancelled') AND i.status NOT IN ('succeeded', 'failed', 'cancelled',"
+                         " 'killed') ORDER BY d.id LIMIT 1",
+                         {info.environment_id(), ctx.key()}));
           KRANE_ASSIGN_OR_RETURN(auto own, conn.query("SELECT status FROM deployments WHERE"
                                                       " id = ? FOR UPDATE",
                                                       {ctx.key()}));
           if (own.empty() || own.rows[0].str("status") != "building") {
             return own.empty() ? std::string("gone") : own.rows[0].str("status");
           }
+          KRANE_ASSIGN_OR_RETURN(bool newer, dedup::hasNewerActiveDeployment(conn, ctx.key()));
+          if (newer) {
+            KRANE_RETURN_IF_ERROR(markFinished(conn, ctx.key(), "superseded",
+                                               std::string(dedup::kSupersededMessage)));
+            return std::string("superseded");
+          }
+          if (!busy.empty()) return strCat("wait ", busy.rows[0].str("id"));
           KRANE_RETURN_IF_ERROR(startStep(conn, ctx.key(), "deploying", "deploying"));
-          return std::string();
+          KRANE_ASSIGN_OR_RETURN(auto live,
+                                 conn.query("SELECT live.id FROM apps a JOIN deployments live ON"
+                                            " live.id = a.current_deployment_id WHERE a.id = ? AND"
+                                            " live.environment_id = ?",
+                                            {info.app_id(), info.environment_id()}));
+          return strCat("entered ", live.empty() ? std::string() : live.rows[0].str("id"));
         });
     if (!entered.ok()) return entered.status();
-    if (entered->empty()) return true;
-    if (entered->rfind("wait ", 0) != 0) return false;  // the status it had instead of building
+    if (entered->empty()) return Entered{Entered::kEntered, info.live_deployment_id()};
+    if (entered->rfind("entered ", 0) == 0) {
+      std::string live = entered->substr(8);
+      return Entered{Entered::kEntered, live == ctx.key() ? std::string() : live};
+    }
+    if (*entered == "superseded") return Entered{Entered::kSuperseded, ""};
+    if (entered->rfind("wait ", 0) != 0) return Entered{};  // its status was no longer building
     KRANE_RETURN_IF_ERROR(ctx.sleep(pause));
     pause = std::min<std::chrono::milliseconds>(pause * 2, std::chrono::seconds(30));
   }
@@ -449,23 +474,18 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
 
   // deploying: desired state in every region. A rolling deploy rolls alone, from the deployment
   // live when its turn comes.
-  const bool alone = info.strategy() == "rolling" && info.production();
-  KRANE_ASSIGN_OR_RETURN(bool deploying,
-                         alone ? enterDeployingAlone(ctx, info.environment_id())
-                               : enterStep(ctx, "deploying", "deploying", {"building"}));
-  if (!deploying) return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
-  if (alone) {
-    auto live = ctx.run("live deployment", [&]() -> absl::StatusOr<std::string> {
-      KRANE_ASSIGN_OR_RETURN(auto conn, deps.pool->acquire());
-      KRANE_ASSIGN_OR_RETURN(auto rows,
-                             conn->query("SELECT live.id FROM apps a JOIN deployments live ON"
-                                         " live.id = a.current_deployment_id WHERE a.id = ? AND"
-                                         " live.environment_id = ?",
-                                         {info.app_id(), info.environment_id()}));
-      return rows.empty() ? std::string() : rows.rows[0].str("id");
-    });
-    if (!live.ok()) return live.status();
-    info.set_live_deployment_id(*live == id ? "" : *live);
+  if (info.strategy() == "rolling" && info.production()) {
+    KRANE_ASSIGN_OR_RETURN(Entered entered, enterDeployingAlone(ctx, info));
+    if (entered.outcome == Entered::kSuperseded) return stoppedAs("superseded");
+    if (entered.outcome == Entered::kLeft) {
+      return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+    }
+    info.set_live_deployment_id(entered.live);
+  } else {
+    KRANE_ASSIGN_OR_RETURN(bool deploying, enterStep(ctx, "deploying", "deploying", {"building"}));
+    if (!deploying) {
+      return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
+    }
   }
   // Rolling (seed 002): the new deployment starts at 0 replicas and takes them over from the
   // live one step by step (rolling.h); the first deploy of an environment starts in full.

@@ -55,12 +55,12 @@ class RollingDeployTest : public workflow::WorkflowTest {
   }
   ~RollingDeployTest() { agents_.reset(); }
 
-  void deployment(const std::string& id, int64_t at) {
+  void deployment(const std::string& id, int64_t at, const std::string& branch = "") {
     exec(
         "INSERT INTO deployments (id, workspace_id, project_id, app_id, environment_id, status,"
         " git_branch, git_commit_sha, created_at)"
         " VALUES (?, 'ws', 'proj', 'app', 'prod', 'pending', ?, 'abc', ?)",
-        {id, "branch-" + id, at});
+        {id, branch.empty() ? "branch-" + id : branch, at});
   }
   static DeployRequest request(const std::string& image) {
     DeployRequest r;
@@ -227,6 +227,38 @@ TEST_CASE_METHOD(RollingDeployTest, "a second rolling deploy waits for the first
     CHECK(replicas("d1", region) == 0);
   }
   CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd3'") == 1);
+}
+
+// A deploy waiting for its turn to roll: one of its branch that is newer supersedes it, and a
+// roll whose workflow was killed (it stays `deploying`) does not hold the environment for good.
+TEST_CASE_METHOD(RollingDeployTest, "waiting rolls give way to newer ones and not to killed ones",
+                 "[deploy][rolling]") {
+  deployment("d1", 100);
+  REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
+  agents_->pending("d2");
+  deployment("d2", 200);
+  auto second = start("d2", "registry.example.com/app:v2");
+  REQUIRE_THAT(second, IsOk());
+  REQUIRE(eventually([&] {
+    return scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd2'") == 2;
+  }));
+  deployment("d3", 300, "main");
+  auto third = start("d3", "registry.example.com/app:v3");
+  REQUIRE_THAT(third, IsOk());
+  REQUIRE(eventually([&] {
+    return scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd3' AND status = 'building'") == 1;
+  }));
+  deployment("d4", 400, "main");
+  auto fourth = start("d4", "registry.example.com/app:v4");
+  REQUIRE_THAT(fourth, IsOk());
+  auto three = resultAs<DeployResult>(engine_->awaitResult(*third, 60s));
+  REQUIRE_THAT(three, IsOk());
+  CHECK(three->status() == "superseded");
+  INFO("d2's workflow is killed mid-roll: d4 goes on");
+  REQUIRE_THAT(engine_->kill(*second), IsOk());
+  auto four = resultAs<DeployResult>(engine_->awaitResult(*fourth, 120s));
+  REQUIRE_THAT(four, IsOk());
+  CHECK(four->live());
 }
 
 // The agents report every 20 ms, and each report wakes a cycle of the roll: a new instance that
