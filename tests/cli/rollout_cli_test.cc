@@ -13,6 +13,7 @@
 #include "tests/support/control_plane.h"
 #include "tests/support/matchers.h"
 #include "tests/support/process.h"
+#include "tests/support/wait.h"
 
 namespace krane {
 namespace {
@@ -166,7 +167,11 @@ TEST_CASE_METHOD(RolloutCliTest,
   // The rollback holds the rollout while snt_c fails again (3 s).
   std::optional<CommandResult> back;
   std::thread rollback([&] { back = kranectl({"rollout", "rollback"}); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  REQUIRE(krane::testing::eventually(
+      [&] {
+        return kranectl({"rollout", "status"}).out.find(": rolling_back,") != std::string::npos;
+      },
+      std::chrono::seconds(5)));
   auto start = kranectl(
       {"--request-timeout", "1", "rollout", "sentinels", "--image", "krane.dev/sentinel:v3"});
   rollback.join();
