@@ -152,7 +152,8 @@ absl::StatusOr<bool> enterStep(Context& ctx, const std::string& step, const std:
 // looks again; a deploy of the same branch that became newer meanwhile supersedes it.
 struct Entered {
   enum { kEntered, kSuperseded, kLeft } outcome = kLeft;
-  std::string live;  // the environment's live deployment when it entered ("": none)
+  std::string live;          // the environment's live deployment when it entered ("": none)
+  bool rolled_back = false;  // the app was rolled back then: the deploy stays off live
 };
 
 absl::StatusOr<Entered> enterDeployingAlone(Context& ctx, const DeploymentInfo& info) {
@@ -189,17 +190,22 @@ absl::StatusOr<Entered> enterDeployingAlone(Context& ctx, const DeploymentInfo& 
           if (!busy.empty()) return strCat("wait ", busy.rows[0].str("id"));
           KRANE_RETURN_IF_ERROR(startStep(conn, ctx.key(), "deploying", "deploying"));
           KRANE_ASSIGN_OR_RETURN(auto live,
-                                 conn.query("SELECT live.id FROM apps a JOIN deployments live ON"
-                                            " live.id = a.current_deployment_id WHERE a.id = ? AND"
-                                            " live.environment_id = ?",
+                                 conn.query("SELECT live.id, a.is_rolled_back FROM apps a JOIN"
+                                            " deployments live ON live.id = a.current_deployment_id"
+                                            " WHERE a.id = ? AND live.environment_id = ?",
                                             {info.app_id(), info.environment_id()}));
-          return strCat("entered ", live.empty() ? std::string() : live.rows[0].str("id"));
+          if (live.empty()) return std::string("entered");
+          return strCat("entered ", live.rows[0].i64("is_rolled_back") != 0 ? "rolled_back " : "",
+                        live.rows[0].str("id"));
         });
     if (!entered.ok()) return entered.status();
     if (entered->empty()) return Entered{Entered::kEntered, info.live_deployment_id()};
-    if (entered->rfind("entered ", 0) == 0) {
-      std::string live = entered->substr(8);
-      return Entered{Entered::kEntered, live == ctx.key() ? std::string() : live};
+    if (entered->rfind("entered", 0) == 0) {
+      // "entered", "entered <live>" or "entered rolled_back <live>".
+      std::string live = entered->size() > 8 ? entered->substr(8) : std::string();
+      const bool rolled_back = live.rfind("rolled_back ", 0) == 0;
+      if (rolled_back) live = live.substr(12);
+      return Entered{Entered::kEntered, live == ctx.key() ? std::string() : live, rolled_back};
     }
     if (*entered == "superseded") return Entered{Entered::kSuperseded, ""};
     if (entered->rfind("wait ", 0) != 0) return Entered{};  // its status was no longer building
@@ -481,6 +487,9 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
       return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
     }
     info.set_live_deployment_id(entered.live);
+    // A rolled-back app keeps its live deployment until a promote: a roll would drain it, and the
+    // swap would then not happen. The deploy starts in full beside it instead (as blue-green).
+    if (entered.rolled_back) info.set_live_deployment_id("");
   } else {
     KRANE_ASSIGN_OR_RETURN(bool deploying, enterStep(ctx, "deploying", "deploying", {"building"}));
     if (!deploying) {

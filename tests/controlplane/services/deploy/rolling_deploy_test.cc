@@ -179,6 +179,19 @@ TEST_CASE_METHOD(RollingDeployTest, "a rollback to a deployment a roll drained r
     INFO(region);
     CHECK(replicas("d1", region) == 3);
   }
+
+  INFO("the app is rolled back: a new deploy stays off live, so it must not drain d1");
+  deployment("d3", 300);
+  auto third = deploy("d3", "registry.example.com/app:v3");
+  REQUIRE_THAT(third, IsOk());
+  CHECK(third->status() == "ready");
+  CHECK_FALSE(third->live());
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(replicas("d1", region) == 3);
+    CHECK(replicas("d3", region) == 3);
+  }
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1'") == 1);
 }
 
 // Two deploys of one environment a few minutes apart: the second rolls once the first is done,
