@@ -314,19 +314,25 @@ grpc::Status DeploymentServiceImpl::WatchUntilFinished(
     grpc::ServerWriterInterface<v1::Deployment>* writer) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
   std::string last;
+  // Polled, since steps are written by whichever replica runs the deploy: every 200 ms after a
+  // change, backing off to 1.6 s while nothing changes (a long build or wait costs a watcher a
+  // few queries a second, not fifteen).
+  std::chrono::milliseconds pause = kWatchPoll;
   for (;;) {
     auto d = deploymentById(*pool_, request->id());
     if (!d.ok()) return toGrpc(d.status());
-    // Sent when anything an operator sees changed (status, a step, live); polled, since steps
-    // are written by whichever replica runs the deploy.
+    // Sent when anything an operator sees changed (status, a step, live).
     std::string now = d->SerializeAsString();
     if (now != last) {
       if (!writer->Write(*d)) return grpc::Status::OK;  // the client went away
       last = std::move(now);
+      pause = kWatchPoll;
+    } else {
+      pause = std::min(pause * 2, kWatchPoll * 8);
     }
     if (finished(d->status())) return grpc::Status::OK;
     if (context->IsCancelled()) return grpc::Status::CANCELLED;
-    std::this_thread::sleep_for(kWatchPoll);
+    std::this_thread::sleep_for(pause);
   }
 }
 
