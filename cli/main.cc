@@ -488,11 +488,14 @@ std::vector<std::string> deploymentRow(const v1::Deployment& d) {
           ago(d.created_at_ms())};
 }
 
-int listDeployments(const Globals& g, const std::string& app, const std::string& env) {
+int listDeployments(const Globals& g, const std::string& app, const std::string& env,
+                    uint32_t limit, const std::string& page_token) {
   Api api(g);
   v1::ListDeploymentsRequest request;
   request.set_app_id(app);
   request.set_environment_id(env);
+  request.set_limit(limit);
+  request.set_page_token(page_token);
   v1::ListDeploymentsResponse response;
   const auto s = api.deployments().ListDeployments(api.context().get(), request, &response);
   if (!s.ok()) return rpcFail(g, "deployments list", s);
@@ -508,6 +511,10 @@ int listDeployments(const Globals& g, const std::string& app, const std::string&
       {"ID", "STATUS", "STEP", "BRANCH", "COMMIT", "IMAGE", "LIVE", "CREATED"}};
   for (const auto& d : response.deployments()) rows.push_back(deploymentRow(d));
   printTable(rows);
+  if (!response.next_page_token().empty()) {
+    std::fprintf(stderr, "older ones: the same command with --page-token %s\n",
+                 response.next_page_token().c_str());
+  }
   return kOk;
 }
 
@@ -841,7 +848,12 @@ int main(int argc, char** argv) {
   auto* list_cmd = deployments_cmd->add_subcommand("list", "Newest first.");
   list_cmd->add_option("--app", app_id, "of this app");
   list_cmd->add_option("--env", env_id, "of this environment");
-  list_cmd->callback([&] { code = listDeployments(g, app_id, env_id); });
+  uint32_t list_limit = 50;
+  std::string page_token;
+  list_cmd->add_option("--limit", list_limit, "at most this many (1 to 1000)")
+      ->check(CLI::Range(1, 1000));
+  list_cmd->add_option("--page-token", page_token, "the next page, as a list printed it");
+  list_cmd->callback([&] { code = listDeployments(g, app_id, env_id, list_limit, page_token); });
   auto* show_cmd = deployments_cmd->add_subcommand("get", "One deployment with its steps.");
   show_cmd->add_option("id", id, "deployment id")->required();
   show_cmd->callback([&] { code = getDeployment(g, id); });

@@ -294,17 +294,38 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
     where += " AND environment_id = ?";
     params.emplace_back(request->environment_id());
   }
-  params.emplace_back(static_cast<uint64_t>(limit));
+  if (!request->page_token().empty()) {
+    // "<created_at ms>/<id>" of the last deployment of the previous page: the next page starts
+    // below it, whatever was created since (newer ones are on earlier pages).
+    const std::string& token = request->page_token();
+    const size_t slash = token.find('/');
+    int64_t created_at = 0;
+    const bool ok = slash != std::string::npos && slash > 0 &&
+                    std::all_of(token.begin(), token.begin() + static_cast<ptrdiff_t>(slash),
+                                [](char c) { return c >= '0' && c <= '9'; }) &&
+                    slash < 19 && slash + 1 < token.size();
+    if (!ok) return toGrpc(invalid("page_token: not a token this server issued"));
+    created_at = std::stoll(token.substr(0, slash));
+    where += " AND (created_at < ? OR (created_at = ? AND id < ?))";
+    params.emplace_back(created_at);
+    params.emplace_back(created_at);
+    params.emplace_back(token.substr(slash + 1));
+  }
+  params.emplace_back(static_cast<uint64_t>(limit) + 1);  // one more: is there a next page?
   auto conn = pool_->acquire();
   if (!conn.ok()) return toGrpc(conn.status());
-  auto ids = (*conn)->query(strCat("SELECT id FROM deployments WHERE ", where,
+  auto ids = (*conn)->query(strCat("SELECT id, created_at FROM deployments WHERE ", where,
                                    " ORDER BY created_at DESC, id DESC LIMIT ?"),
                             params);
   if (!ids.ok()) return toGrpc(ids.status());
-  for (const db::Row& r : ids->rows) {
-    auto loaded = loadDeployment(**conn, r.str("id"));
+  for (size_t i = 0; i < ids->rows.size() && i < limit; ++i) {
+    auto loaded = loadDeployment(**conn, ids->rows[i].str("id"));
     if (!loaded.ok()) return toGrpc(loaded.status());
     *response->add_deployments() = *std::move(loaded);
+  }
+  if (ids->rows.size() > limit) {
+    const db::Row& last = ids->rows[limit - 1];
+    response->set_next_page_token(strCat(last.i64("created_at"), "/", last.str("id")));
   }
   return grpc::Status::OK;
 }

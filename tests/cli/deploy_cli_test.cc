@@ -116,6 +116,18 @@ TEST_CASE_METHOD(DeployCliTest, "kranectl deploys follows the steps and steers t
   REQUIRE(listed.exit_code == 0);
   CHECK_THAT(listed.out, Catch::StartsWith("ID"));
   CHECK(listed.out.find(second_id) < listed.out.find(first_id));  // newest first
+  auto page = kranectl({"deployments", "list", "--app", "app", "--limit", "1"});
+  REQUIRE(page.exit_code == 0);
+  CHECK(page.out.find(second_id) != std::string::npos);
+  CHECK(page.out.find(first_id) == std::string::npos);
+  const auto hint = page.err.find("--page-token ");
+  REQUIRE(hint != std::string::npos);
+  const std::string token = page.err.substr(hint + 13, page.err.find('\n', hint) - hint - 13);
+  auto older =
+      kranectl({"deployments", "list", "--app", "app", "--limit", "1", "--page-token", token});
+  REQUIRE(older.exit_code == 0);
+  CHECK(older.out.find(first_id) != std::string::npos);
+  CHECK(older.err.empty());
   auto as_json = kranectl({"deployments", "list", "--env", "prod", "-o", "json"});
   REQUIRE(as_json.exit_code == 0);
   auto parsed = nlohmann::json::parse(as_json.out);

@@ -269,6 +269,29 @@ TEST_CASE_METHOD(DeploymentsApiTest, "deploy promote rollback and cancel through
   REQUIRE(listed.deployments_size() == 2);
   CHECK(listed.deployments(0).id() == second.id());  // newest first
   CHECK(listed.deployments(1).id() == first.id());
+  CHECK(listed.next_page_token().empty());
+  INFO("pages of one: the newest, then the older one, then no more");
+  list.set_limit(1);
+  REQUIRE_THAT(
+      stub_->ListDeployments(TestControlPlane::withToken(kOperatorToken).get(), list, &listed),
+      IsOk());
+  REQUIRE(listed.deployments_size() == 1);
+  CHECK(listed.deployments(0).id() == second.id());
+  REQUIRE_FALSE(listed.next_page_token().empty());
+  list.set_page_token(listed.next_page_token());
+  REQUIRE_THAT(
+      stub_->ListDeployments(TestControlPlane::withToken(kOperatorToken).get(), list, &listed),
+      IsOk());
+  REQUIRE(listed.deployments_size() == 1);
+  CHECK(listed.deployments(0).id() == first.id());
+  CHECK(listed.next_page_token().empty());
+  list.set_page_token("not a token");
+  auto bad =
+      stub_->ListDeployments(TestControlPlane::withToken(kOperatorToken).get(), list, &listed);
+  CHECK(bad.error_code() == grpc::INVALID_ARGUMENT);
+  CHECK(bad.error_message() == "page_token: not a token this server issued");
+  list.clear_page_token();
+  list.clear_limit();
 
   v1::Deployment out;
   auto finished =
