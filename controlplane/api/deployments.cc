@@ -367,6 +367,17 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
   // went live) is never cancelled, which would remove what now serves traffic.
   absl::Status cancelled =
       pool_->transact("cancel deployment", [&](db::Connection& conn) -> absl::Status {
+        // The workflow's row first, then the deployment's, in the order the deploy's steps take
+        // them (the fence check, then the step): no deadlock between the two.
+        KRANE_ASSIGN_OR_RETURN(auto named, conn.query("SELECT invocation_id FROM deployments"
+                                                      " WHERE id = ?",
+                                                      {request->id()}));
+        if (!named.empty() && !named.rows[0].isNull("invocation_id")) {
+          KRANE_RETURN_IF_ERROR(conn.query("SELECT id FROM workflow_invocations WHERE id = ?"
+                                           " FOR UPDATE",
+                                           {named.rows[0].str("invocation_id")})
+                                    .status());
+        }
         KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT status, invocation_id FROM"
                                                      " deployments WHERE id = ? FOR UPDATE",
                                                      {request->id()}));
