@@ -125,6 +125,47 @@ TEST_CASE_METHOD(ProxyTest, "readiness only with routes, liveness on its own pat
   CHECK(get(port_, "/").status == 503);
 }
 
+// An app that compresses its answers (here always, whatever the request asks): what reaches the
+// client must decode to the app's body, with one Content-Encoding at most.
+TEST_CASE_METHOD(ProxyTest, "compressed answers reach the client intact", "[sentinel-proxy]") {
+  static const unsigned char kGzipped[] = {31, 139, 8,   0,   0,   0,  0,  0,   2,   255, 203,
+                                           72, 205, 201, 201, 215, 81, 72, 206, 207, 45,  40,
+                                           74, 45,  46,  78,  77,  81, 40, 207, 47,  202, 73,
+                                           1,  0,   8,   158, 52,  53, 23, 0,   0,   0};
+  httplib::Server app;
+  app.Get("/z", [](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Encoding", "gzip");
+    res.set_content(std::string(reinterpret_cast<const char*>(kGzipped), sizeof(kGzipped)),
+                    "text/plain");
+  });
+  const int app_port = app.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { app.listen_after_bind(); });
+  struct Stop {
+    httplib::Server& app;
+    std::thread& serving;
+    ~Stop() {
+      app.stop();
+      serving.join();
+    }
+  } stop{app, serving};
+  Routes r;
+  r.deployment_id = "dep_1";
+  r.endpoints.push_back(*parseEndpoint(strCat("127.0.0.1:", app_port)));
+  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
+  for (const char* accepts : {"", "gzip, deflate, br"}) {
+    INFO("Accept-Encoding: " << accepts);
+    httplib::Client client("127.0.0.1", port_);
+    httplib::Headers headers;
+    if (*accepts != '\0') headers.emplace("Accept-Encoding", accepts);
+    auto answer = client.Get("/z", headers);
+    REQUIRE(answer);
+    CHECK(answer->status == 200);
+    CHECK(answer->body == "hello, compressed world");
+    CHECK(answer->get_header_value_count("Content-Encoding") <= 1u);
+  }
+}
+
 TEST_CASE_METHOD(ProxyTest, "promote and rollback switch traffic with no failed request",
                  "[sentinel-proxy]") {
   Instance v1a("v1", dir_ + "/v1a.log");

@@ -50,6 +50,12 @@ bool hopByHop(const std::string& name) {
   return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* k) { return n == k; });
 }
 
+// The encodings the upstream client decodes as the body arrives (zlib and brotli).
+bool decodedOnReceipt(const std::string& encoding) {
+  const std::string e = lower(encoding);
+  return e == "gzip" || e == "x-gzip" || e == "deflate" || e == "br";
+}
+
 bool idempotent(const std::string& method) {
   return method == "GET" || method == "HEAD" || method == "OPTIONS" || method == "PUT" ||
          method == "DELETE";
@@ -174,7 +180,9 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
   out.path = req.target.empty() ? req.path : req.target;
   out.body = req.body;
   for (const auto& [name, value] : req.headers) {
-    if (!hopByHop(name)) out.headers.emplace(name, value);
+    // The answer is decompressed on its way in and compressed for the client on its way out (as
+    // its Accept-Encoding says): the app need not compress it in between.
+    if (!hopByHop(name) && lower(name) != "accept-encoding") out.headers.emplace(name, value);
   }
   const std::string client = req.get_header_value("REMOTE_ADDR");
   const std::string forwarded = req.get_header_value("X-Forwarded-For");
@@ -205,8 +213,11 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
       res.status = answer.status;
       std::string content_type = "application/octet-stream";
       for (const auto& [name, value] : answer.headers) {
-        if (lower(name) == "content-type") {
+        const std::string n = lower(name);
+        if (n == "content-type") {
           content_type = value;
+        } else if (n == "content-encoding" && decodedOnReceipt(value)) {
+          // The body was decoded when it arrived; the server encodes it again for the client.
         } else if (!hopByHop(name)) {
           res.headers.emplace(name, value);
         }
@@ -232,12 +243,17 @@ void RoutingProxy::reload() {
   {
     std::lock_guard lock(mutex_);
     if (st.st_ino == seen_inode_ && st.st_size == seen_size_ && mtime == seen_mtime_ns_) return;
+  }
+  // Recorded as seen only once read: a read that failed (out of descriptors, say) is tried again
+  // at the next poll, or a promote would wait for the file's next change.
+  auto text = readFile(options_.routes_file, "routes file");
+  if (!text.ok()) return;
+  {
+    std::lock_guard lock(mutex_);
     seen_inode_ = st.st_ino;
     seen_size_ = st.st_size;
     seen_mtime_ns_ = mtime;
   }
-  auto text = readFile(options_.routes_file, "routes file");
-  if (!text.ok()) return;
   auto routes = parseRoutes(*text);
   if (!routes.ok()) {
     spdlog::warn("sentinel proxy: ignoring routes file {}: {}", options_.routes_file,
