@@ -166,6 +166,39 @@ TEST_CASE_METHOD(ProxyTest, "compressed answers reach the client intact", "[sent
   }
 }
 
+// What the app learns of its client: the Host asked for, and a last X-Forwarded-For hop the
+// client cannot forge.
+TEST_CASE_METHOD(ProxyTest, "the app sees the client's host and address", "[sentinel-proxy]") {
+  httplib::Server app;
+  app.Get("/who", [](const httplib::Request& req, httplib::Response& res) {
+    res.set_content(
+        strCat(req.get_header_value("Host"), "|", req.get_header_value("X-Forwarded-For"), "|",
+               req.get_header_value("X-Forwarded-Host")),
+        "text/plain");
+  });
+  const int app_port = app.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { app.listen_after_bind(); });
+  struct Stop {
+    httplib::Server& app;
+    std::thread& serving;
+    ~Stop() {
+      app.stop();
+      serving.join();
+    }
+  } stop{app, serving};
+  Routes r;
+  r.deployment_id = "dep_1";
+  r.endpoints.push_back(*parseEndpoint(strCat("127.0.0.1:", app_port)));
+  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
+  httplib::Client client("127.0.0.1", port_);
+  auto answer = client.Get(
+      "/who",
+      {{"Host", "shop.example.com"}, {"REMOTE_ADDR", "6.6.6.6"}, {"X-Forwarded-For", "10.1.1.1"}});
+  REQUIRE(answer);
+  CHECK(answer->body == "shop.example.com|10.1.1.1, 127.0.0.1|shop.example.com");
+}
+
 TEST_CASE_METHOD(ProxyTest, "promote and rollback switch traffic with no failed request",
                  "[sentinel-proxy]") {
   Instance v1a("v1", dir_ + "/v1a.log");

@@ -41,11 +41,11 @@ std::string lower(std::string s) {
 // Headers that describe one connection, not the request (RFC 9110 7.6.1), those httplib sets
 // itself, and the ones httplib's server adds to describe the client socket.
 bool hopByHop(const std::string& name) {
-  static const char* const kNames[] = {"connection",        "keep-alive",  "proxy-connection",
-                                       "transfer-encoding", "te",          "trailer",
-                                       "upgrade",           "host",        "content-length",
-                                       "remote_addr",       "remote_port", "local_addr",
-                                       "local_port"};
+  // Host is kept: the app sees the name its users asked for (absolute links, host checks).
+  static const char* const kNames[] = {
+      "connection",  "keep-alive",  "proxy-connection", "transfer-encoding",
+      "te",          "trailer",     "upgrade",          "content-length",
+      "remote_addr", "remote_port", "local_addr",       "local_port"};
   const std::string n = lower(name);
   return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* k) { return n == k; });
 }
@@ -184,7 +184,9 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
     // its Accept-Encoding says): the app need not compress it in between.
     if (!hopByHop(name) && lower(name) != "accept-encoding") out.headers.emplace(name, value);
   }
-  const std::string client = req.get_header_value("REMOTE_ADDR");
+  // The peer's address as the server saw it (a REMOTE_ADDR header the client sent is dropped
+  // above, with the other names the server uses for itself: it would forge the last hop).
+  const std::string client = req.remote_addr;
   const std::string forwarded = req.get_header_value("X-Forwarded-For");
   out.headers.erase("X-Forwarded-For");
   out.headers.emplace("X-Forwarded-For",
