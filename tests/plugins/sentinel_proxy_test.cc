@@ -166,6 +166,40 @@ TEST_CASE_METHOD(ProxyTest, "compressed answers reach the client intact", "[sent
   }
 }
 
+// A range request (a video seek, a resumed download) gets the range of the app's body once.
+TEST_CASE_METHOD(ProxyTest, "a range request gets its range once", "[sentinel-proxy]") {
+  httplib::Server app;
+  app.Get("/file", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("0123456789abcdefghij", "application/octet-stream");
+  });
+  const int app_port = app.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { app.listen_after_bind(); });
+  struct Stop {
+    httplib::Server& app;
+    std::thread& serving;
+    ~Stop() {
+      app.stop();
+      serving.join();
+    }
+  } stop{app, serving};
+  Routes r;
+  r.deployment_id = "dep_1";
+  r.endpoints.push_back(*parseEndpoint(strCat("127.0.0.1:", app_port)));
+  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
+  httplib::Client client("127.0.0.1", port_);
+  auto answer = client.Get("/file", {{"Range", "bytes=10-14"}});
+  REQUIRE(answer);
+  CHECK(answer->status == 206);
+  CHECK(answer->body == "abcde");
+  CHECK(answer->get_header_value("Content-Range") == "bytes 10-14/20");
+  INFO("without a range, the whole body");
+  auto whole = client.Get("/file");
+  REQUIRE(whole);
+  CHECK(whole->status == 200);
+  CHECK(whole->body == "0123456789abcdefghij");
+}
+
 // What the app learns of its client: the Host asked for, and a last X-Forwarded-For hop the
 // client cannot forge.
 TEST_CASE_METHOD(ProxyTest, "the app sees the client's host and address", "[sentinel-proxy]") {

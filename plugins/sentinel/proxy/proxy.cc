@@ -181,8 +181,12 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
   out.body = req.body;
   for (const auto& [name, value] : req.headers) {
     // The answer is decompressed on its way in and compressed for the client on its way out (as
-    // its Accept-Encoding says): the app need not compress it in between.
-    if (!hopByHop(name) && lower(name) != "accept-encoding") out.headers.emplace(name, value);
+    // its Accept-Encoding says): the app need not compress it in between. And the server cuts
+    // the client's Range from the whole body: a range of the app's would be cut again.
+    const std::string n = lower(name);
+    if (!hopByHop(name) && n != "accept-encoding" && n != "range" && n != "if-range") {
+      out.headers.emplace(name, value);
+    }
   }
   // The peer's address as the server saw it (a REMOTE_ADDR header the client sent is dropped
   // above, with the other names the server uses for itself: it would forge the last hop).
@@ -213,6 +217,8 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
     httplib::Request attempt_req = out;
     if (upstream.send(attempt_req, answer, error)) {
       res.status = answer.status;
+      // The whole body, of which the server sends the client's range.
+      if (!req.ranges.empty() && answer.status == 200) res.status = 206;
       std::string content_type = "application/octet-stream";
       for (const auto& [name, value] : answer.headers) {
         const std::string n = lower(name);
