@@ -200,6 +200,45 @@ TEST_CASE_METHOD(ProxyTest, "a range request gets its range once", "[sentinel-pr
   CHECK(whole->body == "0123456789abcdefghij");
 }
 
+// Bodies are held in memory: a larger one than --max-body-mib is refused before it is read, and
+// never reaches the app.
+TEST_CASE_METHOD(ProxyTest, "a request body over the limit is refused", "[sentinel-proxy]") {
+  std::atomic<int> posts{0};
+  httplib::Server app;
+  app.Post("/upload", [&](const httplib::Request& req, httplib::Response& res) {
+    ++posts;
+    res.set_content(std::to_string(req.body.size()), "text/plain");
+  });
+  const int app_port = app.bind_to_any_port("127.0.0.1");
+  std::thread serving([&] { app.listen_after_bind(); });
+  struct Stop {
+    httplib::Server& app;
+    std::thread& serving;
+    ~Stop() {
+      app.stop();
+      serving.join();
+    }
+  } stop{app, serving};
+  Routes r;
+  r.deployment_id = "dep_1";
+  r.endpoints.push_back(*parseEndpoint(strCat("127.0.0.1:", app_port)));
+  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  const int port = freePort();
+  ChildProcess small({runfile("plugins/sentinel/krane-sentinel"), "--port", std::to_string(port),
+                      "--host", "127.0.0.1", "--poll-ms", "50", "--max-body-mib", "1"},
+                     dir_ + "/small.log", {{"KRANE_ROUTES_FILE", routes_file_}});
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 20s));
+  httplib::Client client("127.0.0.1", port);
+  auto fits = client.Post("/upload", std::string(512 * 1024, 'x'), "application/octet-stream");
+  REQUIRE(fits);
+  CHECK(fits->status == 200);
+  CHECK(fits->body == "524288");
+  auto over = client.Post("/upload", std::string(2 * 1024 * 1024, 'x'), "application/octet-stream");
+  REQUIRE(over);
+  CHECK(over->status == 413);
+  CHECK(posts.load() == 1);
+}
+
 // What the app learns of its client: the Host asked for, and a last X-Forwarded-For hop the
 // client cannot forge.
 TEST_CASE_METHOD(ProxyTest, "the app sees the client's host and address", "[sentinel-proxy]") {

@@ -64,9 +64,15 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "Requests served at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  size_t max_body_mib = options.max_body_bytes >> 20;
+  app.add_option("--max-body-mib", max_body_mib,
+                 "Largest request body forwarded, in MiB (held in memory); larger ones get 413")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
   app.add_option("--version", version, "Version label, for logs (the image tag)");
   CLI11_PARSE(app, argc, argv);
   options.poll = std::chrono::milliseconds(poll_ms);
+  options.max_body_bytes = max_body_mib << 20;
   if (options.liveness_path == options.readiness_path) {
     spdlog::error("krane-sentinel: liveness and readiness need separate paths, both are {}",
                   options.liveness_path);

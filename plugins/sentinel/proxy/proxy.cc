@@ -83,6 +83,7 @@ absl::Status RoutingProxy::start() {
   server_->Options(".*", handler);
   server_->set_read_timeout(
       std::chrono::duration_cast<std::chrono::seconds>(options_.upstream_timeout).count());
+  server_->set_payload_max_length(options_.max_body_bytes);
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
   } else {

@@ -55,6 +55,9 @@ struct ProxyOptions {
   std::chrono::milliseconds upstream_timeout{60000};
   // Requests served at once (each holds a thread while its upstream answers); more wait.
   int threads = 64;
+  // A request body is held in memory (three copies while it is forwarded): a larger one is
+  // refused with 413 before it is read in full.
+  size_t max_body_bytes = size_t{64} << 20;
 };
 
 class RoutingProxy {
