@@ -12,6 +12,7 @@
 
 #include "common/files.h"
 #include "common/host_port.h"
+#include "common/http_serve.h"
 #include "common/random_id.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -341,7 +342,7 @@ absl::Status Server::startHttp() {
       port == 0 ? http_->bind_to_any_port(host) : (http_->bind_to_port(host, port) ? port : -1);
   if (http_port_ <= 0)
     return absl::UnavailableError(strCat("cannot listen on ", config_.http_listen));
-  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  http_thread_ = serveInBackground(*http_);
   return absl::OkStatus();
 }
 

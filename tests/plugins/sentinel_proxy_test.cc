@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/files.h"
+#include "common/http_serve.h"
 #include "common/strings.h"
 #include "plugins/sentinel/proxy/routes.h"
 #include "tests/support/fake_kube_api.h"
@@ -139,7 +140,7 @@ TEST_CASE_METHOD(ProxyTest, "compressed answers reach the client intact", "[sent
                     "text/plain");
   });
   const int app_port = app.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { app.listen_after_bind(); });
+  std::thread serving = serveInBackground(app);
   struct Stop {
     httplib::Server& app;
     std::thread& serving;
@@ -173,7 +174,7 @@ TEST_CASE_METHOD(ProxyTest, "a range request gets its range once", "[sentinel-pr
     res.set_content("0123456789abcdefghij", "application/octet-stream");
   });
   const int app_port = app.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { app.listen_after_bind(); });
+  std::thread serving = serveInBackground(app);
   struct Stop {
     httplib::Server& app;
     std::thread& serving;
@@ -210,7 +211,7 @@ TEST_CASE_METHOD(ProxyTest, "a request body over the limit is refused", "[sentin
     res.set_content(std::to_string(req.body.size()), "text/plain");
   });
   const int app_port = app.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { app.listen_after_bind(); });
+  std::thread serving = serveInBackground(app);
   struct Stop {
     httplib::Server& app;
     std::thread& serving;
@@ -250,7 +251,7 @@ TEST_CASE_METHOD(ProxyTest, "the app sees the client's host and address", "[sent
         "text/plain");
   });
   const int app_port = app.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { app.listen_after_bind(); });
+  std::thread serving = serveInBackground(app);
   struct Stop {
     httplib::Server& app;
     std::thread& serving;

@@ -12,6 +12,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include "common/http_serve.h"
 #include "common/strings.h"
 #include "plugins/runtime/kubernetes/resources.h"
 
@@ -634,7 +635,7 @@ FakeKubeApi::FakeKubeApi(Options options) : options_(options) {
   server_->Patch(".*", handler);
   server_->Delete(".*", handler);
   port_ = server_->bind_to_any_port("127.0.0.1");
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  thread_ = serveInBackground(*server_);
   while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 

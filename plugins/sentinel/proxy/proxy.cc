@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_join.h"
 #include "common/files.h"
+#include "common/http_serve.h"
 #include "common/strings.h"
 
 namespace krane::sentinel {
@@ -93,7 +94,7 @@ absl::Status RoutingProxy::start() {
     return absl::UnavailableError(
         strCat("sentinel proxy: cannot listen on ", options_.host, ":", options_.port));
   }
-  serve_thread_ = std::thread([this] { server_->listen_after_bind(); });
+  serve_thread_ = serveInBackground(*server_);
   if (!options_.routes_file.empty()) watch_thread_ = std::thread([this] { watch(); });
   spdlog::info("sentinel proxy: listening on {}:{} routes_file={} liveness={} readiness={}",
                options_.host, port_, options_.routes_file, options_.liveness_path,

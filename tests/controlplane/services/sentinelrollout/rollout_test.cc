@@ -12,6 +12,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/http_serve.h"
 #include "common/strings.h"
 #include "controlplane/workflow/typed.h"
 #include "nlohmann/json.hpp"
@@ -260,7 +261,7 @@ TEST_CASE_METHOD(RolloutTest, "slack gets every transition in order and the url 
                res.set_content("ok", "text/plain");
              });
   const int port = slack.bind_to_any_port("127.0.0.1");
-  std::thread serving([&] { slack.listen_after_bind(); });
+  std::thread serving = serveInBackground(slack);
 
   Engine& e = start();
   addFleet(4);
