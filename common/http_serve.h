@@ -12,8 +12,8 @@ namespace krane {
 // stop() before that would be lost: httplib's stop() does nothing until the server runs, and the
 // thread would then wait in accept() for good (and a join of it with it). Gives up waiting after
 // `patience` (the thread may have ended: a listen that failed).
-inline std::thread serveInBackground(httplib::Server& server,
-                                     std::chrono::milliseconds patience = std::chrono::seconds(10)) {
+inline std::thread serveInBackground(
+    httplib::Server& server, std::chrono::milliseconds patience = std::chrono::seconds(10)) {
   std::thread serving([&server] { server.listen_after_bind(); });
   const auto until = std::chrono::steady_clock::now() + patience;
   while (!server.is_running() && std::chrono::steady_clock::now() < until) {

@@ -93,6 +93,32 @@ class ProxyTest {
     REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
   }
 
+  // An app of the test's own (`server` with its handlers), served until it goes out of scope.
+  class App {
+   public:
+    explicit App(httplib::Server& server)
+        : server_(server),
+          port_(server.bind_to_any_port("127.0.0.1")),
+          serving_(serveInBackground(server)) {}
+    ~App() {
+      server_.stop();
+      serving_.join();
+    }
+    std::string address() const { return strCat("127.0.0.1:", port_); }
+
+   private:
+    httplib::Server& server_;
+    int port_;
+    std::thread serving_;
+  };
+  // The proxies' routes file: `app`'s one endpoint as deployment dep_1.
+  void routeTo(const App& app) {
+    Routes r;
+    r.deployment_id = "dep_1";
+    r.endpoints.push_back(*parseEndpoint(app.address()));
+    REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  }
+
   std::string dir_;
   std::string routes_file_;
   int port_ = 0;
@@ -139,20 +165,8 @@ TEST_CASE_METHOD(ProxyTest, "compressed answers reach the client intact", "[sent
     res.set_content(std::string(reinterpret_cast<const char*>(kGzipped), sizeof(kGzipped)),
                     "text/plain");
   });
-  const int app_port = app.bind_to_any_port("127.0.0.1");
-  std::thread serving = serveInBackground(app);
-  struct Stop {
-    httplib::Server& app;
-    std::thread& serving;
-    ~Stop() {
-      app.stop();
-      serving.join();
-    }
-  } stop{app, serving};
-  Routes r;
-  r.deployment_id = "dep_1";
-  r.endpoints.push_back(*parseEndpoint(strCat("127.0.0.1:", app_port)));
-  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  App running(app);
+  routeTo(running);
   REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
   for (const char* accepts : {"", "gzip, deflate, br"}) {
     INFO("Accept-Encoding: " << accepts);
@@ -173,20 +187,8 @@ TEST_CASE_METHOD(ProxyTest, "a range request gets its range once", "[sentinel-pr
   app.Get("/file", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("0123456789abcdefghij", "application/octet-stream");
   });
-  const int app_port = app.bind_to_any_port("127.0.0.1");
-  std::thread serving = serveInBackground(app);
-  struct Stop {
-    httplib::Server& app;
-    std::thread& serving;
-    ~Stop() {
-      app.stop();
-      serving.join();
-    }
-  } stop{app, serving};
-  Routes r;
-  r.deployment_id = "dep_1";
-  r.endpoints.push_back(*parseEndpoint(strCat("127.0.0.1:", app_port)));
-  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  App running(app);
+  routeTo(running);
   REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
   httplib::Client client("127.0.0.1", port_);
   auto answer = client.Get("/file", {{"Range", "bytes=10-14"}});
@@ -210,20 +212,8 @@ TEST_CASE_METHOD(ProxyTest, "a request body over the limit is refused", "[sentin
     ++posts;
     res.set_content(std::to_string(req.body.size()), "text/plain");
   });
-  const int app_port = app.bind_to_any_port("127.0.0.1");
-  std::thread serving = serveInBackground(app);
-  struct Stop {
-    httplib::Server& app;
-    std::thread& serving;
-    ~Stop() {
-      app.stop();
-      serving.join();
-    }
-  } stop{app, serving};
-  Routes r;
-  r.deployment_id = "dep_1";
-  r.endpoints.push_back(*parseEndpoint(strCat("127.0.0.1:", app_port)));
-  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  App running(app);
+  routeTo(running);
   const int port = freePort();
   ChildProcess small({runfile("plugins/sentinel/krane-sentinel"), "--port", std::to_string(port),
                       "--host", "127.0.0.1", "--poll-ms", "50", "--max-body-mib", "1"},
@@ -250,20 +240,8 @@ TEST_CASE_METHOD(ProxyTest, "the app sees the client's host and address", "[sent
                req.get_header_value("X-Forwarded-Host")),
         "text/plain");
   });
-  const int app_port = app.bind_to_any_port("127.0.0.1");
-  std::thread serving = serveInBackground(app);
-  struct Stop {
-    httplib::Server& app;
-    std::thread& serving;
-    ~Stop() {
-      app.stop();
-      serving.join();
-    }
-  } stop{app, serving};
-  Routes r;
-  r.deployment_id = "dep_1";
-  r.endpoints.push_back(*parseEndpoint(strCat("127.0.0.1:", app_port)));
-  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  App running(app);
+  routeTo(running);
   REQUIRE(eventually([&] { return get(port_, "/healthz/ready").status == 200; }, 5s));
   httplib::Client client("127.0.0.1", port_);
   auto answer = client.Get(
