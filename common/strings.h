@@ -5,6 +5,9 @@
 // Abseil for Status / StatusOr only.
 #pragma once
 
+#include <charconv>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -16,6 +19,14 @@
 namespace krane {
 
 inline std::string_view toStd(absl::string_view s) { return std::string_view(s.data(), s.size()); }
+
+// `text` as a whole decimal uint64 ("12"); nullopt for "", a sign, trailing text or an overflow.
+inline std::optional<uint64_t> parseUint64(std::string_view text) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
 
 namespace strings_internal {
 inline void appendPiece(std::string& out, std::string_view s) { out.append(s); }

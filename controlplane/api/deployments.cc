@@ -368,15 +368,17 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
   absl::Status cancelled =
       pool_->transact("cancel deployment", [&](db::Connection& conn) -> absl::Status {
         // The workflow's row first, then the deployment's, in the order the deploy's steps take
-        // them (the fence check, then the step): no deadlock between the two.
+        // them (the fence check, then the step): no deadlock between the two. The invocation id
+        // is written with the deployment and never changes.
         KRANE_ASSIGN_OR_RETURN(auto named, conn.query("SELECT invocation_id FROM deployments"
                                                       " WHERE id = ?",
                                                       {request->id()}));
+        db::ResultSet workflow;
         if (!named.empty() && !named.rows[0].isNull("invocation_id")) {
-          KRANE_RETURN_IF_ERROR(conn.query("SELECT id FROM workflow_invocations WHERE id = ?"
-                                           " FOR UPDATE",
-                                           {named.rows[0].str("invocation_id")})
-                                    .status());
+          KRANE_ASSIGN_OR_RETURN(workflow,
+                                 conn.query("SELECT status FROM workflow_invocations WHERE id = ?"
+                                            " FOR UPDATE",
+                                            {named.rows[0].str("invocation_id")}));
         }
         KRANE_ASSIGN_OR_RETURN(auto rows, conn.query("SELECT status, invocation_id FROM"
                                                      " deployments WHERE id = ? FOR UPDATE",
@@ -393,26 +395,13 @@ grpc::Status DeploymentServiceImpl::CancelDeployment(grpc::ServerContext* contex
           return absl::FailedPreconditionError(
               strCat("deployment ", id, " has no deploy workflow to cancel"));
         }
-        KRANE_ASSIGN_OR_RETURN(auto workflow,
-                               conn.query("SELECT status FROM workflow_invocations WHERE id = ?"
-                                          " FOR UPDATE",
-                                          {*invocation}));
         const std::string ended = workflow.empty() ? "gone" : workflow.rows[0].str("status");
-        if (ended == "gone" || ended == "succeeded" || ended == "failed" || ended == "cancelled" ||
-            ended == "killed") {
+        if (ended == "gone" || workflow::isFinalStatus(ended)) {
           // Its workflow ended without finishing it (killed: no compensations ran): nothing else
           // ever will. The cancel finishes the deployment itself.
-          const int64_t now = unixMillis();
-          const std::string why =
-              strCat("cancelled: its deploy workflow ", *invocation, " had ended (", ended, ")");
-          KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?, error = ?"
-                                          " WHERE deployment_id = ? AND ended_at IS NULL",
-                                          {now, why, request->id()})
-                                    .status());
-          return conn
-              .exec("UPDATE deployments SET status = 'cancelled', updated_at = ? WHERE id = ?",
-                    {now, request->id()})
-              .status();
+          return services::deploy::markFinished(
+              conn, request->id(), "cancelled",
+              strCat("cancelled: its deploy workflow ", *invocation, " had ended (", ended, ")"));
         }
         if (status == "network" || status == "finalizing") {
           return absl::FailedPreconditionError(

@@ -25,9 +25,7 @@ bool knownStatus(std::string_view status) {
   return false;
 }
 
-bool isFinal(std::string_view status) {
-  return status == "succeeded" || status == "failed" || status == "cancelled" || status == "killed";
-}
+bool isFinal(std::string_view status) { return store::isFinalStatus(status); }
 
 InvocationSummary summaryOf(const db::Row& r) {
   InvocationSummary s;
@@ -229,7 +227,9 @@ absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id) {
         auto children,
         conn.query(strCat("SELECT id, status FROM workflow_invocations WHERE parent_id IN (", in,
                           ") AND completion_promise IS NOT NULL AND cancel_requested = FALSE"
-                          " AND status NOT IN ('succeeded', 'failed', 'cancelled', 'killed')"
+                          " AND status NOT IN (",
+                          store::kFinalStatuses,
+                          ")"
                           " FOR UPDATE"),
                    db::Params(level.begin(), level.end())));
     level.clear();

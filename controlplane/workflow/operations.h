@@ -12,8 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "controlplane/db/pool.h"
+#include "controlplane/workflow/store.h"
 
 namespace krane::workflow {
+
+// The statuses of an invocation that ended: a SQL list for IN (...), and a test.
+using store::isFinalStatus;
+using store::kFinalStatuses;
 
 struct InvocationFilter {
   std::string service;  // empty: any

@@ -15,6 +15,10 @@
 namespace krane::workflow::store {
 
 inline constexpr std::string_view kFinalStatuses = "'succeeded','failed','cancelled','killed'";
+// Whether an invocation in `status` ended (one of kFinalStatuses).
+inline bool isFinalStatus(std::string_view status) {
+  return status == "succeeded" || status == "failed" || status == "cancelled" || status == "killed";
+}
 
 struct NewInvocation {
   std::string id;

@@ -7,6 +7,7 @@
 
 #include "agent/memory_ledger.h"
 #include "common/strings.h"
+#include "tests/support/wait.h"
 
 namespace krane::agent {
 namespace {
@@ -102,11 +103,8 @@ struct Fixture {
 
   // Waits (up to 10 s) until changes were retried `n` times in all.
   void waitRetried(uint64_t n) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (dispatcher->stats().retried < n) {
-      REQUIRE(std::chrono::steady_clock::now() < deadline);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    REQUIRE(krane::testing::eventually([&] { return dispatcher->stats().retried >= n; },
+                                       std::chrono::seconds(10)));
   }
 };
 

@@ -167,7 +167,8 @@ TEST_CASE_METHOD(RolloutCliTest,
   // The rollback holds the rollout while snt_c fails again (3 s).
   std::optional<CommandResult> back;
   std::thread rollback([&] { back = kranectl({"rollout", "rollback"}); });
-  REQUIRE(krane::testing::eventually(
+  // Checked, not required: a failed REQUIRE would leave the thread unjoined (std::terminate).
+  CHECK(krane::testing::eventually(
       [&] {
         return kranectl({"rollout", "status"}).out.find(": rolling_back,") != std::string::npos;
       },
@@ -181,8 +182,15 @@ TEST_CASE_METHOD(RolloutCliTest,
   CHECK_THAT(start.err, Catch::Contains("nothing was done"));
   REQUIRE(back.has_value());
   CHECK(back->exit_code == 0);
-  INFO("the withdrawn start never runs, not even once the rollback ended");
-  std::this_thread::sleep_for(std::chrono::seconds(1));
+  INFO("the withdrawn start never runs, not even once the rollback ended: it was cancelled");
+  CHECK(krane::testing::eventually([&] {
+    auto rows = (*cp_.pool()->acquire())
+                    ->query(
+                        "SELECT status FROM workflow_invocations WHERE handler = 'Rollout'"
+                        " ORDER BY created_at DESC, id DESC LIMIT 1",
+                        {});
+    return rows.ok() && !rows->empty() && rows->rows[0].str(0) == "cancelled";
+  }));
   CHECK(onImage("krane.dev/sentinel:v3") == 0);
   auto status = kranectl({"rollout", "status"});
   CHECK_THAT(status.out, Catch::Contains("cancelled"));

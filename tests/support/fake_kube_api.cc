@@ -636,7 +636,6 @@ FakeKubeApi::FakeKubeApi(Options options) : options_(options) {
   server_->Delete(".*", handler);
   port_ = server_->bind_to_any_port("127.0.0.1");
   thread_ = serveInBackground(*server_);
-  while (!server_->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 FakeKubeApi::~FakeKubeApi() {

@@ -5,6 +5,7 @@
 #include "absl/strings/str_split.h"
 #include "common/status.h"
 #include "common/strings.h"
+#include "controlplane/workflow/operations.h"
 #include "controlplane/workflow/typed.h"
 
 namespace krane::services::buildslot {
@@ -98,12 +99,12 @@ absl::StatusOr<bool> dropEnded(Context& ctx, db::Pool& pool, BuildSlots& s) {
     KRANE_ASSIGN_OR_RETURN(
         auto rows,
         // A workflow row gone (removed by retention) ended long ago.
-        conn->query(strCat("SELECT d.id FROM deployments d LEFT JOIN workflow_invocations i ON"
-                           " i.id = d.invocation_id WHERE d.id IN (",
-                           in,
-                           ") AND d.invocation_id IS NOT NULL AND (i.id IS NULL OR i.status IN"
-                           " ('succeeded', 'failed', 'cancelled', 'killed')) ORDER BY d.id"),
-                    db::Params(named.begin(), named.end())));
+        conn->query(
+            strCat("SELECT d.id FROM deployments d LEFT JOIN workflow_invocations i ON"
+                   " i.id = d.invocation_id WHERE d.id IN (",
+                   in, ") AND d.invocation_id IS NOT NULL AND (i.id IS NULL OR i.status IN (",
+                   workflow::kFinalStatuses, ")) ORDER BY d.id"),
+            db::Params(named.begin(), named.end())));
     std::string out;
     for (const db::Row& r : rows.rows) strAppend(&out, out.empty() ? "" : ",", r.str("id"));
     return out;
@@ -183,8 +184,10 @@ absl::StatusOr<ReleaseSlotResponse> release(Context& ctx, db::Pool& pool,
     active.erase(std::find(active.begin(), active.end(), req.deployment_id()));
     out.set_released(true);
     KRANE_ASSIGN_OR_RETURN(int limit, maxConcurrentBuilds(ctx, pool));
-    // No slot goes to a waiter whose deploy already ended.
-    KRANE_RETURN_IF_ERROR(dropEnded(ctx, pool, s).status());
+    // No slot goes to a waiter whose deploy already ended (looked up only when someone waits).
+    if (s.production_size() + s.preview_size() > 0) {
+      KRANE_RETURN_IF_ERROR(dropEnded(ctx, pool, s).status());
+    }
     promote(ctx, s, limit, &out);
     save(ctx, s, legacy);
   } else if (removeWaiter(*s.mutable_production(), req.deployment_id()) ||

@@ -12,10 +12,29 @@
 #include "controlplane/services/deploy/rolling.h"
 #include "controlplane/services/deployment/deployment.h"
 #include "controlplane/services/routing/routing.h"
+#include "controlplane/workflow/operations.h"
 #include "controlplane/workflow/typed.h"
 #include "spdlog/spdlog.h"
 
 namespace krane::services::deploy {
+// Ends the open step with `error` (first write wins) and moves an unfinished deployment to
+// `status`; a finished one (ready, failed, superseded, cancelled) keeps its status.
+absl::Status markFinished(db::Connection& conn, const std::string& id, const std::string& status,
+                          const std::string& error) {
+  const int64_t now = unixMillis();
+  KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?, error = ?"
+                                  " WHERE deployment_id = ? AND ended_at IS NULL",
+                                  {now, error.substr(0, 60000), id})
+                            .status());
+  return conn
+      .exec(
+          "UPDATE deployments SET status = ?, updated_at = ? WHERE id = ? AND status IN"
+          " ('pending', 'awaiting_approval', 'starting', 'building', 'deploying', 'network',"
+          " 'finalizing')",
+          {status, now, id})
+      .status();
+}
+
 namespace {
 
 using services::v1::DeploymentInfo;
@@ -89,26 +108,6 @@ absl::StatusOr<DeploymentInfo> loadInfo(db::Connection& conn, const std::string&
   return info;
 }
 
-// Ends the open step with `error` (first write wins) and moves an unfinished deployment to
-// `status`; a finished one (ready, failed, superseded, cancelled) keeps its status.
-absl::Status markFinished(db::Connection& conn, const std::string& id, const std::string& status,
-                          const std::string& error) {
-  const int64_t now = unixMillis();
-  KRANE_RETURN_IF_ERROR(conn.exec("UPDATE deployment_steps SET ended_at = ?, error = ?"
-                                  " WHERE deployment_id = ? AND ended_at IS NULL",
-                                  {now, error.substr(0, 60000), id})
-                            .status());
-  return conn
-      .exec(
-          "UPDATE deployments SET status = ?, updated_at = ? WHERE id = ? AND status IN"
-          " ('pending', 'awaiting_approval', 'starting', 'building', 'deploying', 'network',"
-          " 'finalizing')",
-          {status, now, id})
-      .status();
-}
-
-// Starts step `step` (ending the open one) and, unless `status` is empty, moves the deployment
-// to it; only while the deployment is in one of `from`. False (nothing written) otherwise.
 // Ends the open step of `id`, starts `step`, and moves the deployment to `status` (unless empty).
 absl::Status startStep(db::Connection& conn, const std::string& id, const std::string& step,
                        const std::string& status) {
@@ -127,6 +126,8 @@ absl::Status startStep(db::Connection& conn, const std::string& id, const std::s
       .status();
 }
 
+// Starts step `step` (ending the open one) and, unless `status` is empty, moves the deployment
+// to it; only while the deployment is in one of `from`. False (nothing written) otherwise.
 absl::StatusOr<bool> enterStep(Context& ctx, const std::string& step, const std::string& status,
                                const std::vector<std::string>& from) {
   auto entered =
@@ -152,8 +153,9 @@ absl::StatusOr<bool> enterStep(Context& ctx, const std::string& step, const std:
 // looks again; a deploy of the same branch that became newer meanwhile supersedes it.
 struct Entered {
   enum { kEntered, kSuperseded, kLeft } outcome = kLeft;
-  std::string live;          // the environment's live deployment when it entered ("": none)
-  bool rolled_back = false;  // the app was rolled back then: the deploy stays off live
+  // The deployment it rolls from: the environment's live one when it entered; "" when there is
+  // none, or when the app is rolled back (the deploy stays off live then, and starts in full).
+  std::string live;
 };
 
 absl::StatusOr<Entered> enterDeployingAlone(Context& ctx, const DeploymentInfo& info) {
@@ -169,11 +171,11 @@ absl::StatusOr<Entered> enterDeployingAlone(Context& ctx, const DeploymentInfo& 
                                     .status());
           KRANE_ASSIGN_OR_RETURN(
               auto busy,
-              conn.query("SELECT d.id FROM deployments d JOIN workflow_invocations i ON"
-                         " i.id = d.invocation_id WHERE d.environment_id = ? AND d.id <> ? AND"
-                         " d.status IN ('deploying', 'network', 'finalizing', 'failed',"
-                         " 'cancelled') AND i.status NOT IN ('succeeded', 'failed', 'cancelled',"
-                         " 'killed') ORDER BY d.id LIMIT 1",
+              conn.query(strCat("SELECT d.id FROM deployments d JOIN workflow_invocations i ON"
+                                " i.id = d.invocation_id WHERE d.environment_id = ? AND d.id <> ?"
+                                " AND d.status IN ('deploying', 'network', 'finalizing', 'failed',"
+                                " 'cancelled') AND i.status NOT IN (",
+                                workflow::kFinalStatuses, ") ORDER BY d.id LIMIT 1"),
                          {info.environment_id(), ctx.key()}));
           KRANE_ASSIGN_OR_RETURN(auto own, conn.query("SELECT status FROM deployments WHERE"
                                                       " id = ? FOR UPDATE",
@@ -190,22 +192,17 @@ absl::StatusOr<Entered> enterDeployingAlone(Context& ctx, const DeploymentInfo& 
           if (!busy.empty()) return strCat("wait ", busy.rows[0].str("id"));
           KRANE_RETURN_IF_ERROR(startStep(conn, ctx.key(), "deploying", "deploying"));
           KRANE_ASSIGN_OR_RETURN(auto live,
-                                 conn.query("SELECT live.id, a.is_rolled_back FROM apps a JOIN"
-                                            " deployments live ON live.id = a.current_deployment_id"
-                                            " WHERE a.id = ? AND live.environment_id = ?",
+                                 conn.query("SELECT live.id FROM apps a JOIN deployments live ON"
+                                            " live.id = a.current_deployment_id WHERE a.id = ? AND"
+                                            " live.environment_id = ? AND NOT a.is_rolled_back",
                                             {info.app_id(), info.environment_id()}));
-          if (live.empty()) return std::string("entered");
-          return strCat("entered ", live.rows[0].i64("is_rolled_back") != 0 ? "rolled_back " : "",
-                        live.rows[0].str("id"));
+          return strCat("entered ", live.empty() ? std::string() : live.rows[0].str("id"));
         });
     if (!entered.ok()) return entered.status();
     if (entered->empty()) return Entered{Entered::kEntered, info.live_deployment_id()};
-    if (entered->rfind("entered", 0) == 0) {
-      // "entered", "entered <live>" or "entered rolled_back <live>".
-      std::string live = entered->size() > 8 ? entered->substr(8) : std::string();
-      const bool rolled_back = live.rfind("rolled_back ", 0) == 0;
-      if (rolled_back) live = live.substr(12);
-      return Entered{Entered::kEntered, live == ctx.key() ? std::string() : live, rolled_back};
+    if (entered->rfind("entered ", 0) == 0) {
+      const std::string live = entered->substr(8);
+      return Entered{Entered::kEntered, live == ctx.key() ? std::string() : live};
     }
     if (*entered == "superseded") return Entered{Entered::kSuperseded, ""};
     if (entered->rfind("wait ", 0) != 0) return Entered{};  // its status was no longer building
@@ -486,10 +483,9 @@ absl::StatusOr<DeployResult> runDeploy(Context& ctx, const DeployDependencies& d
     if (entered.outcome == Entered::kLeft) {
       return terminalError(absl::StatusCode::kAborted, "deployment left the workflow");
     }
+    // A rolled-back app keeps its live deployment until a promote: a roll would drain it for a
+    // swap that would not happen. The deploy starts in full beside it instead (as blue-green).
     info.set_live_deployment_id(entered.live);
-    // A rolled-back app keeps its live deployment until a promote: a roll would drain it, and the
-    // swap would then not happen. The deploy starts in full beside it instead (as blue-green).
-    if (entered.rolled_back) info.set_live_deployment_id("");
   } else {
     KRANE_ASSIGN_OR_RETURN(bool deploying, enterStep(ctx, "deploying", "deploying", {"building"}));
     if (!deploying) {

@@ -80,4 +80,9 @@ workflow::ServiceDefinition deployService(DeployDependencies deps);
 std::vector<workflow::ServiceDefinition> deployServices(DeployDependencies deps,
                                                         routing::RoutingOptions routing = {});
 
+// Ends the open step of deployment `id` with `error` (first write wins) and moves it to `status`
+// unless it finished already (ready, failed, superseded, cancelled keep theirs).
+absl::Status markFinished(db::Connection& conn, const std::string& id, const std::string& status,
+                          const std::string& error);
+
 }  // namespace krane::services::deploy

@@ -1,6 +1,6 @@
 #include "plugins/runtime/kubernetes/objects.h"
 
-#include <charconv>
+#include "common/strings.h"
 
 namespace krane::kube {
 
@@ -25,10 +25,7 @@ uint64_t appliedVersionOf(const Json& object) {
       object.value("metadata", Json::object()).value("annotations", Json::object());
   auto it = annotations.find(kAppliedVersionAnnotation);
   if (it == annotations.end() || !it->is_string()) return 0;
-  const std::string& text = it->get_ref<const std::string&>();
-  uint64_t version = 0;
-  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), version);
-  return error == std::errc() && end == text.data() + text.size() ? version : 0;
+  return parseUint64(it->get_ref<const std::string&>()).value_or(0);
 }
 
 absl::Status removeIfPresent(Client& client, const ObjectRef& ref) {

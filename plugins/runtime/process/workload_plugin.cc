@@ -1,6 +1,5 @@
 #include "plugins/runtime/process/workload_plugin.h"
 
-#include <charconv>
 #include <optional>
 #include <set>
 
@@ -156,11 +155,7 @@ void ProcessWorkloadPlugin::adoptLocked(Applied& a, const std::string& id,
     return it == status.labels.end() ? std::string() : it->second;
   };
   const auto number = [&](const char* key, uint64_t otherwise) -> uint64_t {
-    const std::string text = label(key);
-    uint64_t value = 0;
-    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-    return error == std::errc() && end == text.data() + text.size() && !text.empty() ? value
-                                                                                     : otherwise;
+    return parseUint64(label(key)).value_or(otherwise);
   };
   a.id = id;
   a.region = label(kRegionLabel);

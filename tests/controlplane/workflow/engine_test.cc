@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "common/clock.h"
+#include "common/host_port.h"
 #include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/workflow/maintenance.h"
@@ -721,7 +722,7 @@ TEST_CASE_METHOD(WorkflowTest, "a step whose commit answer was lost is not run a
   exec("CREATE TABLE charges (id BIGINT AUTO_INCREMENT PRIMARY KEY, amount BIGINT)");
   krane::testing::TcpRelay relay(strCat(dsn_.host, ":", dsn_.port));
   db::Dsn relayed = dsn_;
-  relayed.port = static_cast<unsigned>(std::stoi(relay.address().substr(10)));
+  relayed.port = static_cast<unsigned>(portOf(relay.address()));
   auto pool = db::Pool::create(relayed, {.max_connections = 16});
   REQUIRE_THAT(pool, IsOk());
   std::atomic<int> charged{0};

@@ -219,8 +219,13 @@ TEST_CASE_METHOD(RollingDeployTest, "a second rolling deploy waits for the first
                " step = 'building' AND ended_at IS NOT NULL") == 1 ||
            scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd3' AND status = 'building'") == 1;
   }));
-  std::this_thread::sleep_for(2s);
-  INFO("d3 built, and waits while d2 rolls");
+  INFO("d3 built, looked for its turn twice, and waits while d2 rolls");
+  REQUIRE(eventually([&] {
+    return scalar(
+               "SELECT COUNT(*) FROM workflow_journal j JOIN deployments d ON"
+               " d.invocation_id = j.invocation_id WHERE d.id = 'd3' AND"
+               " j.name LIKE 'step deploying%'") >= 2;
+  }));
   CHECK(scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd3' AND status = 'building'") == 1);
   CHECK(scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd3'") == 0);
   CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE rolling_deployment_id = 'd2'") == 2);
@@ -289,7 +294,14 @@ TEST_CASE_METHOD(RollingDeployTest, "a new instance failing for a moment does no
                "SELECT COUNT(*) FROM deployment_phases WHERE deployment_id = 'd2' AND"
                " detail LIKE '%CrashLoopBackOff%'") >= 1;
   }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // 20 reports: 20+ cycles
+  // 20 cycles of the roll while its new instances fail: more failures seen than the cap (18)
+  // if each cycle counted them.
+  REQUIRE(eventually([&] {
+    return scalar(
+               "SELECT COUNT(*) FROM workflow_journal j JOIN deployments d ON"
+               " d.invocation_id = j.invocation_id WHERE d.id = 'd2' AND"
+               " j.name LIKE 'rolling cycle %: observe'") >= 20;
+  }));
   agents_->running("d2");
   auto done = resultAs<DeployResult>(engine_->awaitResult(*sent, 120s));
   REQUIRE_THAT(done, IsOk());
