@@ -60,12 +60,41 @@ Engine::Engine(std::shared_ptr<db::Pool> pool, EngineOptions options)
     : pool_(std::move(pool)),
       options_(std::move(options)),
       journal_cache_(std::make_unique<JournalCache>(options_.journal_cache_bytes)),
-      journal_writer_(std::make_unique<JournalWriter>(*pool_)) {
+      journal_writer_(std::make_unique<JournalWriter>(*pool_)),
+      sends_(
+          kSendWriters, kMaxSends, [](const Send&) { return size_t{1}; },
+          [this](const std::vector<Send*>& batch) { insertSends(batch); }) {
   if (options_.worker_id.empty()) options_.worker_id = processInstanceId();
   if (options_.threads == 0) options_.threads = 1;
 }
 
 Engine::~Engine() { stop(); }
+
+void Engine::insertSends(const std::vector<Send*>& batch) {
+  auto conn = pool_->acquire();
+  if (!conn.ok()) {
+    for (Send* s : batch) s->result = conn.status();
+    return;
+  }
+  const int64_t now = unixMillis();
+  if (batch.size() > 1) {
+    std::vector<const store::NewInvocation*> invs;
+    for (const Send* s : batch) invs.push_back(s->inv);
+    absl::Status status = store::insertInvocations(**conn, invs, now);
+    stats_.send_statements.fetch_add(1, std::memory_order_relaxed);
+    if (status.ok() || (*conn)->broken()) {
+      // A lost connection leaves it unknown whether the rows are in; sent again one by one, they
+      // would be refused as duplicates of themselves.
+      for (Send* s : batch) s->result = status;
+      return;
+    }
+    // One send's failure (its idempotency key is taken, say) must not fail the others.
+  }
+  for (Send* s : batch) {
+    s->result = store::insertInvocation(**conn, *s->inv, now);
+    stats_.send_statements.fetch_add(1, std::memory_order_relaxed);
+  }
+}
 
 absl::Status Engine::registerService(ServiceDefinition service) {
   if (!validName(service.name())) {
@@ -210,16 +239,17 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
   store::NewInvocation inv;
   KRANE_RETURN_IF_ERROR(newInvocation(request, &inv));
   absl::Status status;
-  if (inv.exclusive && inv.delay_ms <= 0) {
+  if (store::needsKey(inv)) {
     // Admission to the key takes the key's row first: a transaction.
     status = pool_->transact(
         "workflow invoke",
         [&](db::Connection& conn) { return store::insertInvocation(conn, inv, unixMillis()); },
         db::TxOptions{db::Isolation::kReadCommitted, 30});
   } else {
-    // One INSERT, which commits by itself.
-    auto conn = pool_->acquire();
-    status = conn.ok() ? store::insertInvocation(**conn, inv, unixMillis()) : conn.status();
+    // One INSERT, which commits by itself, shared with the sends of other threads at the moment.
+    Send send{&inv};
+    sends_.submit(send);
+    status = send.result;
   }
   if (absl::IsAlreadyExists(status) && inv.idempotency_hash) {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_->acquire());
@@ -460,8 +490,12 @@ void Engine::claimLoop() {
     }
     std::unique_lock lock(mutex_);
     if (got > 0 && got == free) continue;  // there may be more
-    wake_.wait_for(lock, options_.poll_interval,
-                   [&] { return stopping_ || (notified_ && active_.size() < claimCapacity()); });
+    // Claims wait until the invocations claimed ahead are down to what the workers run: one
+    // claim then takes several, where claiming at every finish took one at a time.
+    wake_.wait_for(lock, options_.poll_interval, [&] {
+      return stopping_ ||
+             (notified_ && active_.size() < claimCapacity() && active_.size() <= options_.threads);
+    });
     notified_ = false;
   }
 }

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "common/thread_pool.h"
 #include "controlplane/db/pool.h"
+#include "controlplane/workflow/group_commit.h"
 #include "controlplane/workflow/service.h"
 
 namespace krane::workflow {
@@ -72,6 +73,8 @@ struct EngineStats {
   std::atomic<uint64_t> steps{0};               // run() side effects executed
   std::atomic<uint64_t> journal_reads{0};       // executions that read their journal from MySQL
   std::atomic<uint64_t> journal_cache_hits{0};  // executions that took it from the cache
+  // INSERTs send() ran for invocations that need no key (several sends share one).
+  std::atomic<uint64_t> send_statements{0};
   std::atomic<uint64_t> step_ms_total{0};
   // Step latency histogram, upper bounds in ms: 1, 5, 10, 50, 100, 500, 1000, 5000, +inf.
   static constexpr double kBucketsMs[] = {1, 5, 10, 50, 100, 500, 1000, 5000};
@@ -129,6 +132,11 @@ class Engine {
   absl::Status resume(const std::string& invocation_id);
 
   const EngineStats& stats() const { return stats_; }
+
+  // send() inserts invocations that need no key's row in batches, at most this many at once: a
+  // send waits while they are all written (few, so that sends at the same moment share a batch;
+  // more than one, so that one send waiting for a lock does not hold up every other).
+  static constexpr size_t kSendWriters = 2;
   const std::string& workerId() const { return options_.worker_id; }
   // Counters of this replica plus invocations by status and keys held (from the database).
   std::vector<prometheus::MetricFamily> metrics() const;
@@ -164,6 +172,14 @@ class Engine {
   EngineStats stats_;
   std::unique_ptr<JournalCache> journal_cache_;
   std::unique_ptr<JournalWriter> journal_writer_;
+  // send()'s inserts of invocations that do not need their key, grouped (GroupCommit).
+  struct Send {
+    const store::NewInvocation* inv;
+    absl::Status result = absl::OkStatus();
+  };
+  static constexpr size_t kMaxSends = 64;
+  void insertSends(const std::vector<Send*>& batch);
+  GroupCommit<Send> sends_;
 
   std::mutex mutex_;
   std::condition_variable wake_;

@@ -1,5 +1,7 @@
 #include "controlplane/workflow/journal_writer.h"
 
+#include <set>
+#include <string_view>
 #include <thread>
 
 #include "common/backoff.h"
@@ -46,52 +48,109 @@ auto retryConflicts(F statement) -> decltype(statement()) {
 
 }  // namespace
 
+JournalWriter::JournalWriter(db::Pool& pool)
+    : pool_(pool),
+      group_(
+          kWriters, kMaxEntries, [](const Request& r) { return r.entries->size(); },
+          [this](const std::vector<Request*>& batch) { writeBatch(batch); }) {}
+
 absl::Status JournalWriter::write(const std::string& invocation_id, int64_t token,
                                   const std::vector<const JournalEntry*>& entries) {
   if (entries.empty()) return absl::OkStatus();
   Request request{&invocation_id, token, &entries};
-  std::unique_lock lock(mutex_);
-  queue_.push_back(&request);
-  while (!request.done) {
-    if (writing_ >= kWriters || queue_.empty()) {
-      written_.wait(lock);
-      continue;
-    }
-    ++writing_;
-    std::vector<Request*> batch;
-    size_t n = 0;
-    while (!queue_.empty() &&
-           (batch.empty() || n + queue_.front()->entries->size() <= kMaxEntries)) {
-      n += queue_.front()->entries->size();
-      batch.push_back(queue_.front());
-      queue_.pop_front();
-    }
-    lock.unlock();
-    writeBatch(batch);
-    lock.lock();
-    for (Request* r : batch) r->done = true;
-    --writing_;
-    written_.notify_all();
-  }
+  group_.submit(request);
   return request.result;
 }
 
 void JournalWriter::writeBatch(const std::vector<Request*>& batch) {
-  bool single_entries = true;
-  for (const Request* r : batch) single_entries = single_entries && r->entries->size() == 1;
-  // Up to three single entries cost fewer round trips as statements of their own than as the
-  // four of a transaction.
-  if (single_entries && batch.size() < 4) {
-    for (Request* r : batch) r->result = writeOne(*r);
-    return;
+  // Requests of one entry each, of different invocations, share one statement; the others (a
+  // request of several entries) share a transaction.
+  std::vector<Request*> singles;
+  std::vector<Request*> others;
+  std::set<std::string_view> ids;
+  for (Request* r : batch) {
+    if (r->entries->size() == 1 && ids.insert(*r->invocation_id).second) {
+      singles.push_back(r);
+    } else {
+      others.push_back(r);
+    }
   }
-  absl::Status status = writeGroup(batch);
-  if (!status.ok() && batch.size() > 1) {
+  if (singles.size() == 1) singles[0]->result = writeOne(*singles[0]);
+  if (singles.size() > 1 && !writeSingles(singles).ok()) {
     // One request's failure (a duplicate entry, say) must not fail the others: each alone.
-    for (Request* r : batch) writeBatch({r});
-  } else if (!status.ok()) {
-    batch[0]->result = status;
+    for (Request* r : singles) r->result = writeOne(*r);
   }
+  if (others.size() == 1 && others[0]->entries->size() == 1) {
+    others[0]->result = writeOne(*others[0]);
+  } else if (!others.empty()) {
+    absl::Status status = writeGroup(others);
+    if (!status.ok() && others.size() > 1) {
+      for (Request* r : others) writeBatch({r});
+    } else if (!status.ok()) {
+      others[0]->result = status;
+    }
+  }
+}
+
+absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
+  db::Params params;
+  const int64_t now = unixMillis();
+  std::vector<db::Params> rows;
+  rows.reserve(batch.size());
+  for (const Request* r : batch) {
+    db::Params row;
+    appendRow(&row, *r->invocation_id, *r->entries->front(), now);
+    rows.push_back(std::move(row));
+  }
+  // appendRow's order: id, seq, kind, name, ok, payload, error_code, error_message,
+  // duration_ms, created_at. Columns 1 to 8 are chosen by id.
+  for (size_t column = 1; column <= 8; ++column) {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      params.emplace_back(*batch[i]->invocation_id);
+      params.push_back(std::move(rows[i][column]));
+    }
+  }
+  params.emplace_back(now);
+  for (const Request* r : batch) {
+    params.emplace_back(*r->invocation_id);
+    params.emplace_back(r->token);
+  }
+  const std::string sql = statements::fencedJournalInsertGroup(batch.size());
+  auto inserted = retryConflicts([&]() -> absl::StatusOr<uint64_t> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
+    return conn->exec(sql, params);
+  });
+  count(1, inserted.ok() ? *inserted : 0);
+  if (!inserted.ok()) return inserted.status();
+  for (Request* r : batch) r->result = absl::OkStatus();
+  if (*inserted == batch.size()) return absl::OkStatus();
+  // Some were fenced. A token only grows, so one that is still the request's was current when
+  // the statement read it, and its entry is in; the others were left out.
+  std::string in = "?";
+  db::Params id_params;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (i > 0) in += ",?";
+    id_params.emplace_back(*batch[i]->invocation_id);
+  }
+  absl::StatusOr<db::ResultSet> tokens = [&]() -> absl::StatusOr<db::ResultSet> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
+    return conn->query(
+        strCat("SELECT id, lease_token FROM workflow_invocations WHERE id IN (", in, ")"),
+        id_params);
+  }();
+  for (Request* r : batch) {
+    bool current = false;
+    if (tokens.ok()) {
+      for (const db::Row& row : tokens->rows) {
+        current =
+            current || (row.str("id") == *r->invocation_id && row.i64("lease_token") == r->token);
+      }
+    }
+    // Unreadable: fenced is the safe answer (the execution stops; the entry, if it is in, is
+    // replayed by the next one).
+    if (!current) r->result = absl::AbortedError("fenced");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JournalWriter::writeOne(const Request& request) {

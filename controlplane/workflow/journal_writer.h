@@ -1,22 +1,19 @@
 // Writes journal entries of the invocations this replica executes, fenced by their lease tokens,
-// grouping the writes that threads ask for at the same time (group commit).
-//
-// No thread of its own: a caller that finds fewer than kWriters batches being written writes
-// everything queued at that moment (its own write included) while later callers queue behind
-// it; the next of them writes their whole queue the same way. A caller alone writes at once.
+// grouping the writes that threads ask for at the same time (GroupCommit: at most kWriters
+// batches at once, of at most kMaxEntries entries).
 //
 // A single entry is one INSERT ... SELECT with a locking read of its invocation's row on the
 // lease token: it commits by itself and inserts nothing unless the token is still current, and a
-// takeover (which changes the token) waits for it to commit. A group is one transaction that
+// takeover (which changes the token) waits for it to commit. Single entries of several
+// invocations are one such statement for all of them, each row fenced on its own token
+// (statements::fencedJournalInsertGroup). Requests of several entries are one transaction that
 // locks the invocations' rows, reads their tokens and inserts the entries of those still current
 // in one multi-row INSERT.
 //
 // Thread-safety: write() may be called from any thread.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -24,12 +21,13 @@
 #include "absl/status/status.h"
 #include "controlplane/db/pool.h"
 #include "controlplane/workflow/context_impl.h"
+#include "controlplane/workflow/group_commit.h"
 
 namespace krane::workflow {
 
 class JournalWriter {
  public:
-  explicit JournalWriter(db::Pool& pool) : pool_(pool) {}
+  explicit JournalWriter(db::Pool& pool);
 
   // Journals `entries` (in order, consecutive seqs) of `invocation_id` if `token` is still its
   // lease token; all of them or none. ABORTED with the message "fenced" when the lease was taken
@@ -47,7 +45,6 @@ class JournalWriter {
     int64_t token;
     const std::vector<const JournalEntry*>* entries;
     absl::Status result = absl::OkStatus();
-    bool done = false;
   };
   // At most this many entries in one batch.
   static constexpr size_t kMaxEntries = 64;
@@ -58,15 +55,16 @@ class JournalWriter {
   // Writes `batch` and sets each request's result (not `done`).
   void writeBatch(const std::vector<Request*>& batch);
   absl::Status writeOne(const Request& request);
+  // Requests of one entry each, of different invocations, in one statement. Sets the results
+  // when it returns OK; on an error no entry was written.
+  absl::Status writeSingles(const std::vector<Request*>& batch);
   // Sets the results when it returns OK; on an error no entry was written.
   absl::Status writeGroup(const std::vector<Request*>& batch);
   void count(uint64_t statements, uint64_t entries);
 
   db::Pool& pool_;
-  mutable std::mutex mutex_;
-  std::condition_variable written_;
-  std::deque<Request*> queue_;
-  size_t writing_ = 0;  // callers writing a batch now
+  GroupCommit<Request> group_;
+  mutable std::mutex mutex_;  // guards the counts
   uint64_t statements_ = 0;
   uint64_t entries_ = 0;
 };

@@ -45,34 +45,59 @@ absl::Status takeKey(db::Connection& conn, std::string_view service, std::string
 
 }  // namespace
 
+namespace {
+
+constexpr std::string_view kInsertInvocations =
+    "INSERT INTO workflow_invocations (id, service, handler, object_key, exclusive, status, input,"
+    " idempotency_hash, idempotency_key, parent_id, completion_promise, key_seq, due_at,"
+    " cancel_requested, created_at, updated_at) VALUES ";
+constexpr std::string_view kInvocationRow = "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)";
+
+void appendInvocationRow(db::Params* params, const NewInvocation& inv, std::string status,
+                         db::Value key_seq, db::Value due_at, int64_t now) {
+  params->insert(params->end(),
+                 {inv.id, inv.service, inv.handler, inv.key, inv.exclusive, std::move(status),
+                  db::Blob{inv.input}, inv.idempotency_hash, inv.idempotency_key, inv.parent_id,
+                  inv.completion_promise, std::move(key_seq), std::move(due_at),
+                  inv.cancel_requested, now, now});
+}
+
+}  // namespace
+
 absl::Status insertInvocation(db::Connection& conn, const NewInvocation& inv, int64_t now) {
+  if (!needsKey(inv)) return insertInvocations(conn, {&inv}, now);
+  // The key row first, like every other transaction that touches both.
+  KRANE_ASSIGN_OR_RETURN(KeyLock lock, lockKey(conn, inv.service, inv.key));
   std::string status = "ready";
   db::Value due_at = now;
-  db::Value key_seq;
-  if (inv.delay_ms > 0) {
-    status = "scheduled";
-    due_at = now + inv.delay_ms;
-  } else if (inv.exclusive) {
-    // The key row first, like every other transaction that touches both.
-    KRANE_ASSIGN_OR_RETURN(KeyLock lock, lockKey(conn, inv.service, inv.key));
-    key_seq = lock.seq;
-    if (!lock.holder) {
-      KRANE_RETURN_IF_ERROR(takeKey(conn, inv.service, inv.key, inv.id, now));
+  if (!lock.holder) {
+    KRANE_RETURN_IF_ERROR(takeKey(conn, inv.service, inv.key, inv.id, now));
+  } else {
+    status = "queued";
+    due_at = db::Value();
+  }
+  db::Params params;
+  appendInvocationRow(&params, inv, std::move(status), lock.seq, std::move(due_at), now);
+  return conn.exec(strCat(kInsertInvocations, kInvocationRow), params).status();
+}
+
+absl::Status insertInvocations(db::Connection& conn, const std::vector<const NewInvocation*>& invs,
+                               int64_t now) {
+  std::string sql(kInsertInvocations);
+  db::Params params;
+  for (const NewInvocation* inv : invs) {
+    if (needsKey(*inv)) {
+      return absl::InternalError(strCat("invocation ", inv->id, " needs its key: insert it alone"));
+    }
+    strAppend(&sql, params.empty() ? "" : ",", kInvocationRow);
+    if (inv->delay_ms > 0) {
+      appendInvocationRow(&params, *inv, "scheduled", db::Value(), now + inv->delay_ms, now);
     } else {
-      status = "queued";
-      due_at = db::Value();
+      appendInvocationRow(&params, *inv, "ready", db::Value(), now, now);
     }
   }
-  return conn
-      .exec(
-          "INSERT INTO workflow_invocations (id, service, handler, object_key, exclusive,"
-          " status, input, idempotency_hash, idempotency_key, parent_id, completion_promise,"
-          " key_seq, due_at, cancel_requested, created_at, updated_at)"
-          " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-          {inv.id, inv.service, inv.handler, inv.key, inv.exclusive, status, db::Blob{inv.input},
-           inv.idempotency_hash, inv.idempotency_key, inv.parent_id, inv.completion_promise,
-           key_seq, due_at, inv.cancel_requested, now, now})
-      .status();
+  if (invs.empty()) return absl::OkStatus();
+  return conn.exec(sql, params).status();
 }
 
 absl::StatusOr<bool> admitToKey(db::Connection& conn, std::string_view id, std::string_view service,

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -40,6 +41,16 @@ struct NewInvocation {
 // Inserts an invocation and admits it: ready at once, queued behind its key's holder, or
 // scheduled when delayed. ALREADY_EXISTS when its idempotency hash is taken.
 absl::Status insertInvocation(db::Connection& conn, const NewInvocation& inv, int64_t now);
+
+// Whether inserting `inv` takes its key's row: an exclusive handler's invocation that is due at
+// once. Such an insert needs a transaction.
+inline bool needsKey(const NewInvocation& inv) { return inv.exclusive && inv.delay_ms <= 0; }
+
+// Inserts invocations that do not need their key (needsKey), all in one statement: ready, or
+// scheduled when delayed. On an error (one of them has an idempotency hash that is taken, say)
+// none is inserted.
+absl::Status insertInvocations(db::Connection& conn, const std::vector<const NewInvocation*>& invs,
+                               int64_t now);
 
 // Admission of an exclusive invocation to its key. Returns true when it now holds the key (and is
 // ready), false when it was queued.

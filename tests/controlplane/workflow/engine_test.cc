@@ -626,6 +626,108 @@ TEST_CASE_METHOD(WorkflowTest, "idempotency keys make one invocation", "[workflo
   CHECK(runs.load() == 4);
 }
 
+// Sends of invocations that need no key share an INSERT when they come at the same moment; one
+// whose idempotency key is taken fails none of the others.
+TEST_CASE_METHOD(WorkflowTest, "sends at the same moment share an insert", "[workflow]") {
+  Engine idle(pool_, fastOptions());
+  REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
+                   "h", [](Context&, const std::string&) { return std::string(); })),
+               IsOk());
+  // While a transaction holds an uncommitted send with idempotency key `held`, sends of the
+  // same key wait for it, one per writer (Engine::kSendWriters): the writers are busy, and the
+  // sends `queue` makes line up behind them, to be written together once the transaction
+  // commits.
+  auto whileHeld = [&](const std::string& held,
+                       const std::function<void(std::vector<std::thread>&)>& queue) {
+    auto holder = pool_->acquire();
+    REQUIRE_THAT(holder, IsOk());
+    REQUIRE_THAT((*holder)->execText("START TRANSACTION"), IsOk());
+    auto first = idle.sendIn(**holder, {"Idle", "h", "", "", held});
+    REQUIRE_THAT(first, IsOk());
+    std::vector<std::thread> threads;
+    constexpr int kWriters = static_cast<int>(Engine::kSendWriters);
+    std::vector<std::string> waited(kWriters);
+    for (int i = 0; i < kWriters; ++i) {
+      threads.emplace_back([&, i] {
+        auto id = idle.send({"Idle", "h", "", "", held});
+        waited[i] = id.ok() ? *id : id.status().ToString();
+      });
+    }
+    int64_t lock_waits = 0;
+    const bool waiting = eventually(
+        [&] {
+          // The server refreshes INNODB_TRX only when it was not read in the last 100 ms.
+          std::this_thread::sleep_for(150ms);
+          lock_waits = scalar(
+              "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
+          return lock_waits == kWriters;
+        },
+        10s);
+    INFO("transactions waiting for a lock: " << lock_waits);
+    CHECK(waiting);  // not REQUIRE: the threads are joined below either way
+    queue(threads);
+    std::this_thread::sleep_for(300ms);  // they queue; written sooner, they are one by one
+    REQUIRE_THAT((*holder)->execText("COMMIT"), IsOk());
+    for (auto& t : threads) t.join();
+    for (const std::string& id : waited) CHECK(id == *first);
+  };
+
+  constexpr int kSends = 16;
+  std::vector<std::string> ids(kSends);
+  const uint64_t before = idle.stats().send_statements.load();
+  whileHeld("held-1", [&](std::vector<std::thread>& threads) {
+    for (int i = 0; i < kSends; ++i) {
+      threads.emplace_back([&, i] {
+        auto id = idle.send({"Idle", "h", "", std::to_string(i)});
+        ids[i] = id.ok() ? *id : id.status().ToString();
+      });
+    }
+  });
+  const uint64_t statements = idle.stats().send_statements.load() - before;
+  INFO("statements for " << kSends + Engine::kSendWriters << " sends: " << statements);
+  CHECK(statements <= Engine::kSendWriters + 2);
+  for (int i = 0; i < kSends; ++i) {
+    INFO("send " << i << ": " << ids[i]);
+    CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE id = ? AND input = ?"
+                 " AND status = 'ready'",
+                 {ids[i], db::Blob{std::to_string(i)}}) == 1);
+  }
+
+  // The same with repeated idempotency keys in the line: each of them is one invocation, and
+  // the others are not refused with them.
+  std::vector<std::string> keyed(6);
+  std::vector<std::string> plain(6);
+  whileHeld("held-2", [&](std::vector<std::thread>& threads) {
+    for (int i = 0; i < 6; ++i) {
+      threads.emplace_back([&, i] {
+        auto id = idle.send({"Idle", "h", "", "", i < 3 ? "again" : "held-1"});
+        keyed[i] = id.ok() ? *id : id.status().ToString();
+      });
+      threads.emplace_back([&, i] {
+        auto id = idle.send({"Idle", "h", "", "plain"});
+        plain[i] = id.ok() ? *id : id.status().ToString();
+      });
+    }
+  });
+  CHECK(keyed[0] == keyed[1]);
+  CHECK(keyed[0] == keyed[2]);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE id = ? AND idempotency_key"
+               " = 'again'",
+               {keyed[0]}) == 1);
+  INFO("a key taken before the line: its first invocation");
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE id = ? AND idempotency_key"
+               " = 'held-1'",
+               {keyed[3]}) == 1);
+  CHECK(keyed[3] == keyed[4]);
+  CHECK(keyed[3] == keyed[5]);
+  for (const std::string& id : plain) {
+    INFO(id);
+    CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE id = ? AND input = 'plain'",
+                 {id}) == 1);
+  }
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations") == 1 + kSends + 1 + 1 + 6);
+}
+
 // sendIn: the invocation is part of the caller's transaction; rolled back, it never existed.
 TEST_CASE_METHOD(WorkflowTest, "an invocation sent in a transaction exists with its commit",
                  "[workflow]") {

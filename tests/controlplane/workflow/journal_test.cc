@@ -238,5 +238,80 @@ TEST_CASE_METHOD(WorkflowTest, "concurrent journal writes are grouped and each o
   CHECK(writer.statements() < static_cast<uint64_t>(kWrites) / 2);
 }
 
+TEST_CASE_METHOD(WorkflowTest, "entries written in one statement keep each invocation's own values",
+                 "[journal-writer]") {
+  Engine idle(pool_, fastOptions());
+  REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
+                   "h", [](Context&, const std::string&) { return std::string(); })),
+               IsOk());
+  constexpr int kWrites = 12;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kWrites; ++i) {
+    auto id = idle.send({"Idle", "h"});
+    REQUIRE_THAT(id, IsOk());
+    ids.push_back(*id);
+  }
+  // Every column differs from one invocation to the next: a value given to the wrong row, or a
+  // NULL where a value belongs, shows.
+  std::vector<JournalEntry> mine;
+  for (int i = 0; i < kWrites; ++i) {
+    JournalEntry e{i + 3, i % 2 == 0 ? "run" : "await", "step-" + std::to_string(i), i % 3 != 0};
+    if (i % 4 != 1) e.payload = std::string("payload-") + std::to_string(i) + std::string(1, '\0');
+    if (i % 3 == 0) e.error = absl::FailedPreconditionError("error-" + std::to_string(i));
+    e.duration_ms = 100 + i;
+    mine.push_back(e);
+  }
+  auto blocker = pool_->acquire();
+  REQUIRE_THAT(blocker, IsOk());
+  REQUIRE_THAT((*blocker)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*blocker)->query("SELECT id FROM workflow_invocations FOR UPDATE"), IsOk());
+  JournalWriter writer(*pool_);
+  std::vector<absl::Status> results(kWrites);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kWrites; ++i) {
+    threads.emplace_back([&, i] {
+      // The last one's lease moved on.
+      results[i] = writer.write(ids[i], i == kWrites - 1 ? 9 : 0, {&mine[i]});
+    });
+  }
+  std::this_thread::sleep_for(300ms);
+  REQUIRE_THAT((*blocker)->execText("COMMIT"), IsOk());
+  for (auto& t : threads) t.join();
+  INFO("statements: " << writer.statements());
+  CHECK(writer.statements() < static_cast<uint64_t>(kWrites) / 2);
+
+  auto conn = pool_->acquire();
+  REQUIRE_THAT(conn, IsOk());
+  for (int i = 0; i < kWrites; ++i) {
+    INFO("write " << i);
+    auto rows = (*conn)->query(
+        "SELECT seq, kind, name, ok, payload, error_code, error_message, duration_ms"
+        " FROM workflow_journal WHERE invocation_id = ?",
+        {ids[i]});
+    REQUIRE_THAT(rows, IsOk());
+    if (i == kWrites - 1) {
+      CHECK(messageOf(results[i]) == "fenced");
+      CHECK(rows->rows.empty());
+      continue;
+    }
+    CHECK_THAT(results[i], IsOk());
+    REQUIRE(rows->rows.size() == 1u);
+    const db::Row& r = rows->rows[0];
+    const JournalEntry& e = mine[i];
+    CHECK(r.i64("seq") == e.seq);
+    CHECK(r.str("kind") == e.kind);
+    CHECK(r.str("name") == e.name);
+    CHECK(r.i64("ok") == (e.ok ? 1 : 0));
+    CHECK(r.optStr("payload") == e.payload);
+    CHECK(r.optI64("error_code") ==
+          (e.error.ok() ? std::nullopt
+                        : std::optional<int64_t>(static_cast<int64_t>(e.error.code()))));
+    CHECK(
+        r.optStr("error_message") ==
+        (e.error.ok() ? std::nullopt : std::optional<std::string>(std::string(e.error.message()))));
+    CHECK(r.i64("duration_ms") == e.duration_ms);
+  }
+}
+
 }  // namespace
 }  // namespace krane::workflow
