@@ -134,8 +134,10 @@ absl::Status Connection::execText(std::string_view sql) {
 }
 
 absl::StatusOr<MYSQL_STMT*> Connection::prepared(std::string_view sql) {
-  auto it = statements_.find(std::string(sql));
-  if (it != statements_.end()) return it->second;
+  if (auto it = statement_index_.find(sql); it != statement_index_.end()) {
+    statements_.splice(statements_.begin(), statements_, it->second);
+    return it->second->second;
+  }
   MYSQL_STMT* stmt = mysql_stmt_init(handle_);
   if (stmt == nullptr) return absl::ResourceExhaustedError("mysql_stmt_init: out of memory");
   if (mysql_stmt_prepare(stmt, sql.data(), sql.size()) != 0) {
@@ -143,7 +145,16 @@ absl::StatusOr<MYSQL_STMT*> Connection::prepared(std::string_view sql) {
     mysql_stmt_close(stmt);
     return status;
   }
-  statements_.emplace(std::string(sql), stmt);
+  statements_.emplace_front(std::string(sql), stmt);
+  statement_index_.emplace(statements_.front().first, statements_.begin());
+  if (statements_.size() > kMaxPreparedStatements) {
+    // The least recently used. A statement whose rows are being handed out is the one used last
+    // (or close to it), so never this one.
+    auto& [old_sql, old_stmt] = statements_.back();
+    statement_index_.erase(old_sql);
+    mysql_stmt_close(old_stmt);
+    statements_.pop_back();
+  }
   return stmt;
 }
 

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <functional>
+#include <list>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,12 +20,17 @@ struct st_mysql_stmt;
 namespace krane::db {
 
 // A session. Every statement with values goes through a prepared statement with typed binding
-// (prepared once per connection and cached). Not thread-safe: one thread uses a connection at a
-// time, which the Pool guarantees. After a connection-loss error the connection is `broken()`
-// and must be discarded; it never reconnects by itself (that would silently drop session state).
+// (prepared once per connection and cached: the kMaxPreparedStatements used last). Not thread-safe:
+// one thread uses a connection at a time, which the Pool guarantees. After a connection-loss error
+// the connection is `broken()` and must be discarded; it never reconnects by itself (that would
+// silently drop session state).
 class Connection {
  public:
   static absl::StatusOr<std::unique_ptr<Connection>> open(const Dsn& dsn);
+  // Prepared statements kept per connection. Statements whose text varies (an IN list of n
+  // placeholders) would otherwise pile up without end, and the server refuses to prepare any
+  // more past max_prepared_stmt_count (16,382 by default) for all its clients together.
+  static constexpr size_t kMaxPreparedStatements = 128;
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -67,7 +73,10 @@ class Connection {
 
   Dsn dsn_;
   st_mysql* handle_;
-  std::unordered_map<std::string, st_mysql_stmt*> statements_;
+  // Most recently used first.
+  std::list<std::pair<std::string, st_mysql_stmt*>> statements_;
+  std::unordered_map<std::string_view, std::list<std::pair<std::string, st_mysql_stmt*>>::iterator>
+      statement_index_;
   uint64_t last_insert_id_ = 0;
   std::string last_sql_;
   bool broken_ = false;

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <exception>
 
@@ -61,9 +62,8 @@ Engine::Engine(std::shared_ptr<db::Pool> pool, EngineOptions options)
       options_(std::move(options)),
       journal_cache_(std::make_unique<JournalCache>(options_.journal_cache_bytes)),
       journal_writer_(std::make_unique<JournalWriter>(*pool_)),
-      sends_(
-          kSendWriters, kMaxSends, [](const Send&) { return size_t{1}; },
-          [this](const std::vector<Send*>& batch) { insertSends(batch); }) {
+      sends_(kSendWriters, kMaxSendBytes, &Engine::sendWeight,
+             [this](const std::vector<Send*>& batch) { insertSends(batch); }) {
   if (options_.worker_id.empty()) options_.worker_id = processInstanceId();
   if (options_.threads == 0) options_.threads = 1;
 }
@@ -76,24 +76,17 @@ void Engine::insertSends(const std::vector<Send*>& batch) {
     for (Send* s : batch) s->result = conn.status();
     return;
   }
-  const int64_t now = unixMillis();
-  if (batch.size() > 1) {
-    std::vector<const store::NewInvocation*> invs;
-    for (const Send* s : batch) invs.push_back(s->inv);
-    absl::Status status = store::insertInvocations(**conn, invs, now);
-    stats_.send_statements.fetch_add(1, std::memory_order_relaxed);
-    if (status.ok() || (*conn)->broken()) {
-      // A lost connection leaves it unknown whether the rows are in; sent again one by one, they
-      // would be refused as duplicates of themselves.
-      for (Send* s : batch) s->result = status;
-      return;
-    }
-    // One send's failure (its idempotency key is taken, say) must not fail the others.
-  }
-  for (Send* s : batch) {
-    s->result = store::insertInvocation(**conn, *s->inv, now);
-    stats_.send_statements.fetch_add(1, std::memory_order_relaxed);
-  }
+  // Fresh random ids, no idempotency key, values validated: nothing one row holds can fail the
+  // statement, so its outcome is every send's (a lost connection leaves all of them unknown).
+  std::vector<const store::NewInvocation*> invs;
+  for (const Send* s : batch) invs.push_back(s->inv);
+  const absl::Status status = store::insertInvocations(**conn, invs, unixMillis());
+  stats_.send_statements.fetch_add(1, std::memory_order_relaxed);
+  for (Send* s : batch) s->result = status;
+}
+
+size_t Engine::sendWeight(const Send& send) {
+  return std::max(send.inv->input.size() + 256, kMaxSendBytes / kMaxSends);
 }
 
 absl::Status Engine::registerService(ServiceDefinition service) {
@@ -245,6 +238,11 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
         "workflow invoke",
         [&](db::Connection& conn) { return store::insertInvocation(conn, inv, unixMillis()); },
         db::TxOptions{db::Isolation::kReadCommitted, 30});
+  } else if (inv.idempotency_hash) {
+    // One INSERT, which commits by itself, alone: it waits while another transaction holds an
+    // uncommitted invocation of the same key, and must not hold up unrelated sends meanwhile.
+    auto conn = pool_->acquire();
+    status = conn.ok() ? store::insertInvocation(**conn, inv, unixMillis()) : conn.status();
   } else {
     // One INSERT, which commits by itself, shared with the sends of other threads at the moment.
     Send send{&inv};

@@ -133,9 +133,10 @@ class Engine {
 
   const EngineStats& stats() const { return stats_; }
 
-  // send() inserts invocations that need no key's row in batches, at most this many at once: a
-  // send waits while they are all written (few, so that sends at the same moment share a batch;
-  // more than one, so that one send waiting for a lock does not hold up every other).
+  // send() inserts invocations without an idempotency key that need no key's row in batches, at
+  // most this many at once: a send waits while they are all written (few, so that sends at the
+  // same moment share a batch; more than one, so that a slow insert does not hold up every
+  // other).
   static constexpr size_t kSendWriters = 2;
   const std::string& workerId() const { return options_.worker_id; }
   // Counters of this replica plus invocations by status and keys held (from the database).
@@ -172,12 +173,16 @@ class Engine {
   EngineStats stats_;
   std::unique_ptr<JournalCache> journal_cache_;
   std::unique_ptr<JournalWriter> journal_writer_;
-  // send()'s inserts of invocations that do not need their key, grouped (GroupCommit).
+  // send()'s inserts of invocations without an idempotency key that do not need their key's
+  // row, grouped (GroupCommit): at most kMaxSends in one INSERT, and about kMaxSendBytes (a
+  // statement over the server's max_allowed_packet is refused).
   struct Send {
     const store::NewInvocation* inv;
-    absl::Status result = absl::OkStatus();
+    absl::Status result = absl::InternalError("invocation not inserted");
   };
   static constexpr size_t kMaxSends = 64;
+  static constexpr size_t kMaxSendBytes = size_t{4} << 20;
+  static size_t sendWeight(const Send& send);
   void insertSends(const std::vector<Send*>& batch);
   GroupCommit<Send> sends_;
 

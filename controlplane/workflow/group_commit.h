@@ -22,7 +22,9 @@ namespace krane::workflow {
 template <typename Request>
 class GroupCommit {
  public:
-  // Writes a batch and records each request's outcome in the request. Must not throw.
+  // Writes a batch and records each request's outcome in the request. Should it throw, the
+  // batch's requests keep the outcome they had (make it an error) and the exception reaches the
+  // caller that was writing.
   using Write = std::function<void(const std::vector<Request*>&)>;
   // How much of a batch a request takes.
   using Weight = std::function<size_t(const Request&)>;
@@ -57,11 +59,17 @@ class GroupCommit {
         queue_.pop_front();
       }
       lock.unlock();
-      write_(batch);
+      try {
+        write_(batch);
+      } catch (...) {
+        lock.lock();
+        finish(taken);
+        // Its own request may still be queued behind the batch: it must not stay there.
+        std::erase(queue_, &mine);
+        throw;
+      }
       lock.lock();
-      for (Queued* q : taken) q->done = true;
-      --writing_;
-      written_.notify_all();
+      finish(taken);
     }
   }
 
@@ -70,6 +78,13 @@ class GroupCommit {
     Request* request;
     bool done = false;
   };
+
+  // With the lock held.
+  void finish(const std::vector<Queued*>& taken) {
+    for (Queued* q : taken) q->done = true;
+    --writing_;
+    written_.notify_all();
+  }
 
   const size_t writers_;
   const size_t max_weight_;

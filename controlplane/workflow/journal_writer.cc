@@ -1,5 +1,6 @@
 #include "controlplane/workflow/journal_writer.h"
 
+#include <algorithm>
 #include <set>
 #include <string_view>
 #include <thread>
@@ -50,9 +51,18 @@ auto retryConflicts(F statement) -> decltype(statement()) {
 
 JournalWriter::JournalWriter(db::Pool& pool)
     : pool_(pool),
-      group_(
-          kWriters, kMaxEntries, [](const Request& r) { return r.entries->size(); },
-          [this](const std::vector<Request*>& batch) { writeBatch(batch); }) {}
+      group_(kWriters, kMaxBatchBytes, &JournalWriter::weight,
+             [this](const std::vector<Request*>& batch) { writeBatch(batch); }) {}
+
+size_t JournalWriter::weight(const Request& request) {
+  size_t total = 0;
+  for (const JournalEntry* e : *request.entries) {
+    const size_t bytes =
+        e->name.size() + (e->payload ? e->payload->size() : 0) + e->error.message().size() + 64;
+    total += std::max(bytes, kMaxBatchBytes / kMaxEntries);
+  }
+  return total;
+}
 
 absl::Status JournalWriter::write(const std::string& invocation_id, int64_t token,
                                   const std::vector<const JournalEntry*>& entries) {
@@ -102,20 +112,29 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
     appendRow(&row, *r->invocation_id, *r->entries->front(), now);
     rows.push_back(std::move(row));
   }
+  // The statement for a power of two of rows, the rest matching no invocation (an empty id):
+  // a few statement texts, each prepared once per connection, rather than one per group size.
+  size_t n = 2;
+  while (n < batch.size()) n *= 2;
   // appendRow's order: id, seq, kind, name, ok, payload, error_code, error_message,
   // duration_ms, created_at. Columns 1 to 8 are chosen by id.
   for (size_t column = 1; column <= 8; ++column) {
-    for (size_t i = 0; i < batch.size(); ++i) {
-      params.emplace_back(*batch[i]->invocation_id);
-      params.push_back(std::move(rows[i][column]));
+    for (size_t i = 0; i < n; ++i) {
+      if (i < batch.size()) {
+        params.emplace_back(*batch[i]->invocation_id);
+        params.push_back(std::move(rows[i][column]));
+      } else {
+        params.emplace_back("");
+        params.emplace_back();
+      }
     }
   }
   params.emplace_back(now);
-  for (const Request* r : batch) {
-    params.emplace_back(*r->invocation_id);
-    params.emplace_back(r->token);
+  for (size_t i = 0; i < n; ++i) {
+    params.emplace_back(i < batch.size() ? *batch[i]->invocation_id : std::string());
+    params.emplace_back(i < batch.size() ? batch[i]->token : int64_t{-1});
   }
-  const std::string sql = statements::fencedJournalInsertGroup(batch.size());
+  const std::string sql = statements::fencedJournalInsertGroup(n);
   auto inserted = retryConflicts([&]() -> absl::StatusOr<uint64_t> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
     return conn->exec(sql, params);
@@ -138,16 +157,22 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
         strCat("SELECT id, lease_token FROM workflow_invocations WHERE id IN (", in, ")"),
         id_params);
   }();
+  if (!tokens.ok()) {
+    // Which ones are in is unknown: the executions read their journals again (as after a lost
+    // commit answer) rather than stop as fenced and leave their invocations until their leases
+    // expire.
+    for (Request* r : batch) {
+      r->result = absl::UnavailableError(
+          strCat("journal entries may or may not have been written: ", tokens.status().message()));
+    }
+    return absl::OkStatus();
+  }
   for (Request* r : batch) {
     bool current = false;
-    if (tokens.ok()) {
-      for (const db::Row& row : tokens->rows) {
-        current =
-            current || (row.str("id") == *r->invocation_id && row.i64("lease_token") == r->token);
-      }
+    for (const db::Row& row : tokens->rows) {
+      current =
+          current || (row.str("id") == *r->invocation_id && row.i64("lease_token") == r->token);
     }
-    // Unreadable: fenced is the safe answer (the execution stops; the entry, if it is in, is
-    // replayed by the next one).
     if (!current) r->result = absl::AbortedError("fenced");
   }
   return absl::OkStatus();

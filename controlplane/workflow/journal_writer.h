@@ -1,6 +1,6 @@
 // Writes journal entries of the invocations this replica executes, fenced by their lease tokens,
 // grouping the writes that threads ask for at the same time (GroupCommit: at most kWriters
-// batches at once, of at most kMaxEntries entries).
+// batches at once, each of at most kMaxEntries entries and about kMaxBatchBytes).
 //
 // A single entry is one INSERT ... SELECT with a locking read of its invocation's row on the
 // lease token: it commits by itself and inserts nothing unless the token is still current, and a
@@ -35,6 +35,10 @@ class JournalWriter {
   absl::Status write(const std::string& invocation_id, int64_t token,
                      const std::vector<const JournalEntry*>& entries);
 
+  // At most this many batches written at once: enough to keep both the server's cores and the
+  // network busy while one batch waits for its reply.
+  static constexpr size_t kWriters = 4;
+
   // Statements written and entries in them so far (for tests and the benchmark).
   uint64_t statements() const;
   uint64_t entries() const;
@@ -44,13 +48,14 @@ class JournalWriter {
     const std::string* invocation_id;
     int64_t token;
     const std::vector<const JournalEntry*>* entries;
-    absl::Status result = absl::OkStatus();
+    absl::Status result = absl::InternalError("journal entries not written");
   };
-  // At most this many entries in one batch.
+  // At most this many entries in one batch, and about this many bytes: a statement larger than
+  // the server's max_allowed_packet (16 MiB by default) is refused, and its connection closed.
   static constexpr size_t kMaxEntries = 64;
-  // At most this many batches written at once: enough to keep both the server's cores and the
-  // network busy while one batch waits for its reply.
-  static constexpr size_t kWriters = 4;
+  static constexpr size_t kMaxBatchBytes = size_t{4} << 20;
+  // What a request weighs in a batch: its bytes, and at least 1/kMaxEntries of a batch per entry.
+  static size_t weight(const Request& request);
 
   // Writes `batch` and sets each request's result (not `done`).
   void writeBatch(const std::vector<Request*>& batch);

@@ -92,6 +92,32 @@ TEST_CASE_METHOD(ConnectionTest, "reuses prepared statements", "[connection]") {
   CHECK(mixed->rows[0].u64("m") == 0u);
 }
 
+TEST_CASE_METHOD(ConnectionTest, "a connection keeps a bounded number of prepared statements",
+                 "[connection]") {
+  auto count = [&] {
+    auto rows = conn_->query("SHOW GLOBAL STATUS LIKE 'Prepared_stmt_count'");
+    REQUIRE_THAT(rows, IsOk());
+    return rows->rows[0].i64(1);
+  };
+  const int64_t before = count();
+  // Statements whose text varies, as IN lists of n placeholders do.
+  const int kTexts = static_cast<int>(Connection::kMaxPreparedStatements) + 100;
+  for (int i = 0; i < kTexts; ++i) {
+    REQUIRE_THAT(conn_->query(strCat("SELECT ? + ", i, " AS v"), {1}), IsOk());
+  }
+  const int64_t kept = count() - before;
+  INFO("prepared statements the server holds for the connection: " << kept);
+  CHECK(kept <= static_cast<int64_t>(Connection::kMaxPreparedStatements) + 1);
+  INFO("one that was dropped is prepared again");
+  auto first = conn_->query("SELECT ? + 0 AS v", {41});
+  REQUIRE_THAT(first, IsOk());
+  CHECK(first->rows[0].i64("v") == 41);
+  INFO("one used lately is kept, and still gives its own answer");
+  auto last = conn_->query(strCat("SELECT ? + ", kTexts - 1, " AS v"), {1});
+  REQUIRE_THAT(last, IsOk());
+  CHECK(last->rows[0].i64("v") == kTexts);
+}
+
 TEST_CASE_METHOD(ConnectionTest, "query each streams and stops on error", "[connection]") {
   for (int i = 0; i < 10; ++i)
     REQUIRE_THAT(conn_->exec("INSERT INTO t (i) VALUES (?)", {i}), IsOk());
