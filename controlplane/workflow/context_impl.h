@@ -3,8 +3,10 @@
 // Internal to the engine.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -69,6 +71,10 @@ struct Claim {
   int64_t token = 0;
   int64_t wake_seq = 0;
   bool cancel_requested = false;
+  // Set when this replica learns of a cancel that came after the claim, while the execution
+  // runs (Engine::cancel here, or the renew loop finding the invocation marked): a new step
+  // sees it without a read of its own.
+  std::shared_ptr<std::atomic<bool>> cancel_seen = nullptr;
   int attempts = 0;
   // Claims of this invocation so far, this one included: 1 means nothing is journaled yet.
   int claims = 0;
@@ -178,7 +184,10 @@ class ContextImpl : public Context {
   // A failed journal write: throws AttemptFailedSignal, after noting whether the journal in
   // memory may now differ from the database's.
   [[noreturn]] void writeFailed(absl::Status status);
-  bool cancelPending() const { return claim_.cancel_requested && !compensating_; }
+  bool cancelPending() const {
+    return (claim_.cancel_requested || (claim_.cancel_seen && claim_.cancel_seen->load())) &&
+           !compensating_;
+  }
   std::string promiseId(int seq) const;
   absl::StatusOr<std::string> outcomeOf(const JournalEntry& e) const;
   void checkPayload(std::string_view what, size_t bytes);

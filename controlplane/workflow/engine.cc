@@ -340,6 +340,14 @@ absl::Status Engine::rejectAwakeable(const std::string& id, const std::string& m
 
 absl::Status Engine::cancel(const std::string& invocation_id) {
   KRANE_RETURN_IF_ERROR(cancelInvocation(*pool_, invocation_id));
+  {
+    // Executing here: its next step sees the cancel at once.
+    std::lock_guard lock(mutex_);
+    for (auto it = active_.lower_bound(std::pair(invocation_id, int64_t{0}));
+         it != active_.end() && it->first.first == invocation_id; ++it) {
+      it->second->store(true);
+    }
+  }
   notify();
   return absl::OkStatus();
 }
@@ -481,7 +489,8 @@ void Engine::claimLoop() {
         got = claimed->size();
         std::lock_guard lock(mutex_);
         for (Claim& c : *claimed) {
-          active_.emplace(c.id, c.token);
+          c.cancel_seen = std::make_shared<std::atomic<bool>>(c.cancel_requested);
+          active_.emplace(std::pair(c.id, c.token), c.cancel_seen);
           threads_->post([this, c = std::move(c)]() mutable { execute(std::move(c)); });
         }
       }
@@ -499,9 +508,12 @@ void Engine::claimLoop() {
 }
 
 void Engine::renewLoop() {
-  const auto period = std::max(options_.lease / 3, std::chrono::milliseconds(10));
+  const auto renew_period = std::max(options_.lease / 3, std::chrono::milliseconds(10));
+  const auto period = std::min(renew_period, kCancelCheckPeriod);
+  auto next_renewal = std::chrono::steady_clock::now() + renew_period;
   for (;;) {
-    std::vector<std::pair<std::string, int64_t>> active;
+    std::vector<std::pair<std::pair<std::string, int64_t>, std::shared_ptr<std::atomic<bool>>>>
+        active;
     {
       std::unique_lock lock(mutex_);
       // While stopping, the executions in flight finish (stop() waits for them) and keep their
@@ -510,21 +522,47 @@ void Engine::renewLoop() {
       if (stopping_ && active_.empty()) return;
       active.assign(active_.begin(), active_.end());
     }
-    if (!options_.renew_leases || active.empty()) {
-      std::lock_guard lock(mutex_);
-      if (stopping_) return;
-      continue;
-    }
+    if (active.empty()) continue;
     auto conn = pool_->acquire();
     if (!conn.ok()) continue;
+    lookForCancels(**conn, active);
+    const auto now = std::chrono::steady_clock::now();
+    if (!options_.renew_leases || now < next_renewal) continue;
+    next_renewal = now + renew_period;
     const int64_t until = unixMillis() + options_.lease.count();
-    for (const auto& [id, token] : active) {
+    for (const auto& [execution, cancel_seen] : active) {
       auto r = (*conn)->exec(
           "UPDATE workflow_invocations SET lease_expires_at = ?, due_at = ?"
           " WHERE id = ? AND lease_token = ? AND status = 'running'",
-          {until, until, id, token});
+          {until, until, execution.first, execution.second});
       if (!r.ok()) break;
     }
+  }
+}
+
+void Engine::lookForCancels(
+    db::Connection& conn,
+    const std::vector<
+        std::pair<std::pair<std::string, int64_t>, std::shared_ptr<std::atomic<bool>>>>& active) {
+  std::map<std::string_view, std::atomic<bool>*> unseen;
+  for (const auto& [execution, cancel_seen] : active) {
+    if (!cancel_seen->load()) unseen.emplace(execution.first, cancel_seen.get());
+  }
+  if (unseen.empty()) return;
+  // A power of two of placeholders, the rest an id no invocation has: a few statement texts.
+  size_t n = 1;
+  while (n < unseen.size()) n *= 2;
+  std::string in = "?";
+  db::Params ids;
+  for (const auto& [id, flag] : unseen) ids.emplace_back(std::string(id));
+  while (ids.size() < n) ids.emplace_back("");
+  for (size_t i = 1; i < n; ++i) in += ",?";
+  auto marked = conn.query(
+      strCat("SELECT id FROM workflow_invocations WHERE id IN (", in, ") AND cancel_requested = 1"),
+      ids);
+  if (!marked.ok()) return;  // looked for again at the next period
+  for (const db::Row& row : marked->rows) {
+    if (auto it = unseen.find(row.str("id")); it != unseen.end()) it->second->store(true);
   }
 }
 

@@ -12,7 +12,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -156,7 +155,14 @@ class Engine {
   // Invocations claimed and not yet finished (executing or queued) at most.
   size_t claimCapacity() const { return options_.threads + options_.threads / 2; }
   void claimLoop();
+  // Renews the leases of what executes here, and looks for cancels of it made elsewhere.
   void renewLoop();
+  // How often renewLoop() looks for cancels, when the lease is renewed less often.
+  static constexpr std::chrono::milliseconds kCancelCheckPeriod{1000};
+  // Sets the cancel flag of the executions in `active` whose invocations are marked cancelled.
+  void lookForCancels(db::Connection& conn,
+                      const std::vector<std::pair<std::pair<std::string, int64_t>,
+                                                  std::shared_ptr<std::atomic<bool>>>>& active);
   absl::StatusOr<std::vector<Claim>> claim(size_t max);
   // Reads the promises already settled of the claimed invocations that ran before (one query).
   absl::Status readSettled(db::Connection& conn, std::vector<Claim>& claimed);
@@ -192,7 +198,9 @@ class Engine {
   bool started_ = false;
   bool notified_ = false;
   // Executions in flight here: invocation id and lease token.
-  std::set<std::pair<std::string, int64_t>> active_;
+  // Each with the flag its context reads to learn of a cancel that came after the claim
+  // (Claim::cancel_seen).
+  std::map<std::pair<std::string, int64_t>, std::shared_ptr<std::atomic<bool>>> active_;
   std::unique_ptr<ThreadPool> threads_;
   std::thread claimer_;
   std::thread renewer_;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -699,6 +700,49 @@ TEST_CASE_METHOD(WorkflowTest, "sends at the same moment share an insert", "[wor
                {plain}) == 1);
   for (const std::string& k : keyed) CHECK(k == *first);
   CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations") == kWriters + kSends + 2);
+}
+
+// A handler of plain `run` steps writes its journal without reading its invocation's row: the
+// cancel reaches it through this replica (at once) or the renew loop (within a second).
+TEST_CASE_METHOD(WorkflowTest, "a cancel stops a handler of plain steps at its next step",
+                 "[workflow]") {
+  std::atomic<int> steps{0};
+  Engine& e = engine([&](Engine& e) {
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Loop").handler(
+                     "go",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       for (int i = 0; i < 400; ++i) {
+                         auto r = ctx.run(strCat("step-", i), [&]() -> absl::StatusOr<std::string> {
+                           ++steps;
+                           std::this_thread::sleep_for(10ms);
+                           return std::string("ok");
+                         });
+                         if (!r.ok()) return r.status();
+                       }
+                       return std::string("done");
+                     })),
+                 IsOk());
+  });
+  auto id = e.send({"Loop", "go"});
+  REQUIRE_THAT(id, IsOk());
+  REQUIRE(eventually([&] { return steps.load() >= 5; }, 20s));
+  int at_cancel = 0;
+  int allowed = 0;
+  SECTION("cancelled through the replica that runs it") {
+    REQUIRE_THAT(e.cancel(*id), IsOk());
+    at_cancel = steps.load();
+    allowed = 1;  // the step running when the cancel came
+  }
+  SECTION("cancelled elsewhere") {
+    REQUIRE_THAT(cancelInvocation(*pool_, *id), IsOk());
+    at_cancel = steps.load();
+    // The renew loop looks every second (the lease is 3 s): about 100 steps of 10 ms.
+    allowed = 200;
+  }
+  auto result = e.awaitResult(*id, 30s);
+  CHECK(absl::IsCancelled(result.status()));
+  INFO("steps when the cancel committed: " << at_cancel << ", in all: " << steps.load());
+  CHECK(steps.load() <= at_cancel + allowed);
 }
 
 // sendIn: the invocation is part of the caller's transaction; rolled back, it never existed.
