@@ -1168,13 +1168,7 @@ TEST_CASE_METHOD(WorkflowTest,
   absl::Status settled = absl::UnknownError("not run");
   std::thread settler([&] { settled = e.resolveAwakeable(awk, "B"); });
   // CHECK, not REQUIRE: the settler thread must be joined whatever happens.
-  CHECK(eventually([&] {
-    // The server refreshes INNODB_TRX only when it was not read in the last 100 ms.
-    std::this_thread::sleep_for(150ms);
-    return scalar(
-               "SELECT COUNT(*) FROM information_schema.INNODB_TRX"
-               " WHERE trx_state = 'LOCK WAIT'") == 1;
-  }));
+  CHECK(eventually([&] { return lockWaits() == 1; }));
   INFO("the other transaction is not the victim: its statement waits for the rollback");
   CHECK_THAT(
       (*other)->exec("UPDATE workflow_promises SET created_at = created_at WHERE id = ?", {awk}),

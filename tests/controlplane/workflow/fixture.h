@@ -1,9 +1,11 @@
 // A migrated scratch database and engines on it, for the workflow tests.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -124,6 +126,14 @@ class WorkflowTest : public krane::testing::MigratedDbTest {
   // Regions eu-1 and us-1 (see seedRegion).
   void seedRegions(uint32_t replicas = 0) {
     for (const char* region : {"eu-1", "us-1"}) seedRegion(region, replicas);
+  }
+
+  // Transactions waiting for a row lock. The server refreshes INNODB_TRX only when it was not
+  // read in the last 100 ms: this waits that long first, so that polling it sees changes.
+  int64_t lockWaits() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    return scalar(
+        "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
   }
 
   int64_t scalar(const std::string& sql, const db::Params& params = {}) {

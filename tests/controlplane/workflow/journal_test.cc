@@ -280,10 +280,7 @@ TEST_CASE_METHOD(WorkflowTest, "entries written in one statement keep each invoc
   int64_t lock_waits = 0;
   CHECK(eventually(
       [&] {
-        // The server refreshes INNODB_TRX only when it was not read in the last 100 ms.
-        std::this_thread::sleep_for(150ms);
-        lock_waits = scalar(
-            "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
+        lock_waits = lockWaits();
         return lock_waits == kDecoys;
       },
       10s));
