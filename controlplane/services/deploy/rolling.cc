@@ -288,16 +288,27 @@ absl::Status routeRolling(Context& ctx, feed::Writer& writer, const std::string&
 }
 
 // The live deployment back to the environment's replicas in every region, if it is still live:
-// a roll that stopped (a cancel, an error after it) leaves no region scaled down.
+// a roll that stopped (a cancel, an error after it) leaves no region scaled down. Whether it is
+// still live is read under the app's row lock, which every swap (deploy, promote, rollback) holds
+// while it changes the live deployment: none can move it between this check and the write, which
+// would leave a deployment that is no longer live at full replicas. A swap locks the deployment
+// that goes live before the app; this locks no deployment (the app id is read without a lock, it
+// never changes), so the two cannot wait for each other.
 absl::Status restoreLive(Context& ctx, feed::Writer& writer, const std::string& live,
                          const std::vector<std::pair<std::string, uint32_t>>& replicas) {
   std::vector<feed::WriteResult> written;
   auto done = ctx.runTx(
       "rolling: restore the live deployment",
       [&](db::Connection& conn) -> absl::StatusOr<std::string> {
-        KRANE_ASSIGN_OR_RETURN(
-            auto current, conn.query("SELECT 1 FROM apps WHERE current_deployment_id = ?", {live}));
-        if (current.empty()) return std::string("no longer live");
+        KRANE_ASSIGN_OR_RETURN(auto owner,
+                               conn.query("SELECT app_id FROM deployments WHERE id = ?", {live}));
+        if (owner.empty()) return std::string("no longer live");
+        KRANE_ASSIGN_OR_RETURN(auto app, conn.query("SELECT current_deployment_id FROM apps"
+                                                    " WHERE id = ? FOR UPDATE",
+                                                    {owner.rows[0].str("app_id")}));
+        if (app.empty() || app.rows[0].optStr("current_deployment_id") != live) {
+          return std::string("no longer live");
+        }
         const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
         KRANE_ASSIGN_OR_RETURN(written, writer.transactIn(conn, [&](feed::WriteTx& tx) {
           for (const auto& [region, n] : replicas) {

@@ -5,6 +5,7 @@
 // goes live; new instances that keep failing roll it back, capacity-aware, and the old one stays
 // live; a roll that does not complete in time rolls back too.
 #include <future>
+#include <thread>
 
 #include <catch2/catch.hpp>
 
@@ -161,6 +162,54 @@ TEST_CASE_METHOD(RollingDeployTest,
     CHECK(replicas("d1", region) == 3);
   }
   CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd1'") == 1);
+}
+
+// A swap (promote, rollback, a deploy going live) that moves the live deployment while a stopped
+// roll gives it its replicas back: played here by a transaction that locks the app's row as a swap
+// does, changes the live deployment, and commits once the compensation waits for that row. The
+// deployment that stopped being live must keep the replicas the roll left it.
+TEST_CASE_METHOD(RollingDeployTest,
+                 "a roll's compensation leaves alone a deployment a swap took off live meanwhile",
+                 "[deploy][rolling]") {
+  exec("UPDATE environments SET max_unavailable = 1 WHERE id = 'prod'");
+  deployment("d0", 50);
+  exec("UPDATE deployments SET status = 'ready' WHERE id = 'd0'");
+  deployment("d1", 100);
+  REQUIRE_THAT(deploy("d1", "registry.example.com/app:v1"), IsOk());
+  agents_->pending("d2");  // the roll drains one old instance per region, then waits
+  deployment("d2", 200);
+  auto sent = start("d2", "registry.example.com/app:v2");
+  REQUIRE_THAT(sent, IsOk());
+  REQUIRE(
+      eventually([&] { return replicas("d1", "eu-1") < 3 && replicas("d1", "us-1") < 3; }, 60s));
+
+  auto swap = pool_->acquire();
+  REQUIRE_THAT(swap, IsOk());
+  REQUIRE_THAT((*swap)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*swap)->query("SELECT current_deployment_id FROM apps WHERE id = 'app' FOR UPDATE"),
+               IsOk());
+  REQUIRE_THAT((*swap)->exec("UPDATE apps SET current_deployment_id = 'd0' WHERE id = 'app'"),
+               IsOk());
+  REQUIRE_THAT(engine_->cancel(*sent), IsOk());
+  INFO("the compensations come to the app's row, and wait for the swap");
+  // InnoDB refreshes INNODB_TRX only when nobody read it for 100 ms: read it less often.
+  const bool waited = eventually(
+      [&] {
+        std::this_thread::sleep_for(150ms);
+        return scalar(
+                   "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE"
+                   " trx_state = 'LOCK WAIT' AND trx_query LIKE '%apps%'") > 0;
+      },
+      20s);
+  REQUIRE_THAT((*swap)->execText("COMMIT"), IsOk());
+  REQUIRE(waited);
+  CHECK_THAT(engine_->awaitResult(*sent, 60s), IsError(absl::StatusCode::kCancelled));
+  CHECK(scalar("SELECT COUNT(*) FROM apps WHERE current_deployment_id = 'd0'") == 1);
+  INFO("d1 is no longer live: it keeps what the roll left it");
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(replicas("d1", region) < 3);
+  }
 }
 
 TEST_CASE_METHOD(RollingDeployTest, "a rollback to a deployment a roll drained runs it again",
