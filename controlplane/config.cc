@@ -93,6 +93,7 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                   {"sync_snapshots", number(c.feed.sync_snapshots, s, 1, 256)},
                   {"sync_high_water", number(c.feed.sync_high_water, s, 1, 1000000)},
                   {"sync_batch", number(c.feed.sync_batch, s, 1, 100000)},
+                  {"sync_stall_ms", number(c.feed.sync_stall, s, 100, 3600000)},
                   {"change_ttl_s", number(c.feed.change_ttl, s, 60, 365LL * 24 * 3600)},
                   {"cleanup_interval_s", number(c.feed.cleanup_interval, s, 1, 86400)},
                   {"cleanup_batch", number(c.feed.cleanup_batch, s, 1, 10000)},
@@ -134,7 +135,10 @@ absl::StatusOr<CtrlConfig> parseCtrlConfig(const std::string& yaml, const std::s
                    number(c.deploy.previous_stop_delay, s, 0, 30LL * 24 * 3600)},
                   {"sentinel_timeout_s", number(c.deploy.sentinel_timeout, s, 1, 24 * 3600)},
                   {"rolling_give_up_per_replica",
-                   number(c.deploy.rolling_give_up_per_replica, s, 0, 1000)}});
+                   number(c.deploy.rolling_give_up_per_replica, s, 0, 1000)},
+                  {"watch_max_streams", number(c.deploy.watch_max_streams, s, 1, 100000)},
+                  {"watch_max_lifetime_s",
+                   number(c.deploy.watch_max_lifetime, s, 1, 7LL * 24 * 3600)}});
            }},
       });
   if (!status.ok()) return status;

@@ -44,6 +44,10 @@ struct CtrlConfig {
     size_t sync_snapshots = 4;      // full syncs reading at once (each holds a connection)
     size_t sync_high_water = 1024;  // a set-up pauses while this many events wait to be written
     size_t sync_batch = 2000;       // rows or changes a set-up step reads
+    // A full sync or catch-up whose agent reads nothing for this long (no write completes) is
+    // ended, giving back its snapshot: an agent that is alive (it answers pings) but stuck
+    // would hold a snapshot slot, a connection and an old read view for good.
+    std::chrono::milliseconds sync_stall{120000};
     std::chrono::seconds change_ttl{7 * 24 * 3600};
     std::chrono::seconds cleanup_interval{60};
     size_t cleanup_batch = 10000;
@@ -97,6 +101,12 @@ struct CtrlConfig {
     // A rolling deploy rolls back once this many failed new instances per desired replica were
     // seen (crash loops, image pulls); 0: only its timeout ends it.
     uint32_t rolling_give_up_per_replica = 3;
+    // WatchDeployment streams this replica serves at once (each polls the database while it
+    // lives); one more is refused with RESOURCE_EXHAUSTED.
+    uint32_t watch_max_streams = 256;
+    // A WatchDeployment stream ends after this long with OUT_OF_RANGE, telling the client to
+    // watch again.
+    std::chrono::seconds watch_max_lifetime{3600};
   } deploy;
 };
 

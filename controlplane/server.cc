@@ -144,6 +144,7 @@ absl::Status Server::startFeed() {
   watch_->setup_pool = std::make_shared<ThreadPool>(config_.feed.sync_workers);
   watch_->options.setup_high_water = config_.feed.sync_high_water;
   watch_->options.max_open_snapshots = config_.feed.sync_snapshots;
+  watch_->options.setup_stall = config_.feed.sync_stall;
   watch_->options.catch_up_batch = config_.feed.sync_batch;
   watch_->options.max_queued = config_.feed.stream_max_queued;
   watch_->options.bookmark_interval = config_.feed.bookmark_interval;
@@ -244,8 +245,12 @@ absl::Status Server::startGrpc() {
   resource_service_ = std::make_unique<api::ResourceServiceImpl>(writer_, pool_, operators_, hub_);
   agent_service_ = std::make_unique<api::AgentServiceImpl>(ingestor_, operators_);
   workflow_service_ = std::make_unique<api::WorkflowServiceImpl>(pool_, operators_);
-  deployment_service_ =
-      std::make_unique<api::DeploymentServiceImpl>(pool_, tables_, *engine_, operators_);
+  deployment_service_ = std::make_unique<api::DeploymentServiceImpl>(
+      pool_, tables_, *engine_, operators_,
+      api::DeploymentWatchLimits{
+          .max_streams = config_.deploy.watch_max_streams,
+          .max_lifetime = std::chrono::duration_cast<std::chrono::milliseconds>(
+              config_.deploy.watch_max_lifetime)});
   tenancy_service_ = std::make_unique<api::TenancyServiceImpl>(pool_, operators_);
   rollout_service_ = std::make_unique<api::RolloutServiceImpl>(pool_, *engine_, operators_);
   sentinel_service_ = std::make_unique<api::SentinelApiImpl>(pool_, operators_);
@@ -405,6 +410,10 @@ std::string Server::metricsText() const {
                      MetricType::Gauge, w.full_syncs_waiting.load()));
   f.push_back(family("krane_feed_resyncs_total", "Streams told to resync", MetricType::Counter,
                      w.resyncs_requested.load()));
+  f.push_back(family("krane_feed_setups_stalled_total",
+                     "Full syncs and catch-ups ended because the agent read nothing for"
+                     " feed.sync_stall_ms",
+                     MetricType::Counter, w.setups_stalled.load()));
   if (h2_watch_) {
     f.push_back(family("krane_feed_watch_listener_connections",
                        "Connections to the watch listener (feed.watch_listen)", MetricType::Gauge,

@@ -455,12 +455,35 @@ void WatchStream::scheduleKick() {
 }
 
 void WatchStream::tick(std::chrono::steady_clock::time_point now) {
+  bool resume = false;
   {
     std::lock_guard lock(mutex_);
-    if (phase_ != Phase::kLive || writing_ || pendingLocked() > 0) return;
-    if (now - last_write_ < context_->options.bookmark_interval) return;
-    queueBookmarkLocked(queued_through_);
+    if (phase_ == Phase::kSetup) {
+      // The write in flight has waited for the client's window since it started: the agent is
+      // stuck. Closing ends the set-up, whose parked step then gives back the snapshot; the
+      // status reaches the agent if it ever reads again.
+      if (!writing_ || now - last_write_ < context_->options.setup_stall) return;
+      const auto seconds =
+          std::chrono::duration_cast<std::chrono::seconds>(context_->options.setup_stall).count();
+      ++context_->counters.setups_stalled;
+      spdlog::warn(
+          "feed: watch set-up ended region={} peer={}: the agent read nothing for {} s"
+          " (feed.sync_stall_ms)",
+          region_, peer_, seconds);
+      finishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                strCat("the agent read nothing of its full sync or catch-up for ",
+                                       seconds, " s; watch again")));
+      // A parked step is not resumed by a write completing (none will): it runs now, sees the
+      // stream closing and gives the snapshot back.
+      resume = parked_;
+      parked_ = false;
+    } else {
+      if (phase_ != Phase::kLive || writing_ || pendingLocked() > 0) return;
+      if (now - last_write_ < context_->options.bookmark_interval) return;
+      queueBookmarkLocked(queued_through_);
+    }
   }
+  if (resume) post(/*granted=*/false);
   scheduleKick();
 }
 

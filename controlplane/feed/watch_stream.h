@@ -50,6 +50,9 @@ struct WatchOptions {
   size_t setup_high_water = 1024;
   // Full syncs holding a snapshot (and its connection) at once; the others wait in line.
   size_t max_open_snapshots = 4;
+  // A set-up whose client reads nothing (no write completes) for this long ends with
+  // UNAVAILABLE and gives back its snapshot.
+  std::chrono::milliseconds setup_stall{120000};
   // An idle stream gets a bookmark this often.
   std::chrono::milliseconds bookmark_interval{5000};
   // Rows or changes read per set-up step.
@@ -73,6 +76,7 @@ struct WatchCounters {
   std::atomic<uint64_t> full_syncs{0};
   std::atomic<uint64_t> full_syncs_waiting{0};  // for a snapshot slot
   std::atomic<uint64_t> resyncs_requested{0};   // cursor expired or too slow
+  std::atomic<uint64_t> setups_stalled{0};      // ended: the agent read nothing for setup_stall
 };
 
 // What a stream needs from the server. Shared by every stream; outlives them.
@@ -111,7 +115,8 @@ class WatchStream final : public WatchCallHandler,
   // Writable: the loop starts what deliver() queued.
   void startWrites() override { kick(); }
 
-  // Queues a bookmark if nothing was written for bookmark_interval.
+  // Queues a bookmark if nothing was written for bookmark_interval; ends a set-up whose client
+  // read nothing for setup_stall.
   void tick(std::chrono::steady_clock::time_point now);
   // Ends the stream with UNAUTHENTICATED (its token was revoked).
   void endUnauthenticated(const std::string& message);

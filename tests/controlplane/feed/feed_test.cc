@@ -953,6 +953,51 @@ TEST_CASE("full syncs waiting for slow agents hold no set-up thread", "[feed]") 
   CHECK(server.metricsText().find("krane_feed_full_syncs_waiting 0\n") != std::string::npos);
 }
 
+// An agent that is alive (its HTTP/2 stack answers pings) but reads nothing would hold its full
+// sync's snapshot for good, and with it the only snapshot slot: after feed.sync_stall_ms it is
+// ended, and the agent waiting in line gets the slot and its sync.
+TEST_CASE("a full sync to an agent that reads nothing gives back its snapshot", "[feed]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica([](ctrl::CtrlConfig& c) {
+    c.feed.sync_snapshots = 1;
+    c.feed.sync_high_water = 8;
+    c.feed.sync_batch = 7;
+    c.feed.sync_stall = std::chrono::milliseconds(1500);
+  });
+  const std::string big(32 * 1024, 'x');
+  for (int i = 0; i < 200; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", big)), IsOk());
+  auto stub = cp.watchStub();
+  auto stuck_context =
+      TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
+  cluster::v1::WatchRequest request;
+  request.set_region("eu-1");
+  auto stuck = stub->Watch(stuck_context.get(), request);
+  REQUIRE(eventually(
+      [&] {
+        return server.metricsText().find("krane_feed_full_syncs_total 1\n") != std::string::npos;
+      },
+      std::chrono::seconds(30)));
+  // It holds the one slot: a second full sync waits in line.
+  WatchRecorder waiting(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
+  REQUIRE(eventually(
+      [&] {
+        return server.metricsText().find("krane_feed_full_syncs_waiting 1\n") != std::string::npos;
+      },
+      std::chrono::seconds(30)));
+  INFO("the stuck sync is ended and the one in line completes");
+  CHECK(waiting.waitForVersion(headVersion(cp, "eu-1"), std::chrono::seconds(30)));
+  CHECK(server.metricsText().find("krane_feed_setups_stalled_total 1\n") != std::string::npos);
+  CHECK(server.metricsText().find("krane_feed_full_syncs_waiting 0\n") != std::string::npos);
+  INFO("the stuck agent, reading at last, gets what was in flight and then UNAVAILABLE");
+  WatchEvent event;
+  while (stuck->Read(&event)) {
+  }
+  const grpc::Status status = stuck->Finish();
+  CHECK(status.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK_THAT(status.error_message(), Catch::Matchers::Contains("read nothing"));
+}
+
 TEST_CASE("authentication and authorization", "[feed]") {
   TestControlPlane cp;
   cp.startReplica();
