@@ -1,16 +1,22 @@
 // krane-sentinel, the sentinel's routing proxy, as a real process in front of real instance
 // processes (the demo app): readiness only with routes, liveness on its own path, and switching
 // the live deployment back and forth while a steady stream of requests runs, with no failed
-// request and a request in flight during the switch completing on the old deployment; and, as on
-// Kubernetes, routes followed from a ConfigMap through the API server (the fake one).
+// request and a request in flight during the switch completing on the old deployment; probes
+// answered on the health port while every request thread waits, slow clients cut off, the drain
+// on SIGTERM; and, as on Kubernetes, routes followed from a ConfigMap through the API server (the
+// fake one).
 #include <httplib.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -119,11 +125,79 @@ class ProxyTest {
     REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
   }
 
+  // Another proxy of the routes file on `port`, with `args` and `env` besides; live on return.
+  std::unique_ptr<ChildProcess> startProxy(int port, const std::vector<std::string>& args,
+                                           std::map<std::string, std::string> env,
+                                           const std::string& log) {
+    std::vector<std::string> argv = {runfile("plugins/sentinel/krane-sentinel"),
+                                     "--port",
+                                     std::to_string(port),
+                                     "--host",
+                                     "127.0.0.1",
+                                     "--poll-ms",
+                                     "50"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    env["KRANE_ROUTES_FILE"] = routes_file_;
+    auto proxy = std::make_unique<ChildProcess>(argv, dir_ + "/" + log, env);
+    REQUIRE(eventually([&] { return get(port, "/healthz/live").status == 200; }, 20s));
+    return proxy;
+  }
+
   std::string dir_;
   std::string routes_file_;
   int port_ = 0;
   std::unique_ptr<ChildProcess> proxy_;
 };
+
+// Requests an app holds until the test lets them go.
+class Holding {
+ public:
+  void hold() {
+    std::unique_lock lock(mutex_);
+    ++held_;
+    cv_.wait(lock, [this] { return released_; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+  int held() {
+    std::lock_guard lock(mutex_);
+    return held_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int held_ = 0;
+  bool released_ = false;
+};
+
+// Client threads, joined (after `holding` let its requests go) when it goes out of scope, a
+// failed check included.
+class Clients {
+ public:
+  explicit Clients(Holding& holding) : holding_(holding) {}
+  ~Clients() {
+    holding_.release();
+    for (auto& t : threads_) t.join();
+  }
+  void run(std::function<void()> body) { threads_.emplace_back(std::move(body)); }
+
+ private:
+  Holding& holding_;
+  std::vector<std::thread> threads_;
+};
+
+// A port nothing listens on now, other than `other`.
+int freePortBut(int other) {
+  int port = freePort();
+  while (port == other) port = freePort();
+  return port;
+}
 
 TEST_CASE_METHOD(ProxyTest, "readiness only with routes, liveness on its own path",
                  "[sentinel-proxy]") {
@@ -318,6 +392,164 @@ TEST_CASE_METHOD(ProxyTest, "promote and rollback switch traffic with no failed 
   CHECK(traffic.failed() == 0);
   CHECK(traffic.ok() > 50);
   CHECK(traffic.marked() > 0);
+}
+
+// One slow instance must not get a working proxy restarted: with every request thread waiting on
+// the instance, the health port answers at once.
+TEST_CASE_METHOD(ProxyTest, "the health port answers while every request thread is busy",
+                 "[sentinel-proxy]") {
+  Holding holding;
+  httplib::Server app;
+  app.Get("/hang", [&](const httplib::Request&, httplib::Response& res) {
+    holding.hold();
+    res.set_content("released", "text/plain");
+  });
+  App running(app);
+  routeTo(running);
+  const int port = freePort();
+  const int health = freePortBut(port);
+  auto proxy = startProxy(port, {"--threads", "2"}, {{"KRANE_HEALTH_PORT", std::to_string(health)}},
+                          "busy.log");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 5s));
+  Clients clients(holding);
+  std::atomic<int> answered{0};
+  for (int i = 0; i < 2; ++i) {
+    clients.run([&, port] {
+      if (get(port, "/hang", 30s).status == 200) ++answered;
+    });
+  }
+  REQUIRE(eventually([&] { return holding.held() == 2; }, 10s));
+
+  INFO("both request threads wait on the instance");
+  const auto asked = std::chrono::steady_clock::now();
+  CHECK(get(health, "/healthz/live", 1s).status == 200);
+  CHECK(std::chrono::steady_clock::now() - asked < 1s);
+  CHECK(get(health, "/healthz/ready", 1s).status == 200);
+  INFO("the health port serves the probes only");
+  CHECK(get(health, "/hang", 1s).status == 404);
+
+  holding.release();
+  REQUIRE(eventually([&] { return answered == 2; }, 10s));
+  CHECK(get(port, "/healthz/live").status == 200);
+}
+
+// A client that stops sending in the middle of its request gives its thread back after
+// --client-timeout-s, not after the instances' (much longer) timeout.
+TEST_CASE_METHOD(ProxyTest, "a client that stops sending is cut off", "[sentinel-proxy]") {
+  const int port = freePort();
+  auto proxy = startProxy(port, {"--threads", "1", "--client-timeout-s", "1"}, {}, "slow.log");
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(fd >= 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  const std::string partial = "GET / HTTP/1.1\r\nHost: slow\r\n";
+  REQUIRE(::send(fd, partial.data(), partial.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(partial.size()));
+
+  INFO("the only request thread reads the slow client's request; the next one waits for it");
+  const auto asked = std::chrono::steady_clock::now();
+  CHECK(get(port, "/healthz/live", 10s).status == 200);
+  CHECK(std::chrono::steady_clock::now() - asked < 5s);
+  INFO("the slow client's connection is closed");
+  timeval wait{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &wait, sizeof wait);
+  char buf[512];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) {
+  }
+  CHECK(n == 0);
+  ::close(fd);
+}
+
+// Kubernetes sends a pod traffic for a moment after SIGTERM: the proxy turns not ready and goes
+// on serving for the drain period, then stops accepting and lets the requests in flight finish.
+TEST_CASE_METHOD(ProxyTest, "on SIGTERM the proxy drains before it stops", "[sentinel-proxy]") {
+  Holding holding;
+  httplib::Server app;
+  app.Get("/hang", [&](const httplib::Request&, httplib::Response& res) {
+    holding.hold();
+    res.set_content("released", "text/plain");
+  });
+  app.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("hello", "text/plain");
+  });
+  App running(app);
+  routeTo(running);
+  const int port = freePort();
+  const int health = freePortBut(port);
+  auto proxy = startProxy(
+      port, {}, {{"KRANE_HEALTH_PORT", std::to_string(health)}, {"KRANE_DRAIN_SECONDS", "3"}},
+      "drain.log");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 5s));
+  CHECK(get(health, "/healthz/ready").status == 200);
+  Clients clients(holding);
+  Answer in_flight;
+  std::atomic<bool> answered{false};
+  clients.run([&, port] {
+    in_flight = get(port, "/hang", 30s);
+    answered = true;
+  });
+  REQUIRE(eventually([&] { return holding.held() == 1; }, 10s));
+
+  const auto signalled = std::chrono::steady_clock::now();
+  proxy->signal(SIGTERM);
+  INFO("not ready at once, on both ports; alive");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 503; }, 1s));
+  CHECK(get(health, "/healthz/ready").status == 503);
+  CHECK(get(health, "/healthz/live").status == 200);
+  INFO("a new request during the drain is still forwarded, and told to reconnect");
+  httplib::Client client("127.0.0.1", port);
+  client.set_keep_alive(true);  // else the request itself asks to close
+  auto late = client.Get("/");
+  REQUIRE(late);
+  CHECK(late->status == 200);
+  CHECK(late->body == "hello");
+  CHECK(late->get_header_value("Connection") == "close");
+  CHECK(std::chrono::steady_clock::now() - signalled < 3s);
+
+  INFO("after the drain the port refuses, while the request in flight goes on");
+  REQUIRE(eventually([&] { return get(port, "/healthz/live", 1s).status == -1; }, 10s));
+  CHECK(std::chrono::steady_clock::now() - signalled >= 3s);
+  CHECK(proxy->running());
+  CHECK(get(health, "/healthz/live").status == 200);
+  holding.release();
+  CHECK(proxy->wait() == 0);
+  REQUIRE(eventually([&] { return answered.load(); }, 5s));
+  CHECK(in_flight.status == 200);
+  CHECK(in_flight.body == "released");
+  CHECK(get(health, "/healthz/live", 1s).status == -1);
+}
+
+TEST_CASE_METHOD(ProxyTest, "a second signal ends the drain, a third exits at once",
+                 "[sentinel-proxy]") {
+  Holding holding;
+  httplib::Server app;
+  app.Get("/hang", [&](const httplib::Request&, httplib::Response& res) {
+    holding.hold();
+    res.set_content("released", "text/plain");
+  });
+  App running(app);
+  routeTo(running);
+  const int port = freePort();
+  auto proxy = startProxy(port, {}, {{"KRANE_DRAIN_SECONDS", "600"}}, "signals.log");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 5s));
+  Clients clients(holding);
+  clients.run([&, port] { get(port, "/hang", 30s); });
+  REQUIRE(eventually([&] { return holding.held() == 1; }, 10s));
+
+  proxy->signal(SIGTERM);
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 503; }, 1s));
+  INFO("the second signal: no more drain, the port refuses; the request in flight goes on");
+  proxy->signal(SIGINT);
+  REQUIRE(eventually([&] { return get(port, "/healthz/live", 1s).status == -1; }, 5s));
+  CHECK(proxy->running());
+  INFO("the third: gone without waiting for it");
+  proxy->signal(SIGTERM);
+  REQUIRE(eventually([&] { return !proxy->running(); }, 5s));
+  CHECK(proxy->wait() == 1);
 }
 
 TEST_CASE("on Kubernetes the proxy follows its routes ConfigMap through the API server",

@@ -82,8 +82,11 @@ absl::Status RoutingProxy::start() {
   server_->Patch(".*", handler);
   server_->Delete(".*", handler);
   server_->Options(".*", handler);
-  server_->set_read_timeout(
-      std::chrono::duration_cast<std::chrono::seconds>(options_.upstream_timeout).count());
+  // Reading from the client only: the instances' answers have their own timeouts (forward). A
+  // kept-alive connection holds its thread while it waits for its next request too.
+  const time_t client_s = std::max<time_t>(options_.client_timeout.count(), 1);
+  server_->set_read_timeout(client_s);
+  server_->set_keep_alive_timeout(std::min<time_t>(client_s, 5));
   server_->set_payload_max_length(options_.max_body_bytes);
   if (options_.port == 0) {
     port_ = server_->bind_to_any_port(options_.host);
@@ -94,15 +97,47 @@ absl::Status RoutingProxy::start() {
     return absl::UnavailableError(
         strCat("sentinel proxy: cannot listen on ", options_.host, ":", options_.port));
   }
+  if (options_.health_port) {
+    // Threads of its own, which requests never take; short timeouts and one request per
+    // connection, so that no client of this port holds one for long either.
+    health_server_ = std::make_unique<httplib::Server>();
+    health_server_->new_task_queue = [] { return new httplib::ThreadPool(4); };
+    health_server_->Get(".*", [this](const httplib::Request& req, httplib::Response& res) {
+      if (!health(req, res)) res.status = 404;
+    });
+    health_server_->set_read_timeout(2);
+    health_server_->set_write_timeout(2);
+    health_server_->set_keep_alive_timeout(2);  // also the wait for a connection's first request
+    health_server_->set_keep_alive_max_count(1);
+    const int wanted = *options_.health_port;
+    if (wanted == 0) {
+      health_port_ = health_server_->bind_to_any_port(options_.host);
+    } else {
+      health_port_ = health_server_->bind_to_port(options_.host, wanted) ? wanted : -1;
+    }
+    if (health_port_ <= 0) {
+      return absl::UnavailableError(strCat("sentinel proxy: cannot listen for health probes on ",
+                                           options_.host, ":", wanted));
+    }
+    health_thread_ = serveInBackground(*health_server_);
+  }
   serve_thread_ = serveInBackground(*server_);
   if (!options_.routes_file.empty()) watch_thread_ = std::thread([this] { watch(); });
-  spdlog::info("sentinel proxy: listening on {}:{} routes_file={} liveness={} readiness={}",
-               options_.host, port_, options_.routes_file, options_.liveness_path,
-               options_.readiness_path);
+  spdlog::info(
+      "sentinel proxy: listening on {}:{} health_port={} routes_file={} liveness={} readiness={}",
+      options_.host, port_, health_port_, options_.routes_file, options_.liveness_path,
+      options_.readiness_path);
   return absl::OkStatus();
 }
 
+void RoutingProxy::drain() {
+  if (!draining_.exchange(true)) {
+    spdlog::info("sentinel proxy: draining: readiness answers 503, requests are still served");
+  }
+}
+
 void RoutingProxy::stop() {
+  draining_ = true;  // not ready while the requests in flight complete
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
@@ -111,6 +146,11 @@ void RoutingProxy::stop() {
   if (serve_thread_.joinable()) {
     server_->stop();  // returns once the requests in flight completed
     serve_thread_.join();
+  }
+  // Probes are answered until then: a proxy finishing its requests is alive.
+  if (health_thread_.joinable()) {
+    health_server_->stop();
+    health_thread_.join();
   }
   if (watch_thread_.joinable()) watch_thread_.join();
 }
@@ -137,6 +177,7 @@ std::shared_ptr<RoutingProxy::RouteSet> RoutingProxy::current() const {
 }
 
 bool RoutingProxy::ready() const {
+  if (draining_) return false;
   auto set = current();
   if (set == nullptr) return false;  // no routes handed over yet
   // With no live deployment there is nothing to route yet: ready (a sentinel is created before
@@ -149,22 +190,29 @@ Routes RoutingProxy::routes() const {
   return set != nullptr ? set->routes : Routes();
 }
 
-void RoutingProxy::handle(const httplib::Request& req, httplib::Response& res) {
-  if (req.method == "GET" && req.path == options_.liveness_path) {
+bool RoutingProxy::health(const httplib::Request& req, httplib::Response& res) const {
+  if (req.method != "GET") return false;
+  if (req.path == options_.liveness_path) {
     res.set_content("alive\n", "text/plain");
-    return;
+    return true;
   }
-  if (req.method == "GET" && req.path == options_.readiness_path) {
-    if (ready()) {
-      res.set_content("ready\n", "text/plain");
-    } else {
-      res.status = 503;
-      res.set_content("not ready: no route to a ready instance of the live deployment\n",
-                      "text/plain");
-    }
-    return;
+  if (req.path != options_.readiness_path) return false;
+  if (ready()) {
+    res.set_content("ready\n", "text/plain");
+  } else {
+    res.status = 503;
+    res.set_content(draining_ ? "not ready: draining, the proxy is stopping\n"
+                              : "not ready: no route to a ready instance of the live deployment\n",
+                    "text/plain");
   }
+  return true;
+}
+
+void RoutingProxy::handle(const httplib::Request& req, httplib::Response& res) {
+  if (health(req, res)) return;
   forward(req, res);
+  // The client's next request should find a proxy that is staying.
+  if (draining_) res.set_header("Connection", "close");
 }
 
 void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) {

@@ -2,11 +2,11 @@
 // its live deployment (round robin), as a routes file (routes.h) lists them.
 //
 //   GET <liveness_path>   200 while the process serves: restart it when this fails.
-//   GET <readiness_path>  200 once it has routes, else 503: it can serve traffic. Routes means
-//                         a routes file with a ready endpoint of the live deployment, or one
-//                         that says the environment has no live deployment yet (nothing to
-//                         route; requests get 503): a sentinel is created, and waited for, before
-//                         its environment's first deployment goes live.
+//   GET <readiness_path>  200 once it has routes and is not draining, else 503: it can serve
+//                         traffic. Routes means a routes file with a ready endpoint of the live
+//                         deployment, or one that says the environment has no live deployment yet
+//                         (nothing to route; requests get 503): a sentinel is created, and waited
+//                         for, before its environment's first deployment goes live.
 //   anything else         forwarded to one endpoint: method, path and query, headers (without
 //                         hop-by-hop ones, with X-Forwarded-For and X-Forwarded-Host), body; the
 //                         answer comes back with `X-Krane-Deployment: <live deployment id>`.
@@ -17,6 +17,16 @@
 // once its last request finished. A request whose endpoint refuses the connection is retried on
 // the next endpoint of the same set (any method: nothing was sent); a failure after sending is
 // retried only for idempotent methods.
+//
+// HEALTH LISTENER. With `health_port`, the two endpoints above are also served on a listener of
+// its own with a few threads of its own: the request threads can all be busy (slow clients, an
+// instance that does not answer) without a probe going unanswered, which would get a working proxy
+// restarted. The main port answers them too (probes of older configurations, the process runtime,
+// which probes PORT only).
+//
+// DRAINING. drain() turns readiness to 503 at once while requests are still accepted and
+// forwarded (answered with `Connection: close`, so that clients reconnect through their load
+// balancer); stop() then stops accepting and waits for the requests in flight.
 //
 // WATCHING. The routes file is checked every `poll` (inode, size, modification time: the writer
 // replaces it with a rename). A missing or unreadable file keeps the routes there were; a file
@@ -30,6 +40,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -55,6 +66,14 @@ struct ProxyOptions {
   std::chrono::milliseconds upstream_timeout{60000};
   // Requests served at once (each holds a thread while its upstream answers); more wait.
   int threads = 64;
+  // How long a client may keep a request thread waiting for the next bytes of its request
+  // (headers or body; each read) before its connection is closed, and (5 s at most) for its next
+  // request on a kept-alive connection. Answers of the instances are bounded by upstream_timeout
+  // instead.
+  std::chrono::seconds client_timeout{10};
+  // The liveness and readiness endpoints' own listener (HEALTH LISTENER above); 0: any free port
+  // (see RoutingProxy::healthPort). None: only on `port`.
+  std::optional<int> health_port;
   // A request body is held in memory (three copies while it is forwarded): a larger one is
   // refused with 413 before it is read in full.
   size_t max_body_bytes = size_t{64} << 20;
@@ -72,10 +91,15 @@ class RoutingProxy {
   absl::Status start();
   // The bound port.
   int port() const { return port_; }
-  // Stops accepting; requests in flight complete first.
+  // The health listener's bound port; -1 without one.
+  int healthPort() const { return health_port_; }
+  // Readiness answers 503 from now on; requests are still served (DRAINING above). Any thread.
+  void drain();
+  // Stops accepting; requests in flight complete first. Then stops the health listener.
   void stop();
 
   void setRoutes(Routes routes);
+  // Has routes and is not draining.
   bool ready() const;
   // The routes requests are sent to now.
   Routes routes() const;
@@ -84,6 +108,8 @@ class RoutingProxy {
   struct RouteSet;
 
   std::shared_ptr<RouteSet> current() const;
+  // Answers the liveness and readiness endpoints; false for any other request.
+  bool health(const httplib::Request& req, httplib::Response& res) const;
   void handle(const httplib::Request& req, httplib::Response& res);
   void forward(const httplib::Request& req, httplib::Response& res);
   void watch();
@@ -93,6 +119,10 @@ class RoutingProxy {
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
   std::thread serve_thread_;
+  std::unique_ptr<httplib::Server> health_server_;  // with options_.health_port
+  int health_port_ = -1;
+  std::thread health_thread_;
+  std::atomic<bool> draining_{false};
   std::thread watch_thread_;
 
   mutable std::mutex mutex_;  // guards what follows
