@@ -117,7 +117,7 @@ cluster::v1::Healthcheck probesOf(const cluster::v1::Sentinel& s) {
   const auto fill = [](cluster::v1::HttpProbe* p, const char* path, uint32_t period,
                        uint32_t failures) {
     if (p->path().empty()) p->set_path(path);
-    if (p->port() == 0) p->set_port(kHttpPort);
+    if (p->port() == 0) p->set_port(kHealthPort);
     if (p->period_seconds() == 0) p->set_period_seconds(period);
     if (p->timeout_seconds() == 0) p->set_timeout_seconds(2);
     if (p->failure_threshold() == 0) p->set_failure_threshold(failures);
@@ -131,7 +131,9 @@ cluster::v1::Healthcheck probesOf(const cluster::v1::Sentinel& s) {
 namespace {
 
 json probeJson(const cluster::v1::HttpProbe& p) {
-  json probe = {{"httpGet", {{"path", p.path()}, {"port", p.port()}}},
+  // The health port by its name; another port (8040, say, which answers probes too) as given.
+  const json port = p.port() == kHealthPort ? json(kHealthPortName) : json(p.port());
+  json probe = {{"httpGet", {{"path", p.path()}, {"port", port}}},
                 {"periodSeconds", p.period_seconds()},
                 {"timeoutSeconds", p.timeout_seconds()},
                 {"failureThreshold", p.failure_threshold()},
@@ -302,6 +304,8 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s, const PodOptio
   env.push_back({{"name", "KRANE_LIVENESS_PATH"}, {"value", probes.liveness().path()}});
   env.push_back({{"name", "KRANE_READINESS_PATH"}, {"value", probes.readiness().path()}});
   env.push_back({{"name", "PORT"}, {"value", std::to_string(kHttpPort)}});
+  env.push_back({{"name", "KRANE_HEALTH_PORT"}, {"value", std::to_string(kHealthPort)}});
+  env.push_back({{"name", "KRANE_DRAIN_SECONDS"}, {"value", std::to_string(kDrainSeconds)}});
   env.push_back({{"name", "KRANE_ROUTES_CONFIGMAP"},
                  {"value", strCat(kNamespace, "/", routesName(s.sentinel_id()))}});
   for (const auto& e : pod.secret_env) {
@@ -314,6 +318,7 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s, const PodOptio
       {"ports",
        json::array(
            {{{"name", "http"}, {"containerPort", kHttpPort}, {"protocol", "TCP"}},
+            {{"name", kHealthPortName}, {"containerPort", kHealthPort}, {"protocol", "TCP"}},
             {{"name", "gossip-tcp"}, {"containerPort", kGossipPort}, {"protocol", "TCP"}},
             {{"name", "gossip-udp"}, {"containerPort", kGossipPort}, {"protocol", "UDP"}}})},
       {"env", env},
@@ -332,6 +337,8 @@ std::vector<json> sentinelObjects(const cluster::v1::Sentinel& s, const PodOptio
       // Its token lets the proxy read its routes ConfigMap, and nothing else.
       {"serviceAccountName", kServiceAccount},
       {"automountServiceAccountToken", true},
+      // SIGTERM starts the proxy's drain: it must not be killed before it is over.
+      {"terminationGracePeriodSeconds", kTerminationGraceSeconds},
       {"topologySpreadConstraints",
        json::array({{{"maxSkew", 1},
                      {"topologyKey", "topology.kubernetes.io/zone"},
@@ -426,8 +433,9 @@ runtime::WorkloadSpec toWorkload(const cluster::v1::Sentinel& s, const std::stri
   w.env["KRANE_ENVIRONMENT_ID"] = s.environment_id();
   w.env["KRANE_REGION"] = s.region();
   if (!s.config_json().empty()) w.env["KRANE_SENTINEL_CONFIG"] = s.config_json();
-  // The process runtime probes 127.0.0.1:PORT; readiness every second unless the resource says
-  // otherwise, so a local sentinel takes traffic soon after it has routes.
+  // The process runtime probes 127.0.0.1:PORT (it knows no other port of an instance: no health
+  // port here); readiness every second unless the resource says otherwise, so a local sentinel
+  // takes traffic soon after it has routes.
   const cluster::v1::Healthcheck probes = probesOf(s);
   const auto& live = probes.liveness();
   const auto& ready = probes.readiness();
@@ -444,7 +452,11 @@ runtime::WorkloadSpec toWorkload(const cluster::v1::Sentinel& s, const std::stri
       s.healthcheck().readiness().period_seconds() > 0 ? ready.period_seconds() : 1);
   w.readiness.timeout = std::chrono::seconds(ready.timeout_seconds());
   w.readiness.failure_threshold = static_cast<int>(ready.failure_threshold());
-  w.grace = std::chrono::seconds(30);
+  // No drain: the runtime takes an instance out of its published endpoints
+  // deregistration_delay_ms before the signal already. Requests in flight may take the upstream
+  // timeout.
+  w.env["KRANE_DRAIN_SECONDS"] = "0";
+  w.grace = std::chrono::seconds(kUpstreamTimeoutSeconds + 10);
   return w;
 }
 

@@ -12,9 +12,12 @@
 // Every object carries app.kubernetes.io/managed-by=krane, app.kubernetes.io/component=sentinel
 // and the ids under krane.dev/ (workspace.id, project.id, app.id, environment.id, and
 // sentinel.id on the per-sentinel ones). Liveness and readiness are separate endpoints
-// (/healthz/live: the process is alive; /healthz/ready: it can serve traffic).
+// (/healthz/live: the process is alive; /healthz/ready: it can serve traffic), probed on the
+// proxy's health port (container port `health`, 8041), whose threads requests cannot take. The
+// pod's grace period covers the proxy's drain on SIGTERM and its longest request.
 //
-// On the process runtime, a workload of the process runtime with the same probes.
+// On the process runtime, a workload of the process runtime with the same probes, on PORT (the
+// runtime probes no other port; the proxy answers them there too).
 #pragma once
 
 #include <initializer_list>
@@ -34,6 +37,18 @@ namespace krane::sentinel {
 
 inline constexpr char kNamespace[] = "sentinel";
 inline constexpr int kHttpPort = 8040;
+// The proxy's listener for liveness and readiness only (KRANE_HEALTH_PORT), named kHealthPortName.
+inline constexpr int kHealthPort = 8041;
+inline constexpr char kHealthPortName[] = "health";
+// On SIGTERM the proxy answers readiness with 503 and still serves for this long
+// (KRANE_DRAIN_SECONDS) before it stops accepting, while the endpoints controller and kube-proxy
+// move traffic away; then requests in flight complete, within the proxy's upstream timeout.
+inline constexpr int kDrainSeconds = 5;
+// The proxy's upstream timeout (ProxyOptions::upstream_timeout): the longest a request in flight
+// can take once the proxy stops accepting.
+inline constexpr int kUpstreamTimeoutSeconds = 60;
+// Drain, then the requests in flight, then a margin: only a proxy that hangs is killed.
+inline constexpr int kTerminationGraceSeconds = kDrainSeconds + kUpstreamTimeoutSeconds + 10;
 inline constexpr int kGossipPort = 7946;
 inline constexpr char kLivenessPath[] = "/healthz/live";
 inline constexpr char kReadinessPath[] = "/healthz/ready";
@@ -49,8 +64,9 @@ std::string gossipName(const cluster::v1::Sentinel& s);
 std::string routesName(const std::string& sentinel_id);
 
 // The sentinel's probes with every unset field at its default: liveness GET /healthz/live on
-// 8040 every 10 s, timeout 2 s, 3 failures; readiness GET /healthz/ready on 8040 every 5 s,
-// timeout 2 s, 2 failures, 1 success.
+// the health port (8041) every 10 s, timeout 2 s, 3 failures; readiness GET /healthz/ready on
+// 8041 every 5 s, timeout 2 s, 2 failures, 1 success. (The process runtime probes PORT whatever
+// the port says.)
 cluster::v1::Healthcheck probesOf(const cluster::v1::Sentinel& s);
 
 // A container environment variable from a key of a Secret (env[].valueFrom.secretKeyRef).

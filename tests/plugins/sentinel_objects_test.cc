@@ -1,10 +1,12 @@
 // The sentinel's Kubernetes objects: exactly the five of the specification, with every setting
-// it names, Krane's labels, separate liveness and readiness endpoints, and valid names.
+// it names, Krane's labels, separate liveness and readiness endpoints on the proxy's health port,
+// a grace period that covers its drain, and valid names.
 #include <regex>
 
 #include <catch2/catch.hpp>
 
 #include "common/strings.h"
+#include "plugins/sentinel/proxy/proxy.h"
 #include "plugins/sentinel/sentinel.h"
 #include "tests/support/matchers.h"
 
@@ -95,7 +97,7 @@ TEST_CASE("the deployment has every setting of the specification", "[sentinel-ob
   for (const auto& p : c["ports"]) {
     ports.push_back(strCat(p["containerPort"].get<int>(), "/", p["protocol"].get<std::string>()));
   }
-  CHECK(ports == std::vector<std::string>{"8040/TCP", "7946/TCP", "7946/UDP"});
+  CHECK(ports == std::vector<std::string>{"8040/TCP", "8041/TCP", "7946/TCP", "7946/UDP"});
   // Separate endpoints: liveness only says the process is alive, readiness that it can serve.
   CHECK(c["livenessProbe"]["httpGet"]["path"] == "/healthz/live");
   CHECK(c["readinessProbe"]["httpGet"]["path"] == "/healthz/ready");
@@ -192,12 +194,12 @@ TEST_CASE("bad pod options are refused naming the key", "[sentinel-objects]") {
 TEST_CASE("probes come from the resource with documented defaults", "[sentinel-objects]") {
   const json c0 =
       find(sentinelObjects(sentinel()), "Deployment")["spec"]["template"]["spec"]["containers"][0];
-  CHECK(c0["livenessProbe"] == json({{"httpGet", {{"path", "/healthz/live"}, {"port", 8040}}},
+  CHECK(c0["livenessProbe"] == json({{"httpGet", {{"path", "/healthz/live"}, {"port", "health"}}},
                                      {"periodSeconds", 10},
                                      {"timeoutSeconds", 2},
                                      {"failureThreshold", 3},
                                      {"successThreshold", 1}}));
-  CHECK(c0["readinessProbe"] == json({{"httpGet", {{"path", "/healthz/ready"}, {"port", 8040}}},
+  CHECK(c0["readinessProbe"] == json({{"httpGet", {{"path", "/healthz/ready"}, {"port", "health"}}},
                                       {"periodSeconds", 5},
                                       {"timeoutSeconds", 2},
                                       {"failureThreshold", 2},
@@ -227,6 +229,47 @@ TEST_CASE("probes come from the resource with documented defaults", "[sentinel-o
   CHECK_THAT(
       std::string(toStd(validate(s).message())),
       Catch::Contains("sentinel.healthcheck.readiness.path: \"/_live\" is the liveness path"));
+}
+
+// Probes on a listener whose threads requests cannot take; and on SIGTERM, the proxy's drain and
+// then its requests in flight before the kubelet kills it.
+TEST_CASE("probes go to the health port, and the grace period covers the drain",
+          "[sentinel-objects]") {
+  const json pod = find(sentinelObjects(sentinel()), "Deployment")["spec"]["template"]["spec"];
+  const json& c = pod["containers"][0];
+  json health;
+  for (const auto& p : c["ports"]) {
+    if (p["name"] == "health") health = p;
+  }
+  CHECK(health == json({{"name", "health"}, {"containerPort", 8041}, {"protocol", "TCP"}}));
+  CHECK(c["livenessProbe"]["httpGet"]["port"] == "health");
+  CHECK(c["readinessProbe"]["httpGet"]["port"] == "health");
+  const auto value = [&](const std::string& name) {
+    const json* e = envOf(c, name);
+    return e != nullptr ? (*e)["value"].get<std::string>() : std::string("(none)");
+  };
+  CHECK(value("KRANE_HEALTH_PORT") == "8041");
+  CHECK(value("KRANE_DRAIN_SECONDS") == "5");
+  const auto upstream =
+      std::chrono::duration_cast<std::chrono::seconds>(ProxyOptions().upstream_timeout);
+  // Kubernetes' default is 30 s.
+  CHECK(pod.value("terminationGracePeriodSeconds", 30) > 5 + upstream.count());
+  INFO("the Service sends traffic to the main port only");
+  CHECK(find(sentinelObjects(sentinel()), "Service")["spec"]["ports"].size() == 1u);
+
+  INFO("a probe port the resource names (the main port answers probes too) is kept");
+  auto s = sentinel();
+  s.mutable_healthcheck()->mutable_liveness()->set_port(8040);
+  const json named =
+      find(sentinelObjects(s), "Deployment")["spec"]["template"]["spec"]["containers"][0];
+  CHECK(named["livenessProbe"]["httpGet"]["port"] == 8040);
+  CHECK(named["readinessProbe"]["httpGet"]["port"] == "health");
+
+  INFO("the process runtime: probes on PORT, no drain (it withdraws the endpoint first)");
+  const auto w = toWorkload(sentinel(), "snt_01HXYZ");
+  CHECK(w.env.count("KRANE_HEALTH_PORT") == 0u);
+  CHECK(w.env.at("KRANE_DRAIN_SECONDS") == "0");
+  CHECK(w.grace > ProxyOptions().upstream_timeout);
 }
 
 TEST_CASE("service budget and gossip objects", "[sentinel-objects]") {

@@ -169,15 +169,16 @@ TEST_CASE("sentinel scheduling, probes and credentials are in the schema checks"
   REQUIRE(pod["tolerations"][0]["effect"] == "NoSchedule");
   REQUIRE(container["livenessProbe"]["httpGet"]["path"] !=
           container["readinessProbe"]["httpGet"]["path"]);
-  bool secret_ref = false;
-  for (const auto& e : container["env"]) {
+  int secret_ref = -1;  // the first env var from a Secret
+  for (size_t i = 0; i < container["env"].size(); ++i) {
+    const json& e = container["env"][i];
     INFO(e.dump());
     if (e.contains("valueFrom")) {
-      secret_ref = true;
+      if (secret_ref < 0) secret_ref = static_cast<int>(i);
       CHECK_FALSE(e.contains("value"));
     }
   }
-  REQUIRE(secret_ref);
+  REQUIRE(secret_ref >= 0);
   REQUIRE(container["envFrom"][0]["secretRef"]["name"] == "sentinel-clickhouse");
 
   json toleration = sentinelWithCredentials("toleration");
@@ -201,8 +202,9 @@ TEST_CASE("sentinel scheduling, probes and credentials are in the schema checks"
                                   "spec.template.spec.tolerations[0].tolerationSecond"));
   CHECK_THAT(out, Catch::Contains("Deployment sentinel/selector: "
                                   "spec.template.spec.nodeSelector.node-class"));
-  CHECK_THAT(out, Catch::Contains("Deployment sentinel/secret: spec.template.spec.containers[0]"
-                                  ".env[10].valueFrom.secretKeyRef.key: required"));
+  CHECK_THAT(out, Catch::Contains(strCat("Deployment sentinel/secret: spec.template.spec"
+                                         ".containers[0].env[",
+                                         secret_ref, "].valueFrom.secretKeyRef.key: required")));
   CHECK_THAT(out, Catch::Contains("Deployment sentinel/probe: spec.template.spec.containers[0]"
                                   ".readinessProbe.httpGet.port"));
   CHECK_THAT(out, !Catch::Contains("sentinel/good"));

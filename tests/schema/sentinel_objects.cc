@@ -69,7 +69,7 @@ std::vector<GeneratedObject> sentinelObjects() {
   live->set_failure_threshold(5);
   auto* ready = probes.mutable_healthcheck()->mutable_readiness();
   ready->set_path("/_krane/ready");
-  ready->set_port(8041);
+  ready->set_port(8040);  // a port number (the defaults probe the named health port)
   ready->set_success_threshold(2);
   variants.emplace_back("probes from the resource", probes);
 
