@@ -137,12 +137,14 @@ void fill(const services::v1::SwapLiveResponse& in, v1::LiveChange* out) {
 DeploymentServiceImpl::DeploymentServiceImpl(std::shared_ptr<db::Pool> pool,
                                              std::shared_ptr<const feed::ResourceTables> tables,
                                              workflow::Engine& engine,
-                                             std::shared_ptr<const OperatorTokens> operators)
+                                             std::shared_ptr<const OperatorTokens> operators,
+                                             DeploymentWatchLimits watch_limits)
     : CheckedRequests("krane.api.v1.DeploymentService"),
       pool_(std::move(pool)),
       tables_(std::move(tables)),
       engine_(engine),
-      operators_(std::move(operators)) {
+      operators_(std::move(operators)),
+      watch_limits_(watch_limits) {
   checkUnary("CreateDeployment", this, &DeploymentServiceImpl::CreateDeployment);
   checkUnary("GetDeployment", this, &DeploymentServiceImpl::GetDeployment);
   checkUnary("ListDeployments", this, &DeploymentServiceImpl::ListDeployments);
@@ -334,6 +336,21 @@ grpc::Status DeploymentServiceImpl::WatchUntilFinished(
     grpc::ServerContext* context, const v1::DeploymentRef* request,
     grpc::ServerWriterInterface<v1::Deployment>* writer) {
   if (auto st = checkOperator(*context, *operators_); !st.ok()) return toGrpc(st);
+  // Each watch polls the database while it lives: their number is bounded, and so is how long
+  // one lives (a client that watches for good, or that went away unseen, holds no slot for ever).
+  struct Slot {
+    std::atomic<size_t>& open;
+    ~Slot() { open.fetch_sub(1); }
+  };
+  const size_t others = watches_.fetch_add(1);
+  const Slot slot{watches_};
+  if (others >= watch_limits_.max_streams) {
+    return toGrpc(absl::ResourceExhaustedError(strCat(
+        "too many deployment watches: this krane-ctrl serves at most ", watch_limits_.max_streams,
+        " at once (deploy.watch_max_streams); watch again later, or read the deployment"
+        " with GetDeployment")));
+  }
+  const auto ends = std::chrono::steady_clock::now() + watch_limits_.max_lifetime;
   std::string last;
   // Polled, since steps are written by whichever replica runs the deploy: every 200 ms after a
   // change, backing off to 1.6 s while nothing changes (a long build or wait costs a watcher a
@@ -353,7 +370,17 @@ grpc::Status DeploymentServiceImpl::WatchUntilFinished(
     }
     if (finished(d->status())) return grpc::Status::OK;
     if (context->IsCancelled()) return grpc::Status::CANCELLED;
-    std::this_thread::sleep_for(pause);
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        ends - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      const int64_t limit_ms = watch_limits_.max_lifetime.count();
+      return toGrpc(absl::OutOfRangeError(
+          strCat("this watch of deployment ", singleQuoted(request->id()),
+                 " reached its maximum lifetime (",
+                 limit_ms % 1000 == 0 ? strCat(limit_ms / 1000, " s") : strCat(limit_ms, " ms"),
+                 ", deploy.watch_max_lifetime_s); the deployment goes on, watch it again")));
+    }
+    std::this_thread::sleep_for(std::min(pause, left));
   }
 }
 

@@ -5,6 +5,8 @@
 // Thread-safety: gRPC calls it from its threads; everything it holds is shared and thread-safe.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 
 #include "controlplane/api/auth.h"
@@ -16,13 +18,24 @@
 
 namespace krane::api {
 
+// Bounds on WatchDeployment, whose streams each poll the database while they live.
+struct DeploymentWatchLimits {
+  // Streams open at once on this replica (deploy.watch_max_streams); one more is refused with
+  // RESOURCE_EXHAUSTED.
+  size_t max_streams = 256;
+  // A stream ends after this long (deploy.watch_max_lifetime_s) with OUT_OF_RANGE: the client
+  // watches again (its first message is the deployment as it is then).
+  std::chrono::milliseconds max_lifetime{std::chrono::hours(1)};
+};
+
 class DeploymentServiceImpl final
     : public CheckedRequests<krane::api::v1::DeploymentService::Service> {
  public:
   // `engine` must outlive the service (the server stops gRPC first).
   DeploymentServiceImpl(std::shared_ptr<db::Pool> pool,
                         std::shared_ptr<const feed::ResourceTables> tables,
-                        workflow::Engine& engine, std::shared_ptr<const OperatorTokens> operators);
+                        workflow::Engine& engine, std::shared_ptr<const OperatorTokens> operators,
+                        DeploymentWatchLimits watch_limits = {});
 
   grpc::Status CreateDeployment(grpc::ServerContext* context,
                                 const v1::CreateDeploymentRequest* request,
@@ -48,6 +61,8 @@ class DeploymentServiceImpl final
   std::shared_ptr<const feed::ResourceTables> tables_;
   workflow::Engine& engine_;
   std::shared_ptr<const OperatorTokens> operators_;
+  const DeploymentWatchLimits watch_limits_;
+  std::atomic<size_t> watches_{0};  // WatchDeployment streams open
 };
 
 }  // namespace krane::api

@@ -2,16 +2,24 @@
 // requests are refused naming the field with nothing written; a deployment created through the
 // API is deployed to ready once the agents report its instances (through ClusterService); it
 // lists newest first; rollback and promote move the live deployment; cancel refuses a finished
-// deployment and cancels a running one.
+// deployment and cancels a running one. Watches are bounded in number and in lifetime.
+#include "controlplane/api/deployments.h"
+
 #include <atomic>
+#include <optional>
 #include <thread>
 
 #include <catch2/catch.hpp>
 
+#include "common/strings.h"
+#include "controlplane/config.h"
+#include "controlplane/feed/resource_table.h"
+#include "controlplane/workflow/engine.h"
 #include "controlplane/workflow/operations.h"
 #include "krane/api/v1/deployments.grpc.pb.h"
 #include "krane/cluster/v1/cluster.grpc.pb.h"
 #include "tests/support/control_plane.h"
+#include "tests/support/mariadb.h"
 #include "tests/support/matchers.h"
 #include "tests/support/reports.h"
 #include "tests/support/threads.h"
@@ -98,6 +106,187 @@ class DeploymentsApiTest {
   std::unique_ptr<v1::DeploymentService::Stub> stub_;
   std::unique_ptr<cluster::v1::ClusterService::Stub> cluster_;
 };
+
+// DeploymentService alone on a gRPC server of its own, over a scratch database: no engine runs
+// and no agent reports, so the database serves nothing but the calls of the test.
+class DeploymentServiceAlone : public krane::testing::MigratedDbTest {
+ protected:
+  DeploymentServiceAlone() : MigratedDbTest(8), engine_(pool_) {
+    for (const std::string sql :
+         {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
+          "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
+          " VALUES ('proj', 'ws', 'p', 'p', 1)",
+          "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
+          " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
+          "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
+          " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1)"}) {
+      exec(sql);
+    }
+  }
+  ~DeploymentServiceAlone() {
+    if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+
+  void serve(api::DeploymentWatchLimits limits = {}) {
+    service_ = std::make_unique<api::DeploymentServiceImpl>(
+        pool_, std::make_shared<feed::ResourceTables>(), engine_,
+        std::make_shared<api::OperatorTokens>(std::vector<std::string>{kOperatorToken}), limits);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    REQUIRE(server_ != nullptr);
+    stub_ = v1::DeploymentService::NewStub(
+        grpc::CreateChannel(strCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+  }
+  void exec(const std::string& sql, const db::Params& params = {}) {
+    REQUIRE_THAT((*pool_->acquire())->exec(sql, params), IsOk());
+  }
+  void deployment(const std::string& id, int64_t created_at, const std::string& status) {
+    exec(
+        "INSERT INTO deployments (id, workspace_id, project_id, app_id, environment_id, status,"
+        " git_branch, git_commit_sha, image, created_at)"
+        " VALUES (?, 'ws', 'proj', 'app', 'prod', ?, 'main', 'abc', ?, ?)",
+        {id, status, "registry.example.com/app:" + id, created_at});
+  }
+  // A WatchDeployment call of the test.
+  struct Watch {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReader<v1::Deployment>> reader;
+    // Cancels the call and collects its status.
+    grpc::Status end() {
+      context->TryCancel();
+      v1::Deployment ignored;
+      while (reader->Read(&ignored)) {
+      }
+      return reader->Finish();
+    }
+  };
+  Watch watch(const std::string& id, std::chrono::seconds deadline = std::chrono::seconds(30)) {
+    v1::DeploymentRef ref;
+    ref.set_id(id);
+    Watch w;
+    w.context = TestControlPlane::withToken(kOperatorToken, deadline);
+    w.reader = stub_->WatchDeployment(w.context.get(), ref);
+    return w;
+  }
+
+  workflow::Engine engine_;  // never started: the service only needs one to exist
+  std::unique_ptr<api::DeploymentServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<v1::DeploymentService::Stub> stub_;
+};
+
+TEST_CASE_METHOD(DeploymentServiceAlone, "watches over the limit are refused naming the setting",
+                 "[deployments-api]") {
+  serve({.max_streams = 2});
+  deployment("dep-slow", 1000, "building");  // nothing finishes it: its watches go on
+  Watch first = watch("dep-slow");
+  Watch second = watch("dep-slow");
+  v1::Deployment d;
+  REQUIRE(first.reader->Read(&d));
+  REQUIRE(second.reader->Read(&d));
+  Watch third = watch("dep-slow");
+  CHECK_FALSE(third.reader->Read(&d));
+  const grpc::Status refused = third.reader->Finish();
+  CHECK(refused.error_code() == grpc::RESOURCE_EXHAUSTED);
+  CHECK(refused.error_message() ==
+        "too many deployment watches: this krane-ctrl serves at most 2 at once"
+        " (deploy.watch_max_streams); watch again later, or read the deployment with"
+        " GetDeployment");
+  INFO("a watch that ends gives its slot back");
+  CHECK(first.end().error_code() == grpc::CANCELLED);
+  std::optional<Watch> again;
+  CHECK(eventually([&] {
+    again = watch("dep-slow");
+    if (again->reader->Read(&d)) return true;
+    CHECK(again->reader->Finish().error_code() == grpc::RESOURCE_EXHAUSTED);
+    again.reset();
+    return false;
+  }));
+  if (again) again->end();
+  second.end();
+}
+
+TEST_CASE_METHOD(DeploymentServiceAlone, "a watch ends after its maximum lifetime",
+                 "[deployments-api]") {
+  serve({.max_lifetime = std::chrono::seconds(1)});
+  deployment("dep-slow", 1000, "building");
+  const auto started = std::chrono::steady_clock::now();
+  Watch w = watch("dep-slow", std::chrono::seconds(20));
+  v1::Deployment d;
+  int messages = 0;
+  while (w.reader->Read(&d)) ++messages;
+  const grpc::Status ended = w.reader->Finish();
+  const auto took = std::chrono::steady_clock::now() - started;
+  CHECK(messages == 1);
+  CHECK(ended.error_code() == grpc::OUT_OF_RANGE);
+  CHECK(ended.error_message() ==
+        "this watch of deployment 'dep-slow' reached its maximum lifetime (1 s,"
+        " deploy.watch_max_lifetime_s); the deployment goes on, watch it again");
+  CHECK(took >= std::chrono::seconds(1));
+  CHECK(took < std::chrono::seconds(5));
+  INFO("watched again, it starts with the deployment as it is then, and ends when it finished");
+  exec("UPDATE deployments SET status = 'ready' WHERE id = 'dep-slow'");
+  Watch again = watch("dep-slow");
+  REQUIRE(again.reader->Read(&d));
+  CHECK(d.status() == "ready");
+  CHECK_FALSE(again.reader->Read(&d));
+  CHECK_THAT(again.reader->Finish(), IsOk());
+}
+
+TEST_CASE("the deployment watch limits are krane-ctrl settings", "[deployments-api]") {
+  auto defaults = ctrl::parseCtrlConfig("listen: 127.0.0.1:0\n", "ctrl.yaml");
+  REQUIRE_THAT(defaults, IsOk());
+  CHECK(defaults->deploy.watch_max_streams == 256u);
+  CHECK(defaults->deploy.watch_max_lifetime == std::chrono::hours(1));
+  auto set = ctrl::parseCtrlConfig("deploy:\n  watch_max_streams: 1\n  watch_max_lifetime_s: 600\n",
+                                   "ctrl.yaml");
+  REQUIRE_THAT(set, IsOk());
+  CHECK(set->deploy.watch_max_streams == 1u);
+  CHECK(set->deploy.watch_max_lifetime == std::chrono::minutes(10));
+  auto none = ctrl::parseCtrlConfig("deploy:\n  watch_max_streams: 0\n", "ctrl.yaml");
+  REQUIRE_FALSE(none.ok());
+  CHECK(std::string(none.status().message()) ==
+        "ctrl.yaml: deploy.watch_max_streams: must be between 1 and 100000, got 0");
+  auto forever = ctrl::parseCtrlConfig("deploy:\n  watch_max_lifetime_s: 0\n", "ctrl.yaml");
+  REQUIRE_FALSE(forever.ok());
+  CHECK_THAT(std::string(forever.status().message()),
+             Catch::StartsWith("ctrl.yaml: deploy.watch_max_lifetime_s: must be between 1 and"));
+
+  INFO("a krane-ctrl started with watch_max_streams 1 serves one watch at once");
+  TestControlPlane cp;
+  cp.startReplica([&](ctrl::CtrlConfig& c) {
+    c.deploy.watch_max_streams = set->deploy.watch_max_streams;
+    c.deploy.watch_max_lifetime = set->deploy.watch_max_lifetime;
+  });
+  cp.seedApp();
+  REQUIRE_THAT((*cp.pool()->acquire())
+                   ->exec("INSERT INTO deployments (id, workspace_id, project_id, app_id,"
+                          " environment_id, status, created_at)"
+                          " VALUES ('dep-slow', 'ws', 'proj', 'app', 'prod', 'building', 1)",
+                          {}),
+               IsOk());
+  auto stub = v1::DeploymentService::NewStub(cp.channel());
+  v1::DeploymentRef ref;
+  ref.set_id("dep-slow");
+  auto first_context = TestControlPlane::withToken(kOperatorToken);
+  auto first = stub->WatchDeployment(first_context.get(), ref);
+  v1::Deployment d;
+  REQUIRE(first->Read(&d));
+  auto second_context = TestControlPlane::withToken(kOperatorToken);
+  auto second = stub->WatchDeployment(second_context.get(), ref);
+  CHECK_FALSE(second->Read(&d));
+  const grpc::Status refused = second->Finish();
+  CHECK(refused.error_code() == grpc::RESOURCE_EXHAUSTED);
+  CHECK_THAT(refused.error_message(),
+             Catch::Contains("at most 1 at once (deploy.watch_max_streams)"));
+  first_context->TryCancel();
+  while (first->Read(&d)) {
+  }
+  CHECK(first->Finish().error_code() == grpc::CANCELLED);
+}
 
 TEST_CASE_METHOD(DeploymentsApiTest, "bad deployments are refused naming the field",
                  "[deployments-api]") {
