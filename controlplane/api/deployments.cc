@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <thread>
 
 #include "common/clock.h"
@@ -68,16 +69,13 @@ absl::StatusOr<services::v1::BuildRequest> buildOf(const v1::CreateDeploymentReq
   return build;
 }
 
-absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::string& id) {
-  KRANE_ASSIGN_OR_RETURN(
-      auto rows, conn.query("SELECT d.id, d.app_id, d.environment_id, d.status, d.git_branch,"
-                            " d.git_commit_sha, d.image, d.invocation_id, d.created_at,"
-                            " a.current_deployment_id = d.id AS live,"
-                            " a.deploying_deployment_id = d.id AS deploying"
-                            " FROM deployments d JOIN apps a ON a.id = d.app_id WHERE d.id = ?",
-                            {id}));
-  if (rows.empty()) return absl::NotFoundError(strCat("no deployment ", singleQuoted(id)));
-  const db::Row& r = rows.rows[0];
+// A deployment's columns as the API shows it, from `deployments d JOIN apps a`.
+constexpr const char* kDeploymentColumns =
+    "d.id, d.app_id, d.environment_id, d.status, d.git_branch, d.git_commit_sha, d.image,"
+    " d.invocation_id, d.created_at, a.current_deployment_id = d.id AS live,"
+    " a.deploying_deployment_id = d.id AS deploying";
+
+v1::Deployment deploymentOf(const db::Row& r) {
   v1::Deployment d;
   d.set_id(r.str("id"));
   d.set_app_id(r.str("app_id"));
@@ -90,31 +88,63 @@ absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::s
   d.set_created_at_ms(r.i64("created_at"));
   d.set_live(!r.isNull("live") && r.i64("live") != 0);
   d.set_deploying(!r.isNull("deploying") && r.i64("deploying") != 0);
-  KRANE_ASSIGN_OR_RETURN(auto steps, conn.query("SELECT step, started_at, ended_at, error"
-                                                " FROM deployment_steps WHERE deployment_id = ?"
-                                                " ORDER BY id",
-                                                {id}));
-  for (const db::Row& s : steps.rows) {
-    auto* step = d.add_steps();
-    step->set_step(s.str("step"));
-    step->set_started_at_ms(s.i64("started_at"));
-    step->set_ended_at_ms(s.optI64("ended_at").value_or(0));
-    step->set_error(s.optStr("error").value_or(""));
+  return d;
+}
+
+// Adds their steps and phases to `deployments`: one query for the steps of them all and one for
+// their phases, whatever their number (a page of the listing is not a query per deployment). The
+// IN list is padded to a power of two with the last id again, so that pages of any size use one
+// of a few statements (a connection keeps those it used last, prepared).
+absl::Status addStepsAndPhases(db::Connection& conn,
+                               const std::vector<v1::Deployment*>& deployments) {
+  if (deployments.empty()) return absl::OkStatus();
+  std::map<std::string, v1::Deployment*> by_id;
+  db::Params ids;
+  std::string in;
+  for (v1::Deployment* d : deployments) {
+    by_id[d->id()] = d;
+    ids.emplace_back(d->id());
   }
-  KRANE_ASSIGN_OR_RETURN(auto phases,
-                         conn.query("SELECT region_id, phase, detail, phase_started_at, updated_at,"
-                                    " attempts FROM deployment_phases WHERE deployment_id = ?"
-                                    " ORDER BY region_id, id",
-                                    {id}));
-  for (const db::Row& p : phases.rows) {
-    auto* phase = d.add_phases();
-    phase->set_region(p.str("region_id"));
-    phase->set_phase(p.str("phase"));
-    phase->set_detail(p.str("detail"));
-    phase->set_phase_started_at_ms(p.i64("phase_started_at"));
-    phase->set_updated_at_ms(p.i64("updated_at"));
-    phase->set_attempts(static_cast<uint32_t>(p.u64("attempts")));
-  }
+  size_t padded = 1;
+  while (padded < ids.size()) padded *= 2;
+  while (ids.size() < padded) ids.push_back(ids.back());
+  for (size_t i = 0; i < ids.size(); ++i) in += i == 0 ? "?" : ", ?";
+  KRANE_RETURN_IF_ERROR(conn.queryEach(
+      strCat("SELECT deployment_id, step, started_at, ended_at, error FROM deployment_steps"
+             " WHERE deployment_id IN (",
+             in, ") ORDER BY id"),
+      ids, [&](const db::Row& s) -> absl::Status {
+        auto* step = by_id.at(s.str("deployment_id"))->add_steps();
+        step->set_step(s.str("step"));
+        step->set_started_at_ms(s.i64("started_at"));
+        step->set_ended_at_ms(s.optI64("ended_at").value_or(0));
+        step->set_error(s.optStr("error").value_or(""));
+        return absl::OkStatus();
+      }));
+  return conn.queryEach(
+      strCat("SELECT deployment_id, region_id, phase, detail, phase_started_at, updated_at,"
+             " attempts FROM deployment_phases WHERE deployment_id IN (",
+             in, ") ORDER BY deployment_id, region_id, id"),
+      ids, [&](const db::Row& p) -> absl::Status {
+        auto* phase = by_id.at(p.str("deployment_id"))->add_phases();
+        phase->set_region(p.str("region_id"));
+        phase->set_phase(p.str("phase"));
+        phase->set_detail(p.str("detail"));
+        phase->set_phase_started_at_ms(p.i64("phase_started_at"));
+        phase->set_updated_at_ms(p.i64("updated_at"));
+        phase->set_attempts(static_cast<uint32_t>(p.u64("attempts")));
+        return absl::OkStatus();
+      });
+}
+
+absl::StatusOr<v1::Deployment> loadDeployment(db::Connection& conn, const std::string& id) {
+  KRANE_ASSIGN_OR_RETURN(auto rows, conn.query(strCat("SELECT ", kDeploymentColumns,
+                                                      " FROM deployments d JOIN apps a ON"
+                                                      " a.id = d.app_id WHERE d.id = ?"),
+                                               {id}));
+  if (rows.empty()) return absl::NotFoundError(strCat("no deployment ", singleQuoted(id)));
+  v1::Deployment d = deploymentOf(rows.rows[0]);
+  KRANE_RETURN_IF_ERROR(addStepsAndPhases(conn, {&d}));
   return d;
 }
 
@@ -289,11 +319,11 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
   std::string where = "1 = 1";
   db::Params params;
   if (!request->app_id().empty()) {
-    where += " AND app_id = ?";
+    where += " AND d.app_id = ?";
     params.emplace_back(request->app_id());
   }
   if (!request->environment_id().empty()) {
-    where += " AND environment_id = ?";
+    where += " AND d.environment_id = ?";
     params.emplace_back(request->environment_id());
   }
   if (!request->page_token().empty()) {
@@ -308,7 +338,7 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
                     slash < 19 && slash + 1 < token.size();
     if (!ok) return toGrpc(invalid("page_token: not a token this server issued"));
     created_at = std::stoll(token.substr(0, slash));
-    where += " AND (created_at < ? OR (created_at = ? AND id < ?))";
+    where += " AND (d.created_at < ? OR (d.created_at = ? AND d.id < ?))";
     params.emplace_back(created_at);
     params.emplace_back(created_at);
     params.emplace_back(token.substr(slash + 1));
@@ -316,17 +346,21 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
   params.emplace_back(static_cast<uint64_t>(limit) + 1);  // one more: is there a next page?
   auto conn = pool_->acquire();
   if (!conn.ok()) return toGrpc(conn.status());
-  auto ids = (*conn)->query(strCat("SELECT id, created_at FROM deployments WHERE ", where,
-                                   " ORDER BY created_at DESC, id DESC LIMIT ?"),
-                            params);
-  if (!ids.ok()) return toGrpc(ids.status());
-  for (size_t i = 0; i < ids->rows.size() && i < limit; ++i) {
-    auto loaded = loadDeployment(**conn, ids->rows[i].str("id"));
-    if (!loaded.ok()) return toGrpc(loaded.status());
-    *response->add_deployments() = *std::move(loaded);
+  // The page, then the steps and phases of all its deployments: three queries for any page.
+  auto rows = (*conn)->query(strCat("SELECT ", kDeploymentColumns,
+                                    " FROM deployments d JOIN apps a ON a.id = d.app_id WHERE ",
+                                    where, " ORDER BY d.created_at DESC, d.id DESC LIMIT ?"),
+                             params);
+  if (!rows.ok()) return toGrpc(rows.status());
+  std::vector<v1::Deployment*> page;
+  for (size_t i = 0; i < rows->rows.size() && i < limit; ++i) {
+    v1::Deployment* d = response->add_deployments();
+    *d = deploymentOf(rows->rows[i]);
+    page.push_back(d);
   }
-  if (ids->rows.size() > limit) {
-    const db::Row& last = ids->rows[limit - 1];
+  if (auto st = addStepsAndPhases(**conn, page); !st.ok()) return toGrpc(st);
+  if (rows->rows.size() > limit) {
+    const db::Row& last = rows->rows[limit - 1];
     response->set_next_page_token(strCat(last.i64("created_at"), "/", last.str("id")));
   }
   return grpc::Status::OK;

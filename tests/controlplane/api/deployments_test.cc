@@ -2,10 +2,12 @@
 // requests are refused naming the field with nothing written; a deployment created through the
 // API is deployed to ready once the agents report its instances (through ClusterService); it
 // lists newest first; rollback and promote move the live deployment; cancel refuses a finished
-// deployment and cancels a running one. Watches are bounded in number and in lifetime.
+// deployment and cancels a running one. A page of the listing takes three queries however many
+// deployments it holds; watches are bounded in number and in lifetime.
 #include "controlplane/api/deployments.h"
 
 #include <atomic>
+#include <cstdio>
 #include <optional>
 #include <thread>
 
@@ -150,6 +152,32 @@ class DeploymentServiceAlone : public krane::testing::MigratedDbTest {
         " VALUES (?, 'ws', 'proj', 'app', 'prod', ?, 'main', 'abc', ?, ?)",
         {id, status, "registry.example.com/app:" + id, created_at});
   }
+  // SELECT statements the server ran, all clients together.
+  int64_t selects() {
+    auto rows = (*pool_->acquire())->query("SHOW GLOBAL STATUS LIKE 'Com_select'");
+    REQUIRE_THAT(rows, IsOk());
+    return std::stoll(rows->rows.at(0).str(1));
+  }
+  v1::ListDeploymentsResponse list(uint32_t limit, const std::string& page_token = "") {
+    v1::ListDeploymentsRequest request;
+    request.set_app_id("app");
+    request.set_limit(limit);
+    request.set_page_token(page_token);
+    v1::ListDeploymentsResponse response;
+    CHECK_THAT(stub_->ListDeployments(TestControlPlane::withToken(kOperatorToken).get(), request,
+                                      &response),
+               IsOk());
+    return response;
+  }
+  v1::Deployment get(const std::string& id) {
+    v1::DeploymentRef ref;
+    ref.set_id(id);
+    v1::Deployment d;
+    CHECK_THAT(stub_->GetDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &d),
+               IsOk());
+    return d;
+  }
+
   // A WatchDeployment call of the test.
   struct Watch {
     std::unique_ptr<grpc::ClientContext> context;
@@ -177,6 +205,95 @@ class DeploymentServiceAlone : public krane::testing::MigratedDbTest {
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<v1::DeploymentService::Stub> stub_;
 };
+
+TEST_CASE_METHOD(DeploymentServiceAlone,
+                 "a page of deployments takes three queries however many it holds",
+                 "[deployments-api]") {
+  serve();
+  // 25 deployments, each with three steps and three phases, written interleaved: a deployment's
+  // steps are not next to each other, and its phases are not in region order.
+  auto name = [](int i) {
+    char id[16];
+    std::snprintf(id, sizeof id, "dep-%02d", i);
+    return std::string(id);
+  };
+  for (int i = 0; i < 25; ++i) deployment(name(i), 1000 + i, i % 2 == 0 ? "ready" : "failed");
+  for (const char* step : {"queued", "starting", "building"}) {
+    for (int i = 0; i < 25; ++i) {
+      const bool last = std::string(step) == "building";
+      exec(
+          "INSERT INTO deployment_steps (deployment_id, step, started_at, ended_at, error)"
+          " VALUES (?, ?, ?, ?, ?)",
+          {name(i), step, 2000 + i, last && i % 2 == 1 ? db::Value() : db::Value(3000 + i),
+           last && i % 2 == 1 ? db::Value(strCat("build of ", name(i), " failed")) : db::Value()});
+    }
+  }
+  for (const auto& [region, phase] : std::vector<std::pair<std::string, std::string>>{
+           {"us-1", "provisioning"}, {"eu-1", "progressing"}, {"us-1", "completed"}}) {
+    for (int i = 0; i < 25; ++i) {
+      exec(
+          "INSERT INTO deployment_phases (deployment_id, region_id, phase, detail,"
+          " phase_started_at, updated_at, attempts) VALUES (?, ?, ?, ?, ?, ?, ?)",
+          {name(i), region, phase, strCat(phase, " ", name(i)), 4000 + i, 5000 + i, i + 1});
+    }
+  }
+  exec("UPDATE apps SET current_deployment_id = 'dep-21' WHERE id = 'app'");
+
+  int64_t before = selects();
+  const v1::ListDeploymentsResponse two = list(2);
+  const int64_t two_selects = selects() - before;
+  before = selects();
+  const v1::ListDeploymentsResponse twenty = list(20);
+  const int64_t twenty_selects = selects() - before;
+  INFO("SELECTs for a page of 2: " << two_selects << ", for a page of 20: " << twenty_selects);
+  CHECK(twenty_selects == two_selects);
+  CHECK(twenty_selects <= 3);
+
+  INFO("the pages hold what they held: newest first, each deployment as GetDeployment shows it");
+  REQUIRE(two.deployments_size() == 2);
+  CHECK(two.deployments(0).id() == "dep-24");
+  CHECK(two.deployments(1).id() == "dep-23");
+  CHECK(two.next_page_token() == "1023/dep-23");
+  REQUIRE(twenty.deployments_size() == 20);
+  for (int i = 0; i < 20; ++i) {
+    const v1::Deployment& listed = twenty.deployments(i);
+    INFO(listed.DebugString());
+    CHECK(listed.id() == name(24 - i));
+    CHECK(listed.SerializeAsString() == get(listed.id()).SerializeAsString());
+  }
+  const v1::Deployment& d = twenty.deployments(3);
+  CHECK(d.id() == "dep-21");
+  CHECK(d.live());
+  CHECK_FALSE(twenty.deployments(0).live());
+  CHECK(d.status() == "failed");
+  CHECK(d.image() == "registry.example.com/app:dep-21");
+  REQUIRE(d.steps_size() == 3);
+  CHECK(d.steps(0).step() == "queued");
+  CHECK(d.steps(0).started_at_ms() == 2021);
+  CHECK(d.steps(0).ended_at_ms() == 3021);
+  CHECK(d.steps(1).step() == "starting");
+  CHECK(d.steps(2).step() == "building");
+  CHECK(d.steps(2).ended_at_ms() == 0);
+  CHECK(d.steps(2).error() == "build of dep-21 failed");
+  REQUIRE(d.phases_size() == 3);
+  CHECK(d.phases(0).region() == "eu-1");
+  CHECK(d.phases(0).phase() == "progressing");
+  CHECK(d.phases(1).region() == "us-1");
+  CHECK(d.phases(1).phase() == "provisioning");
+  CHECK(d.phases(1).detail() == "provisioning dep-21");
+  CHECK(d.phases(1).phase_started_at_ms() == 4021);
+  CHECK(d.phases(1).updated_at_ms() == 5021);
+  CHECK(d.phases(1).attempts() == 22);
+  CHECK(d.phases(2).phase() == "completed");
+  INFO("the next page: the five oldest, and no more");
+  REQUIRE_FALSE(twenty.next_page_token().empty());
+  const v1::ListDeploymentsResponse rest = list(20, twenty.next_page_token());
+  REQUIRE(rest.deployments_size() == 5);
+  CHECK(rest.deployments(0).id() == "dep-04");
+  CHECK(rest.deployments(4).id() == "dep-00");
+  CHECK(rest.deployments(4).steps_size() == 3);
+  CHECK(rest.next_page_token().empty());
+}
 
 TEST_CASE_METHOD(DeploymentServiceAlone, "watches over the limit are refused naming the setting",
                  "[deployments-api]") {
