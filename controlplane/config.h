@@ -44,9 +44,10 @@ struct CtrlConfig {
     size_t sync_snapshots = 4;      // full syncs reading at once (each holds a connection)
     size_t sync_high_water = 1024;  // a set-up pauses while this many events wait to be written
     size_t sync_batch = 2000;       // rows or changes a set-up step reads
-    // A full sync or catch-up whose agent reads nothing for this long (no write completes) is
-    // ended, giving back its snapshot: an agent that is alive (it answers pings) but stuck
-    // would hold a snapshot slot, a connection and an old read view for good.
+    // A full sync whose agent reads nothing for this long (no write completes) gives its
+    // snapshot slot to a full sync waiting for one, ending; after ten times as long it ends in
+    // any case: an agent that is alive (it answers pings) but stuck would hold a snapshot slot,
+    // a connection and an old read view for good.
     std::chrono::milliseconds sync_stall{120000};
     std::chrono::seconds change_ttl{7 * 24 * 3600};
     std::chrono::seconds cleanup_interval{60};

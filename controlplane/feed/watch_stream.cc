@@ -459,20 +459,26 @@ void WatchStream::tick(std::chrono::steady_clock::time_point now) {
   {
     std::lock_guard lock(mutex_);
     if (phase_ == Phase::kSetup) {
-      // The write in flight has waited for the client's window since it started: the agent is
-      // stuck. Closing ends the set-up, whose parked step then gives back the snapshot; the
-      // status reaches the agent if it ever reads again.
-      if (!writing_ || now - last_write_ < context_->options.setup_stall) return;
-      const auto seconds =
-          std::chrono::duration_cast<std::chrono::seconds>(context_->options.setup_stall).count();
+      // A full sync whose write in flight has waited for the client's window since it started
+      // (start_write_: one about to start, last_write_ is older): the agent is stuck, or reads
+      // very slowly. It yields its slot to a sync that waits for one, and ends anyway after ten
+      // times as long. Closing ends the set-up, whose parked step then gives back the snapshot;
+      // the status reaches the agent if it ever reads again.
+      const auto stalled = now - last_write_;
+      const auto limit = context_->options.setup_stall;
+      if (!has_slot_ || !writing_ || start_write_ || stalled < limit ||
+          (context_->counters.full_syncs_waiting.load() == 0 && stalled < 10 * limit)) {
+        return;
+      }
+      const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(stalled).count();
       ++context_->counters.setups_stalled;
       spdlog::warn(
           "feed: watch set-up ended region={} peer={}: the agent read nothing for {} s"
           " (feed.sync_stall_ms)",
           region_, peer_, seconds);
-      finishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                strCat("the agent read nothing of its full sync or catch-up for ",
-                                       seconds, " s; watch again")));
+      finishLocked(grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          strCat("the agent read nothing of its full sync for ", seconds, " s; watch again")));
       // A parked step is not resumed by a write completing (none will): it runs now, sees the
       // stream closing and gives the snapshot back.
       resume = parked_;

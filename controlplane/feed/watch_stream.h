@@ -50,8 +50,10 @@ struct WatchOptions {
   size_t setup_high_water = 1024;
   // Full syncs holding a snapshot (and its connection) at once; the others wait in line.
   size_t max_open_snapshots = 4;
-  // A set-up whose client reads nothing (no write completes) for this long ends with
-  // UNAVAILABLE and gives back its snapshot.
+  // A full sync holding a snapshot slot whose client reads nothing (no write completes) for
+  // this long, while another full sync waits for a slot, ends with UNAVAILABLE and gives its
+  // slot back; after ten times as long it ends whoever waits (the snapshot's read view holds
+  // back the database's purge).
   std::chrono::milliseconds setup_stall{120000};
   // An idle stream gets a bookmark this often.
   std::chrono::milliseconds bookmark_interval{5000};
@@ -195,7 +197,7 @@ class WatchStream final : public WatchCallHandler,
   uint64_t cursor_ = 0;                 // everything up to here is queued
   uint64_t published_ = 0;              // catch up to here (the hub's position when subscribing)
   db::PooledConnection snapshot_conn_;  // the full sync's snapshot transaction
-  bool has_slot_ = false;
+  std::atomic<bool> has_slot_{false};   // a snapshot slot; read by tick() too
   uint64_t snapshot_ = 0;
   size_t table_ = 0;  // full sync position: tables()->all()[table_], rows after after_
   ListCursor after_;

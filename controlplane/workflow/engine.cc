@@ -508,9 +508,11 @@ void Engine::claimLoop() {
 }
 
 void Engine::renewLoop() {
+  using Clock = std::chrono::steady_clock;
   const auto renew_period = std::max(options_.lease / 3, std::chrono::milliseconds(10));
-  const auto period = std::min(renew_period, kCancelCheckPeriod);
-  auto next_renewal = std::chrono::steady_clock::now() + renew_period;
+  const auto check_period = std::min(renew_period, kCancelCheckPeriod);
+  auto next_renewal = Clock::now() + renew_period;
+  auto next_check = Clock::now() + check_period;
   for (;;) {
     std::vector<std::pair<std::pair<std::string, int64_t>, std::shared_ptr<std::atomic<bool>>>>
         active;
@@ -518,25 +520,40 @@ void Engine::renewLoop() {
       std::unique_lock lock(mutex_);
       // While stopping, the executions in flight finish (stop() waits for them) and keep their
       // leases renewed at the usual pace.
-      wake_.wait_for(lock, period, [&] { return stopping_ && active_.empty(); });
+      wake_.wait_until(lock, std::min(next_renewal, next_check),
+                       [&] { return stopping_ && active_.empty(); });
       if (stopping_ && active_.empty()) return;
       active.assign(active_.begin(), active_.end());
     }
-    if (active.empty()) continue;
-    auto conn = pool_->acquire();
-    if (!conn.ok()) continue;
-    lookForCancels(**conn, active);
-    const auto now = std::chrono::steady_clock::now();
-    if (!options_.renew_leases || now < next_renewal) continue;
-    next_renewal = now + renew_period;
-    const int64_t until = unixMillis() + options_.lease.count();
-    for (const auto& [execution, cancel_seen] : active) {
-      auto r = (*conn)->exec(
-          "UPDATE workflow_invocations SET lease_expires_at = ?, due_at = ?"
-          " WHERE id = ? AND lease_token = ? AND status = 'running'",
-          {until, until, execution.first, execution.second});
-      if (!r.ok()) break;
+    const auto now = Clock::now();
+    const bool renew = options_.renew_leases && now >= next_renewal;
+    const bool check = now >= next_check;
+    if (!renew && !check) continue;
+    if (check) next_check = now + check_period;
+    if (active.empty()) {
+      if (renew) next_renewal = now + renew_period;
+      continue;
     }
+    // Leases first: a slow look for cancels must not make one expire.
+    auto conn = pool_->acquire();
+    if (!conn.ok()) continue;  // both tried again at the next check
+    if (renew) {
+      bool renewed = true;
+      const int64_t until = unixMillis() + options_.lease.count();
+      for (const auto& [execution, cancel_seen] : active) {
+        auto r = (*conn)->exec(
+            "UPDATE workflow_invocations SET lease_expires_at = ?, due_at = ?"
+            " WHERE id = ? AND lease_token = ? AND status = 'running'",
+            {until, until, execution.first, execution.second});
+        if (!r.ok()) {
+          renewed = false;
+          break;
+        }
+      }
+      // A renewal that failed is tried again at the next check, not a whole period later.
+      next_renewal = now + (renewed ? renew_period : check_period);
+    }
+    if (check) lookForCancels(**conn, active);
   }
 }
 
@@ -544,9 +561,11 @@ void Engine::lookForCancels(
     db::Connection& conn,
     const std::vector<
         std::pair<std::pair<std::string, int64_t>, std::shared_ptr<std::atomic<bool>>>>& active) {
-  std::map<std::string_view, std::atomic<bool>*> unseen;
+  // By id: the same invocation may execute twice here for a moment (a stale execution and
+  // the claim that took over from it).
+  std::map<std::string_view, std::vector<std::atomic<bool>*>> unseen;
   for (const auto& [execution, cancel_seen] : active) {
-    if (!cancel_seen->load()) unseen.emplace(execution.first, cancel_seen.get());
+    if (!cancel_seen->load()) unseen[execution.first].push_back(cancel_seen.get());
   }
   if (unseen.empty()) return;
   // A power of two of placeholders, the rest an id no invocation has: a few statement texts.
@@ -554,7 +573,7 @@ void Engine::lookForCancels(
   while (n < unseen.size()) n *= 2;
   std::string in = "?";
   db::Params ids;
-  for (const auto& [id, flag] : unseen) ids.emplace_back(std::string(id));
+  for (const auto& [id, flags] : unseen) ids.emplace_back(std::string(id));
   while (ids.size() < n) ids.emplace_back("");
   for (size_t i = 1; i < n; ++i) in += ",?";
   auto marked = conn.query(
@@ -562,7 +581,9 @@ void Engine::lookForCancels(
       ids);
   if (!marked.ok()) return;  // looked for again at the next period
   for (const db::Row& row : marked->rows) {
-    if (auto it = unseen.find(row.str("id")); it != unseen.end()) it->second->store(true);
+    if (auto it = unseen.find(row.str("id")); it != unseen.end()) {
+      for (std::atomic<bool>* flag : it->second) flag->store(true);
+    }
   }
 }
 

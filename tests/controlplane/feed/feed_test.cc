@@ -954,8 +954,8 @@ TEST_CASE("full syncs waiting for slow agents hold no set-up thread", "[feed]") 
 }
 
 // An agent that is alive (its HTTP/2 stack answers pings) but reads nothing would hold its full
-// sync's snapshot for good, and with it the only snapshot slot: after feed.sync_stall_ms it is
-// ended, and the agent waiting in line gets the slot and its sync.
+// sync's snapshot for good, and with it the only snapshot slot: stalled for feed.sync_stall_ms
+// while another agent waits for the slot, it is ended, and the agent in line gets its sync.
 TEST_CASE("a full sync to an agent that reads nothing gives back its snapshot", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica([](ctrl::CtrlConfig& c) {
@@ -978,6 +978,9 @@ TEST_CASE("a full sync to an agent that reads nothing gives back its snapshot", 
         return server.metricsText().find("krane_feed_full_syncs_total 1\n") != std::string::npos;
       },
       std::chrono::seconds(30)));
+  INFO("alone, it keeps its slot past feed.sync_stall_ms: it may be slow, and holds up nobody");
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  CHECK(server.metricsText().find("krane_feed_setups_stalled_total 0\n") != std::string::npos);
   // It holds the one slot: a second full sync waits in line.
   WatchRecorder waiting(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   REQUIRE(eventually(
