@@ -285,7 +285,12 @@ absl::Status removeTopology(Context& ctx, feed::Writer& writer, const std::strin
       ctx.runTx("remove topology", [&](db::Connection& conn) -> absl::StatusOr<std::string> {
         // A deployment that serves traffic keeps its instances whatever cancelled its deploy
         // (a cancel that raced its swap to live, or one sent to the workflow directly): removing
-        // them would take down what the routes point at.
+        // them would take down what the routes point at. Its row first, as a swap locks it
+        // before the app's: a swap under way finishes before the check, and one that comes later
+        // waits for the removal.
+        KRANE_RETURN_IF_ERROR(
+            conn.query("SELECT id FROM deployments WHERE id = ? FOR UPDATE", {deployment_id})
+                .status());
         KRANE_ASSIGN_OR_RETURN(
             auto serving,
             conn.query("SELECT 1 FROM apps WHERE current_deployment_id = ? UNION ALL"

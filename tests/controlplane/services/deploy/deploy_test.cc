@@ -419,6 +419,30 @@ TEST_CASE_METHOD(DeployTest, "a cancel does not remove a deployment that serves 
   CHECK(topologyRows("d1") == 2);
 }
 
+// The same while the swap is under way: the swap holds the deployment's row, then makes it live.
+// The cancel's removal waits for the swap and keeps what the routes now point at; checking the
+// app without the row, it removed the instances of the deployment going live.
+TEST_CASE_METHOD(DeployTest, "a cancel racing a swap to live keeps the deployment's instances",
+                 "[deploy]") {
+  Engine& e = start();
+  deployment("d1", 100);
+  auto id = send(e, "d1", prebuilt());
+  REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
+  REQUIRE(topologyRows("d1") == 2);
+  auto swap = pool_->acquire();
+  REQUIRE_THAT(swap, IsOk());
+  REQUIRE_THAT((*swap)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*swap)->query("SELECT id FROM deployments WHERE id = 'd1' FOR UPDATE"), IsOk());
+  REQUIRE_THAT(e.cancel(*id), IsOk());
+  const bool waited = eventually([&] { return lockWaits() > 0; }, 20s);
+  REQUIRE_THAT((*swap)->exec("UPDATE apps SET current_deployment_id = 'd1' WHERE id = 'app'"),
+               IsOk());
+  REQUIRE_THAT((*swap)->execText("COMMIT"), IsOk());
+  CHECK(waited);
+  CHECK_THAT(e.awaitResult(*id, 30s), IsError(absl::StatusCode::kCancelled));
+  CHECK(topologyRows("d1") == 2);
+}
+
 // Three quick pushes to one branch with one build slot: the one building is committed and
 // finishes, the one still queued when the third arrives is superseded, the newest builds next.
 TEST_CASE_METHOD(DeployTest, "three quick deploys on one branch", "[deploy]") {
