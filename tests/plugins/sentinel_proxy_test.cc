@@ -168,6 +168,13 @@ class Holding {
     std::lock_guard lock(mutex_);
     return held_;
   }
+  // Answers GET `path` on `app` with "released", each request held until release().
+  void answerOn(httplib::Server& app, const std::string& path = "/hang") {
+    app.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+      hold();
+      res.set_content("released", "text/plain");
+    });
+  }
 
  private:
   std::mutex mutex_;
@@ -400,10 +407,7 @@ TEST_CASE_METHOD(ProxyTest, "the health port answers while every request thread 
                  "[sentinel-proxy]") {
   Holding holding;
   httplib::Server app;
-  app.Get("/hang", [&](const httplib::Request&, httplib::Response& res) {
-    holding.hold();
-    res.set_content("released", "text/plain");
-  });
+  holding.answerOn(app);
   App running(app);
   routeTo(running);
   const int port = freePort();
@@ -469,10 +473,7 @@ TEST_CASE_METHOD(ProxyTest, "a client that stops sending is cut off", "[sentinel
 TEST_CASE_METHOD(ProxyTest, "on SIGTERM the proxy drains before it stops", "[sentinel-proxy]") {
   Holding holding;
   httplib::Server app;
-  app.Get("/hang", [&](const httplib::Request&, httplib::Response& res) {
-    holding.hold();
-    res.set_content("released", "text/plain");
-  });
+  holding.answerOn(app);
   app.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("hello", "text/plain");
   });
@@ -527,10 +528,7 @@ TEST_CASE_METHOD(ProxyTest, "a second signal ends the drain, a third exits at on
                  "[sentinel-proxy]") {
   Holding holding;
   httplib::Server app;
-  app.Get("/hang", [&](const httplib::Request&, httplib::Response& res) {
-    holding.hold();
-    res.set_content("released", "text/plain");
-  });
+  holding.answerOn(app);
   App running(app);
   routeTo(running);
   const int port = freePort();

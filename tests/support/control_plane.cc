@@ -52,16 +52,11 @@ ctrl::Server& TestControlPlane::startReplica(std::function<void(ctrl::CtrlConfig
 void TestControlPlane::stopReplica(size_t index) { replicas_.at(index)->stop(); }
 
 void TestControlPlane::seedApp() {
-  for (const std::string sql :
-       {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
-        "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
-        " VALUES ('proj', 'ws', 'p', 'p', 1)",
-        "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
-        " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
-        "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
-        " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1)",
-        "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
-        " VALUES ('prod', 'eu-1', 1, 1), ('prod', 'us-1', 1, 1)"}) {
+  std::vector<std::string> statements = appTenancySql();
+  statements.push_back(
+      "INSERT INTO environment_regions (environment_id, region_id, replicas, created_at)"
+      " VALUES ('prod', 'eu-1', 1, 1), ('prod', 'us-1', 1, 1)");
+  for (const std::string& sql : statements) {
     REQUIRE_THAT((*pool_->acquire())->exec(sql, {}), IsOk());
   }
 }
@@ -76,11 +71,25 @@ std::string TestControlPlane::agentToken(const std::string& region) {
   return created->secret;
 }
 
-std::shared_ptr<grpc::Channel> TestControlPlane::channel(size_t replica) {
+namespace {
+
+grpc::ChannelArguments channelArgs(bool small_window) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own connection, as a real agent has
+  if (small_window) {
+    // The window stays at 64 KiB: without probing, it does not grow to take in megabytes the
+    // application has not read.
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 * 1024);
+  }
+  return args;
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> TestControlPlane::channel(size_t replica, bool small_window) {
   return grpc::CreateCustomChannel(strCat("127.0.0.1:", replicas_.at(replica)->grpcPort()),
-                                   grpc::InsecureChannelCredentials(), args);
+                                   grpc::InsecureChannelCredentials(), channelArgs(small_window));
 }
 
 bool TestControlPlane::watchListener() {
@@ -88,17 +97,16 @@ bool TestControlPlane::watchListener() {
   return env != nullptr && std::string(env) == "1";
 }
 
-std::shared_ptr<grpc::Channel> TestControlPlane::watchChannel(size_t replica) {
+std::shared_ptr<grpc::Channel> TestControlPlane::watchChannel(size_t replica, bool small_window) {
   const int port = replicas_.at(replica)->watchPort();
-  if (!watchListener() || port == 0) return channel(replica);
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (!watchListener() || port == 0) return channel(replica, small_window);
   return grpc::CreateCustomChannel(strCat("127.0.0.1:", port), grpc::InsecureChannelCredentials(),
-                                   args);
+                                   channelArgs(small_window));
 }
 
-std::unique_ptr<cluster::v1::ClusterService::Stub> TestControlPlane::watchStub(size_t replica) {
-  return cluster::v1::ClusterService::NewStub(watchChannel(replica));
+std::unique_ptr<cluster::v1::ClusterService::Stub> TestControlPlane::watchStub(size_t replica,
+                                                                               bool small_window) {
+  return cluster::v1::ClusterService::NewStub(watchChannel(replica, small_window));
 }
 
 std::unique_ptr<krane::api::v1::ResourceService::Stub> TestControlPlane::resources(size_t replica) {

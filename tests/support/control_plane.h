@@ -45,11 +45,15 @@ class TestControlPlane {
   // environment 'prod' deploying to eu-1 and us-1 with one replica each.
   void seedApp();
 
-  std::shared_ptr<grpc::Channel> channel(size_t replica = 0);
+  // A connection of its own. `small_window`: its HTTP/2 window stays at 64 KiB, so a call
+  // that reads nothing holds the server's writes after a few frames (gRPC's probing would let
+  // it take in megabytes first).
+  std::shared_ptr<grpc::Channel> channel(size_t replica = 0, bool small_window = false);
   // Where agents' Watch calls go: with $KRANE_TEST_WATCH_LISTENER=1 every replica also serves
   // feed.watch_listen (the feed's HTTP/2 listener) and this dials it; otherwise channel().
-  std::shared_ptr<grpc::Channel> watchChannel(size_t replica = 0);
-  std::unique_ptr<cluster::v1::ClusterService::Stub> watchStub(size_t replica = 0);
+  std::shared_ptr<grpc::Channel> watchChannel(size_t replica = 0, bool small_window = false);
+  std::unique_ptr<cluster::v1::ClusterService::Stub> watchStub(size_t replica = 0,
+                                                               bool small_window = false);
   static bool watchListener();
   std::unique_ptr<krane::api::v1::ResourceService::Stub> resources(size_t replica = 0);
   std::unique_ptr<krane::api::v1::AgentService::Stub> agents(size_t replica = 0);

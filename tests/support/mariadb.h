@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
@@ -19,6 +20,20 @@
 #include "tests/support/process.h"
 
 namespace krane::testing {
+
+// The tenancy a deployment needs, as statements for a migrated database: workspace 'ws', its
+// project 'proj', app 'app' and the app's production environment 'prod' (no regions).
+inline const std::vector<std::string>& appTenancySql() {
+  static const std::vector<std::string> statements = {
+      "INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
+      "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
+      " VALUES ('proj', 'ws', 'p', 'p', 1)",
+      "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
+      " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
+      "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind, created_at)"
+      " VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1)"};
+  return statements;
+}
 
 class ScratchMariaDb {
  public:

@@ -114,16 +114,7 @@ class DeploymentsApiTest {
 class DeploymentServiceAlone : public krane::testing::MigratedDbTest {
  protected:
   DeploymentServiceAlone() : MigratedDbTest(8), engine_(pool_) {
-    for (const std::string sql :
-         {"INSERT INTO workspaces (id, name, slug, created_at) VALUES ('ws', 'ws', 'ws', 1)",
-          "INSERT INTO projects (id, workspace_id, name, slug, created_at)"
-          " VALUES ('proj', 'ws', 'p', 'p', 1)",
-          "INSERT INTO apps (id, workspace_id, project_id, name, slug, created_at)"
-          " VALUES ('app', 'ws', 'proj', 'app', 'app', 1)",
-          "INSERT INTO environments (id, workspace_id, project_id, app_id, slug, kind,"
-          " created_at) VALUES ('prod', 'ws', 'proj', 'app', 'production', 'production', 1)"}) {
-      exec(sql);
-    }
+    for (const std::string& sql : krane::testing::appTenancySql()) exec(sql);
   }
   ~DeploymentServiceAlone() {
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
