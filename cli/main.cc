@@ -394,26 +394,33 @@ int64_t nowMs() {
 int follow(const Globals& g, Api& api, const std::string& id, double timeout_s) {
   v1::DeploymentRef ref;
   ref.set_id(id);
-  auto context = api.context(/*deadline=*/false);
-  context->set_deadline(std::chrono::system_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
-  auto reader = api.deployments().WatchDeployment(context.get(), ref);
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   size_t printed = 0;
   v1::Deployment d;
-  while (reader->Read(&d)) {
-    while (printed < static_cast<size_t>(d.steps_size()) && d.steps(printed).ended_at_ms() > 0) {
-      const auto& step = d.steps(printed);
-      const std::string took = seconds(step.started_at_ms(), step.ended_at_ms());
-      if (step.error().empty()) {
-        std::printf("  %-11s %s\n", step.step().c_str(), took.c_str());
-      } else {
-        std::printf("  %-11s %s, %s\n", step.step().c_str(), took.c_str(), step.error().c_str());
+  grpc::Status s;
+  for (;;) {
+    auto context = api.context(/*deadline=*/false);
+    context->set_deadline(deadline);
+    auto reader = api.deployments().WatchDeployment(context.get(), ref);
+    while (reader->Read(&d)) {
+      while (printed < static_cast<size_t>(d.steps_size()) && d.steps(printed).ended_at_ms() > 0) {
+        const auto& step = d.steps(printed);
+        const std::string took = seconds(step.started_at_ms(), step.ended_at_ms());
+        if (step.error().empty()) {
+          std::printf("  %-11s %s\n", step.step().c_str(), took.c_str());
+        } else {
+          std::printf("  %-11s %s, %s\n", step.step().c_str(), took.c_str(), step.error().c_str());
+        }
+        std::fflush(stdout);
+        ++printed;
       }
-      std::fflush(stdout);
-      ++printed;
     }
+    s = reader->Finish();
+    // krane-ctrl ends a watch after deploy.watch_max_lifetime_s; the deploy goes on, and so does
+    // following it (the next watch starts with the deployment as it is).
+    if (s.error_code() != grpc::StatusCode::OUT_OF_RANGE) break;
   }
-  const grpc::Status s = reader->Finish();
   if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     const std::string at = printed < static_cast<size_t>(d.steps_size())
                                ? strCat(" in step ", d.steps(printed).step())
