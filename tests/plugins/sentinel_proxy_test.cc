@@ -470,6 +470,42 @@ TEST_CASE_METHOD(ProxyTest, "a client that stops sending is cut off", "[sentinel
 
 // Kubernetes sends a pod traffic for a moment after SIGTERM: the proxy turns not ready and goes
 // on serving for the drain period, then stops accepting and lets the requests in flight finish.
+// A connection accepted while every request thread is busy waits in the queue with its request
+// sent: when the proxy stops, it gets its thread and its answer, not a closed connection.
+TEST_CASE_METHOD(ProxyTest, "a request waiting for a thread when the proxy stops is answered",
+                 "[sentinel-proxy]") {
+  Holding holding;
+  httplib::Server app;
+  holding.answerOn(app);
+  app.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("hello", "text/plain");
+  });
+  App running(app);
+  routeTo(running);
+  const int port = freePort();
+  auto proxy = startProxy(port, {"--threads", "1"}, {{"KRANE_DRAIN_SECONDS", "0"}}, "queued.log");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 5s));
+  Clients clients(holding);
+  Answer held;
+  Answer queued;
+  std::atomic<bool> queued_done{false};
+  clients.run([&, port] { held = get(port, "/hang", 30s); });
+  REQUIRE(eventually([&] { return holding.held() == 1; }, 10s));
+  clients.run([&, port] {
+    queued = get(port, "/", 30s);
+    queued_done = true;
+  });
+  std::this_thread::sleep_for(300ms);  // accepted, its request sent, it waits for the thread
+  proxy->signal(SIGTERM);
+  std::this_thread::sleep_for(300ms);  // the stop is under way
+  holding.release();
+  CHECK(proxy->wait() == 0);
+  REQUIRE(eventually([&] { return queued_done.load(); }, 10s));
+  CHECK(held.status == 200);
+  CHECK(queued.status == 200);
+  CHECK(queued.body == "hello");
+}
+
 TEST_CASE_METHOD(ProxyTest, "on SIGTERM the proxy drains before it stops", "[sentinel-proxy]") {
   Holding holding;
   httplib::Server app;

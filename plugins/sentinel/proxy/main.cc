@@ -190,15 +190,18 @@ int main(int argc, char** argv) {
   spdlog::info("krane-sentinel: stopping after the requests in flight");
   std::atomic<bool> stopped{false};
   std::thread stopping([&] {
-    if (follower) follower->stop();
+    // The ConfigMap is followed until the requests are done: one served meanwhile goes where the
+    // routes point now.
     proxy.stop();
+    if (follower) follower->stop();
     stopped = true;
   });
   while (!stopped) {
     if (const int again = waitForSignal(stop_signals, std::chrono::milliseconds(100))) {
       spdlog::warn("krane-sentinel: signal {}: exiting without waiting for the requests in flight",
                    again);
-      spdlog::shutdown();
+      // Not spdlog::shutdown(): request threads may still log, and it drops the logger.
+      spdlog::default_logger()->flush();
       std::_Exit(1);
     }
   }

@@ -69,13 +69,36 @@ RoutingProxy::RoutingProxy(ProxyOptions options)
 
 RoutingProxy::~RoutingProxy() { stop(); }
 
+class RoutingProxy::CountingQueue : public httplib::TaskQueue {
+ public:
+  CountingQueue(size_t threads, std::atomic<CountingQueue*>* registered)
+      : pool_(threads), registered_(registered) {
+    registered_->store(this);
+  }
+  ~CountingQueue() override { registered_->store(nullptr); }
+  void enqueue(std::function<void()> fn) override {
+    ++waiting_;
+    pool_.enqueue([this, fn = std::move(fn)] {
+      --waiting_;
+      fn();
+    });
+  }
+  void shutdown() override { pool_.shutdown(); }
+  size_t waiting() const { return waiting_.load(); }
+
+ private:
+  httplib::ThreadPool pool_;
+  std::atomic<CountingQueue*>* registered_;
+  std::atomic<size_t> waiting_{0};
+};
+
 absl::Status RoutingProxy::start() {
   reload();
   const auto handler = [this](const httplib::Request& req, httplib::Response& res) {
     handle(req, res);
   };
   const size_t threads = static_cast<size_t>(std::max(options_.threads, 1));
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  server_->new_task_queue = [this, threads] { return new CountingQueue(threads, &queue_); };
   server_->Get(".*", handler);
   server_->Post(".*", handler);
   server_->Put(".*", handler);
@@ -138,20 +161,35 @@ void RoutingProxy::drain() {
 
 void RoutingProxy::stop() {
   draining_ = true;  // not ready while the requests in flight complete
+  if (serve_thread_.joinable()) {
+    // Connections accepted while every thread was busy wait in the queue with their requests
+    // sent: httplib's stop() would close them unread. They get a thread first (the queue is
+    // the server's own, alive while it serves), for up to the client timeout.
+    const auto give_up = std::chrono::steady_clock::now() + options_.client_timeout;
+    bool waited = false;
+    while (std::chrono::steady_clock::now() < give_up) {
+      CountingQueue* queue = queue_.load();
+      if (queue == nullptr || queue->waiting() == 0) break;
+      waited = true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    // A connection just taken by a thread checks that the server still runs before it reads
+    // its request: a moment for the last of them to get past that.
+    if (waited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    server_->stop();  // returns once the requests in flight completed
+    serve_thread_.join();
+  }
+  // Probes are answered until then: a proxy finishing its requests is alive. The routes are
+  // followed until then too: a request served meanwhile goes where they point now.
+  if (health_thread_.joinable()) {
+    health_server_->stop();
+    health_thread_.join();
+  }
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   stop_cv_.notify_all();
-  if (serve_thread_.joinable()) {
-    server_->stop();  // returns once the requests in flight completed
-    serve_thread_.join();
-  }
-  // Probes are answered until then: a proxy finishing its requests is alive.
-  if (health_thread_.joinable()) {
-    health_server_->stop();
-    health_thread_.join();
-  }
   if (watch_thread_.joinable()) watch_thread_.join();
 }
 

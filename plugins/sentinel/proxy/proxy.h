@@ -95,7 +95,9 @@ class RoutingProxy {
   int healthPort() const { return health_port_; }
   // Readiness answers 503 from now on; requests are still served (DRAINING above). Any thread.
   void drain();
-  // Stops accepting; requests in flight complete first. Then stops the health listener.
+  // Stops accepting; requests in flight complete first, and so do connections accepted and
+  // waiting for a thread (for up to the client timeout). Then stops the health listener and the
+  // routes' watch.
   void stop();
 
   void setRoutes(Routes routes);
@@ -119,6 +121,11 @@ class RoutingProxy {
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
   std::thread serve_thread_;
+  // The request threads' queue while the server runs: connections accepted and not yet taken
+  // by a thread are counted, so that stop() lets them in first (httplib's stop() closes them
+  // unread).
+  class CountingQueue;
+  std::atomic<CountingQueue*> queue_{nullptr};
   std::unique_ptr<httplib::Server> health_server_;  // with options_.health_port
   int health_port_ = -1;
   std::thread health_thread_;
