@@ -199,6 +199,13 @@ class Clients {
   std::vector<std::thread> threads_;
 };
 
+// Answers GET / with "hello".
+void answerHello(httplib::Server& app) {
+  app.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("hello", "text/plain");
+  });
+}
+
 // A port nothing listens on now, other than `other`.
 int freePortBut(int other) {
   int port = freePort();
@@ -468,8 +475,6 @@ TEST_CASE_METHOD(ProxyTest, "a client that stops sending is cut off", "[sentinel
   ::close(fd);
 }
 
-// Kubernetes sends a pod traffic for a moment after SIGTERM: the proxy turns not ready and goes
-// on serving for the drain period, then stops accepting and lets the requests in flight finish.
 // A connection accepted while every request thread is busy waits in the queue with its request
 // sent: when the proxy stops, it gets its thread and its answer, not a closed connection.
 TEST_CASE_METHOD(ProxyTest, "a request waiting for a thread when the proxy stops is answered",
@@ -477,9 +482,7 @@ TEST_CASE_METHOD(ProxyTest, "a request waiting for a thread when the proxy stops
   Holding holding;
   httplib::Server app;
   holding.answerOn(app);
-  app.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("hello", "text/plain");
-  });
+  answerHello(app);
   App running(app);
   routeTo(running);
   const int port = freePort();
@@ -506,13 +509,13 @@ TEST_CASE_METHOD(ProxyTest, "a request waiting for a thread when the proxy stops
   CHECK(queued.body == "hello");
 }
 
+// Kubernetes sends a pod traffic for a moment after SIGTERM: the proxy turns not ready and goes
+// on serving for the drain period, then stops accepting and lets the requests in flight finish.
 TEST_CASE_METHOD(ProxyTest, "on SIGTERM the proxy drains before it stops", "[sentinel-proxy]") {
   Holding holding;
   httplib::Server app;
   holding.answerOn(app);
-  app.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("hello", "text/plain");
-  });
+  answerHello(app);
   App running(app);
   routeTo(running);
   const int port = freePort();
