@@ -520,8 +520,8 @@ void Engine::renewLoop() {
       std::unique_lock lock(mutex_);
       // While stopping, the executions in flight finish (stop() waits for them) and keep their
       // leases renewed at the usual pace.
-      wake_.wait_until(lock, std::min(next_renewal, next_check),
-                       [&] { return stopping_ && active_.empty(); });
+      const auto until = options_.renew_leases ? std::min(next_renewal, next_check) : next_check;
+      wake_.wait_until(lock, until, [&] { return stopping_ && active_.empty(); });
       if (stopping_ && active_.empty()) return;
       active.assign(active_.begin(), active_.end());
     }
@@ -529,14 +529,17 @@ void Engine::renewLoop() {
     const bool renew = options_.renew_leases && now >= next_renewal;
     const bool check = now >= next_check;
     if (!renew && !check) continue;
+    // Both come again after a period whatever happens below (no database, a failed renewal):
+    // a renewal that succeeds moves its own time further.
     if (check) next_check = now + check_period;
+    if (renew) next_renewal = now + check_period;
     if (active.empty()) {
       if (renew) next_renewal = now + renew_period;
       continue;
     }
     // Leases first: a slow look for cancels must not make one expire.
     auto conn = pool_->acquire();
-    if (!conn.ok()) continue;  // both tried again at the next check
+    if (!conn.ok()) continue;
     if (renew) {
       bool renewed = true;
       const int64_t until = unixMillis() + options_.lease.count();
@@ -550,8 +553,8 @@ void Engine::renewLoop() {
           break;
         }
       }
-      // A renewal that failed is tried again at the next check, not a whole period later.
-      next_renewal = now + (renewed ? renew_period : check_period);
+      // One that failed is tried again at the next check, not a whole period later.
+      if (renewed) next_renewal = now + renew_period;
     }
     if (check) lookForCancels(**conn, active);
   }

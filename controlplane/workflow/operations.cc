@@ -25,8 +25,6 @@ bool knownStatus(std::string_view status) {
   return false;
 }
 
-bool isFinal(std::string_view status) { return store::isFinalStatus(status); }
-
 InvocationSummary summaryOf(const db::Row& r) {
   InvocationSummary s;
   s.id = r.str("id");
@@ -212,7 +210,7 @@ absl::Status cancelInvocation(db::Pool& pool, const std::string& id) {
 absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id) {
   KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
   const int64_t now = unixMillis();
-  if (isFinal(status)) {
+  if (isFinalStatus(status)) {
     return absl::FailedPreconditionError(
         strCat("invocation ", quote(id, 64, '\''), " already finished (", status, ")"));
   }
@@ -244,7 +242,7 @@ absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id) {
 absl::Status killInvocation(db::Pool& pool, const std::string& id) {
   return pool.transact("workflow kill", [&](db::Connection& conn) -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
-    if (isFinal(status)) {
+    if (isFinalStatus(status)) {
       return absl::FailedPreconditionError(
           strCat("invocation ", quote(id, 64, '\''), " already finished (", status, ")"));
     }
