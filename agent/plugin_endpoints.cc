@@ -253,8 +253,10 @@ std::vector<absl::Status> HostEndpoint::awaitAnswers(
                late.size(), options_.call_timeout.count());
   const auto grace = std::chrono::steady_clock::now() + options_.cancel_grace;
   bool confirmed = true;
+  std::vector<bool> in_grace(results.size(), false);  // answered before any restart
   for (size_t i : late) {
-    if (results[i].wait_until(grace) != std::future_status::ready) confirmed = false;
+    in_grace[i] = results[i].wait_until(grace) == std::future_status::ready;
+    confirmed = confirmed && in_grace[i];
   }
   if (!confirmed) {
     {
@@ -269,19 +271,25 @@ std::vector<absl::Status> HostEndpoint::awaitAnswers(
   }
   for (size_t i : late) {
     const absl::Status ended = results[i].get();
-    if (!absl::IsCancelled(ended) && !absl::IsUnavailable(ended)) {
-      // It ran to its end, late: its answer stands. Retried instead, an apply that always takes
-      // longer than call_timeout would never count as applied.
+    const std::string late_by =
+        strCat("plugin ", name_, " did not answer within ", options_.call_timeout.count(), " ms; ");
+    if (in_grace[i] && absl::IsCancelled(ended)) {
+      // Never started (it waited behind a slow sibling): an ordinary retry, not a timeout of its
+      // own.
+      out[i] =
+          absl::DeadlineExceededError(strCat(late_by, "the host cancelled it before it started"));
+    } else if (in_grace[i]) {
+      // It ran to its end, late (its answer may be any code, UNAVAILABLE too): the answer
+      // stands. Retried instead, an apply that always takes longer than call_timeout would never
+      // count as applied.
       spdlog::warn("agent: plugin host {}: a call answered after its {} ms deadline: {}", name_,
                    options_.call_timeout.count(), ended.ok() ? "OK" : toStd(ended.message()));
       out[i] = ended;
-      continue;
+    } else {
+      // Only a host restart ended it: this one counts toward parking.
+      out[i] = callTimedOut(absl::DeadlineExceededError(
+          strCat(late_by, "it ended with the host: ", toStd(ended.message()))));
     }
-    const std::string how = absl::IsCancelled(ended)
-                                ? "the host cancelled it before it started"
-                                : strCat("it ended with the host: ", toStd(ended.message()));
-    out[i] = callTimedOut(absl::DeadlineExceededError(strCat(
-        "plugin ", name_, " did not answer within ", options_.call_timeout.count(), " ms; ", how)));
   }
   return out;
 }

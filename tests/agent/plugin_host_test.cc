@@ -329,6 +329,9 @@ TEST_CASE("changes of a call cancelled at its deadline that had not started neve
   CHECK_THAT(results[0], IsOk());
   CHECK_THAT(results[1], IsError(absl::StatusCode::kDeadlineExceeded));
   CHECK_THAT(results[2], IsError(absl::StatusCode::kDeadlineExceeded));
+  INFO("never started: a plain retry, not a timeout that counts toward parking");
+  CHECK_FALSE(isCallTimeout(results[1]));
+  CHECK_FALSE(isCallTimeout(results[2]));
   // Give a host that ignored the cancel the time to start the next one.
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   CHECK(host.stats().restarts == 0u);
