@@ -331,13 +331,13 @@ grpc::Status DeploymentServiceImpl::ListDeployments(grpc::ServerContext* context
     // below it, whatever was created since (newer ones are on earlier pages).
     const std::string& token = request->page_token();
     const size_t slash = token.find('/');
-    int64_t created_at = 0;
-    const bool ok = slash != std::string::npos && slash > 0 &&
-                    std::all_of(token.begin(), token.begin() + static_cast<ptrdiff_t>(slash),
-                                [](char c) { return c >= '0' && c <= '9'; }) &&
-                    slash < 19 && slash + 1 < token.size();
-    if (!ok) return toGrpc(invalid("page_token: not a token this server issued"));
-    created_at = std::stoll(token.substr(0, slash));
+    const std::optional<uint64_t> ms = slash == std::string::npos
+                                           ? std::nullopt
+                                           : parseUint64(std::string_view(token).substr(0, slash));
+    if (!ms || *ms > static_cast<uint64_t>(INT64_MAX) || slash + 1 >= token.size()) {
+      return toGrpc(invalid("page_token: not a token this server issued"));
+    }
+    const auto created_at = static_cast<int64_t>(*ms);
     where += " AND (d.created_at < ? OR (d.created_at = ? AND d.id < ?))";
     params.emplace_back(created_at);
     params.emplace_back(created_at);

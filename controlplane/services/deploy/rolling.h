@@ -19,8 +19,8 @@
 // Replicas asked for but not reported yet count as starting (new) or still serving (old), so a
 // cycle never acts twice on the same change. A timeout (the environment's
 // deploy_timeout_seconds) or new instances that keep failing (the give-up cap: failed new
-// instances seen, summed over the cycles, reach deploy.rolling_give_up_per_replica (3) × the
-// desired replicas; 0 waits for the timeout) rolls back,
+// instances seen, sampled at most once a second, reach deploy.rolling_give_up_per_replica (3) ×
+// the desired replicas; 0 waits for the timeout) rolls back,
 // capacity-aware: the same evaluator with the roles reversed scales the old deployment back up
 // within the surge first and drains the new one, never below min_available. The deploy then fails
 // with the reason; the old deployment stays live.

@@ -35,6 +35,16 @@ using krane::testing::kOperatorToken;
 using krane::testing::TestControlPlane;
 namespace v1 = krane::api::v1;
 
+// GetDeployment as the operator; a failure fails the test.
+v1::Deployment getDeployment(v1::DeploymentService::Stub& stub, const std::string& id) {
+  v1::DeploymentRef ref;
+  ref.set_id(id);
+  v1::Deployment d;
+  CHECK_THAT(stub.GetDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &d),
+             IsOk());
+  return d;
+}
+
 class DeploymentsApiTest {
  protected:
   DeploymentsApiTest() {
@@ -67,14 +77,7 @@ class DeploymentsApiTest {
   grpc::Status create(const v1::CreateDeploymentRequest& r, v1::Deployment* out) {
     return stub_->CreateDeployment(TestControlPlane::withToken(kOperatorToken).get(), r, out);
   }
-  v1::Deployment get(const std::string& id) {
-    v1::DeploymentRef ref;
-    ref.set_id(id);
-    v1::Deployment d;
-    CHECK_THAT(stub_->GetDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &d),
-               IsOk());
-    return d;
-  }
+  v1::Deployment get(const std::string& id) { return getDeployment(*stub_, id); }
   // Both regions' agents report one running instance.
   void instancesUp(const std::string& id) {
     for (const char* region : {"eu-1", "us-1"}) {
@@ -160,14 +163,7 @@ class DeploymentServiceAlone : public krane::testing::MigratedDbTest {
                IsOk());
     return response;
   }
-  v1::Deployment get(const std::string& id) {
-    v1::DeploymentRef ref;
-    ref.set_id(id);
-    v1::Deployment d;
-    CHECK_THAT(stub_->GetDeployment(TestControlPlane::withToken(kOperatorToken).get(), ref, &d),
-               IsOk());
-    return d;
-  }
+  v1::Deployment get(const std::string& id) { return getDeployment(*stub_, id); }
 
   // A WatchDeployment call of the test.
   struct Watch {
@@ -582,11 +578,15 @@ TEST_CASE_METHOD(DeploymentsApiTest, "deploy promote rollback and cancel through
   REQUIRE(listed.deployments_size() == 1);
   CHECK(listed.deployments(0).id() == first.id());
   CHECK(listed.next_page_token().empty());
-  list.set_page_token("not a token");
-  auto bad =
-      stub_->ListDeployments(TestControlPlane::withToken(kOperatorToken).get(), list, &listed);
-  CHECK(bad.error_code() == grpc::INVALID_ARGUMENT);
-  CHECK(bad.error_message() == "page_token: not a token this server issued");
+  for (const char* token :
+       {"not a token", "12x/dep_1", "-1/dep_1", "99999999999999999999/dep_1", "12/", "/dep_1"}) {
+    INFO(token);
+    list.set_page_token(token);
+    auto bad =
+        stub_->ListDeployments(TestControlPlane::withToken(kOperatorToken).get(), list, &listed);
+    CHECK(bad.error_code() == grpc::INVALID_ARGUMENT);
+    CHECK(bad.error_message() == "page_token: not a token this server issued");
+  }
   list.clear_page_token();
   list.clear_limit();
 

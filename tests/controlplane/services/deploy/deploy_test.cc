@@ -379,7 +379,7 @@ TEST_CASE_METHOD(DeployTest, "a deploy killed while it holds its build slot give
   REQUIRE_THAT(e.call(invocation(buildslot::kServiceName, "AcquireOrWait", "ws", hold), 10s),
                IsOk());
   deployment("d1", 100);
-  auto id = send(e, "d1", prebuilt());
+  REQUIRE_THAT(send(e, "d1", prebuilt()), IsOk());
   INFO("the next deploy builds");
   REQUIRE(eventually([&] { return waitingForInstances("d1"); }));
   auto s = resultAs<buildslot::BuildSlots>(

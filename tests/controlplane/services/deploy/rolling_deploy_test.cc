@@ -84,6 +84,16 @@ class RollingDeployTest : public workflow::WorkflowTest {
         "SELECT replicas FROM deployment_topology WHERE deployment_id = ? AND region_id = ?",
         {deployment, region});
   }
+  int64_t topologyRows(const std::string& deployment) {
+    return scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = ?", {deployment});
+  }
+  // Journal entries of `deployment`'s deploy workflow whose name is LIKE `name`.
+  int64_t journaled(const std::string& deployment, const std::string& name) {
+    return scalar(
+        "SELECT COUNT(*) FROM workflow_journal j JOIN deployments d ON"
+        " d.invocation_id = j.invocation_id WHERE d.id = ? AND j.name LIKE ?",
+        {deployment, name});
+  }
   std::shared_ptr<feed::Writer> writer_;
   std::shared_ptr<ingest::Ingestor> ingestor_;
   Engine* engine_ = nullptr;
@@ -246,11 +256,7 @@ TEST_CASE_METHOD(RollingDeployTest, "a second rolling deploy waits for the first
   deployment("d2", 200);
   auto second = start("d2", "registry.example.com/app:v2");
   REQUIRE_THAT(second, IsOk());
-  REQUIRE(eventually([&] {
-    return scalar(
-               "SELECT COUNT(*) FROM deployment_topology WHERE"
-               " deployment_id = 'd2'") == 2;
-  }));
+  REQUIRE(eventually([&] { return topologyRows("d2") == 2; }));
   deployment("d3", 300);
   auto third = start("d3", "registry.example.com/app:v3");
   REQUIRE_THAT(third, IsOk());
@@ -261,14 +267,9 @@ TEST_CASE_METHOD(RollingDeployTest, "a second rolling deploy waits for the first
            scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd3' AND status = 'building'") == 1;
   }));
   INFO("d3 built, looked for its turn twice, and waits while d2 rolls");
-  REQUIRE(eventually([&] {
-    return scalar(
-               "SELECT COUNT(*) FROM workflow_journal j JOIN deployments d ON"
-               " d.invocation_id = j.invocation_id WHERE d.id = 'd3' AND"
-               " j.name LIKE 'step deploying%'") >= 2;
-  }));
+  REQUIRE(eventually([&] { return journaled("d3", "step deploying%") >= 2; }));
   CHECK(scalar("SELECT COUNT(*) FROM deployments WHERE id = 'd3' AND status = 'building'") == 1);
-  CHECK(scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd3'") == 0);
+  CHECK(topologyRows("d3") == 0);
   CHECK(scalar("SELECT COUNT(*) FROM sentinels WHERE rolling_deployment_id = 'd2'") == 2);
 
   agents_->running("d2");
@@ -298,9 +299,7 @@ TEST_CASE_METHOD(RollingDeployTest, "waiting rolls give way to newer ones and no
   deployment("d2", 200);
   auto second = start("d2", "registry.example.com/app:v2");
   REQUIRE_THAT(second, IsOk());
-  REQUIRE(eventually([&] {
-    return scalar("SELECT COUNT(*) FROM deployment_topology WHERE deployment_id = 'd2'") == 2;
-  }));
+  REQUIRE(eventually([&] { return topologyRows("d2") == 2; }));
   deployment("d3", 300, "main");
   auto third = start("d3", "registry.example.com/app:v3");
   REQUIRE_THAT(third, IsOk());
@@ -337,12 +336,7 @@ TEST_CASE_METHOD(RollingDeployTest, "a new instance failing for a moment does no
   }));
   // 20 cycles of the roll while its new instances fail: more failures seen than the cap (18)
   // if each cycle counted them.
-  REQUIRE(eventually([&] {
-    return scalar(
-               "SELECT COUNT(*) FROM workflow_journal j JOIN deployments d ON"
-               " d.invocation_id = j.invocation_id WHERE d.id = 'd2' AND"
-               " j.name LIKE 'rolling cycle %: observe'") >= 20;
-  }));
+  REQUIRE(eventually([&] { return journaled("d2", "rolling cycle %: observe") >= 20; }));
   agents_->running("d2");
   auto done = resultAs<DeployResult>(engine_->awaitResult(*sent, 120s));
   REQUIRE_THAT(done, IsOk());
