@@ -157,9 +157,10 @@ namespace {
 
 // The swap itself, in the caller's transaction. The sentinels' changes it writes (when the
 // service has a writer) go to `written`, for Writer::committed once the step committed.
-// A deployment a rolling deploy drained to 0 replicas (it stays `ready`) that goes live again by
-// a promote or rollback: its regions get the environment's replicas back in the swap's commit.
-// Without it the routes would move to a deployment that runs nothing.
+// A deployment a rolling deploy drained (it stays `ready`) that goes live again by a promote or
+// rollback: its regions get the environment's replicas back in the swap's commit. Without it the
+// routes would move to a deployment that runs nothing, or less than the environment asks for (a
+// roll stopped while a swap took the deployment off live leaves it partly drained).
 absl::StatusOr<std::vector<feed::WriteResult>> restoreDrained(feed::Writer& writer,
                                                               db::Connection& conn,
                                                               const std::string& environment_id,
@@ -177,7 +178,7 @@ absl::StatusOr<std::vector<feed::WriteResult>> restoreDrained(feed::Writer& writ
       KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
       if (!stored || stored->deleted) continue;
       const auto wanted = static_cast<uint32_t>(r.i64("replicas"));
-      if (stored->resource.deployment_topology().replicas() != 0 || wanted == 0) continue;
+      if (stored->resource.deployment_topology().replicas() >= wanted) continue;
       feed::Resource next = stored->resource;
       next.mutable_deployment_topology()->set_replicas(wanted);
       KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));

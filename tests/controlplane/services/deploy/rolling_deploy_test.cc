@@ -210,7 +210,20 @@ TEST_CASE_METHOD(RollingDeployTest,
   INFO("d1 is no longer live: it keeps what the roll left it");
   for (const char* region : {"eu-1", "us-1"}) {
     INFO(region);
-    CHECK(replicas("d1", region) < 3);
+    CHECK(replicas("d1", region) == 2);
+  }
+
+  INFO("promoted later, d1 runs the environment's replicas again, not what the roll left it");
+  routing::SwapLiveRequest promote;
+  promote.set_deployment_id("d1");
+  promote.set_reason(services::v1::SWAP_REASON_PROMOTE);
+  auto promoted = resultAs<routing::SwapLiveResponse>(engine_->call(
+      invocation(routing::kServiceName, "SwapLiveDeployment", "prod", promote), 30s));
+  REQUIRE_THAT(promoted, IsOk());
+  CHECK(promoted->live_deployment_id() == "d1");
+  for (const char* region : {"eu-1", "us-1"}) {
+    INFO(region);
+    CHECK(replicas("d1", region) == 3);
   }
 }
 
