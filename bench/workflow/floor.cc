@@ -20,12 +20,6 @@ namespace statements = workflow::statements;
 
 constexpr int64_t kLeaseMs = 30000;
 
-std::string placeholders(size_t n) {
-  std::string out;
-  for (size_t i = 0; i < n; ++i) strAppend(&out, i == 0 ? "?" : ",?");
-  return out;
-}
-
 absl::Status expectChanged(absl::StatusOr<uint64_t> changed, uint64_t want, std::string_view what) {
   if (!changed.ok()) return changed.status();
   if (*changed != want) {
@@ -38,7 +32,7 @@ absl::Status claim(db::Connection& conn, const std::vector<std::string>& ids, in
   db::Params params = {"floor", now + kLeaseMs, now + kLeaseMs, now, now};
   params.insert(params.end(), ids.begin(), ids.end());
   return expectChanged(
-      conn.exec(strCat(statements::kClaimPrefix, placeholders(ids.size()), ")"), params),
+      conn.exec(strCat(statements::kClaimPrefix, db::placeholders(ids.size()), ")"), params),
       ids.size(), "claim");
 }
 
@@ -52,7 +46,7 @@ absl::Status finish(db::Connection& conn, const std::vector<std::string>& ids, i
     params.insert(params.end(), ids.begin(), ids.end());
     params.emplace_back(token);
     return expectChanged(conn.exec(strCat(statements::kFinishPrefix, "id IN (",
-                                          placeholders(ids.size()), ") AND lease_token = ?"),
+                                          db::placeholders(ids.size()), ") AND lease_token = ?"),
                                    params),
                          ids.size(), "finish");
   }
@@ -78,7 +72,7 @@ absl::Status journal(db::Connection& conn, const std::vector<std::string>& ids, 
     db::Params params = {seq, kind, name, db::Blob{"ok"}, now};
     params.insert(params.end(), ids.begin(), ids.end());
     params.emplace_back(token);
-    return expectChanged(conn.exec(strCat(select, "id IN (", placeholders(ids.size()),
+    return expectChanged(conn.exec(strCat(select, "id IN (", db::placeholders(ids.size()),
                                           ") AND lease_token = ? FOR UPDATE"),
                                    params),
                          ids.size(), "journal");

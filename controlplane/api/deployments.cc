@@ -100,15 +100,13 @@ absl::Status addStepsAndPhases(db::Connection& conn,
   if (deployments.empty()) return absl::OkStatus();
   std::map<std::string, v1::Deployment*> by_id;
   db::Params ids;
-  std::string in;
   for (v1::Deployment* d : deployments) {
     by_id[d->id()] = d;
     ids.emplace_back(d->id());
   }
-  size_t padded = 1;
-  while (padded < ids.size()) padded *= 2;
+  const size_t padded = db::paddedListSize(ids.size());
   while (ids.size() < padded) ids.push_back(ids.back());
-  for (size_t i = 0; i < ids.size(); ++i) in += i == 0 ? "?" : ", ?";
+  const std::string in = db::placeholders(ids.size());
   KRANE_RETURN_IF_ERROR(conn.queryEach(
       strCat("SELECT deployment_id, step, started_at, ended_at, error FROM deployment_steps"
              " WHERE deployment_id IN (",

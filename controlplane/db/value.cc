@@ -1,5 +1,6 @@
 #include "controlplane/db/value.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -104,6 +105,18 @@ std::optional<std::string> Row::optStr(size_t i) const {
 std::optional<int64_t> Row::optI64(size_t i) const {
   if (isNull(i)) return std::nullopt;
   return i64(i);
+}
+
+std::string placeholders(size_t n) {
+  std::string out = "?";
+  for (size_t i = 1; i < n; ++i) out += ",?";
+  return out;
+}
+
+size_t paddedListSize(size_t n, size_t at_least) {
+  size_t padded = std::max<size_t>(at_least, 1);
+  while (padded < n) padded *= 2;
+  return padded;
 }
 
 }  // namespace krane::db

@@ -527,14 +527,11 @@ absl::Status Ingestor::reportDeploymentStatus(const std::string& region,
 
         next = 0;
         for (size_t size : chunks(gone.size())) {
-          std::string sql =
-              "DELETE FROM instances WHERE deployment_id = ? AND region_id = ? AND id IN (";
+          const std::string sql =
+              strCat("DELETE FROM instances WHERE deployment_id = ? AND region_id = ? AND id IN (",
+                     db::placeholders(size), ")");
           db::Params params{deployment, region};
-          for (size_t i = 0; i < size; ++i, ++next) {
-            strAppend(&sql, i == 0 ? "?" : ", ?");
-            params.emplace_back(gone[next]);
-          }
-          sql += ")";
+          for (size_t i = 0; i < size; ++i, ++next) params.emplace_back(gone[next]);
           KRANE_RETURN_IF_ERROR(conn.exec(sql, params).status());
         }
         if (request.has_deleted())

@@ -654,11 +654,9 @@ namespace {
 absl::StatusOr<std::vector<PromiseState>> readPromises(db::Pool& pool,
                                                        const std::vector<Future>& futures,
                                                        const Claim& claim, int64_t now) {
-  std::string in;
   db::Params ids;
   for (const Future& f : futures) {
     if (claim.settled.count(f.promise_id) != 0) continue;
-    in += in.empty() ? "?" : ",?";
     ids.emplace_back(f.promise_id);
   }
   db::ResultSet rows;
@@ -667,7 +665,7 @@ absl::StatusOr<std::vector<PromiseState>> readPromises(db::Pool& pool,
     KRANE_ASSIGN_OR_RETURN(
         rows, conn->query(strCat("SELECT id, kind, state, payload, error_code, error_message,"
                                  " fire_at, settled_at FROM workflow_promises WHERE id IN (",
-                                 in, ")"),
+                                 db::placeholders(ids.size()), ")"),
                           ids));
   }
   std::map<std::string, const db::Row*, std::less<>> by_id;

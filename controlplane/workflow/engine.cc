@@ -366,16 +366,15 @@ absl::Status Engine::resume(const std::string& invocation_id) {
 
 absl::Status Engine::readSettled(db::Connection& conn, std::vector<Claim>& claimed) {
   // An invocation claimed for the first time has no promises yet.
-  std::string in;
   db::Params params;
   std::map<std::string_view, Claim*> by_id;
   for (Claim& c : claimed) {
     if (c.claims <= 1) continue;
-    in += in.empty() ? "?" : ",?";
     params.emplace_back(c.id);
     by_id.emplace(c.id, &c);
   }
   if (params.empty()) return absl::OkStatus();
+  const std::string in = db::placeholders(params.size());
   // Bounded: promises left out are read when awaited, as without this.
   params.emplace_back(static_cast<uint64_t>(kMaxSettledPerClaim));
   KRANE_ASSIGN_OR_RETURN(
@@ -440,8 +439,7 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
           claimed.push_back(std::move(claim));
         }
         if (ids.empty()) return absl::OkStatus();
-        std::string in = "?";
-        for (size_t i = 1; i < ids.size(); ++i) in += ",?";
+        const std::string in = db::placeholders(ids.size());
         db::Params params = {options_.worker_id, now + options_.lease.count(),
                              now + options_.lease.count(), now, now};
         for (const std::string& id : ids) params.push_back(id);
@@ -572,16 +570,13 @@ void Engine::lookForCancels(
   }
   if (unseen.empty()) return;
   // A power of two of placeholders, the rest an id no invocation has: a few statement texts.
-  size_t n = 1;
-  while (n < unseen.size()) n *= 2;
-  std::string in = "?";
+  const size_t n = db::paddedListSize(unseen.size());
   db::Params ids;
   for (const auto& [id, flags] : unseen) ids.emplace_back(std::string(id));
   while (ids.size() < n) ids.emplace_back("");
-  for (size_t i = 1; i < n; ++i) in += ",?";
-  auto marked = conn.query(
-      strCat("SELECT id FROM workflow_invocations WHERE id IN (", in, ") AND cancel_requested = 1"),
-      ids);
+  auto marked = conn.query(strCat("SELECT id FROM workflow_invocations WHERE id IN (",
+                                  db::placeholders(n), ") AND cancel_requested = 1"),
+                           ids);
   if (!marked.ok()) return;  // looked for again at the next period
   for (const db::Row& row : marked->rows) {
     if (auto it = unseen.find(row.str("id")); it != unseen.end()) {

@@ -114,8 +114,7 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
   }
   // The statement for a power of two of rows, the rest matching no invocation (an empty id):
   // a few statement texts, each prepared once per connection, rather than one per group size.
-  size_t n = 2;
-  while (n < batch.size()) n *= 2;
+  const size_t n = db::paddedListSize(batch.size(), 2);
   // appendRow's order: id, seq, kind, name, ok, payload, error_code, error_message,
   // duration_ms, created_at. Columns 1 to 8 are chosen by id.
   for (size_t column = 1; column <= 8; ++column) {
@@ -145,12 +144,9 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
   if (*inserted == batch.size()) return absl::OkStatus();
   // Some were fenced. A token only grows, so one that is still the request's was current when
   // the statement read it, and its entry is in; the others were left out.
-  std::string in = "?";
+  const std::string in = db::placeholders(batch.size());
   db::Params id_params;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (i > 0) in += ",?";
-    id_params.emplace_back(*batch[i]->invocation_id);
-  }
+  for (const Request* r : batch) id_params.emplace_back(*r->invocation_id);
   absl::StatusOr<db::ResultSet> tokens = [&]() -> absl::StatusOr<db::ResultSet> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
     return conn->query(
@@ -197,12 +193,9 @@ absl::Status JournalWriter::writeOne(const Request& request) {
 }
 
 absl::Status JournalWriter::writeGroup(const std::vector<Request*>& batch) {
-  std::string in = "?";
+  const std::string in = db::placeholders(batch.size());
   db::Params ids;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (i > 0) in += ",?";
-    ids.emplace_back(*batch[i]->invocation_id);
-  }
+  for (const Request* r : batch) ids.emplace_back(*r->invocation_id);
   const std::string lock_sql =
       strCat("SELECT id, lease_token FROM workflow_invocations WHERE id IN (", in, ") FOR UPDATE");
   std::vector<bool> current(batch.size());

@@ -219,8 +219,7 @@ absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id) {
   // ones it sent, which live on their own), and the ones they called, level by level.
   std::vector<std::string> level{id};
   while (!level.empty()) {
-    std::string in = "?";
-    for (size_t i = 1; i < level.size(); ++i) in += ",?";
+    const std::string in = db::placeholders(level.size());
     KRANE_ASSIGN_OR_RETURN(
         auto children,
         conn.query(strCat("SELECT id, status FROM workflow_invocations WHERE parent_id IN (", in,
@@ -371,12 +370,9 @@ absl::StatusOr<std::map<std::string, std::string>> readStates(
     const std::vector<std::string_view>& names) {
   std::map<std::string, std::string> out;
   if (names.empty()) return out;
-  std::string in = "?";
-  db::Params params = {service, key, names[0]};
-  for (size_t i = 1; i < names.size(); ++i) {
-    in += ", ?";
-    params.emplace_back(names[i]);
-  }
+  const std::string in = db::placeholders(names.size());
+  db::Params params = {service, key};
+  for (std::string_view name : names) params.emplace_back(name);
   KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
   KRANE_ASSIGN_OR_RETURN(auto rows,
                          conn->query(strCat("SELECT name, value FROM workflow_state WHERE"

@@ -94,8 +94,7 @@ absl::StatusOr<bool> dropEnded(Context& ctx, db::Pool& pool, BuildSlots& s) {
   if (named.empty()) return false;
   auto ended = ctx.run("ended holders", [&]() -> absl::StatusOr<std::string> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
-    std::string in = "?";
-    for (size_t i = 1; i < named.size(); ++i) in += ",?";
+    const std::string in = db::placeholders(named.size());
     KRANE_ASSIGN_OR_RETURN(
         auto rows,
         // A workflow row gone (removed by retention) ended long ago.

@@ -28,12 +28,6 @@ absl::StatusOr<Identity> identityOf(db::Connection& conn, const std::string& dep
                   r.i64("created_at")};
 }
 
-std::string placeholders(size_t n) {
-  std::string out = "?";
-  for (size_t i = 1; i < n; ++i) out += ",?";
-  return out;
-}
-
 }  // namespace
 
 absl::StatusOr<std::vector<Superseded>> cancelOlderSiblings(db::Pool& pool,
@@ -62,7 +56,7 @@ absl::StatusOr<std::vector<Superseded>> cancelOlderSiblings(db::Pool& pool,
         steps.insert(steps.end(), ids.begin(), ids.end());
         KRANE_RETURN_IF_ERROR(conn.exec(strCat("UPDATE deployment_steps SET error = ?, ended_at = ?"
                                                " WHERE ended_at IS NULL AND deployment_id IN (",
-                                               placeholders(ids.size()), ")"),
+                                               db::placeholders(ids.size()), ")"),
                                         steps)
                                   .status());
         db::Params status = {now};
@@ -70,7 +64,7 @@ absl::StatusOr<std::vector<Superseded>> cancelOlderSiblings(db::Pool& pool,
         return conn
             .exec(strCat("UPDATE deployments SET status = 'superseded', updated_at = ?"
                          " WHERE id IN (",
-                         placeholders(ids.size()), ")"),
+                         db::placeholders(ids.size()), ")"),
                   status)
             .status();
       }));

@@ -265,15 +265,14 @@ absl::StatusOr<RolloutResponse> step(Context& ctx, db::Pool& pool, const Rollout
           SentinelPage out;
           KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
           for (size_t start = 0; start < ids.size(); start += 500) {
-            std::string sql =
-                "SELECT id FROM sentinels WHERE (health <> 'healthy' OR running_image IS NULL OR"
-                " running_image <> ?) AND id IN (";
             db::Params params = {r.image()};
             for (size_t i = start; i < std::min(ids.size(), start + 500); ++i) {
-              strAppend(&sql, i == start ? "?" : ", ?");
               params.emplace_back(ids[i]);
             }
-            strAppend(&sql, ") ORDER BY id");
+            const std::string sql = strCat(
+                "SELECT id FROM sentinels WHERE (health <> 'healthy' OR running_image IS NULL OR"
+                " running_image <> ?) AND id IN (",
+                db::placeholders(params.size() - 1), ") ORDER BY id");
             KRANE_ASSIGN_OR_RETURN(auto rows, conn->query(sql, params));
             for (const db::Row& row : rows.rows) {
               if (!failed_before.count(row.str(0))) out.add_sentinel_ids(row.str(0));

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <limits>
+#include <set>
 
 #include <catch2/catch.hpp>
 
@@ -116,6 +117,33 @@ TEST_CASE_METHOD(ConnectionTest, "a connection keeps a bounded number of prepare
   auto last = conn_->query(strCat("SELECT ? + ", kTexts - 1, " AS v"), {1});
   REQUIRE_THAT(last, IsOk());
   CHECK(last->rows[0].i64("v") == kTexts);
+}
+
+// An IN list padded to a power of two: every length from 1 to 100 uses one of 8 statement texts,
+// and the list finds the rows whatever its padding.
+TEST_CASE_METHOD(ConnectionTest, "padded IN lists share a few statement texts", "[connection]") {
+  CHECK(placeholders(1) == "?");
+  CHECK(placeholders(3) == "?,?,?");
+  CHECK(paddedListSize(1) == 1);
+  CHECK(paddedListSize(5) == 8);
+  CHECK(paddedListSize(8) == 8);
+  CHECK(paddedListSize(1, 2) == 2);
+  CHECK(paddedListSize(0) == 1);
+  for (int i = 0; i < 100; ++i)
+    REQUIRE_THAT(conn_->exec("INSERT INTO t (i) VALUES (?)", {i}), IsOk());
+  std::set<std::string> texts;
+  for (size_t n = 1; n <= 100; ++n) {
+    Params values;
+    for (size_t i = 0; i < n; ++i) values.emplace_back(static_cast<int64_t>(i));
+    while (values.size() < paddedListSize(n)) values.emplace_back(int64_t{-1});
+    const std::string sql =
+        strCat("SELECT COUNT(*) FROM t WHERE i IN (", placeholders(values.size()), ")");
+    texts.insert(sql);
+    auto found = conn_->query(sql, values);
+    REQUIRE_THAT(found, IsOk());
+    CHECK(found->rows[0].i64(0) == static_cast<int64_t>(n));
+  }
+  CHECK(texts.size() == 8);
 }
 
 TEST_CASE_METHOD(ConnectionTest, "query each streams and stops on error", "[connection]") {

@@ -217,8 +217,8 @@ TEST_CASE_METHOD(RollingDeployTest,
   routing::SwapLiveRequest promote;
   promote.set_deployment_id("d1");
   promote.set_reason(services::v1::SWAP_REASON_PROMOTE);
-  auto promoted = resultAs<routing::SwapLiveResponse>(engine_->call(
-      invocation(routing::kServiceName, "SwapLiveDeployment", "prod", promote), 30s));
+  auto promoted = resultAs<routing::SwapLiveResponse>(
+      engine_->call(invocation(routing::kServiceName, "SwapLiveDeployment", "prod", promote), 30s));
   REQUIRE_THAT(promoted, IsOk());
   CHECK(promoted->live_deployment_id() == "d1");
   for (const char* region : {"eu-1", "us-1"}) {
