@@ -433,9 +433,11 @@ runtime::WorkloadSpec toWorkload(const cluster::v1::Sentinel& s, const std::stri
   w.env["KRANE_ENVIRONMENT_ID"] = s.environment_id();
   w.env["KRANE_REGION"] = s.region();
   if (!s.config_json().empty()) w.env["KRANE_SENTINEL_CONFIG"] = s.config_json();
-  // The process runtime probes 127.0.0.1:PORT (it knows no other port of an instance: no health
-  // port here); readiness every second unless the resource says otherwise, so a local sentinel
-  // takes traffic soon after it has routes.
+  // The process runtime gives each instance a health port of its own (KRANE_HEALTH_PORT, as on
+  // Kubernetes) and probes it there, so that requests taking every thread of the proxy do not
+  // fail its liveness; readiness every second unless the resource says otherwise, so a local
+  // sentinel takes traffic soon after it has routes.
+  w.health_port_env = "KRANE_HEALTH_PORT";
   const cluster::v1::Healthcheck probes = probesOf(s);
   const auto& live = probes.liveness();
   const auto& ready = probes.readiness();

@@ -28,6 +28,8 @@ int main(int argc, char** argv) {
     spec.image = "krane.dev/demo-app:v1";
     spec.replicas = 2;
     spec.readiness.path = "/healthz/ready";
+    // "keep" is probed on a health port of its own: the adopting owner must go on probing there.
+    if (std::string(id) == "keep") spec.health_port_env = "KRANE_HEALTH_PORT";
     spec.readiness.interval = std::chrono::milliseconds(100);
     if (auto st = (*runtime)->apply(spec); !st.ok()) return 1;
   }

@@ -179,6 +179,42 @@ TEST_CASE_METHOD(ProcessRuntimeTest, "starts instances on their own ports and th
         (std::vector<std::string>{demo_app_, "--version", "v1"}));
 }
 
+// A workload that asks for a health port: each instance gets a second port of its own in the
+// variable it names, and the probes go there. The demo app then serves /healthz only on it, so
+// the instances become ready only if the runtime probes the health port.
+TEST_CASE_METHOD(ProcessRuntimeTest, "probes go to the health port a workload asks for",
+                 "[process-runtime]") {
+  start(options(22100));
+  auto spec = demo("web", 2);
+  spec.health_port_env = "KRANE_HEALTH_PORT";
+  REQUIRE_THAT(runtime_->apply(spec), IsOk());
+  REQUIRE(eventually([&] { return converged("web"); }, std::chrono::seconds(10)));
+  const auto s = *runtime_->status("web");
+  std::set<int> ports;
+  for (const auto& i : s.instances) {
+    INFO(i.name);
+    ports.insert({i.port, i.health_port});
+    CHECK(i.health_port >= 22100);
+    CHECK(i.health_port <= 22199);
+    CHECK(get(i.health_port, "/healthz/ready") == "ready\n");
+    CHECK(get(i.port, "/healthz/ready").empty());  // 404: not served there
+    CHECK_THAT(get(i.port), Catch::Contains("krane-demo-app v1"));
+  }
+  INFO("every port differs, across instances too");
+  CHECK(ports.size() == 4u);
+
+  INFO("a restarted instance keeps its ports");
+  const auto first = s.instances[0];
+  ::kill(static_cast<pid_t>(first.pid), SIGKILL);
+  REQUIRE(eventually([&] {
+    const auto now = runtime_->status("web");
+    return now->converged && now->instances[0].pid != first.pid;
+  }));
+  const auto again = runtime_->status("web")->instances[0];
+  CHECK(again.port == first.port);
+  CHECK(again.health_port == first.health_port);
+}
+
 TEST_CASE_METHOD(ProcessRuntimeTest, "a command overrides the image and args are appended",
                  "[process-runtime]") {
   start(options(22100));
@@ -455,6 +491,13 @@ TEST_CASE_METHOD(ProcessRuntimeTest, "bad specs are refused naming the field",
   probe.readiness.path = "healthz";
   CHECK_THAT(std::string(toStd(runtime_->apply(probe).message())),
              Catch::Contains("readiness.path: \"healthz\" must start with /"));
+  auto health = demo("x", 1);
+  health.health_port_env = "PORT";
+  CHECK_THAT(std::string(toStd(runtime_->apply(health).message())),
+             Catch::Contains("health_port_env: \"PORT\" must be an environment variable name"));
+  health.health_port_env = "health-port";
+  CHECK_THAT(std::string(toStd(runtime_->apply(health).message())),
+             Catch::Contains("health_port_env: \"health-port\""));
   auto relative = demo("x", 1);
   relative.command = {"server"};
   CHECK_THAT(std::string(toStd(runtime_->apply(relative).message())),
@@ -503,6 +546,10 @@ TEST_CASE_METHOD(ProcessRuntimeTest,
     INFO("the same process, not a new one");
     CHECK(pids.count(i.pid));
     CHECK_THAT(get(i.port), Catch::Contains("krane-demo-app v1"));
+    INFO("its health port is adopted with it, and probed there (the main port has no /healthz)");
+    CHECK(i.health_port != 0);
+    CHECK(i.ready);
+    CHECK(get(i.health_port, "/healthz/ready") == "ready\n");
   }
   CHECK_FALSE(runtime_->status("drop").has_value());
   // Drop's instances are stopped; keep's keep running.

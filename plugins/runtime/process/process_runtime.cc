@@ -85,6 +85,7 @@ json specJson(const WorkloadSpec& s) {
           {"replicas", s.replicas},
           {"liveness", probeJson(s.liveness)},
           {"readiness", probeJson(s.readiness)},
+          {"health_port_env", s.health_port_env},
           {"shutdown_signal", s.shutdown_signal},
           {"grace_ms", s.grace.count()},
           {"max_surge", s.max_surge},
@@ -103,6 +104,7 @@ WorkloadSpec specFrom(const json& j) {
   s.replicas = j.value("replicas", 1);
   s.liveness = probeFrom(j.value("liveness", json::object()));
   s.readiness = probeFrom(j.value("readiness", json::object()));
+  s.health_port_env = j.value("health_port_env", "");
   s.shutdown_signal = j.value("shutdown_signal", SIGTERM);
   s.grace = std::chrono::milliseconds(j.value("grace_ms", 10000));
   s.max_surge = j.value("max_surge", 1);
@@ -234,6 +236,7 @@ struct ProcessRuntime::Instance {
   std::string dir;
   int index = 0;
   int port = 0;
+  int health_port = 0;  // with the spec's health_port_env: where the probes go
   int64_t pid = 0;
   uint64_t start_ticks = 0;
   bool child = false;  // ours to waitpid (adopted ones are not)
@@ -252,6 +255,7 @@ struct ProcessRuntime::Instance {
   std::string reason;
   std::vector<std::string> last_output;
   bool terminating = false;
+  int probePort() const { return health_port != 0 ? health_port : port; }
   int pending_signal = 0;  // sent at signal_at (the deregistration delay)
   Clock::time_point signal_at{};
   Clock::time_point kill_at{};
@@ -386,6 +390,20 @@ absl::Status ProcessRuntime::apply(const WorkloadSpec& spec) {
                                                ".path: \"", probe->path, "\" must start with /"));
     }
   }
+  if (!spec.health_port_env.empty()) {
+    const std::string& name = spec.health_port_env;
+    const bool valid = !std::isdigit(static_cast<unsigned char>(name[0])) &&
+                       std::all_of(name.begin(), name.end(), [](char c) {
+                         return std::isupper(static_cast<unsigned char>(c)) ||
+                                std::isdigit(static_cast<unsigned char>(c)) || c == '_';
+                       });
+    if (!valid || name == "PORT" || name == "KRANE_INSTANCE" || name == "KRANE_WORKLOAD") {
+      return absl::InvalidArgumentError(
+          strCat("health_port_env: \"", name,
+                 "\" must be an environment variable name of capitals, digits and '_', other"
+                 " than PORT, KRANE_INSTANCE and KRANE_WORKLOAD"));
+    }
+  }
   if (spec.shutdown_signal <= 0 || spec.shutdown_signal >= NSIG) {
     return absl::InvalidArgumentError(
         strCat("shutdown_signal: ", spec.shutdown_signal, " is not a signal"));
@@ -468,6 +486,7 @@ WorkloadStatus ProcessRuntime::statusLocked(const Workload& w) const {
     is.revision = i->revision;
     is.pid = i->pid;
     is.port = i->port;
+    is.health_port = i->health_port;
     is.address = strCat("127.0.0.1:", i->port);
     is.phase = i->terminating ? InstancePhase::kTerminating : i->phase;
     is.ready = i->ready;
@@ -490,12 +509,12 @@ WorkloadStatus ProcessRuntime::statusLocked(const Workload& w) const {
 
 // ---- Starting and stopping instances ---------------------------------------------------------
 
-int ProcessRuntime::allocatePortLocked() {
-  std::set<int> used;
+int ProcessRuntime::allocatePortLocked(int taken) {
+  std::set<int> used{taken};
   for (const auto& [_, w] : workloads_) {
-    for (const auto& i : w->instances) used.insert(i->port);
+    for (const auto& i : w->instances) used.insert({i->port, i->health_port});
   }
-  for (const auto& i : orphans_) used.insert(i->port);
+  for (const auto& i : orphans_) used.insert({i->port, i->health_port});
   for (int port = options_.port_from; port <= options_.port_to; ++port) {
     if (used.count(port) == 0 && portFree(port)) return port;
   }
@@ -517,7 +536,10 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   auto argv = commandLine(w.spec);
   if (!argv.ok()) return argv.status();
   if (i.port == 0) i.port = allocatePortLocked();
-  if (i.port == 0) {
+  if (!w.spec.health_port_env.empty() && i.health_port == 0 && i.port != 0) {
+    i.health_port = allocatePortLocked(i.port);
+  }
+  if (i.port == 0 || (!w.spec.health_port_env.empty() && i.health_port == 0)) {
     return absl::ResourceExhaustedError(strCat("no free port in ", options_.port_from, "-",
                                                options_.port_to,
                                                " (raise the runtime's port range)"));
@@ -528,6 +550,7 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   std::map<std::string, std::string> env = options_.base_env;
   for (const auto& [k, v] : w.spec.env) env[k] = v;
   env["PORT"] = std::to_string(i.port);
+  if (!w.spec.health_port_env.empty()) env[w.spec.health_port_env] = std::to_string(i.health_port);
   env["KRANE_INSTANCE"] = i.name;
   env["KRANE_WORKLOAD"] = w.spec.id;
   // Everything the child needs is prepared before fork: only async-signal-safe calls after it.
@@ -555,6 +578,7 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
                          {"pid", pid},
                          {"start_ticks", start_ticks},
                          {"port", i.port},
+                         {"health_port", i.health_port},
                          {"restarts", i.restarts}};
     return replaceFile(i.dir + "/instance.json", record.dump());
   };
@@ -683,6 +707,7 @@ void ProcessRuntime::adopt() {
       i->pid = record.value("pid", 0);
       i->start_ticks = record.value("start_ticks", 0ull);
       i->port = record.value("port", 0);
+      i->health_port = record.value("health_port", 0);
       i->restarts = record.value("restarts", 0);
       i->dir = dir;
       const auto proc = procStart(i->pid);
@@ -901,12 +926,12 @@ void ProcessRuntime::probeLocked(Workload& w, Instance& i, Clock::time_point now
     i.ready = true;
   } else if (now >= i.next_ready) {
     i.next_ready = now + spec.readiness.interval;
-    i.ready = probeOk(i.port, spec.readiness);
+    i.ready = probeOk(i.probePort(), spec.readiness);
   }
   if (i.ready && !was_ready) i.ready_since = now;
   if (!spec.liveness.path.empty() && now >= i.next_live) {
     i.next_live = now + spec.liveness.interval;
-    if (probeOk(i.port, spec.liveness)) {
+    if (probeOk(i.probePort(), spec.liveness)) {
       i.live_failures = 0;
     } else if (++i.live_failures >= spec.liveness.failure_threshold) {
       i.reason = strCat("liveness probe GET ", spec.liveness.path, " failed ", i.live_failures,

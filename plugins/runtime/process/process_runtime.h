@@ -7,7 +7,9 @@
 //   - a directory <state_dir>/instances/<workload>/<instance>/ holding its working directory
 //     (work/), its output (output.log, stdout and stderr) and instance.json (pid, the pid's start
 //     time, port, revision), written before anything else can notice the process;
-//   - liveness and readiness HTTP probes (GET 127.0.0.1:PORT/path, 2xx and 3xx are healthy).
+//   - liveness and readiness HTTP probes (GET 127.0.0.1:PORT/path, 2xx and 3xx are healthy), or
+//     with the spec's `health_port_env`, to a second port of the instance's own, given to it in
+//     that variable.
 //
 // IMAGES. An image reference `name:tag` is looked up in the `images` table: `name` maps to an
 // argv template in which `{tag}` is replaced by the tag (`krane.dev/demo-app: [/usr/lib/krane/
@@ -78,6 +80,10 @@ struct WorkloadSpec {
   int replicas = 1;
   HttpProbe liveness;
   HttpProbe readiness;
+  // Set: each instance gets a second port of its own, in this environment variable, and the
+  // probes go to it instead of PORT (a server whose request threads are all busy still answers
+  // them there). Empty: the probes go to PORT.
+  std::string health_port_env;
   int shutdown_signal = SIGTERM;
   std::chrono::milliseconds grace{10000};
   // How a new revision replaces the instances of the previous one (controlplane/strategy):
@@ -108,6 +114,7 @@ struct InstanceStatus {
   std::string revision;
   int64_t pid = 0;  // 0 while waiting for a restart
   int port = 0;
+  int health_port = 0;  // with the spec's health_port_env; 0: none
   std::string address;  // 127.0.0.1:PORT
   InstancePhase phase = InstancePhase::kPending;
   bool ready = false;
@@ -188,7 +195,8 @@ class ProcessRuntime {
   void probeLocked(Workload& w, Instance& i, std::chrono::steady_clock::time_point now);
   absl::Status launchLocked(Workload& w, Instance& i);
   void stopLocked(Instance& i, int sig, std::chrono::milliseconds grace, const std::string& why);
-  int allocatePortLocked();
+  // A free port of the range that no instance holds, other than `taken` (0: none).
+  int allocatePortLocked(int taken = 0);
   std::unique_ptr<Instance> newInstanceLocked(Workload& w);
   WorkloadStatus statusLocked(const Workload& w) const;
   std::string workloadDir(const std::string& id) const;

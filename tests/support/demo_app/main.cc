@@ -5,7 +5,9 @@
 //   GET /healthz/live  200 while the process serves (liveness)
 //   GET /healthz/ready 200 once started and not told to fail readiness (readiness)
 //
-// Listens on 127.0.0.1:$PORT (or --port). Flags make it misbehave on purpose: --fail-readiness,
+// Listens on 127.0.0.1:$PORT (or --port). With $KRANE_HEALTH_PORT (as the process runtime gives
+// a workload that asks for a health port) the two /healthz endpoints are served on that port
+// only, and the main port answers them 404. Flags make it misbehave on purpose: --fail-readiness,
 // --ready-after-ms, --crash-after-s (exit code 3), --exit-on-start (a crash loop). SIGTERM stops it
 // cleanly (exit 0).
 #include <httplib.h>
@@ -25,8 +27,10 @@
 namespace {
 
 httplib::Server* g_server = nullptr;
+httplib::Server* g_health = nullptr;
 
 void onTerm(int) {
+  if (g_health != nullptr) g_health->stop();
   if (g_server != nullptr) g_server->stop();
 }
 
@@ -77,10 +81,14 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     res.set_content("krane-demo-app " + version + " instance=" + instance + "\n", "text/plain");
   });
-  server.Get("/healthz/live", [](const httplib::Request&, httplib::Response& res) {
+  const char* health_env = std::getenv("KRANE_HEALTH_PORT");
+  const int health_port = health_env != nullptr ? std::atoi(health_env) : 0;
+  httplib::Server health;
+  httplib::Server& probed = health_port > 0 ? health : server;
+  probed.Get("/healthz/live", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });
-  server.Get("/healthz/ready", [&](const httplib::Request&, httplib::Response& res) {
+  probed.Get("/healthz/ready", [&](const httplib::Request&, httplib::Response& res) {
     const bool warm =
         std::chrono::steady_clock::now() - started >= std::chrono::milliseconds(ready_after_ms);
     if (fail_readiness || !warm) {
@@ -100,9 +108,24 @@ int main(int argc, char** argv) {
       std::_Exit(3);
     }).detach();
   }
+  std::thread health_thread;
+  if (health_port > 0) {
+    if (!health.bind_to_port(host, health_port)) {
+      std::fprintf(stderr, "krane-demo-app: error: cannot listen on %s:%d\n", host.c_str(),
+                   health_port);
+      return 1;
+    }
+    g_health = &health;
+    health_thread = std::thread([&] { health.listen_after_bind(); });
+  }
   std::printf("krane-demo-app %s listening on %s:%d\n", version.c_str(), host.c_str(), port);
   std::fflush(stdout);
-  if (!server.listen(host, port)) {
+  const bool served = server.listen(host, port);
+  if (health_thread.joinable()) {
+    health.stop();
+    health_thread.join();
+  }
+  if (!served) {
     std::fprintf(stderr, "krane-demo-app: error: cannot listen on %s:%d\n", host.c_str(), port);
     return 1;
   }
