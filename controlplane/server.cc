@@ -414,6 +414,10 @@ std::string Server::metricsText() const {
                      "Full syncs and catch-ups ended because the agent read nothing for"
                      " feed.sync_stall_ms",
                      MetricType::Counter, w.setups_stalled.load()));
+  f.push_back(family("krane_feed_calls_reset_total",
+                     "Watch calls reset: ended, and their agent took nothing of the write in"
+                     " flight for feed.sync_stall_ms more",
+                     MetricType::Counter, w.calls_reset.load()));
   if (h2_watch_) {
     f.push_back(family("krane_feed_watch_listener_connections",
                        "Connections to the watch listener (feed.watch_listen)", MetricType::Gauge,

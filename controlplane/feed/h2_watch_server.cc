@@ -86,6 +86,7 @@ class H2Call final : public WatchCall {
   void serve(WatchCallHandler* handler) override { handler_ = handler; }
   void write(const grpc::ByteBuffer* message, grpc::WriteOptions options) override;
   void finish(const grpc::Status& status) override;
+  void cancel() override;
 
  private:
   friend class H2Loop;
@@ -160,6 +161,7 @@ class H2Loop final : public WatchScheduler {
   // From H2Call, any thread.
   void post(H2Call* call, const grpc::ByteBuffer* message);
   void postFinish(H2Call* call, grpc::Status status);
+  void postCancel(H2Call* call);
 
  private:
   enum class EventKind { kWriteDone, kWriteFailed, kCancel, kDone };
@@ -169,9 +171,11 @@ class H2Loop final : public WatchScheduler {
   };
   struct Op {
     H2Call* call;
-    const grpc::ByteBuffer* message;  // null: finish
+    const grpc::ByteBuffer* message;  // null: finish (or the cancel)
     grpc::Status status;
+    bool cancel = false;
   };
+  void postOp(Op op);
 
   // nghttp2's callbacks.
   static int onBeginHeaders(nghttp2_session* session, const nghttp2_frame* frame, void* user);
@@ -253,6 +257,8 @@ void H2Call::write(const grpc::ByteBuffer* message, grpc::WriteOptions) {
 
 void H2Call::finish(const grpc::Status& status) { loop_->postFinish(this, status); }
 
+void H2Call::cancel() { loop_->postCancel(this); }
+
 // ---------------------------------------------------------------------------------------------
 // H2Loop
 
@@ -308,27 +314,26 @@ void H2Loop::schedule(std::shared_ptr<Writable> target) {
   if (wake_now) wake();
 }
 
-void H2Loop::post(H2Call* call, const grpc::ByteBuffer* message) {
+void H2Loop::postOp(Op op) {
   bool wake_now = false;
   {
     std::lock_guard lock(mutex_);
     if (closing_) return;
-    ops_.push_back(Op{call, message, grpc::Status::OK});
+    ops_.push_back(std::move(op));
     if (!wake_pending_ && !onLoopThread()) wake_now = wake_pending_ = true;
   }
   if (wake_now) wake();
 }
 
-void H2Loop::postFinish(H2Call* call, grpc::Status status) {
-  bool wake_now = false;
-  {
-    std::lock_guard lock(mutex_);
-    if (closing_) return;
-    ops_.push_back(Op{call, nullptr, std::move(status)});
-    if (!wake_pending_ && !onLoopThread()) wake_now = wake_pending_ = true;
-  }
-  if (wake_now) wake();
+void H2Loop::post(H2Call* call, const grpc::ByteBuffer* message) {
+  postOp(Op{call, message, grpc::Status::OK});
 }
+
+void H2Loop::postFinish(H2Call* call, grpc::Status status) {
+  postOp(Op{call, nullptr, std::move(status)});
+}
+
+void H2Loop::postCancel(H2Call* call) { postOp(Op{call, nullptr, grpc::Status::OK, true}); }
 
 void H2Loop::addConnection(int fd, std::string peer) {
   {
@@ -582,6 +587,16 @@ void H2Loop::settle() {
 
 void H2Loop::apply(Op& op) {
   H2Call* call = op.call;
+  if (op.cancel) {
+    // RST_STREAM is not flow-controlled: it goes as soon as the socket takes it, and the
+    // stream's close (streamGone) fails the write in flight and tells the handler.
+    if (call->connection_ != nullptr && !call->stream_closed_) {
+      nghttp2_submit_rst_stream(call->connection_->session, NGHTTP2_FLAG_NONE, call->stream_id_,
+                                NGHTTP2_CANCEL);
+      markDirty(call->connection_);
+    }
+    return;
+  }
   if (op.message == nullptr) {
     // finish()
     if (call->finish_taken_) return;  // a second finish (after a cancel that crossed it)

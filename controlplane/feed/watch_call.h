@@ -57,6 +57,11 @@ class WatchCall {
   virtual void write(const grpc::ByteBuffer* message, grpc::WriteOptions options) = 0;
   // Once, with no write in flight. Any thread.
   virtual void finish(const grpc::Status& status) = 0;
+  // Resets the call at once, a write in flight included (it completes not ok, and the handler
+  // is told OnCancel): for a client that reads nothing, whose finish would wait for that write
+  // for ever. The client sees the stream reset (CANCELLED), not the status. Any thread, while a
+  // write is in flight (the call cannot end meanwhile).
+  virtual void cancel() = 0;
 };
 
 }  // namespace krane::feed

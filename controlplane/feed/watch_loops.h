@@ -45,6 +45,7 @@ class GrpcWatchCall final : public WatchCall {
   void serve(WatchCallHandler* handler) override { handler_ = handler; }
   void write(const grpc::ByteBuffer* message, grpc::WriteOptions options) override;
   void finish(const grpc::Status& status) override;
+  void cancel() override { context_.TryCancel(); }
 
  private:
   friend class WatchLoop;

@@ -458,6 +458,25 @@ void WatchStream::tick(std::chrono::steady_clock::time_point now) {
   bool resume = false;
   {
     std::lock_guard lock(mutex_);
+    if (phase_ == Phase::kClosing) {
+      // Ended (cut for lag, stalled, revoked...), the finish waits for the write in flight, and
+      // the client takes none of it: its HTTP/2 stack still answers pings, so nothing else ends
+      // the call. Reset after as long again, or it stays open, with its message, for good.
+      const auto limit = context_->options.setup_stall;
+      if (!finish_pending_ || !writing_ || finished_ || reset_ || done_ ||
+          now - closing_since_ < limit || now - last_write_ < limit) {
+        return;
+      }
+      reset_ = true;
+      ++context_->counters.calls_reset;
+      spdlog::warn(
+          "feed: watch call reset region={} peer={}: it ended {} s ago and the agent still takes"
+          " nothing of the write in flight (feed.sync_stall_ms)",
+          region_, peer_,
+          std::chrono::duration_cast<std::chrono::seconds>(now - closing_since_).count());
+      call_->cancel();
+      return;
+    }
     if (phase_ == Phase::kSetup) {
       // A full sync whose write in flight has waited for the client's window since it started
       // (start_write_: one about to start, last_write_ is older): the agent is stuck, or reads
@@ -528,6 +547,7 @@ void WatchStream::finishLocked(grpc::Status status) {
   dropQueuedLocked();
   phase_ = Phase::kClosing;
   finish_pending_ = true;
+  closing_since_ = std::chrono::steady_clock::now();
   final_status_ = std::move(status);
 }
 

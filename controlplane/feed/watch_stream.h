@@ -79,6 +79,7 @@ struct WatchCounters {
   std::atomic<uint64_t> full_syncs_waiting{0};  // for a snapshot slot
   std::atomic<uint64_t> resyncs_requested{0};   // cursor expired or too slow
   std::atomic<uint64_t> setups_stalled{0};      // ended: the agent read nothing for setup_stall
+  std::atomic<uint64_t> calls_reset{0};  // ended, then reset: the agent took nothing for as long
 };
 
 // What a stream needs from the server. Shared by every stream; outlives them.
@@ -118,7 +119,8 @@ class WatchStream final : public WatchCallHandler,
   void startWrites() override { kick(); }
 
   // Queues a bookmark if nothing was written for bookmark_interval; ends a set-up whose client
-  // read nothing for setup_stall.
+  // read nothing for setup_stall; resets a call that ended setup_stall ago and whose client
+  // still takes nothing of the write in flight, which its finish waits for.
   void tick(std::chrono::steady_clock::time_point now);
   // Ends the stream with UNAUTHENTICATED (its token was revoked).
   void endUnauthenticated(const std::string& message);
@@ -222,11 +224,13 @@ class WatchStream final : public WatchCallHandler,
   bool start_write_ = false;     // kick() must start a write
   bool finish_pending_ = false;  // finish once the queue is written
   bool finished_ = false;        // Finish() was called
+  bool reset_ = false;           // the call was reset (WatchCall::cancel)
   bool cancelled_ = false;
   bool done_ = false;
   grpc::Status final_status_;
   std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
-  std::shared_ptr<WatchStream> self_;  // keeps the stream alive until OnDone
+  std::chrono::steady_clock::time_point closing_since_;  // when finish_pending_ was set
+  std::shared_ptr<WatchStream> self_;                    // keeps the stream alive until OnDone
 };
 
 }  // namespace krane::feed
