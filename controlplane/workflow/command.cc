@@ -140,7 +140,8 @@ void addWorkflowCommands(CLI::App& app, int& exit_code) {
            Verb{"cancel",
                 "Cancel an invocation: its handler sees CANCELLED at its next suspension point and"
                 " its compensations run.",
-                &cancelInvocation, "cancel requested for"},
+                [](db::Pool&pool, const std::string&id) { return cancelInvocation(pool, id); },
+                "cancel requested for"},
            Verb{"kill", "End an invocation at once, without compensations; its worker is fenced.",
                 &killInvocation, "killed"},
            Verb{"resume", "Restart a paused invocation with a fresh count of attempts.",

@@ -339,13 +339,17 @@ absl::Status Engine::rejectAwakeable(const std::string& id, const std::string& m
 }
 
 absl::Status Engine::cancel(const std::string& invocation_id) {
-  KRANE_RETURN_IF_ERROR(cancelInvocation(*pool_, invocation_id));
+  std::vector<std::string> cancelled;
+  KRANE_RETURN_IF_ERROR(cancelInvocation(*pool_, invocation_id, &cancelled));
   {
-    // Executing here: its next step sees the cancel at once.
+    // The invocation and the ones it called, executing here: their next step sees the cancel at
+    // once (elsewhere, the renew loop finds it within a second).
     std::lock_guard lock(mutex_);
-    for (auto it = active_.lower_bound(std::pair(invocation_id, int64_t{0}));
-         it != active_.end() && it->first.first == invocation_id; ++it) {
-      it->second->store(true);
+    for (const std::string& id : cancelled) {
+      for (auto it = active_.lower_bound(std::pair(id, int64_t{0}));
+           it != active_.end() && it->first.first == id; ++it) {
+        it->second->store(true);
+      }
     }
   }
   notify();

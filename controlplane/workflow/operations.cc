@@ -202,12 +202,16 @@ absl::Status requestCancel(db::Connection& conn, const std::string& id, std::str
 
 }  // namespace
 
-absl::Status cancelInvocation(db::Pool& pool, const std::string& id) {
-  return pool.transact("workflow cancel",
-                       [&](db::Connection& conn) { return cancelInvocationIn(conn, id); });
+absl::Status cancelInvocation(db::Pool& pool, const std::string& id,
+                              std::vector<std::string>* cancelled) {
+  return pool.transact("workflow cancel", [&](db::Connection& conn) {
+    if (cancelled != nullptr) cancelled->clear();  // a retried transaction starts over
+    return cancelInvocationIn(conn, id, cancelled);
+  });
 }
 
-absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id) {
+absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id,
+                                std::vector<std::string>* cancelled) {
   KRANE_ASSIGN_OR_RETURN(std::string status, lockedStatus(conn, id));
   const int64_t now = unixMillis();
   if (isFinalStatus(status)) {
@@ -215,6 +219,7 @@ absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id) {
         strCat("invocation ", quote(id, 64, '\''), " already finished (", status, ")"));
   }
   KRANE_RETURN_IF_ERROR(requestCancel(conn, id, status, now));
+  if (cancelled != nullptr) cancelled->push_back(id);
   // The cancel goes down the call tree: every unfinished invocation this one called (not the
   // ones it sent, which live on their own), and the ones they called, level by level.
   std::vector<std::string> level{id};
@@ -232,6 +237,7 @@ absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id) {
     level.clear();
     for (const db::Row& child : children.rows) {
       KRANE_RETURN_IF_ERROR(requestCancel(conn, child.str("id"), child.str("status"), now));
+      if (cancelled != nullptr) cancelled->push_back(child.str("id"));
       level.push_back(child.str("id"));
     }
   }

@@ -87,12 +87,15 @@ std::string redactSecrets(const std::string& payload);
 
 // A queued or delayed invocation is cancelled at once. A started one is told: its handler sees
 // CANCELLED at its next suspension point (await, select, sleep, run) and its compensations run.
-// FAILED_PRECONDITION for a finished invocation.
-absl::Status cancelInvocation(db::Pool& pool, const std::string& id);
+// FAILED_PRECONDITION for a finished invocation. The invocations it called, and theirs, are
+// cancelled with it; `cancelled`, when given, gets the ids of all of them (the first is `id`).
+absl::Status cancelInvocation(db::Pool& pool, const std::string& id,
+                              std::vector<std::string>* cancelled = nullptr);
 // The same in the caller's transaction: a caller that decides from rows of its own whether the
 // cancel may happen locks them and cancels in one transaction. Engine::notify() after the commit
 // starts a cancelled queued invocation's compensations at once.
-absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id);
+absl::Status cancelInvocationIn(db::Connection& conn, const std::string& id,
+                                std::vector<std::string>* cancelled = nullptr);
 // Ends an invocation at once, without compensations; its worker is fenced out.
 absl::Status killInvocation(db::Pool& pool, const std::string& id);
 // Restarts a paused invocation with a fresh count of attempts.

@@ -988,8 +988,9 @@ TEST_CASE("a full sync to an agent that reads nothing gives back its snapshot", 
   CHECK(waiting.waitForVersion(headVersion(cp, "eu-1"), std::chrono::seconds(30)));
   CHECK(server.metricsText().find("krane_feed_setups_stalled_total 1\n") != std::string::npos);
   CHECK(server.metricsText().find("krane_feed_full_syncs_waiting 0\n") != std::string::npos);
-  INFO("its status waits for the write in flight for feed.sync_stall_ms more; still taking"
-       " nothing, the call is reset and the stream gone, message and all");
+  INFO(
+      "its status waits for the write in flight for feed.sync_stall_ms more; still taking"
+      " nothing, the call is reset and the stream gone, message and all");
   CHECK(eventually(
       [&] {
         const std::string m = server.metricsText();

@@ -712,6 +712,12 @@ TEST_CASE_METHOD(WorkflowTest, "a cancel stops a handler of plain steps at its n
                  "[workflow]") {
   std::atomic<int> steps{0};
   Engine& e = engine([&](Engine& e) {
+    REQUIRE_THAT(e.registerService(ServiceDefinition::service("Caller").handler(
+                     "go",
+                     [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
+                       return ctx.await(ctx.call("Loop", "go", "", ""));
+                     })),
+                 IsOk());
     REQUIRE_THAT(e.registerService(ServiceDefinition::service("Loop").handler(
                      "go",
                      [&](Context& ctx, const std::string&) -> absl::StatusOr<std::string> {
@@ -742,6 +748,23 @@ TEST_CASE_METHOD(WorkflowTest, "a cancel stops a handler of plain steps at its n
     at_cancel = steps.load();
     // The renew loop looks every second (the lease is 3 s): about 100 steps of 10 ms.
     allowed = 200;
+  }
+  SECTION("its caller cancelled through the replica that runs it") {
+    auto caller = e.send({"Caller", "go"});
+    REQUIRE_THAT(caller, IsOk());
+    const int before = steps.load();
+    REQUIRE(eventually([&] { return steps.load() >= before + 5; }, 20s));
+    auto callee = (*pool_->acquire())
+                      ->query("SELECT id FROM workflow_invocations WHERE parent_id = ?", {*caller});
+    REQUIRE_THAT(callee, IsOk());
+    REQUIRE(callee->rows.size() == 1u);
+    // The first Loop runs on, uncancelled: only the caller's callee must stop.
+    REQUIRE_THAT(e.cancel(*id), IsOk());
+    REQUIRE(eventually([&] { return statusOf(*id) == "cancelled"; }, 20s));
+    REQUIRE_THAT(e.cancel(*caller), IsOk());
+    at_cancel = steps.load();
+    allowed = 1;  // the callee's step running when the cancel came
+    id = callee->rows[0].str("id");
   }
   auto result = e.awaitResult(*id, 30s);
   CHECK(absl::IsCancelled(result.status()));
