@@ -463,7 +463,7 @@ void WatchStream::tick(std::chrono::steady_clock::time_point now) {
       // the client takes none of it: its HTTP/2 stack still answers pings, so nothing else ends
       // the call. Reset after as long again, or it stays open, with its message, for good.
       const auto limit = context_->options.setup_stall;
-      if (!finish_pending_ || !writing_ || finished_ || reset_ || done_ ||
+      if (!finish_pending_ || !writing_ || start_write_ || finished_ || reset_ || done_ ||
           now - closing_since_ < limit || now - last_write_ < limit) {
         return;
       }
@@ -482,7 +482,7 @@ void WatchStream::tick(std::chrono::steady_clock::time_point now) {
       // (start_write_: one about to start, last_write_ is older): the agent is stuck, or reads
       // very slowly. It yields its slot to a sync that waits for one, and ends anyway after ten
       // times as long. Closing ends the set-up, whose parked step then gives back the snapshot;
-      // the status reaches the agent if it ever reads again.
+      // the status reaches the agent if it reads within as long again, or the call is reset.
       const auto stalled = now - last_write_;
       const auto limit = context_->options.setup_stall;
       if (!has_slot_ || !writing_ || start_write_ || stalled < limit ||
@@ -535,9 +535,7 @@ void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason,
   expired->set_reason(reason);
   expired->set_message(message);
   queueLocked(encodeEvent(event));
-  phase_ = Phase::kClosing;
-  finish_pending_ = true;
-  final_status_ = grpc::Status::OK;
+  closeLocked(grpc::Status::OK);
   spdlog::info("feed: watch told to resync region={} peer={} reason=\"{}\"", region_, peer_,
                message);
 }
@@ -545,6 +543,10 @@ void WatchStream::resyncLocked(cluster::v1::CursorExpiredReason reason,
 void WatchStream::finishLocked(grpc::Status status) {
   if (finish_pending_) return;
   dropQueuedLocked();
+  closeLocked(std::move(status));
+}
+
+void WatchStream::closeLocked(grpc::Status status) {
   phase_ = Phase::kClosing;
   finish_pending_ = true;
   closing_since_ = std::chrono::steady_clock::now();
@@ -643,11 +645,7 @@ void WatchStream::OnWriteDone(bool ok) {
     } else {
       cancelled_ = true;
       truncateLocked(0);
-      if (!finish_pending_) {
-        finish_pending_ = true;
-        final_status_ = grpc::Status(grpc::StatusCode::CANCELLED, "write failed");
-        phase_ = Phase::kClosing;
-      }
+      if (!finish_pending_) closeLocked(grpc::Status(grpc::StatusCode::CANCELLED, "write failed"));
     }
     if (pendingLocked() > 0 && !finished_) {
       writing_ = true;

@@ -174,6 +174,8 @@ class WatchStream final : public WatchCallHandler,
   void queueBatchLocked(const EventBatch& batch);
   void resyncLocked(cluster::v1::CursorExpiredReason reason, const std::string& message);
   void finishLocked(grpc::Status status);
+  // Under mutex_: the stream ends with `status` once what is queued is written.
+  void closeLocked(grpc::Status status);
   // Outside mutex_: starts the write or finish decided under the lock, and posts the set-up
   // step that waited for the queue to drain.
   void kick();

@@ -65,8 +65,8 @@ std::string routesName(const std::string& sentinel_id);
 
 // The sentinel's probes with every unset field at its default: liveness GET /healthz/live on
 // the health port (8041) every 10 s, timeout 2 s, 3 failures; readiness GET /healthz/ready on
-// 8041 every 5 s, timeout 2 s, 2 failures, 1 success. (The process runtime probes PORT whatever
-// the port says.)
+// 8041 every 5 s, timeout 2 s, 2 failures, 1 success. (The process runtime probes each
+// instance's own health port, KRANE_HEALTH_PORT, whatever the port says.)
 cluster::v1::Healthcheck probesOf(const cluster::v1::Sentinel& s);
 
 // A container environment variable from a key of a Secret (env[].valueFrom.secretKeyRef).

@@ -265,9 +265,12 @@ TEST_CASE("probes go to the health port, and the grace period covers the drain",
   CHECK(named["livenessProbe"]["httpGet"]["port"] == 8040);
   CHECK(named["readinessProbe"]["httpGet"]["port"] == "health");
 
-  INFO("the process runtime: probes on PORT, no drain (it withdraws the endpoint first)");
+  INFO(
+      "the process runtime: probes on a health port of each instance's own, no drain (it"
+      " withdraws the endpoint first)");
   const auto w = toWorkload(sentinel(), "snt_01HXYZ");
-  CHECK(w.env.count("KRANE_HEALTH_PORT") == 0u);
+  CHECK(w.health_port_env == "KRANE_HEALTH_PORT");
+  CHECK(w.env.count("KRANE_HEALTH_PORT") == 0u);  // the runtime sets it, per instance
   CHECK(w.env.at("KRANE_DRAIN_SECONDS") == "0");
   CHECK(w.grace > ProxyOptions().upstream_timeout);
 }

@@ -203,6 +203,13 @@ TEST_CASE_METHOD(ProcessRuntimeTest, "probes go to the health port a workload as
   INFO("every port differs, across instances too");
   CHECK(ports.size() == 4u);
 
+  INFO(
+      "the field shapes the revision only when set: a spec without it is stored, and hashed, as"
+      " before the field existed, so an upgrade adopts its instances instead of replacing them");
+  const auto plain = demo("web", 2);
+  CHECK(toJson(plain).find("health_port_env") == std::string::npos);
+  CHECK(revisionOf(plain) != revisionOf(spec));
+
   INFO("a restarted instance keeps its ports");
   const auto first = s.instances[0];
   ::kill(static_cast<pid_t>(first.pid), SIGKILL);

@@ -1,7 +1,8 @@
 // The process runtime's settings as plugins take them from their JSON configuration:
 //
 //   state_dir: /var/lib/krane/deployments   # required: instances, logs, stored specs
-//   ports: {from: 20000, to: 20999}          # one port per instance, given as PORT
+//   ports: {from: 20000, to: 20999}          # one port per instance, given as PORT (and one more
+//                                            # for a workload's health port, if it asks)
 //   images:                                  # image name -> argv, "{tag}" replaced
 //     krane.dev/demo-app: [/usr/lib/krane/krane-demo-app, --version, "{tag}"]
 //   restart_backoff_ms: {min: 1000, max: 60000}

@@ -77,21 +77,24 @@ HttpProbe probeFrom(const json& j) {
 }
 
 json specJson(const WorkloadSpec& s) {
-  return {{"id", s.id},
-          {"image", s.image},
-          {"command", s.command},
-          {"args", s.args},
-          {"env", s.env},
-          {"replicas", s.replicas},
-          {"liveness", probeJson(s.liveness)},
-          {"readiness", probeJson(s.readiness)},
-          {"health_port_env", s.health_port_env},
-          {"shutdown_signal", s.shutdown_signal},
-          {"grace_ms", s.grace.count()},
-          {"max_surge", s.max_surge},
-          {"max_unavailable", s.max_unavailable},
-          {"min_ready_ms", s.min_ready.count()},
-          {"labels", s.labels}};
+  json j = {{"id", s.id},
+            {"image", s.image},
+            {"command", s.command},
+            {"args", s.args},
+            {"env", s.env},
+            {"replicas", s.replicas},
+            {"liveness", probeJson(s.liveness)},
+            {"readiness", probeJson(s.readiness)},
+            {"shutdown_signal", s.shutdown_signal},
+            {"grace_ms", s.grace.count()},
+            {"max_surge", s.max_surge},
+            {"max_unavailable", s.max_unavailable},
+            {"min_ready_ms", s.min_ready.count()},
+            {"labels", s.labels}};
+  // Only when set: a spec without one hashes to the revision it had before the field existed,
+  // so that instances adopted across an upgrade are not replaced.
+  if (!s.health_port_env.empty()) j["health_port_env"] = s.health_port_env;
+  return j;
 }
 
 WorkloadSpec specFrom(const json& j) {
@@ -536,6 +539,8 @@ absl::Status ProcessRuntime::launchLocked(Workload& w, Instance& i) {
   auto argv = commandLine(w.spec);
   if (!argv.ok()) return argv.status();
   if (i.port == 0) i.port = allocatePortLocked();
+  // A restart under a spec without one (a roll that drops it) probes PORT again.
+  if (w.spec.health_port_env.empty()) i.health_port = 0;
   if (!w.spec.health_port_env.empty() && i.health_port == 0 && i.port != 0) {
     i.health_port = allocatePortLocked(i.port);
   }

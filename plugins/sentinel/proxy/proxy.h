@@ -21,8 +21,8 @@
 // HEALTH LISTENER. With `health_port`, the two endpoints above are also served on a listener of
 // its own with a few threads of its own: the request threads can all be busy (slow clients, an
 // instance that does not answer) without a probe going unanswered, which would get a working proxy
-// restarted. The main port answers them too (probes of older configurations, the process runtime,
-// which probes PORT only).
+// restarted. The main port answers them too (probes of older configurations, and of a resource
+// that names the main port).
 //
 // DRAINING. drain() turns readiness to 503 at once while requests are still accepted and
 // forwarded (answered with `Connection: close`, so that clients reconnect through their load

@@ -694,6 +694,47 @@ TEST_CASE("a slow agent is told to resync and others are unaffected", "[feed]") 
   CHECK_THAT(stuck->Finish(), IsOk());
 }
 
+// A stream cut for lag keeps its call open for feed.sync_stall_ms from the cut, whatever the age
+// of the write in flight, so that an agent that reads again in that time still gets its resync
+// request; only then is the call reset.
+TEST_CASE("a stream cut for lag waits for its agent before the call is reset", "[feed]") {
+  TestControlPlane cp;
+  auto& server = cp.startReplica([](ctrl::CtrlConfig& c) {
+    c.feed.stream_max_queued = 200;
+    c.feed.sync_stall = std::chrono::milliseconds(2000);
+  });
+  auto stub = cp.watchStub(0, /*small_window=*/true);
+  auto stuck_context =
+      TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
+  cluster::v1::WatchRequest request;
+  request.set_region("eu-1");
+  auto stuck = stub->Watch(stuck_context.get(), request);
+  const std::string big(32 * 1024, 'x');
+  auto metric = [&](const std::string& line) {
+    return server.metricsText().find(line + "\n") != std::string::npos;
+  };
+  REQUIRE(eventually([&] { return metric("krane_feed_streams 1"); }, std::chrono::seconds(10)));
+  // A write fills the window and stays in flight; it is older than feed.sync_stall_ms when the
+  // queue behind it passes feed.stream_max_queued.
+  for (int i = 0; i < 50; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", big)), IsOk());
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  for (int i = 0; i < 300; ++i)
+    REQUIRE_THAT(server.writer().put(bucket(strCat("r", i % 50), "eu-1", big)), IsOk());
+  REQUIRE(
+      eventually([&] { return metric("krane_feed_resyncs_total 1"); }, std::chrono::seconds(30)));
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  INFO("the agent reads again within feed.sync_stall_ms of the cut: its call is still there");
+  CHECK(metric("krane_feed_calls_reset_total 0"));
+  WatchEvent event;
+  bool told = false;
+  while (stuck->Read(&event)) {
+    if (event.has_cursor_expired()) told = true;
+  }
+  CHECK(told);
+  CHECK_THAT(stuck->Finish(), IsOk());
+}
+
 // Several slow agents among fast ones: each slow one is told to resync once its queue passes
 // feed.stream_max_queued, the fast ones get everything, and what the streams hold queued (the
 // gauge of queued events) stays within streams x max_queued throughout, then drains to zero.

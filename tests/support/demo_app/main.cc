@@ -108,26 +108,25 @@ int main(int argc, char** argv) {
       std::_Exit(3);
     }).detach();
   }
-  std::thread health_thread;
-  if (health_port > 0) {
-    if (!health.bind_to_port(host, health_port)) {
-      std::fprintf(stderr, "krane-demo-app: error: cannot listen on %s:%d\n", host.c_str(),
-                   health_port);
+  for (const auto& [s, p] : {std::pair(&server, port), std::pair(&health, health_port)}) {
+    if (p > 0 && !s->bind_to_port(host, p)) {
+      std::fprintf(stderr, "krane-demo-app: error: cannot listen on %s:%d\n", host.c_str(), p);
       return 1;
     }
-    g_health = &health;
+  }
+  std::thread health_thread;
+  if (health_port > 0) {
     health_thread = std::thread([&] { health.listen_after_bind(); });
+    // Running before anything can stop it: a stop() before that would be lost.
+    while (!health.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    g_health = &health;
   }
   std::printf("krane-demo-app %s listening on %s:%d\n", version.c_str(), host.c_str(), port);
   std::fflush(stdout);
-  const bool served = server.listen(host, port);
+  server.listen_after_bind();
   if (health_thread.joinable()) {
     health.stop();
     health_thread.join();
-  }
-  if (!served) {
-    std::fprintf(stderr, "krane-demo-app: error: cannot listen on %s:%d\n", host.c_str(), port);
-    return 1;
   }
   std::printf("krane-demo-app: stopped\n");
   return 0;
