@@ -30,7 +30,10 @@ void Watcher::stop() {
   stopping_ = true;
   {
     std::lock_guard lock(mutex_);
-    if (context_ != nullptr) context_->TryCancel();
+    if (context_ != nullptr) {
+      cancelled_here_ = true;
+      context_->TryCancel();
+    }
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -39,7 +42,10 @@ void Watcher::stop() {
 void Watcher::requestResync() {
   resync_ = true;
   std::lock_guard lock(mutex_);
-  if (context_ != nullptr) context_->TryCancel();
+  if (context_ != nullptr) {
+    cancelled_here_ = true;
+    context_->TryCancel();
+  }
 }
 
 void Watcher::preferChannel(std::shared_ptr<grpc::Channel> channel, std::string where) {
@@ -160,6 +166,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
     std::lock_guard lock(mutex_);
     if (stopping_) return false;
     context_ = &context;
+    cancelled_here_ = false;
     ++stats_.connects;
   }
   cluster::v1::WatchRequest request;
@@ -209,6 +216,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
           spdlog::error("agent: full sync of region={} at version={} was not taken; starting over",
                         options_.region, event.sync_end().version());
           resync_ = true;
+          cancelled_here_ = true;
           context.TryCancel();
           return false;
         }
@@ -237,6 +245,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
         // silently skipped.
         spdlog::error("agent: unknown watch event case {}; reconnecting",
                       static_cast<int>(event.event_case()));
+        cancelled_here_ = true;
         context.TryCancel();
         return false;
     }
@@ -253,6 +262,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
     }
     if (going && !in_sync && resyncDue()) {
       resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
+      cancelled_here_ = true;
       context.TryCancel();
     }
     // Another channel is wanted (preferChannel, or a fallback is over): once what this stream
@@ -262,6 +272,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
     if (going && !in_sync && (switch_ || now >= leave_at)) {
       const bool patient = now >= patient_from;
       if (caughtUp(received, patient ? std::chrono::seconds(1) : std::chrono::seconds(0))) {
+        cancelled_here_ = true;
         context.TryCancel();
       } else if (patient) {
         patient_from = std::chrono::steady_clock::now() + std::chrono::seconds(10);
@@ -284,6 +295,13 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
   if (!status.ok() && !stopping_ && status.error_code() != grpc::StatusCode::CANCELLED) {
     spdlog::warn("agent: watch stream ended region={} code={} error=\"{}\"", options_.region,
                  static_cast<int>(status.error_code()), status.error_message());
+  } else if (status.error_code() == grpc::StatusCode::CANCELLED && !stopping_ && !cancelled_here_) {
+    // Not this agent's doing: the control plane reset the stream (one that had ended while this
+    // agent took nothing of it for feed.sync_stall_ms, its apply loop stuck), or went away.
+    spdlog::warn(
+        "agent: watch stream reset by the control plane region={}: it had ended, or krane-ctrl"
+        " stopped; watching again",
+        options_.region);
   }
   return expired;
 }

@@ -116,6 +116,8 @@ class Watcher {
 
   std::atomic<bool> stopping_{false};
   std::atomic<bool> resync_{false};
+  // This agent cancelled the current stream (a stop, a resync, a channel switch), not krane-ctrl.
+  std::atomic<bool> cancelled_here_{false};
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   grpc::ClientContext* context_ = nullptr;  // of the open stream, for cancellation

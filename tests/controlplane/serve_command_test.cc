@@ -170,6 +170,13 @@ TEST_CASE("config errors name the key", "[serve-command]") {
       ctrl({"serve", "--config", writeFile("p.yaml", "feed:\n  keepalive_timeout_ms: 10\n")});
   CHECK_THAT(ping.err,
              Catch::Contains("feed.keepalive_timeout_ms: must be between 1000 and 600000, got 10"));
+  auto stall = ctrl({"serve", "--config", writeFile("q.yaml", "feed:\n  sync_stall_ms: 50\n")});
+  CHECK_THAT(stall.err,
+             Catch::Contains("feed.sync_stall_ms: must be between 100 and 3600000, got 50"));
+  auto watches =
+      ctrl({"serve", "--config", writeFile("r.yaml", "deploy:\n  watch_max_streams: 0\n")});
+  CHECK_THAT(watches.err,
+             Catch::Contains("deploy.watch_max_streams: must be between 1 and 100000, got 0"));
   auto missing = ctrl({"serve", "--config", "/nonexistent/ctrl.yaml"});
   CHECK_THAT(missing.err, Catch::Contains("cannot read config file /nonexistent/ctrl.yaml"));
 }

@@ -242,6 +242,44 @@ TEST_CASE_METHOD(BuildSlotTest, "release of a waiter that never got a slot", "[b
   CHECK(order_ == std::vector<std::string>{"holder"});
 }
 
+// A waiter whose deploy was killed while it waited (a kill runs no compensation, so it never
+// leaves the list): the release passes it over, or the slot would go to a deploy that will never
+// give it back, and every later one would wait for good.
+TEST_CASE_METHOD(BuildSlotTest, "a release passes over a waiter whose deploy ended",
+                 "[build-slot]") {
+  for (const std::string& sql : krane::testing::appTenancySql()) exec(sql);
+  setQuota("ws1", 1);
+  Engine& e = start();
+  {
+    std::lock_guard lock(mu_);
+    closed_.insert("holder");
+  }
+  const std::string holder = deploy(e, "holder", "ws1", false);
+  REQUIRE(eventually([&] { return slots(e, "ws1").active_size() == 1; }));
+  const std::string dead = deploy(e, "dead", "ws1", true);  // production: first in line
+  REQUIRE(eventually([&] { return slots(e, "ws1").production_size() == 1; }));
+  const std::string alive = deploy(e, "alive", "ws1", false);
+  REQUIRE(eventually([&] { return slots(e, "ws1").preview_size() == 1; }));
+  REQUIRE_THAT(e.kill(dead), IsOk());
+  exec(
+      "INSERT INTO deployments (id, workspace_id, project_id, app_id, environment_id, status,"
+      " invocation_id, created_at) VALUES ('dead', 'ws', 'proj', 'app', 'prod', 'building', ?, 1)",
+      {dead});
+  {
+    std::lock_guard lock(mu_);
+    closed_.clear();
+  }
+  REQUIRE_THAT(e.awaitResult(holder, 20s), IsOk());
+  INFO("the slot went to the live waiter, which built and gave it back");
+  CHECK_THAT(e.awaitResult(alive, 20s), IsOk());
+  REQUIRE(eventually([&] { return slots(e, "ws1").active().empty(); }));
+  const BuildSlots end = slots(e, "ws1");
+  CHECK(end.production().empty());
+  CHECK(end.preview().empty());
+  std::lock_guard lock(mu_);
+  CHECK(order_ == std::vector<std::string>{"holder", "alive"});
+}
+
 TEST_CASE_METHOD(BuildSlotTest, "handlers are idempotent and refuse bad input", "[build-slot]") {
   // ws2 has no quota row: the default cap of 1 applies.
   Engine& e = start();
