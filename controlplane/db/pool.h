@@ -7,6 +7,8 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -14,6 +16,7 @@
 #include "common/backoff.h"
 #include "controlplane/db/connection.h"
 #include "controlplane/db/dsn.h"
+#include "controlplane/db/errors.h"
 
 namespace krane::db {
 
@@ -40,6 +43,28 @@ struct TxOptions {
 };
 
 class Pool;
+
+// Runs `statement` (one that commits by itself: its status or StatusOr) again after a deadlock
+// or a lock wait timeout, as Pool::transact does for a transaction: the server rolled the
+// statement back, so running it again cannot apply it twice.
+template <typename F>
+auto retryConflicts(F statement, const TxOptions& options = {}) -> decltype(statement()) {
+  Backoff backoff(options.backoff);
+  for (int attempt = 1;; ++attempt) {
+    auto result = statement();
+    const absl::Status& status = [&]() -> const absl::Status& {
+      if constexpr (std::is_same_v<decltype(result), absl::Status>) {
+        return result;
+      } else {
+        return result.status();
+      }
+    }();
+    if (status.ok() || !isTransactionConflict(status) || attempt >= options.max_attempts) {
+      return result;
+    }
+    std::this_thread::sleep_for(backoff.next());
+  }
+}
 
 // A connection on loan from the pool; returned (or discarded if broken) when destroyed.
 class PooledConnection {

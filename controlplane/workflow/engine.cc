@@ -78,10 +78,13 @@ void Engine::insertSends(const std::vector<Send*>& batch) {
   }
   // Fresh random ids, no idempotency key, values validated: nothing one row holds can fail the
   // statement, so its outcome is every send's (a lost connection leaves all of them unknown).
+  // A deadlock or lock wait timeout rolled it back: it goes again.
   std::vector<const store::NewInvocation*> invs;
   for (const Send* s : batch) invs.push_back(s->inv);
-  const absl::Status status = store::insertInvocations(**conn, invs, unixMillis());
-  stats_.send_statements.fetch_add(1, std::memory_order_relaxed);
+  const absl::Status status = db::retryConflicts([&] {
+    stats_.send_statements.fetch_add(1, std::memory_order_relaxed);
+    return store::insertInvocations(**conn, invs, unixMillis());
+  });
   for (Send* s : batch) s->result = status;
 }
 
@@ -242,7 +245,10 @@ absl::StatusOr<std::string> Engine::send(const InvokeRequest& request) {
     // One INSERT, which commits by itself, alone: it waits while another transaction holds an
     // uncommitted invocation of the same key, and must not hold up unrelated sends meanwhile.
     auto conn = pool_->acquire();
-    status = conn.ok() ? store::insertInvocation(**conn, inv, unixMillis()) : conn.status();
+    status =
+        conn.ok()
+            ? db::retryConflicts([&] { return store::insertInvocation(**conn, inv, unixMillis()); })
+            : conn.status();
   } else {
     // One INSERT, which commits by itself, shared with the sends of other threads at the moment.
     Send send{&inv};

@@ -31,22 +31,6 @@ void appendRow(db::Params* params, const std::string& id, const JournalEntry& e,
   params->emplace_back(now);
 }
 
-// Runs `statement` (one that commits by itself) again after a deadlock or a lock wait timeout, as
-// Pool::transact does for a transaction.
-template <typename F>
-auto retryConflicts(F statement) -> decltype(statement()) {
-  const db::TxOptions retry;
-  Backoff backoff(retry.backoff);
-  for (int attempt = 1;; ++attempt) {
-    auto result = statement();
-    if (result.ok() || !db::isTransactionConflict(result.status()) ||
-        attempt >= retry.max_attempts) {
-      return result;
-    }
-    std::this_thread::sleep_for(backoff.next());
-  }
-}
-
 }  // namespace
 
 JournalWriter::JournalWriter(db::Pool& pool)
@@ -112,8 +96,11 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
     appendRow(&row, *r->invocation_id, *r->entries->front(), now);
     rows.push_back(std::move(row));
   }
-  // The statement for a power of two of rows, the rest matching no invocation (an empty id):
-  // a few statement texts, each prepared once per connection, rather than one per group size.
+  // The statement for a power of two of rows: a few statement texts, each prepared once per
+  // connection, rather than one per group size. The padding's values match no id; its fence
+  // pairs repeat the first entry's, which reads nothing more (a locking read of an id that does
+  // not exist would lock the gap where it would be, and hold up the inserts of new invocations
+  // there until the commit).
   const size_t n = db::paddedListSize(batch.size(), 2);
   // appendRow's order: id, seq, kind, name, ok, payload, error_code, error_message,
   // duration_ms, created_at. Columns 1 to 8 are chosen by id.
@@ -130,11 +117,12 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
   }
   params.emplace_back(now);
   for (size_t i = 0; i < n; ++i) {
-    params.emplace_back(i < batch.size() ? *batch[i]->invocation_id : std::string());
-    params.emplace_back(i < batch.size() ? batch[i]->token : int64_t{-1});
+    const Request& fenced = *batch[i < batch.size() ? i : 0];
+    params.emplace_back(*fenced.invocation_id);
+    params.emplace_back(fenced.token);
   }
   const std::string sql = statements::fencedJournalInsertGroup(n);
-  auto inserted = retryConflicts([&]() -> absl::StatusOr<uint64_t> {
+  auto inserted = db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
     return conn->exec(sql, params);
   });
@@ -182,7 +170,7 @@ absl::Status JournalWriter::writeOne(const Request& request) {
   params.emplace_back(request.token);
   // The locking read of the invocation row is the fence check: nothing is inserted unless the
   // lease token is still current, and a takeover waits for this statement to commit.
-  auto inserted = retryConflicts([&]() -> absl::StatusOr<uint64_t> {
+  auto inserted = db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
     return conn->exec(statements::kFencedJournalInsert, params);
   });

@@ -706,6 +706,43 @@ TEST_CASE_METHOD(WorkflowTest, "sends at the same moment share an insert", "[wor
   CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations") == kWriters + kSends + 2);
 }
 
+// A send whose INSERT the server rolled back for a lock wait timeout (or a deadlock) goes again:
+// nothing of it was written. Played by a transaction that locks the whole empty table's gap for
+// longer than the server's lock wait timeout (1 s here), then commits.
+TEST_CASE_METHOD(WorkflowTest, "a send rolled back by a lock wait timeout goes again",
+                 "[workflow]") {
+  exec("SET GLOBAL innodb_lock_wait_timeout = 1");
+  struct Restore {
+    std::shared_ptr<db::Pool> pool;
+    ~Restore() {
+      if (auto conn = pool->acquire(); conn.ok()) {
+        (void)(*conn)->execText("SET GLOBAL innodb_lock_wait_timeout = 50");
+      }
+    }
+  } restore{pool_};
+  // Its connections are opened after the change, so they have the short timeout.
+  auto pool = db::Pool::create(dsn_, {.max_connections = 4});
+  REQUIRE_THAT(pool, IsOk());
+  Engine idle(*pool, fastOptions());
+  REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
+                   "h", [](Context&, const std::string&) { return std::string(); })),
+               IsOk());
+  auto holder = pool_->acquire();
+  REQUIRE_THAT(holder, IsOk());
+  REQUIRE_THAT((*holder)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*holder)->query("SELECT id FROM workflow_invocations WHERE id = 'none' FOR UPDATE"),
+               IsOk());
+  absl::StatusOr<std::string> sent;
+  std::thread sender([&] { sent = idle.send({"Idle", "h", "", "in"}); });
+  std::this_thread::sleep_for(2500ms);
+  REQUIRE_THAT((*holder)->execText("COMMIT"), IsOk());
+  sender.join();
+  REQUIRE_THAT(sent, IsOk());
+  INFO("statements: " << idle.stats().send_statements.load());
+  CHECK(idle.stats().send_statements.load() >= 2);
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE id = ?", {*sent}) == 1);
+}
+
 // A handler of plain `run` steps writes its journal without reading its invocation's row: the
 // cancel reaches it through this replica (at once) or the renew loop (within a second).
 TEST_CASE_METHOD(WorkflowTest, "a cancel stops a handler of plain steps at its next step",
