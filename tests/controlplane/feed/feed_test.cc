@@ -96,6 +96,24 @@ std::map<std::string, std::string> databaseView(TestControlPlane& cp, const std:
 // The heart of the feed: with concurrent writers whose commit order differs from the order they
 // took their row locks and ids, some rolling back, every committed change reaches every watcher
 // in order, with no resync.
+// A Watch of `region` from an agent that reads nothing until the test does: the transport window
+// fills after a few events, and the server's writes to it wait.
+struct StuckWatch {
+  std::unique_ptr<grpc::ClientContext> context;
+  std::unique_ptr<grpc::ClientReader<WatchEvent>> reader;
+  grpc::ClientReader<WatchEvent>* operator->() const { return reader.get(); }
+};
+
+StuckWatch stuckWatch(TestControlPlane& cp, cluster::v1::ClusterService::Stub& stub,
+                      const std::string& region = "eu-1") {
+  StuckWatch s;
+  s.context = TestControlPlane::withToken(cp.agentToken(region), std::chrono::seconds(120));
+  cluster::v1::WatchRequest request;
+  request.set_region(region);
+  s.reader = stub.Watch(s.context.get(), request);
+  return s;
+}
+
 TEST_CASE("every committed change is delivered in order without resync", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.database.max_connections = 40; });
@@ -671,11 +689,7 @@ TEST_CASE("a slow agent is told to resync and others are unaffected", "[feed]") 
   auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.stream_max_queued = 200; });
   // A client that opens a stream and never reads: the transport window fills, the queue grows.
   auto stub = cp.watchStub();
-  auto stuck_context =
-      TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
-  cluster::v1::WatchRequest request;
-  request.set_region("eu-1");
-  auto stuck = stub->Watch(stuck_context.get(), request);
+  auto stuck = stuckWatch(cp, *stub);
   WatchRecorder healthy(cp.watchChannel(), cp.agentToken("eu-1"), "eu-1", 0);
   const std::string big(32 * 1024, 'x');
   for (int i = 0; i < 400; ++i)
@@ -704,11 +718,7 @@ TEST_CASE("a stream cut for lag waits for its agent before the call is reset", "
     c.feed.sync_stall = std::chrono::milliseconds(2000);
   });
   auto stub = cp.watchStub(0, /*small_window=*/true);
-  auto stuck_context =
-      TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
-  cluster::v1::WatchRequest request;
-  request.set_region("eu-1");
-  auto stuck = stub->Watch(stuck_context.get(), request);
+  auto stuck = stuckWatch(cp, *stub);
   const std::string big(32 * 1024, 'x');
   auto metric = [&](const std::string& line) {
     return server.metricsText().find(line + "\n") != std::string::npos;
@@ -745,14 +755,8 @@ TEST_CASE("slow streams among fast ones are told to resync and queues stay bound
       cp.startReplica([](ctrl::CtrlConfig& c) { c.feed.stream_max_queued = kMaxQueued; });
   const std::string token = cp.agentToken("eu-1");
   auto stub = cp.watchStub();
-  std::vector<std::unique_ptr<grpc::ClientContext>> stuck_contexts;
-  std::vector<std::unique_ptr<grpc::ClientReader<WatchEvent>>> stuck;
-  for (int i = 0; i < 3; ++i) {
-    stuck_contexts.push_back(TestControlPlane::withToken(token, std::chrono::seconds(120)));
-    cluster::v1::WatchRequest request;
-    request.set_region("eu-1");
-    stuck.push_back(stub->Watch(stuck_contexts.back().get(), request));
-  }
+  std::vector<StuckWatch> stuck;
+  for (int i = 0; i < 3; ++i) stuck.push_back(stuckWatch(cp, *stub));
   std::vector<std::unique_ptr<WatchRecorder>> fast;
   for (int i = 0; i < 3; ++i) {
     fast.push_back(std::make_unique<WatchRecorder>(cp.watchChannel(), token, "eu-1", 0));
@@ -933,19 +937,8 @@ TEST_CASE("full syncs waiting for slow agents hold no set-up thread", "[feed]") 
   // Three agents ask for a full sync and read nothing: the transport window fills after a few
   // events, and each sync pauses at the high-water mark.
   auto stub = cp.watchStub();
-  struct Stuck {
-    std::unique_ptr<grpc::ClientContext> context;
-    std::unique_ptr<grpc::ClientReader<WatchEvent>> reader;
-  };
-  std::vector<Stuck> stuck;
-  for (int i = 0; i < 3; ++i) {
-    Stuck s;
-    s.context = TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
-    cluster::v1::WatchRequest request;
-    request.set_region("eu-1");
-    s.reader = stub->Watch(s.context.get(), request);
-    stuck.push_back(std::move(s));
-  }
+  std::vector<StuckWatch> stuck;
+  for (int i = 0; i < 3; ++i) stuck.push_back(stuckWatch(cp, *stub));
   // Two hold a snapshot; the third waits in line.
   REQUIRE(eventually(
       [&] {
@@ -1009,11 +1002,7 @@ TEST_CASE("a full sync to an agent that reads nothing gives back its snapshot", 
   for (int i = 0; i < 200; ++i)
     REQUIRE_THAT(server.writer().put(bucket(strCat("r", i), "eu-1", big)), IsOk());
   auto stub = cp.watchStub(0, /*small_window=*/true);
-  auto stuck_context =
-      TestControlPlane::withToken(cp.agentToken("eu-1"), std::chrono::seconds(120));
-  cluster::v1::WatchRequest request;
-  request.set_region("eu-1");
-  auto stuck = stub->Watch(stuck_context.get(), request);
+  auto stuck = stuckWatch(cp, *stub);
   REQUIRE(eventually(
       [&] {
         return server.metricsText().find("krane_feed_full_syncs_total 1\n") != std::string::npos;

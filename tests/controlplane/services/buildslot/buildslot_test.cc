@@ -143,6 +143,17 @@ class BuildSlotTest : public workflow::WorkflowTest {
     return r.ok() ? *r : "";
   }
 
+  // "holder" takes the one slot of ws1 and builds until the test lets it go (closed_).
+  std::string holdSlot(Engine& e, bool production) {
+    {
+      std::lock_guard lock(mu_);
+      closed_.insert("holder");
+    }
+    const std::string holder = deploy(e, "holder", "ws1", production);
+    REQUIRE(eventually([&] { return slots(e, "ws1").active_size() == 1; }));
+    return holder;
+  }
+
   BuildSlots slots(Engine& e, const std::string& ws) {
     auto r =
         resultAs<BuildSlots>(e.call(invocation(kServiceName, "Slots", ws, SlotsRequest()), 10s));
@@ -189,12 +200,7 @@ TEST_CASE_METHOD(BuildSlotTest, "production waiters are promoted before preview 
                  "[build-slot]") {
   setQuota("ws1", 1);
   Engine& e = start();
-  {
-    std::lock_guard lock(mu_);
-    closed_.insert("holder");
-  }
-  const std::string holder = deploy(e, "holder", "ws1", false);
-  REQUIRE(eventually([&] { return slots(e, "ws1").active_size() == 1; }));
+  const std::string holder = holdSlot(e, false);
   std::vector<std::string> invs;
   invs.push_back(deploy(e, "p1", "ws1", false));
   REQUIRE(eventually([&] { return slots(e, "ws1").preview_size() == 1; }));
@@ -219,12 +225,7 @@ TEST_CASE_METHOD(BuildSlotTest, "production waiters are promoted before preview 
 TEST_CASE_METHOD(BuildSlotTest, "release of a waiter that never got a slot", "[build-slot]") {
   setQuota("ws1", 1);
   Engine& e = start();
-  {
-    std::lock_guard lock(mu_);
-    closed_.insert("holder");
-  }
-  const std::string holder = deploy(e, "holder", "ws1", true);
-  REQUIRE(eventually([&] { return slots(e, "ws1").active_size() == 1; }));
+  const std::string holder = holdSlot(e, true);
   const std::string waiter = deploy(e, "w", "ws1", false);
   REQUIRE(eventually([&] { return slots(e, "ws1").preview_size() == 1; }));
   // Cancelling the waiting deploy runs its compensation: Release of a deployment still waiting.
@@ -250,12 +251,7 @@ TEST_CASE_METHOD(BuildSlotTest, "a release passes over a waiter whose deploy end
   for (const std::string& sql : krane::testing::appTenancySql()) exec(sql);
   setQuota("ws1", 1);
   Engine& e = start();
-  {
-    std::lock_guard lock(mu_);
-    closed_.insert("holder");
-  }
-  const std::string holder = deploy(e, "holder", "ws1", false);
-  REQUIRE(eventually([&] { return slots(e, "ws1").active_size() == 1; }));
+  const std::string holder = holdSlot(e, false);
   const std::string dead = deploy(e, "dead", "ws1", true);  // production: first in line
   REQUIRE(eventually([&] { return slots(e, "ws1").production_size() == 1; }));
   const std::string alive = deploy(e, "alive", "ws1", false);
