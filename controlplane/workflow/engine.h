@@ -72,7 +72,8 @@ struct EngineStats {
   std::atomic<uint64_t> steps{0};               // run() side effects executed
   std::atomic<uint64_t> journal_reads{0};       // executions that read their journal from MySQL
   std::atomic<uint64_t> journal_cache_hits{0};  // executions that took it from the cache
-  // INSERTs send() ran for invocations that need no key (several sends share one).
+  // INSERTs send() ran for invocations that need no key (several sends share one; a statement
+  // run again after a deadlock or lock wait timeout counts again).
   std::atomic<uint64_t> send_statements{0};
   std::atomic<uint64_t> step_ms_total{0};
   // Step latency histogram, upper bounds in ms: 1, 5, 10, 50, 100, 500, 1000, 5000, +inf.

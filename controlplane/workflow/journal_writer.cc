@@ -3,13 +3,10 @@
 #include <algorithm>
 #include <set>
 #include <string_view>
-#include <thread>
 
-#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
-#include "controlplane/db/errors.h"
 #include "controlplane/workflow/statements.h"
 #include "controlplane/workflow/store.h"
 

@@ -93,9 +93,6 @@ std::map<std::string, std::string> databaseView(TestControlPlane& cp, const std:
   return view;
 }
 
-// The heart of the feed: with concurrent writers whose commit order differs from the order they
-// took their row locks and ids, some rolling back, every committed change reaches every watcher
-// in order, with no resync.
 // A Watch of `region` from an agent that reads nothing until the test does: the transport window
 // fills after a few events, and the server's writes to it wait.
 struct StuckWatch {
@@ -114,6 +111,9 @@ StuckWatch stuckWatch(TestControlPlane& cp, cluster::v1::ClusterService::Stub& s
   return s;
 }
 
+// The heart of the feed: with concurrent writers whose commit order differs from the order they
+// took their row locks and ids, some rolling back, every committed change reaches every watcher
+// in order, with no resync.
 TEST_CASE("every committed change is delivered in order without resync", "[feed]") {
   TestControlPlane cp;
   auto& server = cp.startReplica([](ctrl::CtrlConfig& c) { c.database.max_connections = 40; });

@@ -257,6 +257,8 @@ TEST_CASE_METHOD(BuildSlotTest, "a release passes over a waiter whose deploy end
   const std::string alive = deploy(e, "alive", "ws1", false);
   REQUIRE(eventually([&] { return slots(e, "ws1").preview_size() == 1; }));
   REQUIRE_THAT(e.kill(dead), IsOk());
+  INFO("a kill runs no compensation: the killed deploy stays in line");
+  CHECK(slots(e, "ws1").production_size() == 1);
   exec(
       "INSERT INTO deployments (id, workspace_id, project_id, app_id, environment_id, status,"
       " invocation_id, created_at) VALUES ('dead', 'ws', 'proj', 'app', 'prod', 'building', ?, 1)",
