@@ -74,6 +74,17 @@ absl::Status WriteTx::put(const Resource& resource, uint64_t expected_version) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> WriteTx::update(const ResourceKey& key,
+                                     const std::function<bool(Resource&)>& change) {
+  KRANE_RETURN_IF_ERROR(checkResourceKey("resource", key));
+  KRANE_ASSIGN_OR_RETURN(auto stored, tables_.forType(key.type).load(conn_, key));
+  if (!stored || stored->deleted) return false;
+  Resource next = stored->resource;
+  if (!change(next)) return false;
+  KRANE_RETURN_IF_ERROR(put(next, stored->resource.version()));
+  return true;
+}
+
 absl::Status purgeStatus(db::Connection& conn, const ResourceKey& key) {
   if (key.type == kDeploymentTopology) {
     KRANE_RETURN_IF_ERROR(conn.exec("DELETE FROM instances WHERE deployment_id = ? AND"

@@ -37,6 +37,10 @@ class WriteTx {
   absl::Status put(const Resource& resource, uint64_t expected_version = 0);
   // Queues a delete. NOT_FOUND when the resource does not exist or is already deleted.
   absl::Status remove(const ResourceKey& key, uint64_t expected_version = 0);
+  // Loads the stored resource at `key` and, when it exists (not deleted) and `change` returns
+  // true for it, queues a put of the changed resource at the version it was loaded at. Returns
+  // whether it queued one: a resource that is gone, or that `change` leaves alone, is no error.
+  absl::StatusOr<bool> update(const ResourceKey& key, const std::function<bool(Resource&)>& change);
   // The transaction's connection, for rows of the caller's own that must commit together with
   // the changes (never for state tables: use put/remove).
   db::Connection& connection() { return conn_; }

@@ -106,16 +106,16 @@ std::vector<strategy::Instance> viewOf(const RollingRegion& r) {
 }
 
 // Sets the replicas of `deployment` in `region` on the step's transaction.
-absl::Status setReplicas(feed::WriteTx& tx, const feed::ResourceTable& table,
-                         const std::string& deployment, const std::string& region,
-                         uint32_t replicas) {
-  const feed::ResourceKey key{std::string(feed::kDeploymentTopology), deployment, region};
-  KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
-  if (!stored || stored->deleted) return absl::OkStatus();
-  if (stored->resource.deployment_topology().replicas() == replicas) return absl::OkStatus();
-  feed::Resource next = stored->resource;
-  next.mutable_deployment_topology()->set_replicas(replicas);
-  return tx.put(next, stored->resource.version());
+absl::Status setReplicas(feed::WriteTx& tx, const std::string& deployment,
+                         const std::string& region, uint32_t replicas) {
+  return tx
+      .update({std::string(feed::kDeploymentTopology), deployment, region},
+              [&](feed::Resource& r) {
+                if (r.deployment_topology().replicas() == replicas) return false;
+                r.mutable_deployment_topology()->set_replicas(replicas);
+                return true;
+              })
+      .status();
 }
 
 struct Move {
@@ -180,7 +180,6 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
                                  const std::string& deployment, const Phase& rolled_back,
                                  int64_t deadline_ms, uint32_t give_up) {
   const strategy::RollingSpec spec = strategy::specOf(info.rolling_update());
-  const feed::ResourceTable& table = deps.writer->tables().forType(feed::kDeploymentTopology);
   // Failed new instances seen, summed over samples at most one tick apart: failed
   // instance-seconds. Every report wakes a cycle, so a sum over cycles would count how often the
   // agents report, and one instance failing for a moment could reach the cap.
@@ -241,8 +240,8 @@ absl::StatusOr<std::string> move(Context& ctx, const DeployDependencies& deps,
           if (moves.empty()) return std::string();
           KRANE_ASSIGN_OR_RETURN(written, deps.writer->transactIn(conn, [&](feed::WriteTx& tx) {
             for (const Move& m : moves) {
-              KRANE_RETURN_IF_ERROR(setReplicas(tx, table, to, m.region, m.to_replicas));
-              KRANE_RETURN_IF_ERROR(setReplicas(tx, table, from, m.region, m.from_replicas));
+              KRANE_RETURN_IF_ERROR(setReplicas(tx, to, m.region, m.to_replicas));
+              KRANE_RETURN_IF_ERROR(setReplicas(tx, from, m.region, m.from_replicas));
             }
             return absl::OkStatus();
           }));
@@ -309,10 +308,9 @@ absl::Status restoreLive(Context& ctx, feed::Writer& writer, const std::string& 
         if (app.empty() || app.rows[0].optStr("current_deployment_id") != live) {
           return std::string("no longer live");
         }
-        const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
         KRANE_ASSIGN_OR_RETURN(written, writer.transactIn(conn, [&](feed::WriteTx& tx) {
           for (const auto& [region, n] : replicas) {
-            KRANE_RETURN_IF_ERROR(setReplicas(tx, table, live, region, n));
+            KRANE_RETURN_IF_ERROR(setReplicas(tx, live, region, n));
           }
           return absl::OkStatus();
         }));

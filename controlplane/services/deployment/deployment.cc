@@ -46,7 +46,6 @@ absl::StatusOr<std::vector<feed::WriteResult>> write(feed::Writer& writer, db::C
                                                      const std::string& deployment_id,
                                                      DesiredStatus status,
                                                      ApplyDesiredStateResponse* out) {
-  const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
   return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
     out->clear_changed_regions();
     KRANE_ASSIGN_OR_RETURN(auto rows,
@@ -55,15 +54,15 @@ absl::StatusOr<std::vector<feed::WriteResult>> write(feed::Writer& writer, db::C
                                                  " ORDER BY region_id FOR UPDATE",
                                                  {deployment_id}));
     for (const db::Row& r : rows.rows) {
-      const feed::ResourceKey key{std::string(feed::kDeploymentTopology), deployment_id,
-                                  r.str("region_id")};
-      KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
-      if (!stored || stored->deleted) continue;
-      feed::Resource resource = stored->resource;
-      if (resource.deployment_topology().desired_status() == status) continue;
-      resource.mutable_deployment_topology()->set_desired_status(status);
-      KRANE_RETURN_IF_ERROR(tx.put(resource, stored->resource.version()));
-      out->add_changed_regions(key.region);
+      KRANE_ASSIGN_OR_RETURN(
+          bool changed,
+          tx.update({std::string(feed::kDeploymentTopology), deployment_id, r.str("region_id")},
+                    [&](feed::Resource& resource) {
+                      if (resource.deployment_topology().desired_status() == status) return false;
+                      resource.mutable_deployment_topology()->set_desired_status(status);
+                      return true;
+                    }));
+      if (changed) out->add_changed_regions(r.str("region_id"));
     }
     return absl::OkStatus();
   });

@@ -108,7 +108,6 @@ absl::StatusOr<std::string> environmentKind(db::Connection& conn,
 absl::StatusOr<std::vector<feed::WriteResult>> updateSentinels(
     feed::Writer& writer, db::Connection& conn, const std::string& environment_id,
     const std::function<bool(cluster::v1::Sentinel&)>& change) {
-  const feed::ResourceTable& table = writer.tables().forType(feed::kSentinel);
   return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(auto rows,
                            tx.connection().query("SELECT id, region_id FROM sentinels"
@@ -116,12 +115,10 @@ absl::StatusOr<std::vector<feed::WriteResult>> updateSentinels(
                                                  " ORDER BY id FOR UPDATE",
                                                  {environment_id}));
     for (const db::Row& r : rows.rows) {
-      const feed::ResourceKey key{std::string(feed::kSentinel), r.str("id"), r.str("region_id")};
-      KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
-      if (!stored || stored->deleted) continue;
-      feed::Resource next = stored->resource;
-      if (!change(*next.mutable_sentinel())) continue;
-      KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));
+      KRANE_RETURN_IF_ERROR(
+          tx.update({std::string(feed::kSentinel), r.str("id"), r.str("region_id")},
+                    [&](feed::Resource& next) { return change(*next.mutable_sentinel()); })
+              .status());
     }
     return absl::OkStatus();
   });
@@ -165,7 +162,6 @@ absl::StatusOr<std::vector<feed::WriteResult>> restoreDrained(feed::Writer& writ
                                                               db::Connection& conn,
                                                               const std::string& environment_id,
                                                               const std::string& deployment_id) {
-  const feed::ResourceTable& table = writer.tables().forType(feed::kDeploymentTopology);
   return writer.transactIn(conn, [&](feed::WriteTx& tx) -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(auto regions,
                            tx.connection().query("SELECT region_id, replicas FROM"
@@ -173,15 +169,15 @@ absl::StatusOr<std::vector<feed::WriteResult>> restoreDrained(feed::Writer& writ
                                                  " ORDER BY region_id",
                                                  {environment_id}));
     for (const db::Row& r : regions.rows) {
-      const feed::ResourceKey key{std::string(feed::kDeploymentTopology), deployment_id,
-                                  r.str("region_id")};
-      KRANE_ASSIGN_OR_RETURN(auto stored, table.load(tx.connection(), key));
-      if (!stored || stored->deleted) continue;
       const auto wanted = static_cast<uint32_t>(r.i64("replicas"));
-      if (stored->resource.deployment_topology().replicas() >= wanted) continue;
-      feed::Resource next = stored->resource;
-      next.mutable_deployment_topology()->set_replicas(wanted);
-      KRANE_RETURN_IF_ERROR(tx.put(next, stored->resource.version()));
+      KRANE_RETURN_IF_ERROR(
+          tx.update({std::string(feed::kDeploymentTopology), deployment_id, r.str("region_id")},
+                    [&](feed::Resource& next) {
+                      if (next.deployment_topology().replicas() >= wanted) return false;
+                      next.mutable_deployment_topology()->set_replicas(wanted);
+                      return true;
+                    })
+              .status());
     }
     return absl::OkStatus();
   });

@@ -6,6 +6,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/db/migrate.h"
 #include "controlplane/feed/tables.h"
@@ -128,6 +129,51 @@ TEST_CASE_METHOD(WriterTest, "expected version is optimistic concurrency", "[wri
   CHECK_THAT(messageOf(stale.status()), Catch::Contains("is at version 1, not the expected 6"));
   CHECK_THAT(writer_->put(generic("a", "eu-1", "2"), first->version), IsOk());
   CHECK(absl::IsAborted(writer_->remove({"example.krane.dev/bucket", "a", "eu-1"}, 1).status()));
+}
+
+// update: the stored resource, changed in place; one that is gone or that the change leaves
+// alone writes nothing, and neither is an error.
+TEST_CASE_METHOD(WriterTest, "update changes the stored resource or writes nothing", "[writer]") {
+  REQUIRE_THAT(writer_->put(generic("a", "eu-1", "1")), IsOk());
+  REQUIRE_THAT(writer_->put(generic("gone", "eu-1", "1")), IsOk());
+  REQUIRE_THAT(writer_->remove({"example.krane.dev/bucket", "gone", "eu-1"}), IsOk());
+  const size_t before = changeVersions("eu-1").size();
+  std::vector<std::string> seen;
+  auto set = [&](const std::string& to) {
+    return [&seen, to](Resource& r) {
+      seen.push_back(r.generic().spec());
+      if (r.generic().spec() == to) return false;
+      r.mutable_generic()->set_spec(to);
+      return true;
+    };
+  };
+  auto written = writer_->transact("update", [&](WriteTx& tx) -> absl::Status {
+    const std::string type = "example.krane.dev/bucket";
+    KRANE_ASSIGN_OR_RETURN(bool changed, tx.update({type, "a", "eu-1"}, set("2")));
+    CHECK(changed);
+    KRANE_ASSIGN_OR_RETURN(bool gone, tx.update({type, "gone", "eu-1"}, set("2")));
+    CHECK_FALSE(gone);
+    KRANE_ASSIGN_OR_RETURN(bool missing, tx.update({type, "never", "eu-1"}, set("2")));
+    CHECK_FALSE(missing);
+    return absl::OkStatus();
+  });
+  REQUIRE_THAT(written, IsOk());
+  CHECK(changeVersions("eu-1").size() == before + 1);
+  INFO("a change that leaves the resource as it is writes no version");
+  auto again = writer_->transact("update", [&](WriteTx& tx) -> absl::Status {
+    KRANE_ASSIGN_OR_RETURN(bool changed,
+                           tx.update({"example.krane.dev/bucket", "a", "eu-1"}, set("2")));
+    CHECK_FALSE(changed);
+    return absl::OkStatus();
+  });
+  REQUIRE_THAT(again, IsOk());
+  CHECK(seen == std::vector<std::string>{"1", "2"});
+  CHECK(changeVersions("eu-1").size() == before + 1);
+  auto bad = writer_->transact("update", [&](WriteTx& tx) {
+    return tx.update({"example.krane.dev/bucket", "", "eu-1"}, [](Resource&) { return true; })
+        .status();
+  });
+  CHECK(absl::IsInvalidArgument(bad.status()));
 }
 
 TEST_CASE_METHOD(WriterTest, "bad input is refused naming the field", "[writer]") {
