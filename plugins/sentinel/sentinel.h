@@ -31,6 +31,7 @@
 #include "krane/cluster/v1/state.pb.h"
 #include "nlohmann/json.hpp"
 #include "plugins/runtime/process/process_runtime.h"
+#include "plugins/sentinel/defaults.h"
 #include "plugins/sentinel/proxy/routes.h"
 
 namespace krane::sentinel {
@@ -40,13 +41,6 @@ inline constexpr int kHttpPort = 8040;
 // The proxy's listener for liveness and readiness only (KRANE_HEALTH_PORT), named kHealthPortName.
 inline constexpr int kHealthPort = 8041;
 inline constexpr char kHealthPortName[] = "health";
-// On SIGTERM the proxy answers readiness with 503 and still serves for this long
-// (KRANE_DRAIN_SECONDS) before it stops accepting, while the endpoints controller and kube-proxy
-// move traffic away; then requests in flight complete, within the proxy's upstream timeout.
-inline constexpr int kDrainSeconds = 5;
-// The proxy's upstream timeout (ProxyOptions::upstream_timeout): the longest a request in flight
-// can take once the proxy stops accepting.
-inline constexpr int kUpstreamTimeoutSeconds = 60;
 // Drain, then the requests in flight, then a margin: only a proxy that hangs is killed.
 inline constexpr int kTerminationGraceSeconds = kDrainSeconds + kUpstreamTimeoutSeconds + 10;
 inline constexpr int kGossipPort = 7946;

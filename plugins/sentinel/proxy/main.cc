@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
   int poll_ms = static_cast<int>(options.poll.count());
   int health_port = -1;
   int client_timeout_s = static_cast<int>(options.client_timeout.count());
-  int drain_seconds = 5;
+  int drain_seconds = krane::sentinel::kDrainSeconds;
 
   CLI::App app{"krane-sentinel: a sentinel's routing proxy", "krane-sentinel"};
   app.add_option("--routes-file", options.routes_file, "Routes file to watch ($KRANE_ROUTES_FILE)");

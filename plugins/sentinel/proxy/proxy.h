@@ -45,6 +45,7 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "plugins/sentinel/defaults.h"
 #include "plugins/sentinel/proxy/routes.h"
 
 namespace httplib {
@@ -63,7 +64,7 @@ struct ProxyOptions {
   std::string routes_file;  // empty: routes only through setRoutes()
   std::chrono::milliseconds poll{100};
   std::chrono::milliseconds connect_timeout{2000};
-  std::chrono::milliseconds upstream_timeout{60000};
+  std::chrono::milliseconds upstream_timeout{kUpstreamTimeoutSeconds * 1000};
   // Requests served at once (each holds a thread while its upstream answers); more wait.
   int threads = 64;
   // How long a client may keep a request thread waiting for the next bytes of its request
