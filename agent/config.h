@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "agent/call_limits.h"
 
 namespace krane::agent {
 
@@ -17,8 +18,8 @@ struct PluginConfig {
   size_t workers = 4;                 // resources applied in parallel
   // How long one apply or delete may take before the agent cancels it, and how long the host
   // then has to let it go before it is restarted (process isolation only).
-  std::chrono::milliseconds call_timeout{120000};
-  std::chrono::milliseconds cancel_grace{10000};
+  std::chrono::milliseconds call_timeout = kDefaultCallTimeout;
+  std::chrono::milliseconds cancel_grace = kDefaultCancelGrace;
   std::string config_json = "{}";  // the `config:` mapping, handed to the plugin as JSON
   std::string config_text;         // `config_text:`, handed over as is instead (own formats)
 };

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "agent/call_limits.h"
 #include "agent/dispatcher.h"
 #include "agent/frame_channel.h"
 #include "agent/plugin_loader.h"
@@ -63,10 +64,10 @@ struct HostOptions {
   std::chrono::milliseconds heartbeat{500};
   int missed_heartbeats = 6;  // then the host counts as hung and is restarted
   std::chrono::milliseconds start_timeout{10000};
-  std::chrono::milliseconds call_timeout{120000};
+  std::chrono::milliseconds call_timeout = kDefaultCallTimeout;
   // After a call's deadline: how long the host has to confirm that the cancelled call no longer
   // runs before it is restarted (which ends the call for sure).
-  std::chrono::milliseconds cancel_grace{10000};
+  std::chrono::milliseconds cancel_grace = kDefaultCancelGrace;
   BackoffPolicy restart{std::chrono::milliseconds(200), 2.0, std::chrono::milliseconds(30000), 0.2};
 };
 
