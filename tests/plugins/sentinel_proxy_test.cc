@@ -17,6 +17,7 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <catch2/catch.hpp>
@@ -72,6 +73,54 @@ struct Instance {
   ChildProcess process;
 };
 
+// Requests an app holds until the test lets them go.
+class Holding {
+ public:
+  void hold() {
+    std::unique_lock lock(mutex_);
+    ++held_;
+    cv_.wait(lock, [this] { return released_; });
+  }
+  void release() {
+    {
+      std::lock_guard lock(mutex_);
+      released_ = true;
+    }
+    cv_.notify_all();
+  }
+  int held() {
+    std::lock_guard lock(mutex_);
+    return held_;
+  }
+  // Answers GET `path` on `app` with "released", each request held until release().
+  void answerOn(httplib::Server& app, const std::string& path = "/hang") {
+    app.Get(path, [this](const httplib::Request&, httplib::Response& res) {
+      hold();
+      res.set_content("released", "text/plain");
+    });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int held_ = 0;
+  bool released_ = false;
+};
+
+// Answers GET / with "hello".
+void answerHello(httplib::Server& app) {
+  app.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("hello", "text/plain");
+  });
+}
+
+// A port nothing listens on now, other than `other`.
+int freePortBut(int other) {
+  int port = freePort();
+  while (port == other) port = freePort();
+  return port;
+}
+
 class ProxyTest {
  protected:
   ProxyTest() {
@@ -125,6 +174,19 @@ class ProxyTest {
     REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
   }
 
+  // An app that holds its GET /hang requests until `holding` lets them go (and answers GET /
+  // with "hello" when asked), served and routed to until it goes out of scope.
+  struct HoldingApp {
+    HoldingApp(ProxyTest& test, Holding& holding, bool hello = false) {
+      holding.answerOn(server);
+      if (hello) answerHello(server);
+      running.emplace(server);
+      test.routeTo(*running);
+    }
+    httplib::Server server;
+    std::optional<App> running;
+  };
+
   // Another proxy of the routes file on `port`, with `args` and `env` besides; live on return.
   std::unique_ptr<ChildProcess> startProxy(int port, const std::vector<std::string>& args,
                                            std::map<std::string, std::string> env,
@@ -149,40 +211,6 @@ class ProxyTest {
   std::unique_ptr<ChildProcess> proxy_;
 };
 
-// Requests an app holds until the test lets them go.
-class Holding {
- public:
-  void hold() {
-    std::unique_lock lock(mutex_);
-    ++held_;
-    cv_.wait(lock, [this] { return released_; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mutex_);
-      released_ = true;
-    }
-    cv_.notify_all();
-  }
-  int held() {
-    std::lock_guard lock(mutex_);
-    return held_;
-  }
-  // Answers GET `path` on `app` with "released", each request held until release().
-  void answerOn(httplib::Server& app, const std::string& path = "/hang") {
-    app.Get(path, [this](const httplib::Request&, httplib::Response& res) {
-      hold();
-      res.set_content("released", "text/plain");
-    });
-  }
-
- private:
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  int held_ = 0;
-  bool released_ = false;
-};
-
 // Client threads, joined (after `holding` let its requests go) when it goes out of scope, a
 // failed check included.
 class Clients {
@@ -198,20 +226,6 @@ class Clients {
   Holding& holding_;
   std::vector<std::thread> threads_;
 };
-
-// Answers GET / with "hello".
-void answerHello(httplib::Server& app) {
-  app.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("hello", "text/plain");
-  });
-}
-
-// A port nothing listens on now, other than `other`.
-int freePortBut(int other) {
-  int port = freePort();
-  while (port == other) port = freePort();
-  return port;
-}
 
 TEST_CASE_METHOD(ProxyTest, "readiness only with routes, liveness on its own path",
                  "[sentinel-proxy]") {
@@ -413,10 +427,7 @@ TEST_CASE_METHOD(ProxyTest, "promote and rollback switch traffic with no failed 
 TEST_CASE_METHOD(ProxyTest, "the health port answers while every request thread is busy",
                  "[sentinel-proxy]") {
   Holding holding;
-  httplib::Server app;
-  holding.answerOn(app);
-  App running(app);
-  routeTo(running);
+  HoldingApp app(*this, holding);
   const int port = freePort();
   const int health = freePortBut(port);
   auto proxy = startProxy(port, {"--threads", "2"}, {{"KRANE_HEALTH_PORT", std::to_string(health)}},
@@ -480,11 +491,7 @@ TEST_CASE_METHOD(ProxyTest, "a client that stops sending is cut off", "[sentinel
 TEST_CASE_METHOD(ProxyTest, "a request waiting for a thread when the proxy stops is answered",
                  "[sentinel-proxy]") {
   Holding holding;
-  httplib::Server app;
-  holding.answerOn(app);
-  answerHello(app);
-  App running(app);
-  routeTo(running);
+  HoldingApp app(*this, holding, /*hello=*/true);
   const int port = freePort();
   auto proxy = startProxy(port, {"--threads", "1"}, {{"KRANE_DRAIN_SECONDS", "0"}}, "queued.log");
   REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 5s));
@@ -513,11 +520,7 @@ TEST_CASE_METHOD(ProxyTest, "a request waiting for a thread when the proxy stops
 // on serving for the drain period, then stops accepting and lets the requests in flight finish.
 TEST_CASE_METHOD(ProxyTest, "on SIGTERM the proxy drains before it stops", "[sentinel-proxy]") {
   Holding holding;
-  httplib::Server app;
-  holding.answerOn(app);
-  answerHello(app);
-  App running(app);
-  routeTo(running);
+  HoldingApp app(*this, holding, /*hello=*/true);
   const int port = freePort();
   const int health = freePortBut(port);
   auto proxy = startProxy(
@@ -566,10 +569,7 @@ TEST_CASE_METHOD(ProxyTest, "on SIGTERM the proxy drains before it stops", "[sen
 TEST_CASE_METHOD(ProxyTest, "a second signal ends the drain, a third exits at once",
                  "[sentinel-proxy]") {
   Holding holding;
-  httplib::Server app;
-  holding.answerOn(app);
-  App running(app);
-  routeTo(running);
+  HoldingApp app(*this, holding);
   const int port = freePort();
   auto proxy = startProxy(port, {}, {{"KRANE_DRAIN_SECONDS", "600"}}, "signals.log");
   REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 5s));
