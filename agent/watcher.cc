@@ -22,6 +22,11 @@ Watcher::Watcher(std::shared_ptr<grpc::Channel> channel, WatcherOptions options,
 
 Watcher::~Watcher() { stop(); }
 
+void Watcher::cancelStream(grpc::ClientContext& context) {
+  cancelled_here_ = true;
+  context.TryCancel();
+}
+
 void Watcher::start() {
   thread_ = std::thread([this] { run(); });
 }
@@ -30,10 +35,7 @@ void Watcher::stop() {
   stopping_ = true;
   {
     std::lock_guard lock(mutex_);
-    if (context_ != nullptr) {
-      cancelled_here_ = true;
-      context_->TryCancel();
-    }
+    if (context_ != nullptr) cancelStream(*context_);
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -42,10 +44,7 @@ void Watcher::stop() {
 void Watcher::requestResync() {
   resync_ = true;
   std::lock_guard lock(mutex_);
-  if (context_ != nullptr) {
-    cancelled_here_ = true;
-    context_->TryCancel();
-  }
+  if (context_ != nullptr) cancelStream(*context_);
 }
 
 void Watcher::preferChannel(std::shared_ptr<grpc::Channel> channel, std::string where) {
@@ -216,8 +215,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
           spdlog::error("agent: full sync of region={} at version={} was not taken; starting over",
                         options_.region, event.sync_end().version());
           resync_ = true;
-          cancelled_here_ = true;
-          context.TryCancel();
+          cancelStream(context);
           return false;
         }
         if (options_.on_epoch) options_.on_epoch(event.sync_end().epoch());
@@ -245,8 +243,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
         // silently skipped.
         spdlog::error("agent: unknown watch event case {}; reconnecting",
                       static_cast<int>(event.event_case()));
-        cancelled_here_ = true;
-        context.TryCancel();
+        cancelStream(context);
         return false;
     }
   };
@@ -262,8 +259,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
     }
     if (going && !in_sync && resyncDue()) {
       resync_ = true;  // periodic full sync: a safety net for drift in the cluster itself
-      cancelled_here_ = true;
-      context.TryCancel();
+      cancelStream(context);
     }
     // Another channel is wanted (preferChannel, or a fallback is over): once what this stream
     // delivered is applied, so that the next resumes where it stopped (never within a full
@@ -272,8 +268,7 @@ bool Watcher::streamOnce(cluster::v1::ClusterService::Stub& stub, uint64_t versi
     if (going && !in_sync && (switch_ || now >= leave_at)) {
       const bool patient = now >= patient_from;
       if (caughtUp(received, patient ? std::chrono::seconds(1) : std::chrono::seconds(0))) {
-        cancelled_here_ = true;
-        context.TryCancel();
+        cancelStream(context);
       } else if (patient) {
         patient_from = std::chrono::steady_clock::now() + std::chrono::seconds(10);
       }

@@ -118,6 +118,8 @@ class Watcher {
   std::atomic<bool> resync_{false};
   // This agent cancelled the current stream (a stop, a resync, a channel switch), not krane-ctrl.
   std::atomic<bool> cancelled_here_{false};
+  // Ends the current stream from this side (every cancel of the agent's own goes through here).
+  void cancelStream(grpc::ClientContext& context);
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   grpc::ClientContext* context_ = nullptr;  // of the open stream, for cancellation

@@ -58,7 +58,8 @@ std::string placeholders(size_t n);
 
 // How many values an IN list of `n` is padded to: the next power of two, at least `at_least`.
 // Lists of every length then share a few statement texts, each prepared once per connection
-// (Connection::kMaxPreparedStatements); the caller pads with a value that matches no row.
+// (Connection::kMaxPreparedStatements); the caller pads with a value that adds no row (one that
+// matches nothing, or one already in the list).
 size_t paddedListSize(size_t n, size_t at_least = 1);
 
 // Column names of a result, shared by all its rows.

@@ -2,9 +2,7 @@
 #include <exception>
 #include <map>
 #include <set>
-#include <thread>
 
-#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -24,18 +22,12 @@ absl::Status cancelledError() { return absl::CancelledError("invocation cancelle
 bool isFenced(const absl::Status& s) { return absl::IsAborted(s) && s.message() == "fenced"; }
 
 // Runs one statement outside a transaction (it commits by itself), again after a deadlock or a
-// lock wait timeout, as Pool::transact does for a transaction.
+// lock wait timeout (db::retryConflicts).
 absl::StatusOr<uint64_t> execAlone(db::Pool& pool, std::string_view sql, const db::Params& params) {
-  Backoff backoff(db::TxOptions{}.backoff);
-  absl::Status last;
-  for (int attempt = 1; attempt <= db::TxOptions{}.max_attempts; ++attempt) {
-    if (attempt > 1) std::this_thread::sleep_for(backoff.next());
+  return db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
-    auto changed = conn->exec(sql, params);
-    if (changed.ok() || !db::isTransactionConflict(changed.status())) return changed;
-    last = changed.status();
-  }
-  return last;
+    return conn->exec(sql, params);
+  });
 }
 
 }  // namespace

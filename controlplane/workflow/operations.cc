@@ -1,8 +1,5 @@
 #include "controlplane/workflow/operations.h"
 
-#include <thread>
-
-#include "common/backoff.h"
 #include "common/clock.h"
 #include "common/status.h"
 #include "common/strings.h"
@@ -280,17 +277,11 @@ absl::Status resumeInvocation(db::Pool& pool, const std::string& id) {
 absl::Status settleAwakeable(db::Pool& pool, const std::string& id,
                              const absl::StatusOr<std::string>& outcome) {
   // settlePromise() changes the promise and its owner in one statement, which commits by itself;
-  // again after a deadlock or a lock wait timeout, as Pool::transact would.
-  const db::TxOptions retry;
-  Backoff backoff(retry.backoff);
-  absl::Status last;
-  for (int attempt = 1; attempt <= retry.max_attempts; ++attempt) {
-    if (attempt > 1) std::this_thread::sleep_for(backoff.next());
+  // again after a deadlock or a lock wait timeout.
+  return db::retryConflicts([&]() -> absl::Status {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
-    last = store::settlePromise(*conn, id, outcome, unixMillis()).status();
-    if (!db::isTransactionConflict(last)) return last;
-  }
-  return last;
+    return store::settlePromise(*conn, id, outcome, unixMillis()).status();
+  });
 }
 
 absl::StatusOr<std::vector<HeldKey>> keysHeldLongerThan(db::Pool& pool,
