@@ -117,6 +117,7 @@ struct ServerCounters {
   int64_t commits = 0;  // transactions that wrote, explicit or autocommit
   int64_t rows_written = 0;
   int64_t statements = 0;  // every statement and round trip the server answered
+  int64_t prepares = 0;    // statements prepared (a connection's cache of them missed)
 };
 
 ServerCounters counters(db::Pool& pool) {
@@ -126,7 +127,7 @@ ServerCounters counters(db::Pool& pool) {
   // tables, so their writes are the rows the engine wrote.
   auto rows = check(conn->query("SHOW GLOBAL STATUS WHERE Variable_name IN ('Handler_commit',"
                                 " 'Handler_write', 'Handler_update', 'Handler_delete',"
-                                " 'Questions')"),
+                                " 'Questions', 'Com_stmt_prepare')"),
                     "status");
   for (const auto& r : rows.rows) {
     const int64_t v = std::stoll(r.str(1));
@@ -134,6 +135,8 @@ ServerCounters counters(db::Pool& pool) {
       c.commits = v;
     } else if (r.str(0) == "Questions") {
       c.statements = v;
+    } else if (r.str(0) == "Com_stmt_prepare") {
+      c.prepares = v;
     } else {
       c.rows_written += v;
     }
@@ -361,6 +364,7 @@ int run(bool json, bool quick) {
   // Per round, against the raw commit rate of the same round.
   std::vector<double> steps_ratio_r, resumes_ratio_r;
   std::vector<double> wf_statements_r, resume_statements_r, resume_commits_r;
+  std::vector<double> wf_prepares_r, resume_prepares_r;
   // CPU (this process and the server) per five-step workflow and per resume: less sensitive
   // than the rates to whatever else runs on the machine.
   const pid_t server = serverPid();
@@ -426,6 +430,7 @@ int run(bool json, bool quick) {
     wf_commit_r.push_back(static_cast<double>(after5.commits - before5.commits) / five_s / raw);
     steps_ratio_r.push_back(5.0 * wf_r.back() / raw);
     wf_statements_r.push_back(static_cast<double>(after5.statements - before5.statements) / batch);
+    wf_prepares_r.push_back(static_cast<double>(after5.prepares - before5.prepares) / batch);
     say("  {} five-step workflows: {:.1f}/s ({:.2f} s; {} zero-step: {:.2f} s)", batch, wf_r.back(),
         five_s, batch, zero_s);
 
@@ -462,6 +467,9 @@ int run(bool json, bool quick) {
     const auto after_resume = counters(*pool);
     resume_statements_r.push_back(
         static_cast<double>(after_resume.statements - before_resume.statements) /
+        static_cast<double>(awakeables.size()));
+    resume_prepares_r.push_back(
+        static_cast<double>(after_resume.prepares - before_resume.prepares) /
         static_cast<double>(awakeables.size()));
     resume_commits_r.push_back(static_cast<double>(after_resume.commits - before_resume.commits) /
                                static_cast<double>(awakeables.size()));
@@ -527,6 +535,8 @@ int run(bool json, bool quick) {
   extra.push_back({"db_statements_per_workflow_5_steps", median(wf_statements_r), "statements"});
   extra.push_back({"db_statements_per_resume", median(resume_statements_r), "statements"});
   extra.push_back({"db_commits_per_resume", median(resume_commits_r), "commits"});
+  extra.push_back({"db_prepares_per_workflow_5_steps", median(wf_prepares_r), "statements"});
+  extra.push_back({"db_prepares_per_resume", median(resume_prepares_r), "statements"});
   extra.push_back({"cpu_ms_per_workflow_5_steps", median(wf_cpu_r), "ms"});
   extra.push_back({"cpu_ms_per_resume", median(resume_cpu_r), "ms"});
   extra.push_back({"engine_cpu_ms_per_workflow_5_steps", median(wf_engine_cpu_r), "ms"});

@@ -177,6 +177,7 @@ void Engine::stop() {
     stopping_ = true;
   }
   wake_.notify_all();
+  renewer_wake_.notify_all();
   if (claimer_.joinable()) claimer_.join();
   threads_.reset();  // finishes the executions in flight
   if (renewer_.joinable()) renewer_.join();
@@ -185,11 +186,13 @@ void Engine::stop() {
 }
 
 void Engine::notify() {
+  bool claim = false;
   {
     std::lock_guard lock(mutex_);
-    notified_ = true;
+    notified_ = true;  // and when no claim may start yet, the next execution's end wakes it
+    claim = claimMayStart();
   }
-  wake_.notify_all();
+  if (claim) wake_.notify_one();
 }
 
 absl::Status Engine::newInvocation(const InvokeRequest& request, store::NewInvocation* out) const {
@@ -507,10 +510,8 @@ void Engine::claimLoop() {
     if (got > 0 && got == free) continue;  // there may be more
     // Claims wait until the invocations claimed ahead are down to what the workers run: one
     // claim then takes several, where claiming at every finish took one at a time.
-    wake_.wait_for(lock, options_.poll_interval, [&] {
-      return stopping_ ||
-             (notified_ && active_.size() < claimCapacity() && active_.size() <= options_.threads);
-    });
+    wake_.wait_for(lock, options_.poll_interval,
+                   [&] { return stopping_ || (notified_ && claimMayStart()); });
     notified_ = false;
   }
 }
@@ -529,7 +530,7 @@ void Engine::renewLoop() {
       // While stopping, the executions in flight finish (stop() waits for them) and keep their
       // leases renewed at the usual pace.
       const auto until = options_.renew_leases ? std::min(next_renewal, next_check) : next_check;
-      wake_.wait_until(lock, until, [&] { return stopping_ && active_.empty(); });
+      renewer_wake_.wait_until(lock, until, [&] { return stopping_ && active_.empty(); });
       if (stopping_ && active_.empty()) return;
       active.assign(active_.begin(), active_.end());
     }
@@ -609,12 +610,17 @@ void Engine::execute(Claim claim) {
     Engine* engine;
     std::pair<std::string, int64_t> me;
     ~Done() {
+      bool claim = false;
+      bool last = false;
       {
         std::lock_guard lock(engine->mutex_);
         engine->active_.erase(me);
         engine->notified_ = true;
+        claim = engine->claimMayStart();
+        last = engine->stopping_ && engine->active_.empty();
       }
-      engine->wake_.notify_all();
+      if (claim) engine->wake_.notify_one();
+      if (last) engine->renewer_wake_.notify_one();
     }
   } done{this, me};
 

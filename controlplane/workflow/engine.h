@@ -155,6 +155,11 @@ class Engine {
   absl::Status newInvocation(const InvokeRequest& request, store::NewInvocation* inv) const;
   // Invocations claimed and not yet finished (executing or queued) at most.
   size_t claimCapacity() const { return options_.threads + options_.threads / 2; }
+  // With mutex_ held: the invocations claimed ahead are down to what the workers run, so a
+  // claim would take several (claiming at every finish took one at a time).
+  bool claimMayStart() const {
+    return active_.size() < claimCapacity() && active_.size() <= options_.threads;
+  }
   void claimLoop();
   // Renews the leases of what executes here, and looks for cancels of it made elsewhere.
   void renewLoop();
@@ -194,7 +199,11 @@ class Engine {
   GroupCommit<Send> sends_;
 
   std::mutex mutex_;
+  // The claim loop waits on wake_, the renew loop on renewer_wake_ (only stop() and the last
+  // execution of a stopping engine wake it): an execution's end wakes the claim loop, and only
+  // when a claim could then start.
   std::condition_variable wake_;
+  std::condition_variable renewer_wake_;
   bool stopping_ = false;
   bool started_ = false;
   bool notified_ = false;

@@ -6,6 +6,10 @@
 // queue behind it; the next of them writes their whole queue the same way. A caller alone writes
 // at once, so grouping adds no wait when there is nothing to group.
 //
+// Each waiting caller sleeps on its own condition variable and is woken only when its request is
+// written, or when it is first in line and a batch may start: a finished batch wakes its own
+// callers and at most one more, not every caller waiting behind it.
+//
 // Thread-safety: submit() may be called from any thread.
 #pragma once
 
@@ -39,12 +43,12 @@ class GroupCommit {
 
   // Returns once `request` has been written, by this thread or another.
   void submit(Request& request) {
-    Queued mine{&request};
+    Queued mine(&request);
     std::unique_lock lock(mutex_);
     queue_.push_back(&mine);
     while (!mine.done) {
       if (writing_ >= writers_ || queue_.empty()) {
-        written_.wait(lock);
+        mine.wake.wait(lock);
         continue;
       }
       ++writing_;
@@ -58,14 +62,17 @@ class GroupCommit {
         batch.push_back(queue_.front()->request);
         queue_.pop_front();
       }
+      // What the batch left may start another one at once.
+      if (!queue_.empty() && writing_ < writers_) queue_.front()->wake.notify_one();
       lock.unlock();
       try {
         write_(batch);
       } catch (...) {
         lock.lock();
-        finish(taken);
-        // Its own request may still be queued behind the batch: it must not stay there.
+        // Its own request may still be queued behind the batch: it must not stay there (nor be
+        // the one finish() wakes).
         std::erase(queue_, &mine);
+        finish(taken);
         throw;
       }
       lock.lock();
@@ -75,15 +82,21 @@ class GroupCommit {
 
  private:
   struct Queued {
+    explicit Queued(Request* r) : request(r) {}
     Request* request;
     bool done = false;
+    std::condition_variable wake;  // notified with the lock held: it outlives every notify
   };
 
-  // With the lock held.
+  // With the lock held. Wakes the callers of `taken`, and the first of the queue, which may now
+  // write the next batch.
   void finish(const std::vector<Queued*>& taken) {
-    for (Queued* q : taken) q->done = true;
+    for (Queued* q : taken) {
+      q->done = true;
+      q->wake.notify_one();
+    }
     --writing_;
-    written_.notify_all();
+    if (!queue_.empty()) queue_.front()->wake.notify_one();
   }
 
   const size_t writers_;
@@ -91,7 +104,6 @@ class GroupCommit {
   const Weight weight_;
   const Write write_;
   std::mutex mutex_;
-  std::condition_variable written_;
   std::deque<Queued*> queue_;
   size_t writing_ = 0;  // callers writing a batch now
 };

@@ -1,5 +1,6 @@
 // The journal cache of a replica, and the journal writer that groups concurrent writes.
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -360,6 +361,58 @@ TEST_CASE("a batch whose write throws ends, and later ones are written", "[group
   for (auto& t : threads) t.join();
   for (const Request& r : more) CHECK(r.written);
   CHECK(written.size() == more.size());
+}
+
+TEST_CASE("callers that wait are each woken for their own request, and none is left behind",
+          "[group-commit]") {
+  // Waiting callers sleep on their own condition variables: a finished batch wakes its callers
+  // and the first of the queue. A wake-up lost there leaves a caller asleep for good (the
+  // futures below time out); batches must still start on both writers' places.
+  struct Request {
+    int value;
+    int written = 0;
+  };
+  constexpr size_t kWriters = 2;
+  constexpr size_t kMaxWeight = 3;
+  std::mutex m;
+  size_t writing = 0, most_writing = 0, largest = 0, batches = 0;
+  GroupCommit<Request> group(
+      kWriters, kMaxWeight, [](const Request&) { return size_t{1}; },
+      [&](const std::vector<Request*>& batch) {
+        {
+          std::lock_guard lock(m);
+          most_writing = std::max(most_writing, ++writing);
+          largest = std::max(largest, batch.size());
+          ++batches;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(300));
+        std::lock_guard lock(m);
+        for (Request* r : batch) ++r->written;
+        --writing;
+      });
+  constexpr int kThreads = 24;
+  constexpr int kEach = 40;
+  std::vector<std::vector<Request>> requests(kThreads);
+  std::vector<std::future<void>> callers;
+  for (int t = 0; t < kThreads; ++t) {
+    for (int i = 0; i < kEach; ++i) requests[t].push_back(Request{t * kEach + i});
+    callers.push_back(std::async(std::launch::async, [&, t] {
+      for (Request& r : requests[t]) group.submit(r);
+    }));
+  }
+  for (auto& c : callers) {
+    REQUIRE(c.wait_for(std::chrono::seconds(60)) == std::future_status::ready);
+  }
+  for (const auto& rs : requests) {
+    for (const Request& r : rs) {
+      INFO("request " << r.value);
+      CHECK(r.written == 1);
+    }
+  }
+  CHECK(most_writing == kWriters);
+  CHECK(largest <= kMaxWeight);
+  INFO(batches << " batches");
+  CHECK(batches < size_t{kThreads * kEach});  // requests were grouped
 }
 
 }  // namespace
