@@ -119,4 +119,15 @@ size_t paddedListSize(size_t n, size_t at_least) {
   return padded;
 }
 
+std::string appendInList(Params& params, const Params& values) {
+  if (values.empty()) {  // NULL: no row has it
+    params.emplace_back();
+    return placeholders(1);
+  }
+  const size_t n = paddedListSize(values.size());
+  params.insert(params.end(), values.begin(), values.end());
+  for (size_t i = values.size(); i < n; ++i) params.push_back(values.front());
+  return placeholders(n);
+}
+
 }  // namespace krane::db

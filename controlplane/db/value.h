@@ -62,6 +62,13 @@ std::string placeholders(size_t n);
 // matches nothing, or one already in the list).
 size_t paddedListSize(size_t n, size_t at_least = 1);
 
+// Appends `values` to `params` as an IN list padded to paddedListSize(size) by repeating the
+// first value, and returns the list's placeholders (an empty list is one NULL, which no row
+// matches). A repeated value matches, and
+// locks, only what the list already does (a value that matches nothing would lock the gap where
+// it would be in a locking read).
+std::string appendInList(Params& params, const Params& values);
+
 // Column names of a result, shared by all its rows.
 struct Columns {
   std::vector<std::string> names;

@@ -653,12 +653,14 @@ absl::StatusOr<std::vector<PromiseState>> readPromises(db::Pool& pool,
   }
   db::ResultSet rows;
   if (!ids.empty()) {
+    db::Params params;
+    const std::string in = db::appendInList(params, ids);
     KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
     KRANE_ASSIGN_OR_RETURN(
         rows, conn->query(strCat("SELECT id, kind, state, payload, error_code, error_message,"
                                  " fire_at, settled_at FROM workflow_promises WHERE id IN (",
-                                 db::placeholders(ids.size()), ")"),
-                          ids));
+                                 in, ")"),
+                          params));
   }
   std::map<std::string, const db::Row*, std::less<>> by_id;
   for (const db::Row& r : rows.rows) by_id.emplace(r.str("id"), &r);

@@ -379,15 +379,16 @@ absl::Status Engine::resume(const std::string& invocation_id) {
 
 absl::Status Engine::readSettled(db::Connection& conn, std::vector<Claim>& claimed) {
   // An invocation claimed for the first time has no promises yet.
-  db::Params params;
+  db::Params ids;
   std::map<std::string_view, Claim*> by_id;
   for (Claim& c : claimed) {
     if (c.claims <= 1) continue;
-    params.emplace_back(c.id);
+    ids.emplace_back(c.id);
     by_id.emplace(c.id, &c);
   }
-  if (params.empty()) return absl::OkStatus();
-  const std::string in = db::placeholders(params.size());
+  if (ids.empty()) return absl::OkStatus();
+  db::Params params;
+  const std::string in = db::appendInList(params, ids);
   // Bounded: promises left out are read when awaited, as without this.
   params.emplace_back(static_cast<uint64_t>(kMaxSettledPerClaim));
   KRANE_ASSIGN_OR_RETURN(
@@ -427,7 +428,7 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
                               " FROM workflow_invocations WHERE due_at <= ? AND ",
                               claimable_sql_, " ORDER BY due_at LIMIT ? FOR UPDATE SKIP LOCKED"),
                        due_params));
-        std::vector<std::string> ids;
+        db::Params ids;
         for (const db::Row& c : due.rows) {
           const std::string& id = c.str("id");
           if (c.str("status") == "scheduled" && c.i64("exclusive") != 0) {
@@ -452,10 +453,9 @@ absl::StatusOr<std::vector<Claim>> Engine::claim(size_t max) {
           claimed.push_back(std::move(claim));
         }
         if (ids.empty()) return absl::OkStatus();
-        const std::string in = db::placeholders(ids.size());
         db::Params params = {options_.worker_id, now + options_.lease.count(),
                              now + options_.lease.count(), now, now};
-        for (const std::string& id : ids) params.push_back(id);
+        const std::string in = db::appendInList(params, ids);
         KRANE_RETURN_IF_ERROR(
             conn.exec(strCat(statements::kClaimPrefix, in, ")"), params).status());
         // Only saves reads: the claims stand without it.
@@ -580,14 +580,13 @@ void Engine::lookForCancels(
     if (!cancel_seen->load()) unseen[execution.first].push_back(cancel_seen.get());
   }
   if (unseen.empty()) return;
-  // A power of two of placeholders, the rest an id no invocation has: a few statement texts.
-  const size_t n = db::paddedListSize(unseen.size());
   db::Params ids;
   for (const auto& [id, flags] : unseen) ids.emplace_back(std::string(id));
-  while (ids.size() < n) ids.emplace_back("");
-  auto marked = conn.query(strCat("SELECT id FROM workflow_invocations WHERE id IN (",
-                                  db::placeholders(n), ") AND cancel_requested = 1"),
-                           ids);
+  db::Params params;
+  const std::string in = db::appendInList(params, ids);
+  auto marked = conn.query(
+      strCat("SELECT id FROM workflow_invocations WHERE id IN (", in, ") AND cancel_requested = 1"),
+      params);
   if (!marked.ok()) return;  // looked for again at the next period
   for (const db::Row& row : marked->rows) {
     if (auto it = unseen.find(row.str("id")); it != unseen.end()) {

@@ -140,9 +140,10 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
   if (*inserted == batch.size()) return absl::OkStatus();
   // Some were fenced. A token only grows, so one that is still the request's was current when
   // the statement read it, and its entry is in; the others were left out.
-  const std::string in = db::placeholders(batch.size());
+  db::Params batch_ids;
+  for (const Request* r : batch) batch_ids.emplace_back(*r->invocation_id);
   db::Params id_params;
-  for (const Request* r : batch) id_params.emplace_back(*r->invocation_id);
+  const std::string in = db::appendInList(id_params, batch_ids);
   absl::StatusOr<db::ResultSet> tokens = [&]() -> absl::StatusOr<db::ResultSet> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
     return conn->query(
@@ -189,9 +190,10 @@ absl::Status JournalWriter::writeOne(const Request& request) {
 }
 
 absl::Status JournalWriter::writeGroup(const std::vector<Request*>& batch) {
-  const std::string in = db::placeholders(batch.size());
+  db::Params batch_ids;
+  for (const Request* r : batch) batch_ids.emplace_back(*r->invocation_id);
   db::Params ids;
-  for (const Request* r : batch) ids.emplace_back(*r->invocation_id);
+  const std::string in = db::appendInList(ids, batch_ids);
   const std::string lock_sql =
       strCat("SELECT id, lease_token FROM workflow_invocations WHERE id IN (", in, ") FOR UPDATE");
   std::vector<bool> current(batch.size());

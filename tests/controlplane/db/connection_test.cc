@@ -146,6 +146,47 @@ TEST_CASE_METHOD(ConnectionTest, "padded IN lists share a few statement texts", 
   CHECK(texts.size() == 8);
 }
 
+TEST_CASE_METHOD(ConnectionTest, "appendInList pads with the first value and locks no gap",
+                 "[connection]") {
+  for (int i = 1; i <= 100; ++i)
+    REQUIRE_THAT(conn_->exec("INSERT INTO t (id, i) VALUES (?, ?)", {i * 10, i}), IsOk());
+  std::set<std::string> texts;
+  for (size_t n = 1; n <= 100; ++n) {
+    Params values;
+    for (size_t i = 0; i < n; ++i) values.emplace_back(static_cast<int64_t>(i + 1));
+    Params params = {int64_t{0}};
+    const std::string in = appendInList(params, values);
+    CHECK(params.size() == 1 + paddedListSize(n));
+    const std::string sql = strCat("SELECT COUNT(*) FROM t WHERE i > ? AND i IN (", in, ")");
+    texts.insert(sql);
+    auto found = conn_->query(sql, params);
+    REQUIRE_THAT(found, IsOk());
+    CHECK(found->rows[0].i64(0) == static_cast<int64_t>(n));
+  }
+  CHECK(texts.size() == 8);
+
+  Params none;
+  const std::string empty = appendInList(none, {});
+  auto nothing = conn_->query(strCat("SELECT COUNT(*) FROM t WHERE id IN (", empty, ")"), none);
+  REQUIRE_THAT(nothing, IsOk());
+  CHECK(nothing->rows[0].i64(0) == 0);
+
+  INFO("a locking read of a padded list holds its rows only: an insert below them goes through");
+  REQUIRE_THAT(conn_->execText("START TRANSACTION"), IsOk());
+  Params ids;
+  const std::string in = appendInList(ids, {int64_t{10}, int64_t{20}, int64_t{30}});
+  REQUIRE_THAT(conn_->query(strCat("SELECT id FROM t WHERE id IN (", in, ") FOR UPDATE"), ids),
+               IsOk());
+  auto other = Connection::open(dsn_);
+  REQUIRE_THAT(other, IsOk());
+  REQUIRE_THAT((*other)->execText("SET SESSION innodb_lock_wait_timeout = 1"), IsOk());
+  // A value that matches nothing (-1) in place of the repeat would lock the gap below id 10.
+  CHECK_THAT((*other)->exec("INSERT INTO t (id, i) VALUES (5, 0)", {}), IsOk());
+  INFO("and the rows it holds stay held");
+  CHECK_FALSE((*other)->exec("UPDATE t SET i = 0 WHERE id = 20", {}).ok());
+  REQUIRE_THAT(conn_->execText("ROLLBACK"), IsOk());
+}
+
 TEST_CASE_METHOD(ConnectionTest, "query each streams and stops on error", "[connection]") {
   for (int i = 0; i < 10; ++i)
     REQUIRE_THAT(conn_->exec("INSERT INTO t (i) VALUES (?)", {i}), IsOk());
