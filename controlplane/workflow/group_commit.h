@@ -63,19 +63,24 @@ class GroupCommit {
         queue_.pop_front();
       }
       // What the batch left may start another one at once.
-      if (!queue_.empty() && writing_ < writers_) queue_.front()->wake.notify_one();
+      if (writing_ < writers_) wakeNext();
+      // Its own request may be queued behind the batch it writes: no wake-up may go to it.
+      mine.writing = true;
       lock.unlock();
       try {
         write_(batch);
       } catch (...) {
         lock.lock();
-        // Its own request may still be queued behind the batch: it must not stay there (nor be
-        // the one finish() wakes).
-        std::erase(queue_, &mine);
+        mine.writing = false;
+        // Its own request must not stay queued; and if another caller's batch took it, that
+        // caller still writes through it: the request must outlive that write.
+        const bool queued = std::erase(queue_, &mine) != 0;
         finish(taken);
+        while (!queued && !mine.done) mine.wake.wait(lock);
         throw;
       }
       lock.lock();
+      mine.writing = false;
       finish(taken);
     }
   }
@@ -85,18 +90,29 @@ class GroupCommit {
     explicit Queued(Request* r) : request(r) {}
     Request* request;
     bool done = false;
+    bool writing = false;          // its caller is writing a batch (maybe not with this request)
     std::condition_variable wake;  // notified with the lock held: it outlives every notify
   };
 
-  // With the lock held. Wakes the callers of `taken`, and the first of the queue, which may now
-  // write the next batch.
+  // With the lock held. Wakes the first caller in line that is not writing: it may write the
+  // next batch. (At most `writers_` callers are writing, so few are passed over.)
+  void wakeNext() {
+    for (Queued* q : queue_) {
+      if (!q->writing) {
+        q->wake.notify_one();
+        return;
+      }
+    }
+  }
+
+  // With the lock held. Wakes the callers of `taken`, and the next in line.
   void finish(const std::vector<Queued*>& taken) {
     for (Queued* q : taken) {
       q->done = true;
       q->wake.notify_one();
     }
     --writing_;
-    if (!queue_.empty()) queue_.front()->wake.notify_one();
+    wakeNext();
   }
 
   const size_t writers_;
