@@ -9,6 +9,7 @@
 #include "controlplane/db/errors.h"
 #include "controlplane/workflow/context_impl.h"
 #include "controlplane/workflow/engine.h"
+#include "controlplane/workflow/finish_writer.h"
 #include "controlplane/workflow/journal_writer.h"
 #include "controlplane/workflow/statements.h"
 #include "controlplane/workflow/store.h"
@@ -220,20 +221,22 @@ std::optional<absl::StatusOr<bool>> ContextImpl::commitWithoutTransaction(
   absl::Status written = writeEntriesFenced();
   if (isFenced(written)) throw FencedSignal{};
   if (!written.ok()) return absl::StatusOr<bool>(written);
-  const int64_t now = unixMillis();
   if (finish) {
-    static const std::string kFinish =
-        strCat(statements::kFinishPrefix, "id = ? AND lease_token = ?");
-    auto changed = execAlone(
-        *engine_.pool_, kFinish,
-        {request.final_status,
-         request.outcome.ok() ? db::Value(db::Blob{*request.outcome}) : db::Value(),
-         store::errorCode(request.outcome.status()), store::errorMessage(request.outcome.status()),
-         std::max(request.attempts, claim_.attempts), now, now, claim_.id, claim_.token});
-    if (!changed.ok()) return absl::StatusOr<bool>(changed.status());
-    if (*changed == 0) throw FencedSignal{};
+    // Grouped with the finishes of other executions at the same moment (FinishWriter).
+    FinishWriter::Request finishing;
+    finishing.invocation_id = claim_.id;
+    finishing.token = claim_.token;
+    finishing.status = request.final_status;
+    if (request.outcome.ok()) finishing.output = db::Blob{*request.outcome};
+    finishing.error_code = store::errorCode(request.outcome.status());
+    finishing.error_message = store::errorMessage(request.outcome.status());
+    finishing.attempts = std::max(request.attempts, claim_.attempts);
+    engine_.finish_writer_->finish(finishing);
+    if (!finishing.result.ok()) return absl::StatusOr<bool>(finishing.result.status());
+    if (!*finishing.result) throw FencedSignal{};
     return absl::StatusOr<bool>(true);
   }
+  const int64_t now = unixMillis();
   // Suspends only if nothing woke the invocation since the claim (wake_seq) and the lease is
   // still ours (lease_token).
   auto changed = execAlone(

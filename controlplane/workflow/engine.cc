@@ -13,6 +13,7 @@
 #include "common/strings.h"
 #include "controlplane/db/errors.h"
 #include "controlplane/workflow/context_impl.h"
+#include "controlplane/workflow/finish_writer.h"
 #include "controlplane/workflow/journal_cache.h"
 #include "controlplane/workflow/journal_writer.h"
 #include "controlplane/workflow/operations.h"
@@ -62,6 +63,7 @@ Engine::Engine(std::shared_ptr<db::Pool> pool, EngineOptions options)
       options_(std::move(options)),
       journal_cache_(std::make_unique<JournalCache>(options_.journal_cache_bytes)),
       journal_writer_(std::make_unique<JournalWriter>(*pool_)),
+      finish_writer_(std::make_unique<FinishWriter>(*pool_)),
       sends_(kSendWriters, kMaxSendBytes, &Engine::sendWeight,
              [this](const std::vector<Send*>& batch) { insertSends(batch); }) {
   if (options_.worker_id.empty()) options_.worker_id = processInstanceId();

@@ -86,6 +86,7 @@ struct NewInvocation;
 }
 class ContextImpl;
 class JournalCache;
+class FinishWriter;
 class JournalWriter;
 struct Claim;
 
@@ -185,6 +186,7 @@ class Engine {
   EngineStats stats_;
   std::unique_ptr<JournalCache> journal_cache_;
   std::unique_ptr<JournalWriter> journal_writer_;
+  std::unique_ptr<FinishWriter> finish_writer_;
   // send()'s inserts of invocations without an idempotency key that do not need their key's
   // row, grouped (GroupCommit): at most kMaxSends in one INSERT, and about kMaxSendBytes (a
   // statement over the server's max_allowed_packet is refused).

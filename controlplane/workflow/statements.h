@@ -1,7 +1,7 @@
 // The text of the engine's most frequent statements: the claim of due invocations, the fenced
-// journal insert and the fenced finish. The engine runs them (engine.cc, journal_writer.cc,
-// context.cc); the workflow benchmark's floor (bench/workflow/floor.h) runs the same text
-// without the engine, so that it measures exactly these statements.
+// journal insert and the fenced finish, alone and for groups. The engine runs them (engine.cc,
+// journal_writer.cc, finish_writer.cc); the workflow benchmark's floor (bench/workflow/floor.h)
+// runs the single forms without the engine, so that it measures exactly those statements.
 #pragma once
 
 #include <string>
@@ -69,5 +69,29 @@ inline constexpr std::string_view kFinishPrefix =
     " error_message = ?, attempts = ?, due_at = NULL, lease_owner = NULL,"
     " lease_expires_at = NULL, lease_token = lease_token + 1, finished_at = ?,"
     " updated_at = ? WHERE ";
+
+// Ends `n` invocations in one statement, each row only while its own lease token is current, with
+// its own values (`CASE id WHEN ? THEN ? ...`), as kFinishPrefix does for one. Parameters: for
+// each of status, output, error_code, error_message and attempts in turn, `n` pairs of (id,
+// value); then now (finished_at), now (updated_at); then `n` pairs of (id, token).
+inline std::string fencedFinishGroup(size_t n) {
+  std::string cases = " CASE id";
+  for (size_t i = 0; i < n; ++i) cases += " WHEN ? THEN ?";
+  cases += " END";
+  std::string sql = "UPDATE workflow_invocations SET";
+  const char* columns[] = {"status", "output", "error_code", "error_message", "attempts"};
+  for (const char* column : columns) {
+    sql += sql.back() == 'T' ? " " : ", ";
+    sql += column;
+    sql += " =" + cases;
+  }
+  sql +=
+      ", due_at = NULL, lease_owner = NULL, lease_expires_at = NULL,"
+      " lease_token = lease_token + 1, finished_at = ?, updated_at = ?"
+      " WHERE (id, lease_token) IN (";
+  for (size_t i = 0; i < n; ++i) sql += i == 0 ? "(?,?)" : ",(?,?)";
+  sql += ")";
+  return sql;
+}
 
 }  // namespace krane::workflow::statements

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include "controlplane/workflow/engine.h"
+#include "controlplane/workflow/finish_writer.h"
 #include "controlplane/workflow/group_commit.h"
 #include "controlplane/workflow/journal_cache.h"
 #include "controlplane/workflow/journal_writer.h"
@@ -413,6 +414,193 @@ TEST_CASE("callers that wait are each woken for their own request, and none is l
   CHECK(largest <= kMaxWeight);
   INFO(batches << " batches");
   CHECK(batches < size_t{kThreads * kEach});  // requests were grouped
+}
+
+class FinishWriterTest : public WorkflowTest {
+ protected:
+  // Invocations of a service no engine runs, ready and with lease token 0 (as sent).
+  std::vector<std::string> idleInvocations(int n) {
+    Engine idle(pool_, fastOptions());
+    REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
+                     "h", [](Context&, const std::string&) { return std::string(); })),
+                 IsOk());
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) {
+      auto id = idle.send({"Idle", "h"});
+      REQUIRE_THAT(id, IsOk());
+      ids.push_back(*id);
+    }
+    return ids;
+  }
+};
+
+// Bytes that are not text: a value converted in the statement would show.
+std::string outputOf(int i) { return "output-" + std::to_string(i) + std::string("\0\xff\xfe", 3); }
+
+FinishWriter::Request finishing(const std::string& id, int64_t token, int i) {
+  FinishWriter::Request r;
+  r.invocation_id = id;
+  r.token = token;
+  if (i % 3 == 0) {
+    r.status = "failed";
+    r.error_code = static_cast<int64_t>(absl::StatusCode::kFailedPrecondition);
+    r.error_message = "error-" + std::to_string(i);
+  } else {
+    r.status = i % 3 == 1 ? "succeeded" : "cancelled";
+    if (i % 3 == 1) r.output = db::Blob{outputOf(i)};
+  }
+  r.attempts = 10 + i;
+  return r;
+}
+
+TEST_CASE_METHOD(FinishWriterTest,
+                 "finishes of several invocations share a statement and keep their own values",
+                 "[finish-writer]") {
+  constexpr int kFinishes = 7;
+  const auto ids = idleInvocations(kFinishes);
+  // The last one was taken over meanwhile: another worker's claim added one to the token, as
+  // this writer's finish would have. The one before it was killed (which adds one as well, and
+  // ends the invocation with no lease owner).
+  exec(
+      "UPDATE workflow_invocations SET status = 'running', lease_owner = 'other',"
+      " lease_token = 1 WHERE id = ?",
+      {ids.back()});
+  exec(
+      "UPDATE workflow_invocations SET status = 'killed', lease_token = 1, finished_at = 5"
+      " WHERE id = ?",
+      {ids[kFinishes - 2]});
+  std::vector<FinishWriter::Request> requests;
+  for (int i = 0; i < kFinishes; ++i) requests.push_back(finishing(ids[i], 0, i));
+  std::vector<FinishWriter::Request*> batch;
+  for (auto& r : requests) batch.push_back(&r);
+  FinishWriter writer(*pool_);
+  writer.write(batch);
+  CHECK(writer.statements() == 1);
+
+  for (int i = 0; i < kFinishes; ++i) {
+    INFO("finish " << i);
+    const FinishWriter::Request& r = requests[i];
+    REQUIRE_THAT(r.result, IsOk());
+    auto row = (*pool_->acquire())
+                   ->query(
+                       "SELECT status, output, error_code, error_message, attempts,"
+                       " lease_token, lease_owner, due_at, finished_at"
+                       " FROM workflow_invocations WHERE id = ?",
+                       {ids[i]});
+    REQUIRE_THAT(row, IsOk());
+    const db::Row& got = row->rows[0];
+    if (i == kFinishes - 1) {
+      CHECK_FALSE(*r.result);  // fenced: the takeover's row is left as it was
+      CHECK(got.str("status") == "running");
+      CHECK(got.i64("lease_token") == 1);
+      CHECK(got.optStr("lease_owner") == "other");
+      continue;
+    }
+    if (i == kFinishes - 2) {
+      CHECK_FALSE(*r.result);  // fenced: the kill stands
+      CHECK(got.str("status") == "killed");
+      CHECK(got.optI64("finished_at") == 5);
+      continue;
+    }
+    CHECK(*r.result);
+    CHECK(got.str("status") == r.status);
+    CHECK(got.optStr("output") ==
+          (i % 3 == 1 ? std::optional<std::string>(outputOf(i)) : std::nullopt));
+    CHECK(got.optI64("error_code") ==
+          (i % 3 == 0
+               ? std::optional<int64_t>(static_cast<int64_t>(absl::StatusCode::kFailedPrecondition))
+               : std::nullopt));
+    CHECK(got.optStr("error_message") ==
+          (i % 3 == 0 ? std::optional<std::string>("error-" + std::to_string(i)) : std::nullopt));
+    CHECK(got.i64("attempts") == 10 + i);
+    CHECK(got.i64("lease_token") == 1);
+    CHECK_FALSE(got.optStr("lease_owner").has_value());
+    CHECK_FALSE(got.optI64("due_at").has_value());
+    CHECK(got.optI64("finished_at").has_value());
+  }
+}
+
+TEST_CASE_METHOD(FinishWriterTest, "a finish the server refuses fails alone, not its batch",
+                 "[finish-writer]") {
+  const auto ids = idleInvocations(4);
+  std::vector<FinishWriter::Request> requests;
+  for (int i = 0; i < 4; ++i) requests.push_back(finishing(ids[i], 0, i));
+  requests[2].status = "finished";  // not a status the table has: the statement is refused
+  std::vector<FinishWriter::Request*> batch;
+  for (auto& r : requests) batch.push_back(&r);
+  FinishWriter writer(*pool_);
+  writer.write(batch);
+  CHECK(writer.statements() == 5);  // the batch, then each alone
+  for (int i = 0; i < 4; ++i) {
+    INFO("finish " << i);
+    if (i == 2) {
+      CHECK_FALSE(requests[i].result.ok());
+      CHECK(scalar("SELECT status = 'ready' FROM workflow_invocations WHERE id = ?", {ids[i]}) ==
+            1);
+    } else {
+      REQUIRE_THAT(requests[i].result, IsOk());
+      CHECK(*requests[i].result);
+      CHECK(scalar("SELECT finished_at IS NOT NULL FROM workflow_invocations WHERE id = ?",
+                   {ids[i]}) == 1);
+    }
+  }
+}
+
+TEST_CASE_METHOD(FinishWriterTest,
+                 "one invocation finished twice in a batch takes the current one's",
+                 "[finish-writer]") {
+  const auto ids = idleInvocations(2);
+  // A stale execution (token 7 is not the row's) and the current one, in one batch.
+  FinishWriter::Request stale = finishing(ids[0], 7, 0);
+  FinishWriter::Request current = finishing(ids[0], 0, 1);
+  FinishWriter::Request other = finishing(ids[1], 0, 2);
+  FinishWriter writer(*pool_);
+  writer.write({&stale, &other, &current});
+  REQUIRE_THAT(stale.result, IsOk());
+  REQUIRE_THAT(current.result, IsOk());
+  REQUIRE_THAT(other.result, IsOk());
+  CHECK_FALSE(*stale.result);
+  CHECK(*current.result);
+  CHECK(*other.result);
+  CHECK(scalar("SELECT attempts FROM workflow_invocations WHERE id = ?", {ids[0]}) == 11);
+  CHECK(scalar("SELECT status = 'succeeded' FROM workflow_invocations WHERE id = ?", {ids[0]}) ==
+        1);
+  CHECK(scalar("SELECT status = 'cancelled' FROM workflow_invocations WHERE id = ?", {ids[1]}) ==
+        1);
+}
+
+TEST_CASE_METHOD(FinishWriterTest, "finishes that arrive together go in one statement",
+                 "[finish-writer]") {
+  constexpr int kFinishes = 12;
+  constexpr int kDecoys = static_cast<int>(FinishWriter::kWriters);
+  const auto ids = idleInvocations(kFinishes + kDecoys);
+  auto blocker = pool_->acquire();
+  REQUIRE_THAT(blocker, IsOk());
+  REQUIRE_THAT((*blocker)->execText("START TRANSACTION"), IsOk());
+  REQUIRE_THAT((*blocker)->query("SELECT id FROM workflow_invocations FOR UPDATE"), IsOk());
+  FinishWriter writer(*pool_);
+  std::vector<FinishWriter::Request> requests;
+  for (int i = 0; i < kFinishes + kDecoys; ++i) requests.push_back(finishing(ids[i], 0, i));
+  std::vector<std::thread> threads;
+  // One finish per writer first, each waiting for its row; the others line up behind them.
+  for (int i = kFinishes; i < kFinishes + kDecoys; ++i) {
+    threads.emplace_back([&, i] { writer.finish(requests[i]); });
+  }
+  CHECK(eventually([&] { return lockWaits() == kDecoys; }, 10s));
+  for (int i = 0; i < kFinishes; ++i) {
+    threads.emplace_back([&, i] { writer.finish(requests[i]); });
+  }
+  std::this_thread::sleep_for(300ms);
+  REQUIRE_THAT((*blocker)->execText("COMMIT"), IsOk());
+  for (auto& t : threads) t.join();
+  INFO("statements: " << writer.statements());
+  CHECK(writer.statements() <= static_cast<uint64_t>(kDecoys) + 2);
+  for (auto& r : requests) {
+    REQUIRE_THAT(r.result, IsOk());
+    CHECK(*r.result);
+  }
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE finished_at IS NOT NULL") ==
+        kFinishes + kDecoys);
 }
 
 }  // namespace
