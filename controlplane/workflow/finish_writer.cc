@@ -56,7 +56,7 @@ void FinishWriter::writeOne(Request& r, int64_t now) {
     return conn->exec(kFinish, {r.status, r.output, r.error_code, r.error_message, r.attempts, now,
                                 now, r.invocation_id, r.token});
   });
-  count(1, 1);
+  counts_.add(1, 1);
   if (!changed.ok()) {
     r.result = changed.status();
   } else {
@@ -85,22 +85,14 @@ void FinishWriter::writeGroup(const std::vector<Request*>& group, int64_t now) {
   }
   params.insert(params.end(), {now, now});
   for (size_t i = 0; i < n; ++i) params.insert(params.end(), {at(i).invocation_id, at(i).token});
-  // The text of every padded size a batch can have is built once.
-  static const std::vector<std::string> texts = [] {
-    std::vector<std::string> out;
-    for (size_t k = 2; k <= kMaxFinishes; k *= 2) out.push_back(statements::fencedFinishGroup(k));
-    return out;
-  }();
-  size_t text = 0;
-  while ((size_t{2} << text) < n) ++text;
   std::string built;
   const std::string& sql =
-      text < texts.size() ? texts[text] : (built = statements::fencedFinishGroup(n));
+      statements::groupText<statements::fencedFinishGroup, kMaxFinishes>(n, &built);
   auto changed = db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
     return conn->exec(sql, params);
   });
-  count(1, group.size());
+  counts_.add(1, group.size());
   if (!changed.ok()) {
     const int code = db::mysqlErrno(changed.status());
     if (code != 0 && !db::isConnectionLoss(code) && !db::isTransactionConflict(changed.status())) {
@@ -147,22 +139,6 @@ void FinishWriter::writeGroup(const std::vector<Request*>& group, int64_t now) {
     }
     r->result = ended;
   }
-}
-
-void FinishWriter::count(uint64_t statements, uint64_t finishes) {
-  std::lock_guard lock(mutex_);
-  statements_ += statements;
-  finishes_ += finishes;
-}
-
-uint64_t FinishWriter::statements() const {
-  std::lock_guard lock(mutex_);
-  return statements_;
-}
-
-uint64_t FinishWriter::finishes() const {
-  std::lock_guard lock(mutex_);
-  return finishes_;
 }
 
 }  // namespace krane::workflow

@@ -57,21 +57,18 @@ class FinishWriter {
   static constexpr size_t kMaxFinishes = 64;
 
   // Statements written and finishes in them so far (for tests).
-  uint64_t statements() const;
-  uint64_t finishes() const;
+  uint64_t statements() const { return counts_.statements(); }
+  uint64_t finishes() const { return counts_.rows(); }
 
  private:
   static constexpr size_t kMaxBatchBytes = size_t{4} << 20;
   static size_t weight(const Request& request);
   void writeOne(Request& request, int64_t now);
   void writeGroup(const std::vector<Request*>& group, int64_t now);
-  void count(uint64_t statements, uint64_t finishes);
 
   db::Pool& pool_;
   GroupCommit<Request> group_;
-  mutable std::mutex mutex_;  // guards the counts
-  uint64_t statements_ = 0;
-  uint64_t finishes_ = 0;
+  WriteCounts counts_;
 };
 
 }  // namespace krane::workflow

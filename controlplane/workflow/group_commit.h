@@ -13,8 +13,10 @@
 // Thread-safety: submit() may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -22,6 +24,21 @@
 #include <vector>
 
 namespace krane::workflow {
+
+// Statements a writer sent and the rows they carried, for tests. Thread-safe.
+class WriteCounts {
+ public:
+  void add(uint64_t statements, uint64_t rows) {
+    statements_.fetch_add(statements, std::memory_order_relaxed);
+    rows_.fetch_add(rows, std::memory_order_relaxed);
+  }
+  uint64_t statements() const { return statements_.load(std::memory_order_relaxed); }
+  uint64_t rows() const { return rows_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<uint64_t> statements_{0};
+  std::atomic<uint64_t> rows_{0};
+};
 
 template <typename Request>
 class GroupCommit {

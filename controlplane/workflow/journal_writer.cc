@@ -118,23 +118,15 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
     params.emplace_back(*fenced.invocation_id);
     params.emplace_back(fenced.token);
   }
-  // The text of every padded size a batch can have is built once (7 KiB at 64 rows).
-  static const std::vector<std::string> texts = [] {
-    std::vector<std::string> out;
-    for (size_t k = 2; k <= kMaxEntries; k *= 2)
-      out.push_back(statements::fencedJournalInsertGroup(k));
-    return out;
-  }();
-  size_t text = 0;
-  while ((size_t{2} << text) < n) ++text;
+  // Built once per padded size (7 KiB at 64 rows).
   std::string built;
   const std::string& sql =
-      text < texts.size() ? texts[text] : (built = statements::fencedJournalInsertGroup(n));
+      statements::groupText<statements::fencedJournalInsertGroup, kMaxEntries>(n, &built);
   auto inserted = db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
     return conn->exec(sql, params);
   });
-  count(1, inserted.ok() ? *inserted : 0);
+  counts_.add(1, inserted.ok() ? *inserted : 0);
   if (!inserted.ok()) return inserted.status();
   for (Request* r : batch) r->result = absl::OkStatus();
   if (*inserted == batch.size()) return absl::OkStatus();
@@ -183,7 +175,7 @@ absl::Status JournalWriter::writeOne(const Request& request) {
     KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
     return conn->exec(statements::kFencedJournalInsert, params);
   });
-  count(1, 1);
+  counts_.add(1, 1);
   if (!inserted.ok()) return inserted.status();
   if (*inserted == 0) return absl::AbortedError("fenced");
   return absl::OkStatus();
@@ -223,28 +215,12 @@ absl::Status JournalWriter::writeGroup(const std::vector<Request*>& batch) {
     for (size_t i = 0; i < rows; ++i) strAppend(&sql, i == 0 ? "" : ",", "(?,?,?,?,?,?,?,?,?,?)");
     return conn.exec(sql, params).status();
   });
-  count(1, rows);
+  counts_.add(1, rows);
   if (!status.ok()) return status;
   for (size_t i = 0; i < batch.size(); ++i) {
     batch[i]->result = current[i] ? absl::OkStatus() : absl::AbortedError("fenced");
   }
   return absl::OkStatus();
-}
-
-void JournalWriter::count(uint64_t statements, uint64_t entries) {
-  std::lock_guard lock(mutex_);
-  statements_ += statements;
-  entries_ += entries;
-}
-
-uint64_t JournalWriter::statements() const {
-  std::lock_guard lock(mutex_);
-  return statements_;
-}
-
-uint64_t JournalWriter::entries() const {
-  std::lock_guard lock(mutex_);
-  return entries_;
 }
 
 }  // namespace krane::workflow

@@ -40,8 +40,8 @@ class JournalWriter {
   static constexpr size_t kWriters = 4;
 
   // Statements written and entries in them so far (for tests and the benchmark).
-  uint64_t statements() const;
-  uint64_t entries() const;
+  uint64_t statements() const { return counts_.statements(); }
+  uint64_t entries() const { return counts_.rows(); }
 
  private:
   struct Request {
@@ -65,13 +65,10 @@ class JournalWriter {
   absl::Status writeSingles(const std::vector<Request*>& batch);
   // Sets the results when it returns OK; on an error no entry was written.
   absl::Status writeGroup(const std::vector<Request*>& batch);
-  void count(uint64_t statements, uint64_t entries);
 
   db::Pool& pool_;
   GroupCommit<Request> group_;
-  mutable std::mutex mutex_;  // guards the counts
-  uint64_t statements_ = 0;
-  uint64_t entries_ = 0;
+  WriteCounts counts_;
 };
 
 }  // namespace krane::workflow

@@ -6,8 +6,26 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace krane::workflow::statements {
+
+// The text of a grouped statement for `n` rows, `n` a power of two from 2: Build(n), built once
+// per process for every such `n` up to kCachedUpTo (a few texts, each prepared once per
+// connection), and into `*scratch` above it.
+template <std::string (*Build)(size_t), size_t kCachedUpTo>
+const std::string& groupText(size_t n, std::string* scratch) {
+  static const std::vector<std::string> texts = [] {
+    std::vector<std::string> out;
+    for (size_t k = 2; k <= kCachedUpTo; k *= 2) out.push_back(Build(k));
+    return out;
+  }();
+  size_t text = 0;
+  while ((size_t{2} << text) < n) ++text;
+  if (text < texts.size()) return texts[text];
+  *scratch = Build(n);
+  return *scratch;
+}
 
 // Claims the invocations whose ids follow as placeholders, then ")". Parameters: the worker, the
 // lease's end (also the new due_at: when to look again if the worker dies), now (started_at on a
