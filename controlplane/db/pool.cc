@@ -2,6 +2,7 @@
 
 #include <thread>
 
+#include "common/status.h"
 #include "common/strings.h"
 #include "controlplane/db/errors.h"
 #include "spdlog/spdlog.h"
@@ -106,6 +107,13 @@ void Pool::giveBack(std::unique_ptr<Connection> connection) {
 PoolStats Pool::stats() const {
   std::lock_guard lock(mutex_);
   return PoolStats{open_, idle_.size(), waiting_};
+}
+
+absl::StatusOr<uint64_t> Pool::execAlone(std::string_view sql, const Params& params) {
+  return retryConflicts([&]() -> absl::StatusOr<uint64_t> {
+    KRANE_ASSIGN_OR_RETURN(auto conn, acquire());
+    return conn->exec(sql, params);
+  });
 }
 
 absl::Status Pool::transact(std::string_view name,

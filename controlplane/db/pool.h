@@ -111,6 +111,10 @@ class Pool : public std::enable_shared_from_this<Pool> {
   absl::Status transact(std::string_view name, const std::function<absl::Status(Connection&)>& body,
                         const TxOptions& options = {});
 
+  // Runs one statement that commits by itself on a pooled connection, again after a deadlock
+  // or a lock wait timeout (retryConflicts); returns its affected rows.
+  absl::StatusOr<uint64_t> execAlone(std::string_view sql, const Params& params = {});
+
   PoolStats stats() const;
   const Dsn& dsn() const { return dsn_; }
 

@@ -22,15 +22,6 @@ absl::Status cancelledError() { return absl::CancelledError("invocation cancelle
 
 bool isFenced(const absl::Status& s) { return absl::IsAborted(s) && s.message() == "fenced"; }
 
-// Runs one statement outside a transaction (it commits by itself), again after a deadlock or a
-// lock wait timeout (db::retryConflicts).
-absl::StatusOr<uint64_t> execAlone(db::Pool& pool, std::string_view sql, const db::Params& params) {
-  return db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
-    KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
-    return conn->exec(sql, params);
-  });
-}
-
 }  // namespace
 
 ContextImpl::ContextImpl(Engine& engine, Claim& claim, bool keyed, HandlerKind kind,
@@ -239,8 +230,7 @@ std::optional<absl::StatusOr<bool>> ContextImpl::commitWithoutTransaction(
   const int64_t now = unixMillis();
   // Suspends only if nothing woke the invocation since the claim (wake_seq) and the lease is
   // still ours (lease_token).
-  auto changed = execAlone(
-      *engine_.pool_,
+  auto changed = engine_.pool_->execAlone(
       "UPDATE workflow_invocations SET status = 'suspended', due_at = ?,"
       " waiting_for = ?, lease_owner = NULL, lease_expires_at = NULL,"
       " updated_at = ? WHERE id = ? AND lease_token = ? AND wake_seq = ?",

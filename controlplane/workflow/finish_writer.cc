@@ -51,11 +51,8 @@ void FinishWriter::write(const std::vector<Request*>& batch) {
 void FinishWriter::writeOne(Request& r, int64_t now) {
   static const std::string kFinish =
       strCat(statements::kFinishPrefix, "id = ? AND lease_token = ?");
-  auto changed = db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
-    KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
-    return conn->exec(kFinish, {r.status, r.output, r.error_code, r.error_message, r.attempts, now,
-                                now, r.invocation_id, r.token});
-  });
+  auto changed = pool_.execAlone(kFinish, {r.status, r.output, r.error_code, r.error_message,
+                                           r.attempts, now, now, r.invocation_id, r.token});
   counts_.add(1, 1);
   if (!changed.ok()) {
     r.result = changed.status();
@@ -88,10 +85,7 @@ void FinishWriter::writeGroup(const std::vector<Request*>& group, int64_t now) {
   std::string built;
   const std::string& sql =
       statements::groupText<statements::fencedFinishGroup, kMaxFinishes>(n, &built);
-  auto changed = db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
-    KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
-    return conn->exec(sql, params);
-  });
+  auto changed = pool_.execAlone(sql, params);
   counts_.add(1, group.size());
   if (!changed.ok()) {
     const int code = db::mysqlErrno(changed.status());

@@ -122,10 +122,7 @@ absl::Status JournalWriter::writeSingles(const std::vector<Request*>& batch) {
   std::string built;
   const std::string& sql =
       statements::groupText<statements::fencedJournalInsertGroup, kMaxEntries>(n, &built);
-  auto inserted = db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
-    KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
-    return conn->exec(sql, params);
-  });
+  auto inserted = pool_.execAlone(sql, params);
   counts_.add(1, inserted.ok() ? *inserted : 0);
   if (!inserted.ok()) return inserted.status();
   for (Request* r : batch) r->result = absl::OkStatus();
@@ -171,10 +168,7 @@ absl::Status JournalWriter::writeOne(const Request& request) {
   params.emplace_back(request.token);
   // The locking read of the invocation row is the fence check: nothing is inserted unless the
   // lease token is still current, and a takeover waits for this statement to commit.
-  auto inserted = db::retryConflicts([&]() -> absl::StatusOr<uint64_t> {
-    KRANE_ASSIGN_OR_RETURN(auto conn, pool_.acquire());
-    return conn->exec(statements::kFencedJournalInsert, params);
-  });
+  auto inserted = pool_.execAlone(statements::kFencedJournalInsert, params);
   counts_.add(1, 1);
   if (!inserted.ok()) return inserted.status();
   if (*inserted == 0) return absl::AbortedError("fenced");
