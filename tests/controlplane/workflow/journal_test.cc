@@ -1,5 +1,6 @@
 // The journal cache of a replica, and the journal writer that groups concurrent writes.
 #include <atomic>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -185,25 +186,56 @@ TEST_CASE_METHOD(RelayTest,
   CHECK(detail->claims == 3);
 }
 
-TEST_CASE_METHOD(WorkflowTest, "concurrent journal writes are grouped and each one fenced",
-                 "[journal-writer]") {
-  // Invocations nobody claims (the engine is not started): lease token 0.
-  Engine idle(pool_, fastOptions());
-  REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
-                   "h", [](Context&, const std::string&) { return std::string(); })),
-               IsOk());
-  constexpr int kWrites = 32;
-  std::vector<std::string> ids;
-  for (int i = 0; i < kWrites; ++i) {
-    auto id = idle.send({"Idle", "h"});
-    REQUIRE_THAT(id, IsOk());
-    ids.push_back(*id);
+// The journal and finish writers on their own, without an engine running the invocations.
+class WriterTest : public WorkflowTest {
+ protected:
+  // Invocations of a service no engine runs, ready and with lease token 0 (as sent).
+  std::vector<std::string> idleInvocations(int n) {
+    Engine idle(pool_, fastOptions());
+    REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
+                     "h", [](Context&, const std::string&) { return std::string(); })),
+                 IsOk());
+    std::vector<std::string> ids;
+    for (int i = 0; i < n; ++i) {
+      auto id = idle.send({"Idle", "h"});
+      REQUIRE_THAT(id, IsOk());
+      ids.push_back(*id);
+    }
+    return ids;
   }
+
+  // A transaction holding every invocation row: writes wait for it to commit.
+  db::PooledConnection holdInvocationRows() {
+    auto blocker = pool_->acquire();
+    REQUIRE_THAT(blocker, IsOk());
+    REQUIRE_THAT((*blocker)->execText("START TRANSACTION"), IsOk());
+    REQUIRE_THAT((*blocker)->query("SELECT id FROM workflow_invocations FOR UPDATE"), IsOk());
+    return *std::move(blocker);
+  }
+
+  // Starts write(0) .. write(n - 1) on threads of their own, one per writer place, and returns
+  // once each of them waits for the rows holdInvocationRows() holds: writes started after these
+  // line up behind them, and go in one batch once the rows are free.
+  void occupyWriters(int n, const std::function<void(int)>& write,
+                     std::vector<std::thread>& threads) {
+    for (int i = 0; i < n; ++i) threads.emplace_back([write, i] { write(i); });
+    int64_t lock_waits = 0;
+    CHECK(eventually(
+        [&] {
+          lock_waits = lockWaits();
+          return lock_waits == n;
+        },
+        10s));
+    INFO("transactions waiting for a lock: " << lock_waits);
+  }
+};
+
+TEST_CASE_METHOD(WriterTest, "concurrent journal writes are grouped and each one fenced",
+                 "[journal-writer]") {
+  constexpr int kWrites = 32;
+  const auto ids = idleInvocations(kWrites);
   // Hold every invocation row, so the first writers wait and the others queue behind them.
-  auto blocker = pool_->acquire();
-  REQUIRE_THAT(blocker, IsOk());
-  REQUIRE_THAT((*blocker)->execText("START TRANSACTION"), IsOk());
-  REQUIRE_THAT((*blocker)->query("SELECT id FROM workflow_invocations FOR UPDATE"), IsOk());
+  auto blocker = holdInvocationRows();
 
   JournalWriter writer(*pool_);
   std::vector<absl::Status> results(kWrites);
@@ -219,7 +251,7 @@ TEST_CASE_METHOD(WorkflowTest, "concurrent journal writes are grouped and each o
     });
   }
   std::this_thread::sleep_for(500ms);
-  REQUIRE_THAT((*blocker)->execText("COMMIT"), IsOk());
+  REQUIRE_THAT(blocker->execText("COMMIT"), IsOk());
   for (auto& t : threads) t.join();
 
   int64_t expected_rows = 0;
@@ -241,20 +273,11 @@ TEST_CASE_METHOD(WorkflowTest, "concurrent journal writes are grouped and each o
   CHECK(writer.statements() < static_cast<uint64_t>(kWrites) / 2);
 }
 
-TEST_CASE_METHOD(WorkflowTest, "entries written in one statement keep each invocation's own values",
+TEST_CASE_METHOD(WriterTest, "entries written in one statement keep each invocation's own values",
                  "[journal-writer]") {
-  Engine idle(pool_, fastOptions());
-  REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
-                   "h", [](Context&, const std::string&) { return std::string(); })),
-               IsOk());
   constexpr int kWrites = 12;
   constexpr int kDecoys = static_cast<int>(JournalWriter::kWriters);
-  std::vector<std::string> ids;
-  for (int i = 0; i < kWrites + kDecoys; ++i) {
-    auto id = idle.send({"Idle", "h"});
-    REQUIRE_THAT(id, IsOk());
-    ids.push_back(*id);
-  }
+  const auto ids = idleInvocations(kWrites + kDecoys);
   // Every column differs from one invocation to the next: a value given to the wrong row, or a
   // NULL where a value belongs, shows.
   std::vector<JournalEntry> mine;
@@ -266,27 +289,14 @@ TEST_CASE_METHOD(WorkflowTest, "entries written in one statement keep each invoc
     e.duration_ms = 100 + i;
     mine.push_back(e);
   }
-  auto blocker = pool_->acquire();
-  REQUIRE_THAT(blocker, IsOk());
-  REQUIRE_THAT((*blocker)->execText("START TRANSACTION"), IsOk());
-  REQUIRE_THAT((*blocker)->query("SELECT id FROM workflow_invocations FOR UPDATE"), IsOk());
+  auto blocker = holdInvocationRows();
   JournalWriter writer(*pool_);
   std::vector<absl::Status> results(kWrites + kDecoys);
   std::vector<std::thread> threads;
-  // First one write per writer, each waiting for the rows; the writes under test line up
-  // behind them and go in one batch once the rows are free.
   const JournalEntry decoy{0, "run", "decoy", true, std::string("d")};
-  for (int i = kWrites; i < kWrites + kDecoys; ++i) {
-    threads.emplace_back([&, i] { results[i] = writer.write(ids[i], 0, {&decoy}); });
-  }
-  int64_t lock_waits = 0;
-  CHECK(eventually(
-      [&] {
-        lock_waits = lockWaits();
-        return lock_waits == kDecoys;
-      },
-      10s));
-  INFO("transactions waiting for a lock: " << lock_waits);
+  occupyWriters(
+      kDecoys, [&](int i) { results[kWrites + i] = writer.write(ids[kWrites + i], 0, {&decoy}); },
+      threads);
   for (int i = 0; i < kWrites; ++i) {
     threads.emplace_back([&, i] {
       // The last one's lease moved on.
@@ -294,7 +304,7 @@ TEST_CASE_METHOD(WorkflowTest, "entries written in one statement keep each invoc
     });
   }
   std::this_thread::sleep_for(300ms);
-  REQUIRE_THAT((*blocker)->execText("COMMIT"), IsOk());
+  REQUIRE_THAT(blocker->execText("COMMIT"), IsOk());
   for (auto& t : threads) t.join();
   INFO("statements: " << writer.statements());
   CHECK(writer.statements() <= static_cast<uint64_t>(kDecoys) + 2);  // the twelve in one or two
@@ -331,6 +341,70 @@ TEST_CASE_METHOD(WorkflowTest, "entries written in one statement keep each invoc
         (e.error.ok() ? std::nullopt : std::optional<std::string>(std::string(e.error.message()))));
     CHECK(r.i64("duration_ms") == e.duration_ms);
   }
+}
+
+TEST_CASE_METHOD(WriterTest,
+                 "a journal entry the server refuses fails alone, not the entries grouped with it",
+                 "[journal-writer]") {
+  // Writes of one entry share a statement, writes of two a transaction. One of each repeats a
+  // sequence number its invocation's journal already has.
+  constexpr int kSingles = 6;
+  constexpr int kDoubles = 4;
+  constexpr int kWrites = kSingles + kDoubles;
+  constexpr int kDecoys = static_cast<int>(JournalWriter::kWriters);
+  constexpr int kRepeatedSingle = 2;
+  constexpr int kRepeatedDouble = kSingles + 1;
+  const auto ids = idleInvocations(kWrites + kDecoys);
+  for (int i : {kRepeatedSingle, kRepeatedDouble}) {
+    auto conn = pool_->acquire();
+    REQUIRE_THAT(conn, IsOk());
+    REQUIRE_THAT((*conn)->exec("INSERT INTO workflow_journal (invocation_id, seq, kind, name, ok,"
+                               " created_at) VALUES (?, 1, 'run', 'earlier', TRUE, 0)",
+                               {ids[i]}),
+                 IsOk());
+  }
+  const std::vector<JournalEntry> two = entries(2);  // seq 0 and 1
+  std::vector<std::vector<const JournalEntry*>> mine(kWrites);
+  for (int i = 0; i < kSingles; ++i) mine[i] = {&two[i == kRepeatedSingle ? 1 : 0]};
+  for (int i = kSingles; i < kWrites; ++i) mine[i] = {&two[0], &two[1]};
+
+  auto blocker = holdInvocationRows();
+  JournalWriter writer(*pool_);
+  std::vector<absl::Status> results(kWrites + kDecoys);
+  std::vector<std::thread> threads;
+  const JournalEntry decoy{0, "run", "decoy", true, std::string("d")};
+  occupyWriters(
+      kDecoys, [&](int i) { results[kWrites + i] = writer.write(ids[kWrites + i], 0, {&decoy}); },
+      threads);
+  for (int i = 0; i < kWrites; ++i) {
+    threads.emplace_back([&, i] { results[i] = writer.write(ids[i], 0, mine[i]); });
+  }
+  std::this_thread::sleep_for(300ms);
+  REQUIRE_THAT(blocker->execText("COMMIT"), IsOk());
+  for (auto& t : threads) t.join();
+
+  for (int i = kWrites; i < kWrites + kDecoys; ++i) CHECK_THAT(results[i], IsOk());
+  for (int i = 0; i < kWrites; ++i) {
+    INFO("write " << i);
+    const int64_t rows =
+        scalar("SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ?", {ids[i]});
+    if (i == kRepeatedSingle || i == kRepeatedDouble) {
+      CHECK(absl::IsAlreadyExists(results[i]));
+      // The entry there is kept, and nothing of the refused write is in, not even the first
+      // entry of the two.
+      CHECK(rows == 1);
+      CHECK(scalar("SELECT COUNT(*) FROM workflow_journal WHERE invocation_id = ? AND name ="
+                   " 'earlier'",
+                   {ids[i]}) == 1);
+    } else {
+      CHECK_THAT(results[i], IsOk());
+      CHECK(rows == static_cast<int64_t>(mine[i].size()));
+    }
+  }
+  // Each group was tried, failed, and went again one write at a time: a statement for each
+  // write, and one more for each group that failed.
+  INFO("statements: " << writer.statements());
+  CHECK(writer.statements() > static_cast<uint64_t>(kDecoys + kWrites));
 }
 
 TEST_CASE("a batch whose write throws ends, and later ones are written", "[group-commit]") {
@@ -416,24 +490,6 @@ TEST_CASE("callers that wait are each woken for their own request, and none is l
   CHECK(batches < size_t{kThreads * kEach});  // requests were grouped
 }
 
-class FinishWriterTest : public WorkflowTest {
- protected:
-  // Invocations of a service no engine runs, ready and with lease token 0 (as sent).
-  std::vector<std::string> idleInvocations(int n) {
-    Engine idle(pool_, fastOptions());
-    REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
-                     "h", [](Context&, const std::string&) { return std::string(); })),
-                 IsOk());
-    std::vector<std::string> ids;
-    for (int i = 0; i < n; ++i) {
-      auto id = idle.send({"Idle", "h"});
-      REQUIRE_THAT(id, IsOk());
-      ids.push_back(*id);
-    }
-    return ids;
-  }
-};
-
 // Bytes that are not text: a value converted in the statement would show.
 std::string outputOf(int i) { return "output-" + std::to_string(i) + std::string("\0\xff\xfe", 3); }
 
@@ -453,7 +509,7 @@ FinishWriter::Request finishing(const std::string& id, int64_t token, int i) {
   return r;
 }
 
-TEST_CASE_METHOD(FinishWriterTest,
+TEST_CASE_METHOD(WriterTest,
                  "finishes of several invocations share a statement and keep their own values",
                  "[finish-writer]") {
   constexpr int kFinishes = 7;
@@ -520,7 +576,7 @@ TEST_CASE_METHOD(FinishWriterTest,
   }
 }
 
-TEST_CASE_METHOD(FinishWriterTest, "a finish the server refuses fails alone, not its batch",
+TEST_CASE_METHOD(WriterTest, "a finish the server refuses fails alone, not its batch",
                  "[finish-writer]") {
   const auto ids = idleInvocations(4);
   std::vector<FinishWriter::Request> requests;
@@ -546,8 +602,7 @@ TEST_CASE_METHOD(FinishWriterTest, "a finish the server refuses fails alone, not
   }
 }
 
-TEST_CASE_METHOD(FinishWriterTest,
-                 "one invocation finished twice in a batch takes the current one's",
+TEST_CASE_METHOD(WriterTest, "one invocation finished twice in a batch takes the current one's",
                  "[finish-writer]") {
   const auto ids = idleInvocations(2);
   // A stale execution (token 7 is not the row's) and the current one, in one batch.
@@ -569,29 +624,23 @@ TEST_CASE_METHOD(FinishWriterTest,
         1);
 }
 
-TEST_CASE_METHOD(FinishWriterTest, "finishes that arrive together go in one statement",
+TEST_CASE_METHOD(WriterTest, "finishes that arrive together go in one statement",
                  "[finish-writer]") {
   constexpr int kFinishes = 12;
   constexpr int kDecoys = static_cast<int>(FinishWriter::kWriters);
   const auto ids = idleInvocations(kFinishes + kDecoys);
-  auto blocker = pool_->acquire();
-  REQUIRE_THAT(blocker, IsOk());
-  REQUIRE_THAT((*blocker)->execText("START TRANSACTION"), IsOk());
-  REQUIRE_THAT((*blocker)->query("SELECT id FROM workflow_invocations FOR UPDATE"), IsOk());
+  auto blocker = holdInvocationRows();
   FinishWriter writer(*pool_);
   std::vector<FinishWriter::Request> requests;
   for (int i = 0; i < kFinishes + kDecoys; ++i) requests.push_back(finishing(ids[i], 0, i));
   std::vector<std::thread> threads;
-  // One finish per writer first, each waiting for its row; the others line up behind them.
-  for (int i = kFinishes; i < kFinishes + kDecoys; ++i) {
-    threads.emplace_back([&, i] { writer.finish(requests[i]); });
-  }
-  CHECK(eventually([&] { return lockWaits() == kDecoys; }, 10s));
+  occupyWriters(
+      kDecoys, [&](int i) { writer.finish(requests[kFinishes + i]); }, threads);
   for (int i = 0; i < kFinishes; ++i) {
     threads.emplace_back([&, i] { writer.finish(requests[i]); });
   }
   std::this_thread::sleep_for(300ms);
-  REQUIRE_THAT((*blocker)->execText("COMMIT"), IsOk());
+  REQUIRE_THAT(blocker->execText("COMMIT"), IsOk());
   for (auto& t : threads) t.join();
   INFO("statements: " << writer.statements());
   CHECK(writer.statements() <= static_cast<uint64_t>(kDecoys) + 2);
