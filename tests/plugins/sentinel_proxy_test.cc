@@ -342,6 +342,80 @@ TEST_CASE_METHOD(ProxyTest, "a request body over the limit is refused", "[sentin
   CHECK(posts.load() == 1);
 }
 
+// Answers are held in memory until complete: one larger than --max-answer-mib, an endless one
+// included, is cut off with 502, and the proxy serves on.
+TEST_CASE_METHOD(ProxyTest, "an answer over the limit is cut off, and the proxy serves on",
+                 "[sentinel-proxy]") {
+  httplib::Server app;
+  app.Get("/fits", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(512 * 1024, 'x'), "application/octet-stream");
+  });
+  app.Get("/big", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(2 * 1024 * 1024, 'x'), "application/octet-stream");
+  });
+  // Chunks for as long as anyone reads them.
+  app.Get("/endless", [](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("application/octet-stream",
+                                     [](size_t, httplib::DataSink& sink) {
+                                       const std::string chunk(64 * 1024, 'y');
+                                       return sink.write(chunk.data(), chunk.size());
+                                     });
+  });
+  App running(app);
+  routeTo(running);
+  const int port = freePort();
+  auto proxy = startProxy(port, {"--max-answer-mib", "1"}, {}, "small.log");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 20s));
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(20s);
+  for (const char* path : {"/big", "/endless"}) {
+    INFO(path);
+    auto cut = client.Get(path);
+    REQUIRE(cut);
+    CHECK(cut->status == 502);
+    const std::string said = cut->body.substr(0, 200);  // not 2 MiB of it when this fails
+    CHECK_THAT(said,
+               Catch::Contains("is larger than 1 MiB") && Catch::Contains("--max-answer-mib"));
+  }
+  auto fits = client.Get("/fits");
+  REQUIRE(fits);
+  CHECK(fits->status == 200);
+  CHECK(fits->body.size() == 512u * 1024);
+}
+
+// The upstream timeout bounds a request's whole exchange with the instances, not each read: an
+// instance that sends a byte now and then would otherwise hold the request, and its thread, for
+// as long as it likes (past the sentinel's termination grace).
+TEST_CASE_METHOD(ProxyTest, "an answer that trickles in is cut off at the upstream timeout",
+                 "[sentinel-proxy]") {
+  httplib::Server app;
+  app.Get("/trickle", [](const httplib::Request&, httplib::Response& res) {
+    res.set_chunked_content_provider("text/plain", [](size_t, httplib::DataSink& sink) {
+      std::this_thread::sleep_for(100ms);
+      return sink.write("x", 1);
+    });
+  });
+  answerHello(app);
+  App running(app);
+  routeTo(running);
+  const int port = freePort();
+  auto proxy = startProxy(port, {"--upstream-timeout-s", "2"}, {}, "short.log");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 20s));
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(20s);
+  const auto started = std::chrono::steady_clock::now();
+  auto cut = client.Get("/trickle");
+  const auto took = std::chrono::steady_clock::now() - started;
+  REQUIRE(cut);
+  CHECK(cut->status == 504);
+  CHECK_THAT(cut->body, Catch::Contains("did not complete its answer within 2 s"));
+  CHECK(took >= 2s);
+  auto hello = client.Get("/");
+  REQUIRE(hello);
+  CHECK(hello->status == 200);
+  CHECK(hello->body == "hello");
+}
+
 // What the app learns of its client: the Host asked for, and a last X-Forwarded-For hop the
 // client cannot forge.
 TEST_CASE_METHOD(ProxyTest, "the app sees the client's host and address", "[sentinel-proxy]") {

@@ -4,7 +4,8 @@
 //   krane-sentinel [--routes-file PATH | --routes-configmap NAMESPACE/NAME [--kubeconfig PATH]]
 //                  [--port N] [--health-port N] [--host ADDR] [--liveness-path P]
 //                  [--readiness-path P] [--poll-ms N] [--threads N] [--client-timeout-s N]
-//                  [--max-body-mib N] [--drain-seconds N] [--version V]
+//                  [--max-body-mib N] [--max-answer-mib N] [--upstream-timeout-s N]
+//                  [--drain-seconds N] [--version V]
 //
 // Defaults come from the environment the agent's sentinel plugin sets: KRANE_ROUTES_FILE (the
 // process runtime), KRANE_ROUTES_CONFIGMAP (Kubernetes: followed through the API server with the
@@ -108,6 +109,19 @@ int main(int argc, char** argv) {
                  "Largest request body forwarded, in MiB (held in memory); larger ones get 413")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  size_t max_answer_mib = options.max_answer_bytes >> 20;
+  app.add_option("--max-answer-mib", max_answer_mib,
+                 "Largest answer of an instance passed on, in MiB (held in memory until complete); "
+                 "larger ones are cut off and the client gets 502")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  int upstream_timeout_s = static_cast<int>(options.upstream_timeout.count() / 1000);
+  app.add_option("--upstream-timeout-s", upstream_timeout_s,
+                 "Seconds a request's exchange with the instances may take, every endpoint tried "
+                 "and the whole answer included; then the client gets 504. The sentinel's "
+                 "termination grace period on Kubernetes allows for the default")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   app.add_option("--drain-seconds", drain_seconds,
                  "On SIGTERM, seconds of answering readiness with 503 while still serving, before "
                  "it stops accepting")
@@ -118,6 +132,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   options.poll = std::chrono::milliseconds(poll_ms);
   options.max_body_bytes = max_body_mib << 20;
+  options.max_answer_bytes = max_answer_mib << 20;
+  options.upstream_timeout = std::chrono::seconds(upstream_timeout_s);
   options.client_timeout = std::chrono::seconds(client_timeout_s);
   if (health_port >= 0) options.health_port = health_port;
   if (health_port > 0 && health_port == options.port) {

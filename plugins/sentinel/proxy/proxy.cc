@@ -287,23 +287,74 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
     out.headers.emplace("X-Forwarded-Host", req.get_header_value("Host"));
   }
 
+  // The whole exchange, every attempt and the last byte of the answer included, ends within the
+  // upstream timeout: each read waiting that long on its own let an instance that trickles its
+  // answer (or endpoints that time out one after another) hold the request past the sentinel's
+  // termination grace.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + options_.upstream_timeout;
   const auto& endpoints = set->routes.endpoints;
   const size_t first = set->next.fetch_add(1);
   std::string last_error;
   for (size_t attempt = 0; attempt < endpoints.size(); ++attempt) {
+    const auto left = deadline - Clock::now();
+    if (left <= Clock::duration::zero()) break;
     const Endpoint& e = endpoints[(first + attempt) % endpoints.size()];
     httplib::Client upstream(e.host, e.port);
     upstream.set_url_encode(false);
     upstream.set_keep_alive(false);
-    const auto connect_s = options_.connect_timeout.count() / 1000;
-    upstream.set_connection_timeout(connect_s, (options_.connect_timeout.count() % 1000) * 1000);
-    const auto timeout_s = options_.upstream_timeout.count() / 1000;
-    upstream.set_read_timeout(timeout_s, (options_.upstream_timeout.count() % 1000) * 1000);
-    upstream.set_write_timeout(timeout_s, (options_.upstream_timeout.count() % 1000) * 1000);
+    // Whole milliseconds, at least one: a timeout of 0 would mean none.
+    const auto left_ms = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(left),
+                                  std::chrono::milliseconds(1));
+    upstream.set_connection_timeout(std::min(options_.connect_timeout, left_ms));
+    upstream.set_read_timeout(left_ms);
+    upstream.set_write_timeout(left_ms);
     httplib::Response answer;
     httplib::Error error = httplib::Error::Success;
     httplib::Request attempt_req = out;
-    if (upstream.send(attempt_req, answer, error)) {
+    // The answer is held in memory until it is complete: bounded in size, and in time (each
+    // read is bounded by the time left, but not the sum of the reads).
+    enum class Cut { kNo, kTooLarge, kTooSlow } cut = Cut::kNo;
+    std::string body;
+    attempt_req.response_handler = [&](const httplib::Response&) {
+      if (Clock::now() < deadline) return true;
+      cut = Cut::kTooSlow;
+      return false;
+    };
+    attempt_req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      if (body.size() + n > options_.max_answer_bytes) {
+        cut = Cut::kTooLarge;
+        return false;
+      }
+      if (Clock::now() >= deadline) {
+        cut = Cut::kTooSlow;
+        return false;
+      }
+      body.append(data, n);
+      return true;
+    };
+    const bool answered = upstream.send(attempt_req, answer, error);
+    if (cut != Cut::kNo) {
+      // Not retried elsewhere: the next instance would give the same answer, or use time the
+      // client no longer has.
+      const bool large = cut == Cut::kTooLarge;
+      spdlog::warn("sentinel proxy: answer cut deployment={} endpoint={} {} {}: {}",
+                   set->routes.deployment_id, e.address(), req.method, req.path,
+                   large ? strCat("larger than ", options_.max_answer_bytes, " bytes")
+                         : "not complete within the upstream timeout");
+      res.status = large ? 502 : 504;
+      res.set_content(
+          large
+              ? strCat("bad gateway: the answer of ", e.address(), " is larger than ",
+                       options_.max_answer_bytes >> 20, " MiB (krane-sentinel --max-answer-mib)\n")
+              : strCat("gateway timeout: ", e.address(), " did not complete its answer within ",
+                       std::chrono::duration_cast<std::chrono::seconds>(options_.upstream_timeout)
+                           .count(),
+                       " s\n"),
+          "text/plain");
+      return;
+    }
+    if (answered) {
       res.status = answer.status;
       // The whole body, of which the server sends the client's range.
       if (!req.ranges.empty() && answer.status == 200) res.status = 206;
@@ -319,12 +370,24 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
         }
       }
       res.set_header("X-Krane-Deployment", set->routes.deployment_id);
-      res.set_content(std::move(answer.body), content_type);
+      res.set_content(std::move(body), content_type);
       return;
     }
     last_error = strCat(e.address(), ": ", httplib::to_string(error));
     // A refused connection sent nothing: safe to try the next endpoint whatever the method.
     if (error != httplib::Error::Connection && !idempotent(req.method)) break;
+  }
+  if (Clock::now() >= deadline) {
+    // Its last read waited for the time left, or the time ran out between attempts.
+    spdlog::warn("sentinel proxy: no endpoint answered in time deployment={} {} {}: {}",
+                 set->routes.deployment_id, req.method, req.path, last_error);
+    res.status = 504;
+    res.set_content(
+        strCat("gateway timeout: no endpoint answered within ",
+               std::chrono::duration_cast<std::chrono::seconds>(options_.upstream_timeout).count(),
+               " s (", last_error, ")\n"),
+        "text/plain");
+    return;
   }
   spdlog::warn("sentinel proxy: no endpoint answered deployment={} {} {}: {}",
                set->routes.deployment_id, req.method, req.path, last_error);

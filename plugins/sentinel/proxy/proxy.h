@@ -10,7 +10,9 @@
 //   anything else         forwarded to one endpoint: method, path and query, headers (without
 //                         hop-by-hop ones, with X-Forwarded-For and X-Forwarded-Host), body; the
 //                         answer comes back with `X-Krane-Deployment: <live deployment id>`.
-//                         503 without routes; 502 when no endpoint answered.
+//                         503 without routes; 502 when no endpoint answered, or when the
+//                         answer is larger than max_answer_bytes; 504 when the answer is not
+//                         complete within upstream_timeout.
 //
 // SWITCHING. A new routes file takes effect for the next request; a request already forwarded
 // keeps the route set it started with until it completes, and the old set is released (drained)
@@ -64,6 +66,8 @@ struct ProxyOptions {
   std::string routes_file;  // empty: routes only through setRoutes()
   std::chrono::milliseconds poll{100};
   std::chrono::milliseconds connect_timeout{2000};
+  // The longest a request's exchange with the instances may take, from the first connection to
+  // the last byte of the answer, over every endpoint tried: then the client gets 504.
   std::chrono::milliseconds upstream_timeout{kUpstreamTimeoutSeconds * 1000};
   // Requests served at once (each holds a thread while its upstream answers); more wait.
   int threads = 64;
@@ -78,6 +82,9 @@ struct ProxyOptions {
   // A request body is held in memory (three copies while it is forwarded): a larger one is
   // refused with 413 before it is read in full.
   size_t max_body_bytes = size_t{64} << 20;
+  // An answer is held in memory until it is complete too: a larger one (an endless one included)
+  // is cut off, and the client gets 502.
+  size_t max_answer_bytes = size_t{64} << 20;
 };
 
 class RoutingProxy {
