@@ -8,8 +8,9 @@ namespace krane::sentinel {
 // (KRANE_DRAIN_SECONDS) before it stops accepting, while the endpoints controller and kube-proxy
 // move traffic away; then requests in flight complete, within the proxy's upstream timeout.
 inline constexpr int kDrainSeconds = 5;
-// The proxy's upstream timeout (ProxyOptions::upstream_timeout): the longest a read from an
-// instance may wait once the proxy stops accepting.
+// The proxy's upstream timeout (ProxyOptions::upstream_timeout, --upstream-timeout-s): the
+// longest a request's exchange with the instances may take, answer included, so also how long
+// requests in flight may need once the proxy stops accepting.
 inline constexpr int kUpstreamTimeoutSeconds = 60;
 
 }  // namespace krane::sentinel

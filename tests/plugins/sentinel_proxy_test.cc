@@ -7,6 +7,7 @@
 // fake one).
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -383,37 +384,115 @@ TEST_CASE_METHOD(ProxyTest, "an answer over the limit is cut off, and the proxy 
   CHECK(fits->body.size() == 512u * 1024);
 }
 
-// The upstream timeout bounds a request's whole exchange with the instances, not each read: an
-// instance that sends a byte now and then would otherwise hold the request, and its thread, for
-// as long as it likes (past the sentinel's termination grace).
-TEST_CASE_METHOD(ProxyTest, "an answer that trickles in is cut off at the upstream timeout",
+// An instance on a raw socket, for answers no HTTP library would send: for each connection it
+// reads the request's head, then runs `script` on the socket until it returns.
+class ScriptedInstance {
+ public:
+  using Script = std::function<void(int fd, const std::atomic<bool>& stopping)>;
+  explicit ScriptedInstance(Script script) : script_(std::move(script)) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener_, 16) == 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ScriptedInstance() {
+    stopping_ = true;
+    thread_.join();
+    ::close(listener_);
+  }
+  std::string address() const { return strCat("127.0.0.1:", port_); }
+
+  // Whether all of `bytes` went out (false once the proxy hung up).
+  static bool send(int fd, std::string_view bytes) {
+    return ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+           static_cast<ssize_t>(bytes.size());
+  }
+
+ private:
+  void serve() {
+    while (!stopping_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int fd = ::accept(listener_, nullptr, nullptr);
+      if (fd < 0) continue;
+      std::string head;
+      char buf[4096];
+      while (head.find("\r\n\r\n") == std::string::npos) {
+        const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        head.append(buf, static_cast<size_t>(n));
+      }
+      script_(fd, stopping_);
+      ::close(fd);
+    }
+  }
+
+  Script script_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+// The upstream timeout bounds a request's whole exchange with the instances, not each read (each
+// read's own timeout restarts with every byte): an instance that sends a byte now and then would
+// otherwise hold the request, and its thread, for as long as it likes, past the sentinel's
+// termination grace.
+TEST_CASE_METHOD(ProxyTest, "an answer not complete within the upstream timeout gets 504 then",
                  "[sentinel-proxy]") {
-  httplib::Server app;
-  app.Get("/trickle", [](const httplib::Request&, httplib::Response& res) {
-    res.set_chunked_content_provider("text/plain", [](size_t, httplib::DataSink& sink) {
-      std::this_thread::sleep_for(100ms);
-      return sink.write("x", 1);
-    });
-  });
-  answerHello(app);
-  App running(app);
-  routeTo(running);
+  using ScriptClock = std::chrono::steady_clock;
+  // Sends `bytes` every 100 ms until `until` has passed since the answer began (or for good),
+  // then stays silent until the proxy hangs up or the test ends.
+  const auto trickle = [](std::string head, std::string bytes, std::chrono::milliseconds until) {
+    return [=](int fd, const std::atomic<bool>& stopping) {
+      const auto began = ScriptClock::now();
+      if (!ScriptedInstance::send(fd, head)) return;
+      while (!stopping && (until.count() == 0 || ScriptClock::now() - began < until)) {
+        std::this_thread::sleep_for(100ms);
+        if (!ScriptedInstance::send(fd, bytes)) return;
+      }
+      while (!stopping) {
+        pollfd p{fd, POLLRDHUP, 0};
+        if (::poll(&p, 1, 50) > 0) return;
+      }
+    };
+  };
+  std::optional<ScriptedInstance> instance;
+  SECTION("its headers trickle in") {
+    instance.emplace(trickle("HTTP/1.1 200 OK\r\n", "X-Slow: 1\r\n", 0ms));
+  }
+  SECTION("its body trickles in") {
+    instance.emplace(trickle("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", "x", 0ms));
+  }
+  SECTION("its last byte comes just before the timeout, then nothing") {
+    // Each read waiting for the time left when the attempt began would end at about 5.7 s.
+    instance.emplace(trickle("HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n", "x", 2700ms));
+  }
+  Routes r;
+  r.deployment_id = "dep_1";
+  r.endpoints.push_back(*parseEndpoint(instance->address()));
+  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
   const int port = freePort();
-  auto proxy = startProxy(port, {"--upstream-timeout-s", "2"}, {}, "short.log");
+  auto proxy = startProxy(port, {"--upstream-timeout-s", "3"}, {}, "short.log");
   REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 20s));
   httplib::Client client("127.0.0.1", port);
   client.set_read_timeout(20s);
-  const auto started = std::chrono::steady_clock::now();
-  auto cut = client.Get("/trickle");
-  const auto took = std::chrono::steady_clock::now() - started;
+  const auto started = ScriptClock::now();
+  auto cut = client.Get("/slow");
+  const auto took = ScriptClock::now() - started;
   REQUIRE(cut);
   CHECK(cut->status == 504);
-  CHECK_THAT(cut->body, Catch::Contains("did not complete its answer within 2 s"));
-  CHECK(took >= 2s);
-  auto hello = client.Get("/");
-  REQUIRE(hello);
-  CHECK(hello->status == 200);
-  CHECK(hello->body == "hello");
+  CHECK_THAT(cut->body, Catch::Contains("did not complete its answer within 3 s"));
+  INFO("took " << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+  CHECK(took >= 3s);
+  CHECK(took < 4500ms);
+  CHECK(get(port, "/healthz/live").status == 200);
 }
 
 // What the app learns of its client: the Host asked for, and a last X-Forwarded-For hop the

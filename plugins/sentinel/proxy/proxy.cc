@@ -6,6 +6,10 @@
 #include <algorithm>
 #include <cctype>
 #include <condition_variable>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -29,6 +33,62 @@ struct RoutingProxy::RouteSet {
   const Routes routes;
   std::atomic<size_t> next{0};
   std::atomic<bool> replaced{false};
+};
+
+// Runs what it is given at a set time, on a thread of its own. A request's exchange with its
+// instances ends at its deadline whatever it waits for then (a connection, the answer's headers
+// or body, the request's body going out): each read's own timeout restarts with every byte.
+class RoutingProxy::Watchdog {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Key = std::pair<Clock::time_point, uint64_t>;
+
+  Watchdog() : thread_([this] { run(); }) {}
+  ~Watchdog() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    thread_.join();
+  }
+
+  // `fire` runs at `when` unless cancel() came first.
+  Key arm(Clock::time_point when, std::function<void()> fire) {
+    std::lock_guard lock(mutex_);
+    const Key key(when, ++next_);
+    timers_.emplace(key, std::move(fire));
+    wake_.notify_all();
+    return key;
+  }
+  // On return the timer's `fire` is not running, and will not run.
+  void cancel(const Key& key) {
+    std::lock_guard lock(mutex_);
+    timers_.erase(key);
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    while (!stopping_) {
+      if (timers_.empty()) {
+        wake_.wait(lock);
+      } else if (Clock::now() < timers_.begin()->first.first) {
+        wake_.wait_until(lock, timers_.begin()->first.first);
+      } else {
+        auto fire = std::move(timers_.begin()->second);
+        timers_.erase(timers_.begin());
+        fire();  // under the lock, so that cancel() waits for it
+      }
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::map<Key, std::function<void()>> timers_;
+  uint64_t next_ = 0;
+  bool stopping_ = false;
+  std::thread thread_;
 };
 
 namespace {
@@ -94,6 +154,7 @@ class RoutingProxy::CountingQueue : public httplib::TaskQueue {
 
 absl::Status RoutingProxy::start() {
   reload();
+  watchdog_ = std::make_unique<Watchdog>();
   const auto handler = [this](const httplib::Request& req, httplib::Response& res) {
     handle(req, res);
   };
@@ -179,6 +240,7 @@ void RoutingProxy::stop() {
     server_->stop();  // returns once the requests in flight completed
     serve_thread_.join();
   }
+  watchdog_.reset();  // no request uses it any more
   // Probes are answered until then: a proxy finishing its requests is alive. The routes are
   // followed until then too: a request served meanwhile goes where they point now.
   if (health_thread_.joinable()) {
@@ -303,20 +365,38 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
     httplib::Client upstream(e.host, e.port);
     upstream.set_url_encode(false);
     upstream.set_keep_alive(false);
-    // Whole milliseconds, at least one: a timeout of 0 would mean none.
+    // Whole milliseconds, at least one: a timeout of 0 would give up at once.
     const auto left_ms = std::max(std::chrono::duration_cast<std::chrono::milliseconds>(left),
                                   std::chrono::milliseconds(1));
     upstream.set_connection_timeout(std::min(options_.connect_timeout, left_ms));
     upstream.set_read_timeout(left_ms);
     upstream.set_write_timeout(left_ms);
+    // At the deadline the socket is shut down, and whatever the attempt waits for fails.
+    std::atomic<bool> timed_out{false};
+    const Watchdog::Key timer = watchdog_->arm(deadline, [&] {
+      timed_out = true;
+      upstream.stop();
+    });
+    struct Disarm {
+      Watchdog& watchdog;
+      const Watchdog::Key& key;
+      ~Disarm() { watchdog.cancel(key); }
+    } disarm{*watchdog_, timer};
     httplib::Response answer;
     httplib::Error error = httplib::Error::Success;
     httplib::Request attempt_req = out;
-    // The answer is held in memory until it is complete: bounded in size, and in time (each
-    // read is bounded by the time left, but not the sum of the reads).
+    // The answer is held in memory until it is complete: bounded in size, and in time.
     enum class Cut { kNo, kTooLarge, kTooSlow } cut = Cut::kNo;
     std::string body;
-    attempt_req.response_handler = [&](const httplib::Response&) {
+    attempt_req.response_handler = [&](const httplib::Response& head) {
+      // Refused at once when it says it is too large (a body sent encoded may grow as it is
+      // decoded: those are counted as they arrive).
+      if (head.has_header("Content-Length") && !head.has_header("Content-Encoding") &&
+          std::strtoull(head.get_header_value("Content-Length").c_str(), nullptr, 10) >
+              options_.max_answer_bytes) {
+        cut = Cut::kTooLarge;
+        return false;
+      }
       if (Clock::now() < deadline) return true;
       cut = Cut::kTooSlow;
       return false;
@@ -333,7 +413,8 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
       body.append(data, n);
       return true;
     };
-    const bool answered = upstream.send(attempt_req, answer, error);
+    const bool answered = upstream.send(attempt_req, answer, error) && !timed_out;
+    if (cut == Cut::kNo && timed_out) cut = Cut::kTooSlow;
     if (cut != Cut::kNo) {
       // Not retried elsewhere: the next instance would give the same answer, or use time the
       // client no longer has.
@@ -370,7 +451,9 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
         }
       }
       res.set_header("X-Krane-Deployment", set->routes.deployment_id);
-      res.set_content(std::move(body), content_type);
+      // Not set_content(): this httplib's takes a copy.
+      res.body = std::move(body);
+      res.set_header("Content-Type", content_type);
       return;
     }
     last_error = strCat(e.address(), ": ", httplib::to_string(error));

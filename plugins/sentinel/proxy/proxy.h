@@ -116,6 +116,7 @@ class RoutingProxy {
 
  private:
   struct RouteSet;
+  class Watchdog;
 
   std::shared_ptr<RouteSet> current() const;
   // Answers the liveness and readiness endpoints; false for any other request.
@@ -139,6 +140,9 @@ class RoutingProxy {
   std::thread health_thread_;
   std::atomic<bool> draining_{false};
   std::thread watch_thread_;
+  // Ends requests' exchanges with the instances at their deadlines (forward); from start() to
+  // the end of stop().
+  std::unique_ptr<Watchdog> watchdog_;
 
   mutable std::mutex mutex_;  // guards what follows
   std::shared_ptr<RouteSet> routes_;

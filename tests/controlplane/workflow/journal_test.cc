@@ -228,6 +228,19 @@ class WriterTest : public WorkflowTest {
         10s));
     INFO("transactions waiting for a lock: " << lock_waits);
   }
+
+  // occupyWriters() for a journal writer: writes of one entry to ids[from] onwards, their
+  // results in results[from] onwards.
+  void occupyJournalWriter(JournalWriter& writer, const std::vector<std::string>& ids, int from,
+                           std::vector<absl::Status>& results, std::vector<std::thread>& threads) {
+    static const JournalEntry decoy{0, "run", "decoy", true, std::string("d")};
+    occupyWriters(
+        static_cast<int>(JournalWriter::kWriters),
+        [&writer, &ids, &results, from](int i) {
+          results[from + i] = writer.write(ids[from + i], 0, {&decoy});
+        },
+        threads);
+  }
 };
 
 TEST_CASE_METHOD(WriterTest, "concurrent journal writes are grouped and each one fenced",
@@ -293,10 +306,7 @@ TEST_CASE_METHOD(WriterTest, "entries written in one statement keep each invocat
   JournalWriter writer(*pool_);
   std::vector<absl::Status> results(kWrites + kDecoys);
   std::vector<std::thread> threads;
-  const JournalEntry decoy{0, "run", "decoy", true, std::string("d")};
-  occupyWriters(
-      kDecoys, [&](int i) { results[kWrites + i] = writer.write(ids[kWrites + i], 0, {&decoy}); },
-      threads);
+  occupyJournalWriter(writer, ids, kWrites, results, threads);
   for (int i = 0; i < kWrites; ++i) {
     threads.emplace_back([&, i] {
       // The last one's lease moved on.
@@ -372,10 +382,7 @@ TEST_CASE_METHOD(WriterTest,
   JournalWriter writer(*pool_);
   std::vector<absl::Status> results(kWrites + kDecoys);
   std::vector<std::thread> threads;
-  const JournalEntry decoy{0, "run", "decoy", true, std::string("d")};
-  occupyWriters(
-      kDecoys, [&](int i) { results[kWrites + i] = writer.write(ids[kWrites + i], 0, {&decoy}); },
-      threads);
+  occupyJournalWriter(writer, ids, kWrites, results, threads);
   for (int i = 0; i < kWrites; ++i) {
     threads.emplace_back([&, i] { results[i] = writer.write(ids[i], 0, mine[i]); });
   }
