@@ -65,8 +65,20 @@ std::string makeTemp(const std::string& pattern) {
 }
 
 ScratchMariaDb* g_instance = nullptr;
+ScratchMariaDb::Sizing g_sizing = ScratchMariaDb::Sizing::kTest;
+
+// The server's options for `sizing` (none: the server's defaults).
+std::vector<std::string> sizingOptions(ScratchMariaDb::Sizing sizing) {
+  if (sizing == ScratchMariaDb::Sizing::kServerDefaults) return {};
+  return {"--innodb-log-file-size=8M", "--innodb-buffer-pool-size=64M"};
+}
 
 }  // namespace
+
+void ScratchMariaDb::setSizing(Sizing sizing) {
+  if (g_instance != nullptr && sizing != g_sizing) die("ScratchMariaDb::setSizing after the start");
+  g_sizing = sizing;
+}
 
 ScratchMariaDb& ScratchMariaDb::instance() {
   if (g_instance == nullptr) {
@@ -87,11 +99,16 @@ ScratchMariaDb::ScratchMariaDb() {
   // A private tmpdir: sandboxed tests share /tmp, and their servers can have equal PIDs (each
   // sandbox has its own PID namespace), which makes MariaDB's temporary file names collide.
   std::filesystem::create_directories(data_root_ + "/tmp");
-  ChildProcess install({binary("KRANE_MARIADB_INSTALL_DB", "/usr/bin/mariadb-install-db"),
-                        "--no-defaults", "--user=root", "--datadir=" + data_root_ + "/data",
-                        "--auth-root-authentication-method=normal", "--skip-test-db",
-                        "--innodb-log-file-size=8M", "--tmpdir=" + data_root_ + "/tmp"},
-                       log);
+  std::vector<std::string> install_argv = {
+      binary("KRANE_MARIADB_INSTALL_DB", "/usr/bin/mariadb-install-db"),
+      "--no-defaults",
+      "--user=root",
+      "--datadir=" + data_root_ + "/data",
+      "--auth-root-authentication-method=normal",
+      "--skip-test-db",
+      "--tmpdir=" + data_root_ + "/tmp"};
+  for (std::string& option : sizingOptions(g_sizing)) install_argv.push_back(std::move(option));
+  ChildProcess install(install_argv, log);
   if (install.wait() != 0) {
     die("mariadb-install-db failed (is mariadb-server-core installed? run ./dev setup)", log);
   }
@@ -108,16 +125,23 @@ ScratchMariaDb::~ScratchMariaDb() {
 
 void ScratchMariaDb::start() {
   if (server_) return;
-  server_ = std::make_unique<ChildProcess>(
-      std::vector<std::string>{
-          binary("KRANE_MARIADBD", "/usr/sbin/mariadbd"), "--no-defaults", "--user=root",
-          "--datadir=" + data_root_ + "/data", "--socket=" + socket_dir_ + "/mysqld.sock",
-          strCat("--port=", port_), "--bind-address=127.0.0.1",
-          "--pid-file=" + data_root_ + "/mysqld.pid", "--log-error=" + data_root_ + "/mysqld.err",
-          "--innodb-log-file-size=8M", "--skip-name-resolve", "--innodb-buffer-pool-size=64M",
-          "--tmpdir=" + data_root_ + "/tmp", "--innodb-flush-log-at-trx-commit=2",
-          "--max-connections=1000", "--skip-log-bin", "--performance-schema=OFF"},
-      data_root_ + "/mysqld.out");
+  std::vector<std::string> argv = {binary("KRANE_MARIADBD", "/usr/sbin/mariadbd"),
+                                   "--no-defaults",
+                                   "--user=root",
+                                   "--datadir=" + data_root_ + "/data",
+                                   "--socket=" + socket_dir_ + "/mysqld.sock",
+                                   strCat("--port=", port_),
+                                   "--bind-address=127.0.0.1",
+                                   "--pid-file=" + data_root_ + "/mysqld.pid",
+                                   "--log-error=" + data_root_ + "/mysqld.err",
+                                   "--skip-name-resolve",
+                                   "--tmpdir=" + data_root_ + "/tmp",
+                                   "--innodb-flush-log-at-trx-commit=2",
+                                   "--max-connections=1000",
+                                   "--skip-log-bin",
+                                   "--performance-schema=OFF"};
+  for (std::string& option : sizingOptions(g_sizing)) argv.push_back(std::move(option));
+  server_ = std::make_unique<ChildProcess>(argv, data_root_ + "/mysqld.out");
   waitReady();
 }
 

@@ -37,6 +37,18 @@ inline const std::vector<std::string>& appTenancySql() {
 
 class ScratchMariaDb {
  public:
+  // How big the server's InnoDB redo log and buffer pool are.
+  enum class Sizing {
+    // 8 MiB and 64 MiB: quick to create, and enough for tests.
+    kTest,
+    // MariaDB's own defaults (96 MiB and 128 MiB), as a server is installed: for benchmarks that
+    // write at volume. With the tests' 8 MiB redo log, InnoDB checkpoints every few MiB written
+    // and flushes pages to make room, which a server as installed does far less often.
+    kServerDefaults,
+  };
+  // The sizing of the server this process starts; call before the first instance().
+  static void setSizing(Sizing sizing);
+
   // The server of this process, started (once) if needed. Aborts with the server's log when it
   // cannot start: nothing in a test can work without it.
   static ScratchMariaDb& instance();
