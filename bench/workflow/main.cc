@@ -125,6 +125,36 @@ struct ServerCounters {
   int64_t prepares = 0;    // statements prepared (a connection's cache of them missed)
 };
 
+// What the engine's own statements were, between two snapshots.
+struct EngineWrites {
+  uint64_t claims = 0, claimed = 0, sends = 0;
+  Engine::GroupedWrites journal, finish;
+};
+
+EngineWrites engineWrites(const Engine& engine) {
+  return {engine.stats().claims.load(), engine.stats().claimed.load(),
+          engine.stats().send_statements.load(), engine.journalWrites(), engine.finishWrites()};
+}
+
+// "per <unit>: claims ..., journal ..., finishes ...": the engine's statements between two
+// snapshots, per one of `n`.
+std::string engineWritesPer(const EngineWrites& a, const EngineWrites& b, double n,
+                            std::string_view unit) {
+  const auto per = [&](uint64_t x, uint64_t y) { return static_cast<double>(y - x) / n; };
+  const auto each = [](uint64_t x0, uint64_t x1, uint64_t y0, uint64_t y1) {
+    return x1 == x0 ? 0.0 : static_cast<double>(y1 - y0) / static_cast<double>(x1 - x0);
+  };
+  return fmt::format(
+      "per {}: {:.3f} claim transactions ({:.1f} invocations each), {:.3f} grouped sends,"
+      " {:.3f} journal statements ({:.1f} entries each), {:.3f} finish statements ({:.1f}"
+      " finishes each)",
+      unit, per(a.claims, b.claims), each(a.claims, b.claims, a.claimed, b.claimed),
+      per(a.sends, b.sends), per(a.journal.statements, b.journal.statements),
+      each(a.journal.statements, b.journal.statements, a.journal.rows, b.journal.rows),
+      per(a.finish.statements, b.finish.statements),
+      each(a.finish.statements, b.finish.statements, a.finish.rows, b.finish.rows));
+}
+
 ServerCounters counters(db::Pool& pool) {
   ServerCounters c;
   auto conn = check(pool.acquire(), "connection");
@@ -428,7 +458,9 @@ int run(bool json, bool quick) {
     auto before5 = counters(*pool);
     const double cpu_before5 = cpuMsBoth(server);
     const double engine_cpu_before5 = cpuMs(getpid());
+    const EngineWrites writes_before5 = engineWrites(engine);
     const double five_s = runBatch(engine, *pool, "Five", batch);
+    const EngineWrites writes_after5 = engineWrites(engine);
     wf_cpu_r.push_back((cpuMsBoth(server) - cpu_before5) / batch);
     wf_engine_cpu_r.push_back((cpuMs(getpid()) - engine_cpu_before5) / batch);
     auto after5 = counters(*pool);
@@ -445,6 +477,7 @@ int run(bool json, bool quick) {
     wf_prepares_r.push_back(static_cast<double>(after5.prepares - before5.prepares) / batch);
     say("  {} five-step workflows: {:.1f}/s ({:.2f} s; {} zero-step: {:.2f} s)", batch, wf_r.back(),
         five_s, batch, zero_s);
+    say("    {}", engineWritesPer(writes_before5, writes_after5, batch, "workflow"));
 
     {
       std::lock_guard lock(timed_mutex);
@@ -471,7 +504,10 @@ int run(bool json, bool quick) {
     const auto before_resume = counters(*pool);
     const double cpu_before_resume = cpuMsBoth(server);
     const double engine_cpu_before_resume = cpuMs(getpid());
+    const EngineWrites writes_before_resume = engineWrites(engine);
     resolve_r.push_back(resolveAll(awakeables));
+    say("    {}", engineWritesPer(writes_before_resume, engineWrites(engine),
+                                  static_cast<double>(awakeables.size()), "resume"));
     resume_cpu_r.push_back((cpuMsBoth(server) - cpu_before_resume) /
                            static_cast<double>(awakeables.size()));
     resume_engine_cpu_r.push_back((cpuMs(getpid()) - engine_cpu_before_resume) /

@@ -90,6 +90,14 @@ void Engine::insertSends(const std::vector<Send*>& batch) {
   for (Send* s : batch) s->result = status;
 }
 
+Engine::GroupedWrites Engine::journalWrites() const {
+  return {journal_writer_->statements(), journal_writer_->entries()};
+}
+
+Engine::GroupedWrites Engine::finishWrites() const {
+  return {finish_writer_->statements(), finish_writer_->finishes()};
+}
+
 size_t Engine::sendWeight(const Send& send) {
   return std::max(send.inv->input.size() + 256, kMaxSendBytes / kMaxSends);
 }
@@ -500,6 +508,10 @@ void Engine::claimLoop() {
         }
         logged_error = false;
         got = claimed->size();
+        if (got > 0) {
+          stats_.claims.fetch_add(1, std::memory_order_relaxed);
+          stats_.claimed.fetch_add(got, std::memory_order_relaxed);
+        }
         std::lock_guard lock(mutex_);
         for (Claim& c : *claimed) {
           c.cancel_seen = std::make_shared<std::atomic<bool>>(c.cancel_requested);

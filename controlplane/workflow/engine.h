@@ -75,6 +75,9 @@ struct EngineStats {
   // INSERTs send() ran for invocations that need no key (several sends share one; a statement
   // run again after a deadlock or lock wait timeout counts again).
   std::atomic<uint64_t> send_statements{0};
+  // Claim transactions that claimed something, and the invocations they claimed.
+  std::atomic<uint64_t> claims{0};
+  std::atomic<uint64_t> claimed{0};
   std::atomic<uint64_t> step_ms_total{0};
   // Step latency histogram, upper bounds in ms: 1, 5, 10, 50, 100, 500, 1000, 5000, +inf.
   static constexpr double kBucketsMs[] = {1, 5, 10, 50, 100, 500, 1000, 5000};
@@ -133,6 +136,14 @@ class Engine {
   absl::Status resume(const std::string& invocation_id);
 
   const EngineStats& stats() const { return stats_; }
+  // Statements the journal writer and the finish writer ran, and the journal entries and
+  // finishes they wrote with them.
+  struct GroupedWrites {
+    uint64_t statements = 0;
+    uint64_t rows = 0;
+  };
+  GroupedWrites journalWrites() const;
+  GroupedWrites finishWrites() const;
 
   // send() inserts invocations without an idempotency key that need no key's row in batches, at
   // most this many at once: a send waits while they are all written (few, so that sends at the
