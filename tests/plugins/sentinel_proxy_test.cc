@@ -384,6 +384,67 @@ TEST_CASE_METHOD(ProxyTest, "an answer over the limit is cut off, and the proxy 
   CHECK(fits->body.size() == 512u * 1024);
 }
 
+// An address whose connections are never made: a listener with a backlog of 0 that accepts
+// nothing, its one place in the queue taken. The kernel drops further connection requests, and a
+// connect waits for its timeout.
+class Blackhole {
+ public:
+  Blackhole() {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(listener_, 0) == 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    filler_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    REQUIRE(::connect(filler_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  }
+  ~Blackhole() {
+    ::close(filler_);
+    ::close(listener_);
+  }
+  std::string address() const { return strCat("127.0.0.1:", port_); }
+
+ private:
+  int listener_ = -1;
+  int filler_ = -1;
+  int port_ = 0;
+};
+
+// Nothing was sent to an instance whose connection was not made in time: the request goes to the
+// next one whatever its method, as after a refused connection.
+TEST_CASE_METHOD(ProxyTest, "a request goes on to the next instance when a connection times out",
+                 "[sentinel-proxy]") {
+  Blackhole blackhole;
+  std::atomic<int> posts{0};
+  httplib::Server app;
+  app.Post("/order", [&](const httplib::Request& req, httplib::Response& res) {
+    ++posts;
+    res.set_content("ordered " + req.body, "text/plain");
+  });
+  App running(app);
+  // The first request of a route set starts with its first endpoint.
+  Routes r;
+  r.deployment_id = "dep_1";
+  r.endpoints.push_back(*parseEndpoint(blackhole.address()));
+  r.endpoints.push_back(*parseEndpoint(running.address()));
+  REQUIRE_THAT(replaceFile(routes_file_, routesJson(r)), IsOk());
+  const int port = freePort();
+  auto proxy = startProxy(port, {}, {}, "blackhole.log");
+  REQUIRE(eventually([&] { return get(port, "/healthz/ready").status == 200; }, 20s));
+  httplib::Client client("127.0.0.1", port);
+  client.set_read_timeout(20s);
+  auto answer = client.Post("/order", "one", "text/plain");
+  REQUIRE(answer);
+  INFO(answer->body);
+  CHECK(answer->status == 200);
+  CHECK(answer->body == "ordered one");
+  CHECK(posts.load() == 1);
+}
+
 // An instance on a raw socket, for answers no HTTP library would send: for each connection it
 // reads the request's head, then runs `script` on the socket until it returns.
 class ScriptedInstance {

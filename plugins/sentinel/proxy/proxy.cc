@@ -457,8 +457,11 @@ void RoutingProxy::forward(const httplib::Request& req, httplib::Response& res) 
       return;
     }
     last_error = strCat(e.address(), ": ", httplib::to_string(error));
-    // A refused connection sent nothing: safe to try the next endpoint whatever the method.
-    if (error != httplib::Error::Connection && !idempotent(req.method)) break;
+    // A connection refused, or not made within the connect timeout, sent nothing: safe to try
+    // the next endpoint whatever the method.
+    const bool nothing_sent =
+        error == httplib::Error::Connection || error == httplib::Error::ConnectionTimeout;
+    if (!nothing_sent && !idempotent(req.method)) break;
   }
   if (Clock::now() >= deadline) {
     // Its last read waited for the time left, or the time ran out between attempts.

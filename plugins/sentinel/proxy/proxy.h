@@ -16,9 +16,9 @@
 //
 // SWITCHING. A new routes file takes effect for the next request; a request already forwarded
 // keeps the route set it started with until it completes, and the old set is released (drained)
-// once its last request finished. A request whose endpoint refuses the connection is retried on
-// the next endpoint of the same set (any method: nothing was sent); a failure after sending is
-// retried only for idempotent methods.
+// once its last request finished. A request whose endpoint refuses the connection, or does not
+// accept it within connect_timeout, is retried on the next endpoint of the same set (any method:
+// nothing was sent); a failure after sending is retried only for idempotent methods.
 //
 // HEALTH LISTENER. With `health_port`, the two endpoints above are also served on a listener of
 // its own with a few threads of its own: the request threads can all be busy (slow clients, an

@@ -229,17 +229,24 @@ class WriterTest : public WorkflowTest {
     INFO("transactions waiting for a lock: " << lock_waits);
   }
 
-  // occupyWriters() for a journal writer: writes of one entry to ids[from] onwards, their
-  // results in results[from] onwards.
-  void occupyJournalWriter(JournalWriter& writer, const std::vector<std::string>& ids, int from,
-                           std::vector<absl::Status>& results, std::vector<std::thread>& threads) {
+  // Runs write(0) .. write(n - 1) on threads of their own while every place of `writer` is
+  // taken by a write of one entry waiting for the invocation rows (to ids[n] onwards), so that
+  // they line up and go in together once the rows are free. Returns their results, then the
+  // occupying writes' ones.
+  std::vector<absl::Status> writeQueued(JournalWriter& writer, const std::vector<std::string>& ids,
+                                        int n, const std::function<absl::Status(int)>& write) {
     static const JournalEntry decoy{0, "run", "decoy", true, std::string("d")};
+    auto blocker = holdInvocationRows();
+    std::vector<absl::Status> results(n + JournalWriter::kWriters);
+    std::vector<std::thread> threads;
     occupyWriters(
         static_cast<int>(JournalWriter::kWriters),
-        [&writer, &ids, &results, from](int i) {
-          results[from + i] = writer.write(ids[from + i], 0, {&decoy});
-        },
-        threads);
+        [&](int i) { results[n + i] = writer.write(ids[n + i], 0, {&decoy}); }, threads);
+    for (int i = 0; i < n; ++i) threads.emplace_back([&, i] { results[i] = write(i); });
+    std::this_thread::sleep_for(300ms);
+    CHECK_THAT(blocker->execText("COMMIT"), IsOk());
+    for (auto& t : threads) t.join();
+    return results;
   }
 };
 
@@ -302,20 +309,11 @@ TEST_CASE_METHOD(WriterTest, "entries written in one statement keep each invocat
     e.duration_ms = 100 + i;
     mine.push_back(e);
   }
-  auto blocker = holdInvocationRows();
   JournalWriter writer(*pool_);
-  std::vector<absl::Status> results(kWrites + kDecoys);
-  std::vector<std::thread> threads;
-  occupyJournalWriter(writer, ids, kWrites, results, threads);
-  for (int i = 0; i < kWrites; ++i) {
-    threads.emplace_back([&, i] {
-      // The last one's lease moved on.
-      results[i] = writer.write(ids[i], i == kWrites - 1 ? 9 : 0, {&mine[i]});
-    });
-  }
-  std::this_thread::sleep_for(300ms);
-  REQUIRE_THAT(blocker->execText("COMMIT"), IsOk());
-  for (auto& t : threads) t.join();
+  const auto results = writeQueued(writer, ids, kWrites, [&](int i) {
+    // The last one's lease moved on.
+    return writer.write(ids[i], i == kWrites - 1 ? 9 : 0, {&mine[i]});
+  });
   INFO("statements: " << writer.statements());
   CHECK(writer.statements() <= static_cast<uint64_t>(kDecoys) + 2);  // the twelve in one or two
   for (int i = kWrites; i < kWrites + kDecoys; ++i) CHECK_THAT(results[i], IsOk());
@@ -378,17 +376,9 @@ TEST_CASE_METHOD(WriterTest,
   for (int i = 0; i < kSingles; ++i) mine[i] = {&two[i == kRepeatedSingle ? 1 : 0]};
   for (int i = kSingles; i < kWrites; ++i) mine[i] = {&two[0], &two[1]};
 
-  auto blocker = holdInvocationRows();
   JournalWriter writer(*pool_);
-  std::vector<absl::Status> results(kWrites + kDecoys);
-  std::vector<std::thread> threads;
-  occupyJournalWriter(writer, ids, kWrites, results, threads);
-  for (int i = 0; i < kWrites; ++i) {
-    threads.emplace_back([&, i] { results[i] = writer.write(ids[i], 0, mine[i]); });
-  }
-  std::this_thread::sleep_for(300ms);
-  REQUIRE_THAT(blocker->execText("COMMIT"), IsOk());
-  for (auto& t : threads) t.join();
+  const auto results =
+      writeQueued(writer, ids, kWrites, [&](int i) { return writer.write(ids[i], 0, mine[i]); });
 
   for (int i = kWrites; i < kWrites + kDecoys; ++i) CHECK_THAT(results[i], IsOk());
   for (int i = 0; i < kWrites; ++i) {
