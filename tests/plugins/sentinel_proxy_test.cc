@@ -669,6 +669,21 @@ TEST_CASE_METHOD(ProxyTest, "the health port answers while every request thread 
   CHECK(get(port, "/healthz/live").status == 200);
 }
 
+// A health port that is taken would leave the probes unanswered on it: the proxy does not start,
+// and says which address it could not listen on.
+TEST_CASE_METHOD(ProxyTest, "a health port in use stops the proxy at its start, naming it",
+                 "[sentinel-proxy]") {
+  Blackhole taken;  // a listener on a port of its own
+  const std::string port = taken.address().substr(taken.address().rfind(':') + 1);
+  ChildProcess proxy({runfile("plugins/sentinel/krane-sentinel"), "--port", "0", "--host",
+                      "127.0.0.1", "--health-port", port},
+                     dir_ + "/taken.log", {{"KRANE_ROUTES_FILE", routes_file_}});
+  REQUIRE(eventually([&] { return !proxy.running(); }, 10s));
+  CHECK(proxy.wait() == 1);
+  CHECK_THAT(krane::testing::slurp(dir_ + "/taken.log"),
+             Catch::Contains("cannot listen for health probes on 127.0.0.1:" + port));
+}
+
 // A client that stops sending in the middle of its request gives its thread back after
 // --client-timeout-s, not after the instances' (much longer) timeout.
 TEST_CASE_METHOD(ProxyTest, "a client that stops sending is cut off", "[sentinel-proxy]") {
