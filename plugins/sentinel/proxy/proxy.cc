@@ -63,8 +63,9 @@ class RoutingProxy::Watchdog {
   }
   // On return the timer's `fire` is not running, and will not run.
   void cancel(const Key& key) {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     timers_.erase(key);
+    fired_.wait(lock, [&] { return firing_ != key; });
   }
 
  private:
@@ -76,16 +77,25 @@ class RoutingProxy::Watchdog {
       } else if (Clock::now() < timers_.begin()->first.first) {
         wake_.wait_until(lock, timers_.begin()->first.first);
       } else {
+        // Outside the lock: a `fire` that blocks a moment (a client's stop() waits for its
+        // connect) holds up no other request's cancel().
+        firing_ = timers_.begin()->first;
         auto fire = std::move(timers_.begin()->second);
         timers_.erase(timers_.begin());
-        fire();  // under the lock, so that cancel() waits for it
+        lock.unlock();
+        fire();
+        lock.lock();
+        firing_ = Key();
+        fired_.notify_all();
       }
     }
   }
 
   std::mutex mutex_;
   std::condition_variable wake_;
+  std::condition_variable fired_;
   std::map<Key, std::function<void()>> timers_;
+  Key firing_;  // the timer whose `fire` runs; keys start at 1
   uint64_t next_ = 0;
   bool stopping_ = false;
   std::thread thread_;
