@@ -384,34 +384,40 @@ TEST_CASE_METHOD(ProxyTest, "an answer over the limit is cut off, and the proxy 
   CHECK(fits->body.size() == 512u * 1024);
 }
 
+// A socket listening on a free port of 127.0.0.1, closed when it goes out of scope.
+struct LoopbackListener {
+  explicit LoopbackListener(int backlog) {
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::listen(fd, backlog) == 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+  }
+  ~LoopbackListener() { ::close(fd); }
+  std::string address() const { return strCat("127.0.0.1:", port); }
+
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  int port = 0;
+};
+
 // An address whose connections are never made: a listener with a backlog of 0 that accepts
 // nothing, its one place in the queue taken. The kernel drops further connection requests, and a
 // connect waits for its timeout.
 class Blackhole {
  public:
   Blackhole() {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(listener_, 0) == 0);
-    socklen_t len = sizeof addr;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    filler_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(::connect(filler_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    REQUIRE(::connect(filler_, reinterpret_cast<const sockaddr*>(&listener_.addr),
+                      sizeof listener_.addr) == 0);
   }
-  ~Blackhole() {
-    ::close(filler_);
-    ::close(listener_);
-  }
-  std::string address() const { return strCat("127.0.0.1:", port_); }
+  ~Blackhole() { ::close(filler_); }
+  std::string address() const { return listener_.address(); }
 
  private:
-  int listener_ = -1;
-  int filler_ = -1;
-  int port_ = 0;
+  LoopbackListener listener_{0};
+  int filler_ = ::socket(AF_INET, SOCK_STREAM, 0);
 };
 
 // Nothing was sent to an instance whose connection was not made in time: the request goes to the
@@ -450,24 +456,13 @@ TEST_CASE_METHOD(ProxyTest, "a request goes on to the next instance when a conne
 class ScriptedInstance {
  public:
   using Script = std::function<void(int fd, const std::atomic<bool>& stopping)>;
-  explicit ScriptedInstance(Script script) : script_(std::move(script)) {
-    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
-    REQUIRE(::listen(listener_, 16) == 0);
-    socklen_t len = sizeof addr;
-    ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-    thread_ = std::thread([this] { serve(); });
-  }
+  explicit ScriptedInstance(Script script)
+      : script_(std::move(script)), thread_([this] { serve(); }) {}
   ~ScriptedInstance() {
     stopping_ = true;
     thread_.join();
-    ::close(listener_);
   }
-  std::string address() const { return strCat("127.0.0.1:", port_); }
+  std::string address() const { return listener_.address(); }
 
   // Whether all of `bytes` went out (false once the proxy hung up).
   static bool send(int fd, std::string_view bytes) {
@@ -478,9 +473,9 @@ class ScriptedInstance {
  private:
   void serve() {
     while (!stopping_) {
-      pollfd p{listener_, POLLIN, 0};
+      pollfd p{listener_.fd, POLLIN, 0};
       if (::poll(&p, 1, 50) <= 0) continue;
-      const int fd = ::accept(listener_, nullptr, nullptr);
+      const int fd = ::accept(listener_.fd, nullptr, nullptr);
       if (fd < 0) continue;
       std::string head;
       char buf[4096];
@@ -495,8 +490,7 @@ class ScriptedInstance {
   }
 
   Script script_;
-  int listener_ = -1;
-  int port_ = 0;
+  LoopbackListener listener_{16};
   std::atomic<bool> stopping_{false};
   std::thread thread_;
 };
@@ -673,8 +667,8 @@ TEST_CASE_METHOD(ProxyTest, "the health port answers while every request thread 
 // and says which address it could not listen on.
 TEST_CASE_METHOD(ProxyTest, "a health port in use stops the proxy at its start, naming it",
                  "[sentinel-proxy]") {
-  Blackhole taken;  // a listener on a port of its own
-  const std::string port = taken.address().substr(taken.address().rfind(':') + 1);
+  LoopbackListener taken(16);
+  const std::string port = std::to_string(taken.port);
   ChildProcess proxy({runfile("plugins/sentinel/krane-sentinel"), "--port", "0", "--host",
                       "127.0.0.1", "--health-port", port},
                      dir_ + "/taken.log", {{"KRANE_ROUTES_FILE", routes_file_}});
