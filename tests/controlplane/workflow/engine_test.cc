@@ -752,6 +752,38 @@ TEST_CASE_METHOD(WorkflowTest, "a send rolled back by a lock wait timeout goes a
   CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations") == 1);
 }
 
+// Sends at the same moment share one INSERT: when it cannot run (no connection to be had), every
+// send of the batch fails with the pool's error, and none is reported sent.
+TEST_CASE_METHOD(WorkflowTest, "sends whose batch cannot be written all fail, and none is written",
+                 "[workflow]") {
+  auto pool = db::Pool::create(dsn_, {.max_connections = 1, .acquire_timeout = 300ms});
+  REQUIRE_THAT(pool, IsOk());
+  Engine idle(*pool, fastOptions());
+  REQUIRE_THAT(idle.registerService(ServiceDefinition::service("Idle").handler(
+                   "h", [](Context&, const std::string&) { return std::string(); })),
+               IsOk());
+  std::vector<absl::StatusOr<std::string>> sent(6);
+  {
+    auto held = (*pool)->acquire();  // the pool's one connection
+    REQUIRE_THAT(held, IsOk());
+    std::vector<std::thread> senders;
+    for (size_t i = 0; i < sent.size(); ++i) {
+      senders.emplace_back([&, i] { sent[i] = idle.send({"Idle", "h", "", "in"}); });
+    }
+    for (auto& t : senders) t.join();
+  }
+  for (const auto& s : sent) {
+    INFO(s.status());
+    CHECK(absl::IsResourceExhausted(s.status()));
+    CHECK_THAT(std::string(s.status().message()), Catch::Contains("connection pool exhausted"));
+  }
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations") == 0);
+  INFO("with the connection back, a send goes in");
+  auto again = idle.send({"Idle", "h", "", "in"});
+  REQUIRE_THAT(again, IsOk());
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE id = ?", {*again}) == 1);
+}
+
 // A handler of plain `run` steps writes its journal without reading its invocation's row: the
 // cancel reaches it through this replica (at once) or the renew loop (within a second).
 TEST_CASE_METHOD(WorkflowTest, "a cancel stops a handler of plain steps at its next step",
