@@ -53,7 +53,7 @@ void FinishWriter::writeOne(Request& r, int64_t now) {
       strCat(statements::kFinishPrefix, "id = ? AND lease_token = ?");
   auto changed = pool_.execAlone(kFinish, {r.status, r.output, r.error_code, r.error_message,
                                            r.attempts, now, now, r.invocation_id, r.token});
-  counts_.add(1, 1);
+  counts_.add(1, changed.ok() ? *changed : 0);
   if (!changed.ok()) {
     r.result = changed.status();
   } else {
@@ -86,7 +86,7 @@ void FinishWriter::writeGroup(const std::vector<Request*>& group, int64_t now) {
   const std::string& sql =
       statements::groupText<statements::fencedFinishGroup, kMaxFinishes>(n, &built);
   auto changed = pool_.execAlone(sql, params);
-  counts_.add(1, group.size());
+  counts_.add(1, changed.ok() ? *changed : 0);
   if (!changed.ok()) {
     const int code = db::mysqlErrno(changed.status());
     if (code != 0 && !db::isConnectionLoss(code) && !db::isTransactionConflict(changed.status())) {

@@ -17,7 +17,6 @@
 #pragma once
 
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -56,7 +55,7 @@ class FinishWriter {
   static constexpr size_t kWriters = 4;
   static constexpr size_t kMaxFinishes = 64;
 
-  // Statements written and finishes in them so far (for tests).
+  // Statements run and the invocations they finished so far (for tests and the benchmark).
   uint64_t statements() const { return counts_.statements(); }
   uint64_t finishes() const { return counts_.rows(); }
 

@@ -25,7 +25,7 @@
 
 namespace krane::workflow {
 
-// Statements a writer sent and the rows they carried, for tests. Thread-safe.
+// Statements a writer ran and the rows they wrote, for tests and the benchmark. Thread-safe.
 class WriteCounts {
  public:
   void add(uint64_t statements, uint64_t rows) {
