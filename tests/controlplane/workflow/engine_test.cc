@@ -1542,28 +1542,12 @@ TEST_CASE_METHOD(WorkflowTest,
   // A database user that may not read workflow_promises.invocation_id: the claim's read of the
   // settled promises of the invocations it resumes (by invocation) fails with an error that is
   // no transaction conflict. The claim must stand; the await then reads its promise by id.
-  const std::string user = strCat("np_", dsn_.database);
-  const std::string grantee = strCat("'", user, "'@'%'");
-  exec(strCat("CREATE USER ", grantee));
-  auto tables = (*pool_->acquire())
-                    ->query(
-                        "SELECT table_name FROM information_schema.TABLES"
-                        " WHERE table_schema = DATABASE()");
-  REQUIRE_THAT(tables, IsOk());
-  for (const auto& row : tables->rows) {
-    if (row.str(0) == "workflow_promises") continue;
-    exec(strCat("GRANT ALL ON `", dsn_.database, "`.`", row.str(0), "` TO ", grantee));
-  }
-  exec(
-      strCat("GRANT INSERT, UPDATE, DELETE, SELECT (id, kind, state, payload, error_code,"
-             " error_message, fire_at, settled_at, created_at) ON `",
-             dsn_.database, "`.workflow_promises TO ", grantee));
-  db::Dsn limited = dsn_;
-  limited.user = user;
-  auto limited_pool = db::Pool::create(limited, {.max_connections = 20});
-  REQUIRE_THAT(limited_pool, IsOk());
+  auto limited_pool =
+      limitedPool("np", {{"workflow_promises",
+                          "INSERT, UPDATE, DELETE, SELECT (id, kind, state, payload, error_code,"
+                          " error_message, fire_at, settled_at, created_at)"}});
   {
-    auto conn = (*limited_pool)->acquire();
+    auto conn = limited_pool->acquire();
     REQUIRE_THAT(conn, IsOk());
     CHECK_THAT((*conn)->query("SELECT id FROM workflow_promises LIMIT 1"), IsOk());
     INFO("the claim's read of settled promises selects invocation_id: refused");
@@ -1571,7 +1555,7 @@ TEST_CASE_METHOD(WorkflowTest,
   }
 
   Handout handout;
-  Engine e(*limited_pool, fastOptions());
+  Engine e(limited_pool, fastOptions());
   REQUIRE_THAT(e.registerService(waitService(handout)), IsOk());
   e.start();
   auto id = e.send({"Wait", "go"});
@@ -1587,7 +1571,6 @@ TEST_CASE_METHOD(WorkflowTest,
   CHECK(*result == "B");
   INFO("the second claim is the one that read (and failed to read) the settled promises");
   CHECK(scalar("SELECT claims FROM workflow_invocations WHERE id = ?", {*id}) == 2);
-  exec(strCat("DROP USER ", grantee));
 }
 
 }  // namespace

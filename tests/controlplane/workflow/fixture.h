@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,6 +64,11 @@ class WorkflowTest : public krane::testing::MigratedDbTest {
   ~WorkflowTest() {
     for (auto& e : engines_) e->stop();
     engines_.clear();
+    for (const std::string& user : users_) {
+      if (auto conn = pool_->acquire(); conn.ok()) {
+        (*conn)->exec(strCat("DROP USER ", user)).IgnoreError();
+      }
+    }
   }
 
   static EngineOptions fastOptions() {
@@ -136,6 +142,32 @@ class WorkflowTest : public krane::testing::MigratedDbTest {
         "SELECT COUNT(*) FROM information_schema.INNODB_TRX WHERE trx_state = 'LOCK WAIT'");
   }
 
+  // A pool of connections that log in as a database user of their own: every privilege on each
+  // table of the test's database, except on the tables `restricted` names, which get only the
+  // privileges given there (e.g. {"workflow_promises", "SELECT (id), UPDATE"}). `name` tells
+  // the users of one test apart. The user is dropped when the test ends.
+  std::shared_ptr<db::Pool> limitedPool(const std::string& name,
+                                        const std::map<std::string, std::string>& restricted) {
+    const std::string grantee = strCat("'", name, "_", dsn_.database, "'@'%'");
+    exec(strCat("CREATE USER ", grantee));
+    users_.push_back(grantee);
+    auto tables = (*pool_->acquire())
+                      ->query(
+                          "SELECT table_name FROM information_schema.TABLES"
+                          " WHERE table_schema = DATABASE()");
+    REQUIRE_THAT(tables, IsOk());
+    for (const auto& row : tables->rows) {
+      const auto limited = restricted.find(row.str(0));
+      exec(strCat("GRANT ", limited == restricted.end() ? "ALL" : limited->second, " ON `",
+                  dsn_.database, "`.`", row.str(0), "` TO ", grantee));
+    }
+    db::Dsn dsn = dsn_;
+    dsn.user = strCat(name, "_", dsn_.database);
+    auto pool = db::Pool::create(dsn, {.max_connections = 20});
+    REQUIRE_THAT(pool, IsOk());
+    return *pool;
+  }
+
   int64_t scalar(const std::string& sql, const db::Params& params = {}) {
     auto rows = (*pool_->acquire())->query(sql, params);
     CHECK_THAT(rows, IsOk());
@@ -144,6 +176,7 @@ class WorkflowTest : public krane::testing::MigratedDbTest {
   }
 
   std::vector<std::unique_ptr<Engine>> engines_;
+  std::vector<std::string> users_;  // made by limitedPool()
 };
 
 }  // namespace krane::workflow

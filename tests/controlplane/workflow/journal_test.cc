@@ -599,6 +599,47 @@ TEST_CASE_METHOD(WriterTest, "a finish the server refuses fails alone, not its b
   }
 }
 
+TEST_CASE_METHOD(
+    WriterTest, "finishes of a batch that cannot be read back are unknown, neither done nor fenced",
+    "[finish-writer]") {
+  // The writer's database user may change invocations but read only their ids and tokens (what
+  // the fenced statement reads): the statement goes in, the read-back that tells the finished
+  // rows from the fenced ones is refused.
+  auto limited =
+      limitedPool("noreadback", {{"workflow_invocations", "SELECT (id, lease_token), UPDATE"}});
+  {
+    auto conn = limited->acquire();
+    REQUIRE_THAT(conn, IsOk());
+    CHECK_FALSE((*conn)->query("SELECT status FROM workflow_invocations LIMIT 1").ok());
+  }
+  const auto ids = idleInvocations(3);
+  // Taken over: the batch changes fewer rows than it holds, so the writer reads them back.
+  exec(
+      "UPDATE workflow_invocations SET status = 'running', lease_owner = 'other',"
+      " lease_token = 1 WHERE id = ?",
+      {ids[2]});
+  std::vector<FinishWriter::Request> requests;
+  for (int i = 0; i < 3; ++i) requests.push_back(finishing(ids[i], 0, i));
+  std::vector<FinishWriter::Request*> batch;
+  for (auto& r : requests) batch.push_back(&r);
+  FinishWriter writer(*limited);
+  writer.write(batch);
+  CHECK(writer.statements() == 1);
+  for (int i = 0; i < 3; ++i) {
+    INFO("finish " << i << ": " << requests[i].result.status());
+    // Neither "finished" (its caller would take a fenced finish for done) nor "fenced" (it would
+    // leave a finished invocation for its lease to expire): an error that says it is unknown.
+    CHECK(absl::IsUnavailable(requests[i].result.status()));
+    CHECK_THAT(messageOf(requests[i].result.status()),
+               Catch::Contains("may or may not have been finished"));
+  }
+  INFO("what the statement did stands: the two current invocations ended, the other did not");
+  CHECK(scalar("SELECT COUNT(*) FROM workflow_invocations WHERE id IN (?, ?) AND lease_token = 1"
+               " AND finished_at IS NOT NULL",
+               {ids[0], ids[1]}) == 2);
+  CHECK(statusOf(ids[2]) == "running");
+}
+
 TEST_CASE_METHOD(WriterTest, "one invocation finished twice in a batch takes the current one's",
                  "[finish-writer]") {
   const auto ids = idleInvocations(2);
