@@ -75,7 +75,9 @@ absl::StatusOr<std::vector<InvocationSummary>> listInvocations(db::Pool& pool,
     strAppend(&sql, " AND status = ?");
     params.push_back(filter.status);
   }
-  strAppend(&sql, " ORDER BY created_at DESC, id LIMIT ?");
+  // Newest first, along workflow_invocations_created (which holds the id too, in the same
+  // direction): the server reads from the newest row on and stops at the limit.
+  strAppend(&sql, " ORDER BY created_at DESC, id DESC LIMIT ?");
   params.push_back(static_cast<uint64_t>(filter.limit));
   KRANE_ASSIGN_OR_RETURN(auto conn, pool.acquire());
   KRANE_ASSIGN_OR_RETURN(auto rows, conn->query(sql, params));
